@@ -1,0 +1,115 @@
+package messages
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// Sentinel errors of the codec. Every decode failure matches ErrMalformed.
+var (
+	// ErrMalformed is matched by every decode failure.
+	ErrMalformed = errors.New("messages: malformed input")
+	// ErrUnsupportedVersion marks a well-formed record of a version this build does not know.
+	ErrUnsupportedVersion = errors.New("messages: unsupported version")
+	// ErrTrailingBytes marks input with bytes after the first data item.
+	ErrTrailingBytes = errors.New("messages: trailing bytes")
+	// ErrTooLarge marks input over the decoder's size limit.
+	ErrTooLarge = errors.New("messages: input too large")
+	// ErrEmptyRowKey marks an event whose key is null or an empty map (SSP/1 §13.6).
+	ErrEmptyRowKey = errors.New("messages: row key is null or empty")
+)
+
+// DecodeError describes why an input failed to decode. It matches
+// ErrMalformed and, where one applies, the more specific sentinel in Kind.
+type DecodeError struct {
+	What string // what was being decoded, e.g. "event"
+	Kind error  // one of the sentinels above, or nil
+	Err  error  // the underlying cause, or nil
+}
+
+func (e *DecodeError) Error() string {
+	msg := "messages: decode " + e.What
+	if e.Kind != nil && e.Kind != ErrMalformed {
+		msg += ": " + e.Kind.Error()
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrMalformed or the error's specific kind.
+func (e *DecodeError) Is(target error) bool {
+	return target == ErrMalformed || (e.Kind != nil && target == e.Kind)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+func decodeErr(what string, kind error, err error) error {
+	return &DecodeError{What: what, Kind: kind, Err: err}
+}
+
+// Limits applied by the strict decoder.
+const (
+	maxNesting   = 16
+	maxArrayLen  = 4096
+	maxMapPairs  = 4096
+	maxValueSize = 64 << 10
+)
+
+var (
+	encMode cbor.EncMode
+	decMode cbor.DecMode
+)
+
+func init() {
+	var err error
+	encOpts := cbor.CoreDetEncOptions()
+	encOpts.Time = cbor.TimeUnixMicro
+	if encMode, err = encOpts.EncMode(); err != nil {
+		panic(err) // static options; cannot fail at run time
+	}
+	decMode, err = cbor.DecOptions{
+		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
+		MaxNestedLevels:   maxNesting,
+		MaxArrayElements:  maxArrayLen,
+		MaxMapPairs:       maxMapPairs,
+		IndefLength:       cbor.IndefLengthForbidden,
+		TagsMd:            cbor.TagsForbidden,
+		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
+		UTF8:              cbor.UTF8RejectInvalid,
+		DefaultMapType:    nil,
+	}.DecMode()
+	if err != nil {
+		panic(err)
+	}
+}
+
+// Marshal encodes v with Core Deterministic Encoding.
+func Marshal(v any) ([]byte, error) { return encMode.Marshal(v) }
+
+// Unmarshal decodes exactly one data item from data into v with the strict
+// decoder: trailing bytes, duplicate keys, unknown struct fields,
+// indefinite lengths and tags are errors. what names the record in errors.
+func Unmarshal(what string, data []byte, v any, maxSize int) error {
+	if maxSize > 0 && len(data) > maxSize {
+		return decodeErr(what, ErrTooLarge, fmt.Errorf("%d bytes, limit %d", len(data), maxSize))
+	}
+	err := decMode.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	var extra *cbor.ExtraneousDataError
+	if errors.As(err, &extra) {
+		return decodeErr(what, ErrTrailingBytes, err)
+	}
+	return decodeErr(what, ErrMalformed, err)
+}
+
+// Wellformed reports whether data is exactly one well-formed data item that
+// the strict decoder accepts.
+func Wellformed(data []byte) error {
+	return decMode.Wellformed(data)
+}

@@ -1,0 +1,80 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/hex"
+	"fmt"
+)
+
+// HLC is a hybrid logical clock value: 48 bits of physical milliseconds and a
+// 16-bit logical counter, packed as physical_ms<<16 | logical. Its CBOR form
+// is that single unsigned integer.
+type HLC uint64
+
+// MaxPhysicalMS is the largest physical time an HLC can carry.
+const MaxPhysicalMS = 1<<48 - 1
+
+// NewHLC packs a physical time and a logical counter. It returns an error
+// when physicalMS needs more than 48 bits.
+func NewHLC(physicalMS uint64, logical uint16) (HLC, error) {
+	if physicalMS > MaxPhysicalMS {
+		return 0, fmt.Errorf("messages: physical time %d exceeds 48 bits", physicalMS)
+	}
+	return HLC(physicalMS<<16 | uint64(logical)), nil
+}
+
+// Physical returns the physical milliseconds.
+func (h HLC) Physical() uint64 { return uint64(h) >> 16 }
+
+// Logical returns the logical counter.
+func (h HLC) Logical() uint16 { return uint16(h) }
+
+func (h HLC) String() string { return fmt.Sprintf("%d.%d", h.Physical(), h.Logical()) }
+
+// SiteID identifies a writer (a node's signing identity) in the mesh.
+type SiteID [16]byte
+
+func (s SiteID) String() string { return hex.EncodeToString(s[:]) }
+
+// ParseSiteID parses the 32-hex-digit form printed by String.
+func ParseSiteID(s string) (SiteID, error) {
+	var id SiteID
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(id) {
+		return id, fmt.Errorf("messages: site id must be 32 hex digits")
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+// Clock is the total order SSP/1 resolves conflicts with: HLC first, then
+// the site id bytes as the tiebreak. The zero Clock means "no clock": it
+// is beaten by every event clock.
+type Clock struct {
+	HLC  HLC    `cbor:"1,keyasint"`
+	Site SiteID `cbor:"2,keyasint"`
+}
+
+// Compare returns -1, 0 or +1 as c is before, equal to or after o.
+func (c Clock) Compare(o Clock) int {
+	switch {
+	case c.HLC < o.HLC:
+		return -1
+	case c.HLC > o.HLC:
+		return 1
+	}
+	return bytes.Compare(c.Site[:], o.Site[:])
+}
+
+// Beats reports whether c is strictly after o.
+func (c Clock) Beats(o Clock) bool { return c.Compare(o) > 0 }
+
+// IsZero reports whether c is the zero clock.
+func (c Clock) IsZero() bool { return c == Clock{} }
+
+func (c Clock) String() string {
+	if c.IsZero() {
+		return "none"
+	}
+	return c.HLC.String() + "@" + c.Site.String()[:8]
+}

@@ -1,0 +1,97 @@
+package messages
+
+import (
+	"bytes"
+	"sort"
+)
+
+// Value is one column value: exactly one CBOR data item in deterministic
+// encoding. The encoded null (0xf6) is an explicit null cell, which SSP/1
+// §13.1 treats as an ordinary clocked write.
+type Value []byte
+
+// Null is the encoded CBOR null.
+var Null = Value{0xf6}
+
+// NewValue encodes a Go value (nil, bool, integers, floats, string, []byte,
+// or slices and maps of those) as a Value.
+func NewValue(v any) (Value, error) {
+	b, err := Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return Value(b), nil
+}
+
+// MustValue is NewValue for values known to encode (tests and examples).
+func MustValue(v any) Value {
+	b, err := NewValue(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// IsNull reports whether v is the CBOR null.
+func (v Value) IsNull() bool { return len(v) == 1 && v[0] == 0xf6 }
+
+// Decode decodes v into out with the strict decoder.
+func (v Value) Decode(out any) error { return Unmarshal("value", v, out, maxValueSize) }
+
+// Interface decodes v into a generic Go value (nil, bool, uint64/int64,
+// float64, string, []byte, []any, map[any]any).
+func (v Value) Interface() (any, error) {
+	var out any
+	err := v.Decode(&out)
+	return out, err
+}
+
+// Equal reports whether two values have the same encoding.
+func (v Value) Equal(o Value) bool { return bytes.Equal(v, o) }
+
+// Clone returns a copy of v.
+func (v Value) Clone() Value { return append(Value(nil), v...) }
+
+// Columns is a column name → value map (a row key or an upsert payload).
+type Columns map[string]Value
+
+// Names returns the column names in sorted order.
+func (c Columns) Names() []string {
+	out := make([]string, 0, len(c))
+	for k := range c {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Encode returns the deterministic CBOR encoding of the map. For a row key
+// this is the row's identity in storage.
+func (c Columns) Encode() []byte {
+	m := make(map[string]cborRaw, len(c))
+	for k, v := range c {
+		m[k] = cborRaw(v)
+	}
+	b, err := Marshal(m)
+	if err != nil {
+		// Values are validated data items; a failure here is a programming error.
+		panic("messages: encode columns: " + err.Error())
+	}
+	return b
+}
+
+// DecodeColumns decodes the encoding produced by Encode.
+func DecodeColumns(b []byte) (Columns, error) {
+	var m map[string]cborRaw
+	if err := Unmarshal("columns", b, &m, maxEventSize); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, decodeErr("columns", ErrMalformed, nil)
+	}
+	out := make(Columns, len(m))
+	for k, v := range m {
+		out[k] = Value(v)
+	}
+	return out, nil
+}

@@ -1,0 +1,30 @@
+package persistence
+
+// RecordType numbers a kind of sealed record; it is bound into the AEAD's
+// associated data so a record moved to another type fails to open.
+type RecordType uint8
+
+// Record types sealed by this project. Numbers are part of the storage
+// format: never reuse or renumber one.
+const (
+	RecordEvent           RecordType = 1  // the retained sync event log (raw COSE bytes); identity = event id
+	RecordNodeKey         RecordType = 2  // the node's Ed25519 signing key; identity = "node"
+	RecordSession         RecordType = 3  // ratchet session state; identity = peer user, device
+	RecordPrekey          RecordType = 4  // private prekey material; identity = prekey id
+	RecordIdentity        RecordType = 5  // local device identity private keys; identity = "device"
+	RecordOutboundBody    RecordType = 6  // pending outbound message body; identity = recipient user, device, logical id
+	RecordPendingFrame    RecordType = 11 // pending inbound SecurePayload frame; identity = sender user, device, logical id (application-delivery spec)
+	RecordProcessedDigest RecordType = 12 // processed inbound digest (version 1 | digest[32]); identity as RecordPendingFrame
+)
+
+// Sealer seals and opens records at rest. identity is the row's identity
+// (for example the event id, or sender user | device | logical id), bound
+// with the record type into the associated data. Open of a damaged or moved
+// record returns an error matching ErrCorrupt.
+//
+// crypto/sealed implements it; a nil Sealer stores plaintext (the memory
+// store and tests).
+type Sealer interface {
+	Seal(t RecordType, identity []byte, plaintext []byte) ([]byte, error)
+	Open(t RecordType, identity []byte, sealed []byte) ([]byte, error)
+}

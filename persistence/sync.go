@@ -1,0 +1,161 @@
+package persistence
+
+import (
+	"context"
+
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// EventID is the BLAKE3-256 of a signed event's bytes as received.
+type EventID [32]byte
+
+// GroupKey names a sync group: SSP/1 materializes events grouped per
+// (site_id, schema, table).
+type GroupKey struct {
+	Site   messages.SiteID
+	Schema string
+	Table  string
+}
+
+// TableKey names a table.
+type TableKey struct {
+	Schema string
+	Table  string
+}
+
+// TableDef is a destination table: its key columns and its value columns.
+type TableDef struct {
+	Schema     string
+	Table      string
+	KeyColumns []string
+	Columns    []string
+}
+
+// StoredEvent is one entry of the retained event log.
+type StoredEvent struct {
+	ID  EventID
+	Seq uint64 // local log sequence, assigned by AppendEvent; strictly increasing, never reused
+	Raw []byte // the signed event (COSE_Sign1) exactly as received; sealed at rest
+	// Index fields, kept in plaintext so lookups need not open Raw.
+	Site   messages.SiteID
+	HLC    messages.HLC
+	Schema string
+	Table  string
+	RowKey []byte // the encoded row key (messages.Columns.Encode)
+}
+
+// Cell is one materialized column: its value (possibly the CBOR null) and
+// the clock of the write that set it. A column absent from Row.Cells was
+// never materialized, which is not the same as null (SSP/1 §13.6).
+type Cell struct {
+	Value messages.Value
+	Clock messages.Clock
+}
+
+// Row is the materialized state of one row.
+type Row struct {
+	Schema string
+	Table  string
+	Key    messages.Columns // the row key columns
+	// Exists is the outcome of the highest existence event (SSP/1 §13.2).
+	Exists bool
+	// Existence is the clock of that event; zero when none was applied.
+	Existence messages.Clock
+	// Tomb is the highest delete ever applied to the row (SSP/1 §13.3).
+	Tomb messages.Clock
+	// Cells holds the materialized value columns.
+	Cells map[string]Cell
+}
+
+// SyncReader is the read side of a sync transaction.
+type SyncReader interface {
+	// Table returns a table definition; ok is false when it is not defined.
+	Table(t TableKey) (def TableDef, ok bool, err error)
+	// Tables lists every defined table.
+	Tables() ([]TableDef, error)
+
+	// Event looks up a retained event by id.
+	Event(id EventID) (ev StoredEvent, ok bool, err error)
+	// EventsAfter calls fn for retained events with Seq > after, in Seq
+	// order, until fn returns false or limit events were visited (limit ≤ 0: no limit).
+	EventsAfter(after uint64, limit int, fn func(StoredEvent) (bool, error)) error
+	// RowEvents calls fn for every retained event of one row, in no
+	// particular order.
+	RowEvents(t TableKey, rowKey []byte, fn func(StoredEvent) (bool, error)) error
+	// TableEvents calls fn for every retained event of one table.
+	TableEvents(t TableKey, fn func(StoredEvent) (bool, error)) error
+	// LastSeq returns the highest sequence ever assigned (0 if none).
+	LastSeq() (uint64, error)
+
+	// Row returns a materialized row; ok is false when the row has no state.
+	Row(t TableKey, rowKey []byte) (row Row, ok bool, err error)
+	// Rows calls fn for the table's rows in row-key byte order, starting
+	// after the given key (nil: from the start), until fn returns false.
+	Rows(t TableKey, after []byte, fn func(rowKey []byte, row Row) (bool, error)) error
+
+	// Horizon returns a table's eviction horizon (0 when none was set).
+	Horizon(t TableKey) (messages.HLC, error)
+
+	// HeldGroups lists the groups held for a missing table.
+	HeldGroups() ([]GroupKey, error)
+	// HeldEvents returns the log sequences held in a group, ascending.
+	HeldEvents(g GroupKey) ([]uint64, error)
+
+	// Meta returns a node-level value (identity, mesh id, clock high-water…).
+	Meta(key string) (value []byte, ok bool, err error)
+	// SealedMeta returns a node-level secret stored sealed as record type t.
+	SealedMeta(t RecordType, key string) (value []byte, ok bool, err error)
+
+	// Keys returns the trusted-peer keyring entries.
+	Keys() ([]KeyEntry, error)
+}
+
+// SyncTx is a read-write sync transaction.
+type SyncTx interface {
+	SyncReader
+	// PutTable stores or replaces a table definition.
+	PutTable(def TableDef) error
+	// AppendEvent adds an event to the log, assigning ev.Seq (the assigned
+	// value is returned). An id already present returns ErrDuplicate and
+	// changes nothing.
+	AppendEvent(ev StoredEvent) (seq uint64, err error)
+	// DeleteEventsBelow removes the table's retained events whose HLC is
+	// strictly below h (reclamation below an eviction horizon) and returns
+	// how many it removed.
+	DeleteEventsBelow(t TableKey, h messages.HLC) (int, error)
+	// PutRow stores a row's state (replacing the previous one).
+	PutRow(row Row) error
+	// SetHorizon stores a table's eviction horizon.
+	SetHorizon(t TableKey, h messages.HLC) error
+	// HoldEvent records that the event at seq waits in group g for its table.
+	HoldEvent(g GroupKey, seq uint64) error
+	// ReleaseGroup forgets every held entry of g.
+	ReleaseGroup(g GroupKey) error
+	// PutMeta stores a node-level value.
+	PutMeta(key string, value []byte) error
+	// PutSealedMeta stores a node-level secret sealed as record type t.
+	PutSealedMeta(t RecordType, key string, value []byte) error
+	// PutKey stores or replaces a keyring entry (keyed by Kid).
+	PutKey(k KeyEntry) error
+}
+
+// KeyEntry is one trusted signer: kid → site id, Ed25519 public key and an
+// optional retirement cutoff (events with an HLC above it fail verification).
+type KeyEntry struct {
+	Kid       []byte
+	Site      messages.SiteID
+	PublicKey []byte
+	Cutoff    messages.HLC // 0: not retired
+}
+
+// SyncStore is the sync plane's storage.
+type SyncStore interface {
+	// Update runs fn in one read-write transaction. When Update returns
+	// nil every write of fn is durable; when fn returns an error nothing it
+	// wrote is kept.
+	Update(ctx context.Context, fn func(tx SyncTx) error) error
+	// View runs fn in a read-only transaction over a consistent snapshot.
+	View(ctx context.Context, fn func(tx SyncReader) error) error
+	// Close releases the store. Calls after Close return ErrClosed.
+	Close() error
+}
