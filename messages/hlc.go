@@ -78,3 +78,8 @@ func (c Clock) String() string {
 	}
 	return c.HLC.String() + "@" + c.Site.String()[:8]
 }
+
+// EventID is the BLAKE3-256 of a signed event's bytes exactly as received.
+type EventID [32]byte
+
+func (id EventID) String() string { return hex.EncodeToString(id[:]) }

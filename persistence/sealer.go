@@ -28,3 +28,13 @@ type Sealer interface {
 	Seal(t RecordType, identity []byte, plaintext []byte) ([]byte, error)
 	Open(t RecordType, identity []byte, sealed []byte) ([]byte, error)
 }
+
+// KeyRotator is implemented by a Sealer that holds several storage keys
+// (the current one and older ones it can still open). IsCurrent reports
+// whether a sealed record is under the current key; a store's reseal pass
+// re-seals every record for which it is false, so rotation is safe to
+// interrupt and resume.
+type KeyRotator interface {
+	Sealer
+	IsCurrent(sealed []byte) bool
+}

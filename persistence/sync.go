@@ -7,7 +7,7 @@ import (
 )
 
 // EventID is the BLAKE3-256 of a signed event's bytes as received.
-type EventID [32]byte
+type EventID = messages.EventID
 
 // GroupKey names a sync group: SSP/1 materializes events grouped per
 // (site_id, schema, table).
