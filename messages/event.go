@@ -44,7 +44,7 @@ func (e *Event) RowKey() []byte { return e.Key.Encode() }
 
 type wireEvent struct {
 	V       uint64  `cbor:"v"`
-	Site    []byte  `cbor:"site"`
+	Site    bstr    `cbor:"site"`
 	HLC     *uint64 `cbor:"hlc"`
 	Schema  string  `cbor:"schema"`
 	Table   string  `cbor:"table"`
@@ -166,4 +166,16 @@ func validateColumns(c Columns) error {
 		}
 	}
 	return nil
+}
+
+// bstr is a []byte that decodes only from a CBOR byte string; a plain
+// []byte would also accept an array of small integers.
+type bstr []byte
+
+// UnmarshalCBOR rejects anything but a definite-length byte string.
+func (b *bstr) UnmarshalCBOR(data []byte) error {
+	if len(data) == 0 || data[0]>>5 != 2 {
+		return fmt.Errorf("cbor: expected a byte string")
+	}
+	return decMode.Unmarshal(data, (*[]byte)(b))
 }

@@ -1,0 +1,219 @@
+// Package sign signs and verifies SSP/1 events as COSE_Sign1 objects and
+// holds the trusted-peer keyring with retirement cutoffs.
+//
+// A signed event is COSE_Sign1_Tagged (CBOR tag 18) with protected header
+// {1: -8 (EdDSA), 4: kid}, an empty unprotected header, the event bytes
+// (messages.EncodeEvent) as attached payload and external_aad = the local
+// mesh id (DESIGN.md "Wire formats"). Verify implements SSP/1 §12 step 1:
+// the COSE structure and the signature are checked before the payload is
+// decoded, so no later check consumes unauthenticated input.
+package sign
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+
+	"github.com/fxamacker/cbor/v2"
+	cose "github.com/veraison/go-cose"
+
+	"github.com/syncmesh/syncmesh/crypto/eventid"
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// MaxSignedSize is the largest signed event Verify accepts: the largest
+// event plus room for the COSE envelope (tag, headers, signature).
+const MaxSignedSize = messages.MaxEventSize + 1024
+
+// coseTagSign1 is the CBOR tag of COSE_Sign1_Tagged (RFC 9052 §4.2).
+const coseTagSign1 = 18
+
+// maxProtectedLen bounds the serialized protected header: {1: -8, 4: kid}
+// with a kid of at most MaxKidLen bytes fits easily.
+const maxProtectedLen = 128
+
+// Signer signs events for one site with one Ed25519 key. It is immutable
+// and safe for concurrent use.
+type Signer struct {
+	site   messages.SiteID
+	kid    []byte
+	pub    ed25519.PublicKey
+	signer cose.Signer
+	err    error // set when the private key is unusable
+}
+
+// NewSigner returns a signer for site with priv. Its kid is KidFor(priv's
+// public key). A private key of the wrong size yields a signer whose Sign
+// fails with ErrInvalidKey.
+func NewSigner(site messages.SiteID, priv ed25519.PrivateKey) *Signer {
+	s := &Signer{site: site}
+	if len(priv) != ed25519.PrivateKeySize {
+		s.err = fmt.Errorf("%w: Ed25519 private key must be %d bytes, got %d", ErrInvalidKey, ed25519.PrivateKeySize, len(priv))
+		return s
+	}
+	priv = ed25519.PrivateKey(bytes.Clone(priv))
+	s.pub = priv.Public().(ed25519.PublicKey)
+	s.kid = KidFor(s.pub)
+	cs, err := cose.NewSigner(cose.AlgorithmEdDSA, priv)
+	if err != nil {
+		s.err = fmt.Errorf("%w: %v", ErrInvalidKey, err)
+		return s
+	}
+	s.signer = cs
+	return s
+}
+
+// Kid returns a copy of the signer's key id.
+func (s *Signer) Kid() []byte { return bytes.Clone(s.kid) }
+
+// Site returns the signer's site.
+func (s *Signer) Site() messages.SiteID { return s.site }
+
+// PublicKey returns a copy of the signer's public key.
+func (s *Signer) PublicKey() ed25519.PublicKey { return ed25519.PublicKey(bytes.Clone(s.pub)) }
+
+// Key returns the keyring entry (no cutoff) that verifies this signer's events.
+func (s *Signer) Key() Key { return Key{Kid: s.Kid(), Site: s.site, PublicKey: s.PublicKey()} }
+
+// Sign encodes e and returns it as COSE_Sign1_Tagged bound to meshID. It
+// fails with ErrSiteMismatch when e.Site is not the signer's site, with
+// ErrNoMeshID for an empty mesh id, and with the messages encode error for
+// an invalid event.
+func (s *Signer) Sign(e *messages.Event, meshID []byte) ([]byte, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if e == nil {
+		return nil, fmt.Errorf("sign: nil event")
+	}
+	if len(meshID) == 0 {
+		return nil, ErrNoMeshID
+	}
+	if e.Site != s.site {
+		return nil, fmt.Errorf("%w: event site %s, signer site %s", ErrSiteMismatch, e.Site, s.site)
+	}
+	payload, err := messages.EncodeEvent(e)
+	if err != nil {
+		return nil, fmt.Errorf("sign: %w", err)
+	}
+	headers := cose.Headers{
+		Protected: cose.ProtectedHeader{
+			cose.HeaderLabelAlgorithm: cose.AlgorithmEdDSA,
+			cose.HeaderLabelKeyID:     s.kid,
+		},
+	}
+	out, err := cose.Sign1(rand.Reader, s.signer, headers, payload, meshID)
+	if err != nil {
+		return nil, fmt.Errorf("sign: COSE_Sign1: %w", err)
+	}
+	return out, nil
+}
+
+// Verified is an event that passed SSP/1 §12 step 1.
+type Verified struct {
+	// Event is the decoded payload.
+	Event *messages.Event
+	// Kid is the signer's key id.
+	Kid []byte
+	// ID is eventid.Of(raw): BLAKE3-256 of the bytes exactly as received.
+	ID messages.EventID
+}
+
+// Verify checks a received signed event against the trusted keyring and
+// the local mesh id, in this order (SSP/1 §12 step 1): size limit, strict
+// COSE_Sign1 parse, kid lookup, signature with external_aad = meshID, and
+// only then decoding of the payload, the signer's site and its retirement
+// cutoff. It never panics.
+//
+// Errors: ErrTooLarge, ErrNoMeshID, ErrMalformedSignature, ErrUnknownKid,
+// ErrBadSignature, then a payload decode error (matching
+// messages.ErrMalformed, and messages.ErrEmptyRowKey where it applies),
+// ErrSiteMismatch, ErrRetired.
+func Verify(kr *Keyring, raw []byte, meshID []byte) (v *Verified, err error) {
+	defer func() {
+		// Defence in depth: go-cose sees only input our parser accepted,
+		// but a panic on hostile input must never escape the apply path.
+		if r := recover(); r != nil {
+			v, err = nil, fmt.Errorf("%w: panic during verification: %v", ErrMalformedSignature, r)
+		}
+	}()
+	if len(raw) > MaxSignedSize {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(raw), MaxSignedSize)
+	}
+	if len(meshID) == 0 {
+		return nil, ErrNoMeshID
+	}
+	env, err := parseEnvelope(raw)
+	if err != nil {
+		return nil, err
+	}
+	key, ok := kr.lookup(env.kid)
+	if !ok {
+		return nil, fmt.Errorf("%w: %x", ErrUnknownKid, env.kid)
+	}
+	verifier, err := cose.NewVerifier(cose.AlgorithmEdDSA, key.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kid %x: %v", ErrBadSignature, env.kid, err)
+	}
+	msg := cose.Sign1Message{
+		Headers: cose.Headers{
+			RawProtected: env.rawProtected,
+			Protected: cose.ProtectedHeader{
+				cose.HeaderLabelAlgorithm: cose.AlgorithmEdDSA,
+				cose.HeaderLabelKeyID:     env.kid,
+			},
+			RawUnprotected: cbor.RawMessage{0xa0},
+			Unprotected:    cose.UnprotectedHeader{},
+		},
+		Payload:   env.payload,
+		Signature: env.signature,
+	}
+	if err := msg.Verify(meshID, verifier); err != nil {
+		return nil, fmt.Errorf("%w: kid %x: %v", ErrBadSignature, env.kid, err)
+	}
+	// Authenticated: only now is the payload decoded.
+	ev, err := messages.DecodeEvent(env.payload)
+	if err != nil {
+		return nil, fmt.Errorf("sign: signed payload: %w", err)
+	}
+	if ev.Site != key.Site {
+		return nil, fmt.Errorf("%w: event site %s, kid %x belongs to site %s", ErrSiteMismatch, ev.Site, env.kid, key.Site)
+	}
+	if key.Cutoff != 0 && ev.HLC > key.Cutoff {
+		return nil, fmt.Errorf("%w: event HLC %s, cutoff %s (kid %x)", ErrRetired, ev.HLC, key.Cutoff, env.kid)
+	}
+	return &Verified{Event: ev, Kid: bytes.Clone(env.kid), ID: eventid.Of(raw)}, nil
+}
+
+// ParseVerified decodes a signed event that was verified before (for
+// example when rebuilding from the retained event log) without checking the
+// signature again. The COSE structure and the event are still parsed
+// strictly; it never panics.
+func ParseVerified(raw []byte) (*messages.Event, error) {
+	if len(raw) > MaxSignedSize {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(raw), MaxSignedSize)
+	}
+	env, err := parseEnvelope(raw)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := messages.DecodeEvent(env.payload)
+	if err != nil {
+		return nil, fmt.Errorf("sign: signed payload: %w", err)
+	}
+	return ev, nil
+}
+
+// PeekKid returns the kid of a signed event without verifying it, for
+// routing or diagnostics only; the result is unauthenticated.
+func PeekKid(raw []byte) ([]byte, error) {
+	if len(raw) > MaxSignedSize {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(raw), MaxSignedSize)
+	}
+	env, err := parseEnvelope(raw)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(env.kid), nil
+}
