@@ -329,12 +329,8 @@ type wireEnvelope struct {
 
 // EncodeRatchetHeader returns the canonical encoding of h: the bytes the
 // ratchet binds into the AEAD associated data.
-func EncodeRatchetHeader(h *RatchetHeader) []byte {
-	b, err := Marshal(&wireHeader{Session: h.Session[:], DH: h.DH[:], PN: h.PN, N: h.N})
-	if err != nil {
-		panic(err) // fixed-shape struct of byte strings and uints: cannot fail
-	}
-	return b
+func EncodeRatchetHeader(h *RatchetHeader) ([]byte, error) {
+	return Marshal(&wireHeader{Session: h.Session[:], DH: h.DH[:], PN: h.PN, N: h.N})
 }
 
 // EncodePrekeyInitiation returns the canonical encoding of in. The session
@@ -355,7 +351,11 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	if len(e.Ciphertext) < AEADTagSize {
 		return nil, fmt.Errorf("messages: encode envelope: ciphertext shorter than an AEAD tag")
 	}
-	w := wireEnvelope{V: EnvelopeVersion, Header: EncodeRatchetHeader(&e.Header), Ciphertext: e.Ciphertext}
+	hb, err := EncodeRatchetHeader(&e.Header)
+	if err != nil {
+		return nil, err
+	}
+	w := wireEnvelope{V: EnvelopeVersion, Header: hb, Ciphertext: e.Ciphertext}
 	if e.Initiation != nil {
 		ib, err := EncodePrekeyInitiation(e.Initiation)
 		if err != nil {

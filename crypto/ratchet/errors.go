@@ -1,0 +1,56 @@
+package ratchet
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// Sentinel errors of the package. Decode errors of envelopes, bundles and
+// stored state match messages.ErrMalformed instead.
+var (
+	// ErrReplay marks an envelope whose message key was already used (or
+	// deleted: evicted from the skipped-key store, or its chain retired),
+	// and a prekey envelope for a session already retired from the record.
+	ErrReplay = errors.New("ratchet: replayed or already processed message")
+	// ErrDuplicateMessage is ErrReplay under the name the issue also uses.
+	ErrDuplicateMessage = ErrReplay
+	// ErrTampered marks an authentication failure: the AEAD did not open,
+	// a DH output was degenerate, or the envelope's session id does not
+	// match its initiation. State is never changed by it.
+	ErrTampered = errors.New("ratchet: message authentication failed")
+	// ErrTooManySkipped marks an envelope that would skip more than
+	// Config.MaxForwardJump message keys in one chain (DR §3.5 MAX_SKIP).
+	ErrTooManySkipped = errors.New("ratchet: too many skipped messages")
+	// ErrBadPrekeySignature marks a bundle whose signed prekey or KEM
+	// prekey signature does not verify under its identity key.
+	ErrBadPrekeySignature = errors.New("ratchet: bad prekey signature")
+	// ErrUnknownPrekey marks an initiation naming a prekey this device does
+	// not hold: never issued, expired after its grace period, or a one-time
+	// prekey already consumed.
+	ErrUnknownPrekey = errors.New("ratchet: unknown or already used prekey")
+	// ErrUnknownSession marks a non-initiating envelope for a session the
+	// record does not hold, and Encrypt on a record without a session.
+	ErrUnknownSession = errors.New("ratchet: unknown session")
+	// ErrChainExhausted marks a sending chain that reached 2^32-1 messages.
+	ErrChainExhausted = errors.New("ratchet: sending chain exhausted")
+	// ErrInvalidConfig marks a Config or PrekeyConfig with a non-positive limit.
+	ErrInvalidConfig = errors.New("ratchet: invalid configuration")
+)
+
+// IdentityChangedError reports that a peer presented an identity other
+// than the pinned one. Match it with errors.As.
+type IdentityChangedError struct {
+	Pinned IdentityPublic
+	Seen   IdentityPublic
+}
+
+func (e *IdentityChangedError) Error() string {
+	return fmt.Sprintf("ratchet: identity changed: pinned %s, seen %s", e.Pinned, e.Seen)
+}
+
+// decodeError wraps a state decoding failure so it matches messages.ErrMalformed.
+func decodeError(what string, err error) error {
+	return &messages.DecodeError{What: what, Kind: messages.ErrMalformed, Err: err}
+}

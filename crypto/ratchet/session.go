@@ -1,0 +1,341 @@
+package ratchet
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/ecdh"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"fmt"
+	"math"
+
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// HKDF info strings of the Double Ratchet (DR §5.2).
+const (
+	infoRoot    = "syncmesh_Ratchet_Root_v1"
+	infoMessage = "syncmesh_Ratchet_Message_v1"
+)
+
+type skippedKey struct {
+	dh [32]byte
+	n  uint32
+	mk [32]byte
+}
+
+// oldChain remembers a retired receiving chain so a late copy of one of its
+// messages is reported as a replay rather than an authentication failure.
+type oldChain struct {
+	dh  [32]byte
+	end uint32 // first message number that never existed on the chain
+}
+
+// session is one Double Ratchet state (DR §3.2 "State variables"). A
+// *session held by a SessionRecord is never modified: every step copies it.
+type session struct {
+	id        SessionID
+	initiator bool
+	// pending is the initiation attached to every envelope we send until
+	// the peer answers on this session (libsignal's "unacknowledged prekey
+	// message"); pendingEnc is its canonical encoding.
+	pending    *messages.PrekeyInitiation
+	pendingEnc []byte
+	local      IdentityPublic
+	remote     IdentityPublic
+
+	rk              [32]byte
+	dhsPriv, dhsPub [32]byte
+	dhsKey          *ecdh.PrivateKey // immutable key object for dhsPriv, or nil (built on demand)
+	// needSendRatchet: a new remote ratchet key arrived; the next Encrypt
+	// generates our new key pair and sending chain (the second half of DR
+	// §3.5 DHRatchet, done lazily).
+	needSendRatchet bool
+	dhr             [32]byte
+	hasDHr          bool
+	cks, ckr        [32]byte
+	hasCKs, hasCKr  bool
+	ns, nr, pn      uint32
+	skipped         []skippedKey // oldest first
+	oldChains       []oldChain   // oldest first
+}
+
+func (s *session) info() SessionInfo {
+	return SessionInfo{ID: s.id, Local: s.local, Remote: s.remote, Initiator: s.initiator, Acknowledged: s.pending == nil}
+}
+
+// kdfRK is KDF_RK (DR §5.2): HKDF-SHA256 with the root key as salt.
+func kdfRK(rk [32]byte, dhOut []byte) (newRK, ck [32]byte, err error) {
+	okm, err := hkdf.Key(sha256.New, dhOut, rk[:], infoRoot, 64)
+	if err != nil {
+		return newRK, ck, err
+	}
+	copy(newRK[:], okm[:32])
+	copy(ck[:], okm[32:])
+	wipe(okm)
+	return newRK, ck, nil
+}
+
+// kdfCK is KDF_CK (DR §5.2): message key = HMAC(CK, 0x01), next chain key
+// = HMAC(CK, 0x02).
+func kdfCK(ck [32]byte) (mk, next [32]byte) {
+	m := hmac.New(sha256.New, ck[:])
+	m.Write([]byte{0x01})
+	m.Sum(mk[:0])
+	m.Reset()
+	m.Write([]byte{0x02})
+	m.Sum(next[:0])
+	return mk, next
+}
+
+func messageAEAD(mk [32]byte) (cipher.AEAD, []byte, error) {
+	var salt [32]byte
+	okm, err := hkdf.Key(sha256.New, mk[:], salt[:], infoMessage, 32+12)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer wipe(okm[:32])
+	block, err := aes.NewCipher(okm[:32])
+	if err != nil {
+		return nil, nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, nil, err
+	}
+	return aead, okm[32:], nil
+}
+
+func seal(mk [32]byte, pt, ad []byte) ([]byte, error) {
+	aead, nonce, err := messageAEAD(mk)
+	if err != nil {
+		return nil, err
+	}
+	return aead.Seal(nil, nonce, pt, ad), nil
+}
+
+func open(mk [32]byte, ct, ad []byte) ([]byte, error) {
+	aead, nonce, err := messageAEAD(mk)
+	if err != nil {
+		return nil, err
+	}
+	pt, err := aead.Open(nil, nonce, ct, ad)
+	if err != nil {
+		return nil, ErrTampered
+	}
+	return pt, nil
+}
+
+// associatedData is encoded header || encoded initiation (prekey
+// envelopes) || sender identity || receiver identity (DR §3.4 AD, PQXDH
+// §3.3 AD = IK_A || IK_B).
+func associatedData(hdr, init []byte, sender, receiver IdentityPublic) []byte {
+	ad := make([]byte, 0, len(hdr)+len(init)+128)
+	ad = append(ad, hdr...)
+	ad = append(ad, init...)
+	ad = append(ad, sender.Sign[:]...)
+	ad = append(ad, sender.DH[:]...)
+	ad = append(ad, receiver.Sign[:]...)
+	return append(ad, receiver.DH[:]...)
+}
+
+// skipKeys advances chain ck from message number from to to, returning the
+// chain key at to and the keys of from..to-1, of which only the last limit
+// are kept (the rest would be evicted at once).
+func skipKeys(ck [32]byte, dh [32]byte, from, to uint32, limit int) ([32]byte, []skippedKey) {
+	if to <= from {
+		return ck, nil
+	}
+	count := int(to - from)
+	keep := min(count, limit)
+	out := make([]skippedKey, 0, keep)
+	for n := from; n < to; n++ {
+		mk, next := kdfCK(ck)
+		if int(to-n) <= keep {
+			out = append(out, skippedKey{dh: dh, n: n, mk: mk})
+		}
+		ck = next
+	}
+	return ck, out
+}
+
+// appendSkipped returns old + add as a new slice, evicting the oldest keys
+// beyond limit (libsignal evicts oldest first).
+func appendSkipped(old, add []skippedKey, limit int) []skippedKey {
+	if len(add) == 0 {
+		return old
+	}
+	total := len(old) + len(add)
+	drop := max(0, total-limit)
+	out := make([]skippedKey, 0, total-drop)
+	if drop < len(old) {
+		out = append(out, old[drop:]...)
+		out = append(out, add...)
+	} else {
+		out = append(out, add[drop-len(old):]...)
+	}
+	return out
+}
+
+func (s *session) findSkipped(dh [32]byte, n uint32) int {
+	for i := range s.skipped {
+		if s.skipped[i].n == n && s.skipped[i].dh == dh {
+			return i
+		}
+	}
+	return -1
+}
+
+// decrypt is RatchetDecrypt (DR §3.5) on an immutable session: it returns a
+// new session and the plaintext, or an error and nothing.
+func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []byte) (*session, []byte, error) {
+	h := &env.Header
+	ad := associatedData(hdrEnc, initEnc, s.remote, s.local)
+
+	// TrySkippedMessageKeys: a used key is deleted, so a replay misses.
+	if i := s.findSkipped(h.DH, h.N); i >= 0 {
+		pt, err := open(s.skipped[i].mk, env.Ciphertext, ad)
+		if err != nil {
+			return nil, nil, err
+		}
+		ns := *s
+		ns.skipped = make([]skippedKey, 0, len(s.skipped)-1)
+		ns.skipped = append(ns.skipped, s.skipped[:i]...)
+		ns.skipped = append(ns.skipped, s.skipped[i+1:]...)
+		return &ns, pt, nil
+	}
+
+	if s.hasDHr && h.DH == s.dhr {
+		if !s.hasCKr {
+			// Our first ratchet target (the responder's signed prekey) is
+			// never a sending key of the peer.
+			return nil, nil, ErrTampered
+		}
+		if h.N < s.nr {
+			return nil, nil, fmt.Errorf("%w: message %d of the current chain", ErrReplay, h.N)
+		}
+		if uint64(h.N-s.nr) > uint64(cfg.MaxForwardJump) {
+			return nil, nil, fmt.Errorf("%w: %d in one chain", ErrTooManySkipped, h.N-s.nr)
+		}
+		ck, skipped := skipKeys(s.ckr, h.DH, s.nr, h.N, cfg.MaxSkippedKeys)
+		mk, next := kdfCK(ck)
+		pt, err := open(mk, env.Ciphertext, ad)
+		wipe(mk[:])
+		if err != nil {
+			return nil, nil, err
+		}
+		ns := *s
+		ns.ckr, ns.nr = next, h.N+1
+		ns.skipped = appendSkipped(s.skipped, skipped, cfg.MaxSkippedKeys)
+		return &ns, pt, nil
+	}
+
+	for _, oc := range s.oldChains {
+		if oc.dh == h.DH {
+			if h.N < oc.end {
+				return nil, nil, fmt.Errorf("%w: message %d of a previous chain", ErrReplay, h.N)
+			}
+			return nil, nil, fmt.Errorf("%w: message %d beyond the end of a previous chain", ErrTampered, h.N)
+		}
+	}
+
+	// A new remote ratchet key: skip the rest of the current receiving
+	// chain up to PN, then DH ratchet (DR §3.5 SkipMessageKeys, DHRatchet).
+	var skippedOld []skippedKey
+	if s.hasCKr && h.PN > s.nr {
+		if uint64(h.PN-s.nr) > uint64(cfg.MaxForwardJump) {
+			return nil, nil, fmt.Errorf("%w: %d in the previous chain", ErrTooManySkipped, h.PN-s.nr)
+		}
+		_, skippedOld = skipKeys(s.ckr, s.dhr, s.nr, h.PN, cfg.MaxSkippedKeys)
+	}
+	if uint64(h.N) > uint64(cfg.MaxForwardJump) {
+		return nil, nil, fmt.Errorf("%w: %d in a new chain", ErrTooManySkipped, h.N)
+	}
+	dhsKey, err := privateKey(s.dhsKey, s.dhsPriv)
+	if err != nil {
+		return nil, nil, err
+	}
+	dhOut, err := x25519(dhsKey, h.DH)
+	if err != nil {
+		return nil, nil, err
+	}
+	rk, ckr, err := kdfRK(s.rk, dhOut)
+	wipe(dhOut)
+	if err != nil {
+		return nil, nil, err
+	}
+	ck, skippedNew := skipKeys(ckr, h.DH, 0, h.N, cfg.MaxSkippedKeys)
+	mk, next := kdfCK(ck)
+	pt, err := open(mk, env.Ciphertext, ad)
+	wipe(mk[:])
+	if err != nil {
+		return nil, nil, err
+	}
+	ns := *s
+	if s.hasDHr && s.hasCKr {
+		end := max(s.nr, h.PN)
+		chains := make([]oldChain, 0, len(s.oldChains)+1)
+		if drop := len(s.oldChains) + 1 - cfg.MaxOldChains; drop > 0 {
+			chains = append(chains, s.oldChains[drop:]...)
+		} else {
+			chains = append(chains, s.oldChains...)
+		}
+		ns.oldChains = append(chains, oldChain{dh: s.dhr, end: end})
+	}
+	ns.dhsKey = dhsKey
+	ns.rk, ns.dhr, ns.hasDHr = rk, h.DH, true
+	ns.ckr, ns.hasCKr, ns.nr = next, true, h.N+1
+	ns.needSendRatchet = true
+	ns.skipped = appendSkipped(s.skipped, append(skippedOld, skippedNew...), cfg.MaxSkippedKeys)
+	return &ns, pt, nil
+}
+
+// encrypt is RatchetEncrypt (DR §3.4) on an immutable session, preceded by
+// the deferred sending half of DHRatchet when a new remote key arrived.
+func (s *session) encrypt(plaintext []byte) (*session, []byte, error) {
+	ns := *s
+	if ns.needSendRatchet || !ns.hasCKs {
+		if !ns.hasDHr {
+			return nil, nil, fmt.Errorf("%w: session has no remote ratchet key", ErrUnknownSession)
+		}
+		key, priv, pub, err := newX25519()
+		if err != nil {
+			return nil, nil, err
+		}
+		dhOut, err := x25519(key, ns.dhr)
+		if err != nil {
+			return nil, nil, err
+		}
+		rk, cks, err := kdfRK(ns.rk, dhOut)
+		wipe(dhOut)
+		if err != nil {
+			return nil, nil, err
+		}
+		ns.dhsKey, ns.dhsPriv, ns.dhsPub = key, priv, pub
+		ns.rk, ns.cks, ns.hasCKs = rk, cks, true
+		ns.pn, ns.ns = ns.ns, 0
+		ns.needSendRatchet = false
+	}
+	if ns.ns == math.MaxUint32 {
+		return nil, nil, ErrChainExhausted
+	}
+	mk, next := kdfCK(ns.cks)
+	hdr := messages.RatchetHeader{Session: ns.id, DH: ns.dhsPub, PN: ns.pn, N: ns.ns}
+	hdrEnc, err := messages.EncodeRatchetHeader(&hdr)
+	if err != nil {
+		return nil, nil, err
+	}
+	ad := associatedData(hdrEnc, ns.pendingEnc, ns.local, ns.remote)
+	ct, err := seal(mk, plaintext, ad)
+	wipe(mk[:])
+	if err != nil {
+		return nil, nil, err
+	}
+	env, err := messages.EncodeEnvelope(&messages.Envelope{Header: hdr, Initiation: ns.pending, Ciphertext: ct})
+	if err != nil {
+		return nil, nil, err
+	}
+	ns.cks, ns.ns = next, ns.ns+1
+	return &ns, env, nil
+}
