@@ -1,0 +1,364 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/syncmesh/syncmesh/crypto/sealed"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// Failpoints of the delivery store (see Options.Failpoint).
+const (
+	// FailpointDeliveryUpdateBeforeCommit runs inside a delivery Update
+	// after fn succeeded, before the commit; an error aborts it.
+	FailpointDeliveryUpdateBeforeCommit = "delivery.update.before_commit"
+	// FailpointDeliveryUpdateAfterCommit runs after a delivery Update
+	// committed durably, before Update returns.
+	FailpointDeliveryUpdateAfterCommit = "delivery.update.after_commit"
+)
+
+// Delivery-plane buckets. Names are part of the storage format.
+var (
+	bucketDeliveryMeta     = []byte("delivery.meta")     // "identity" | "prekeys" → sealed value
+	bucketDeliverySessions = []byte("delivery.sessions") // addrKey → sealed session record
+	bucketDeliveryPins     = []byte("delivery.pins")     // addrKey → identity (64: sign || dh)
+)
+
+var (
+	deliveryKeyIdentity = []byte("identity")
+	deliveryKeyPrekeys  = []byte("prekeys")
+)
+
+// deliveryBuckets lists the delivery buckets.
+func deliveryBuckets() [][]byte {
+	return [][]byte{bucketDeliveryMeta, bucketDeliverySessions, bucketDeliveryPins}
+}
+
+// createDeliveryV1 creates the delivery buckets (the layout migration
+// that adds the delivery plane; see migrations in layout.go).
+func createDeliveryV1(tx *bbolt.Tx) error {
+	for _, name := range deliveryBuckets() {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// addrKey encodes a device address so that byte order is
+// messages.DeviceAddress.Compare order: the user bytes with 0x00 escaped as
+// 0x00 0xFF, a 0x00 0x01 terminator, then the device as 4 big-endian bytes.
+func addrKey(a messages.DeviceAddress) []byte {
+	b := make([]byte, 0, len(a.User)+6)
+	for i := 0; i < len(a.User); i++ {
+		c := a.User[i]
+		b = append(b, c)
+		if c == 0 {
+			b = append(b, 0xFF)
+		}
+	}
+	b = append(b, 0, 1)
+	return binary.BigEndian.AppendUint32(b, a.Device)
+}
+
+// parseAddrKey reverses addrKey.
+func parseAddrKey(k []byte) (messages.DeviceAddress, error) {
+	var user []byte
+	for i := 0; i < len(k); i++ {
+		if k[i] != 0 {
+			user = append(user, k[i])
+			continue
+		}
+		if i+1 >= len(k) {
+			break
+		}
+		switch k[i+1] {
+		case 0xFF:
+			user = append(user, 0)
+			i++
+			continue
+		case 1:
+			rest := k[i+2:]
+			if len(rest) != 4 {
+				return messages.DeviceAddress{}, fmt.Errorf("address key device of %d bytes: %w", len(rest), persistence.ErrCorrupt)
+			}
+			a := messages.DeviceAddress{User: string(user), Device: binary.BigEndian.Uint32(rest)}
+			if err := a.Validate(); err != nil {
+				return a, fmt.Errorf("address key: %w: %w", persistence.ErrCorrupt, err)
+			}
+			return a, nil
+		}
+		break
+	}
+	return messages.DeviceAddress{}, fmt.Errorf("malformed address key: %w", persistence.ErrCorrupt)
+}
+
+// sessionIdentity is the sealed row identity of peer's session record.
+func sessionIdentity(peer messages.DeviceAddress) []byte {
+	return sealed.SessionIdentity([]byte(peer.User), binary.BigEndian.AppendUint32(nil, peer.Device))
+}
+
+// Delivery returns the delivery-plane store over the file. Closing the
+// returned store closes only that handle; DB.Close releases the file.
+func (d *DB) Delivery() persistence.DeliveryStore { return &deliveryStore{d: d} }
+
+type deliveryStore struct {
+	d      *DB
+	closed atomic.Bool
+}
+
+func (s *deliveryStore) check(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("bolt: delivery %s: %w", op, persistence.ErrClosed)
+	}
+	return s.d.begin(ctx, "delivery "+op)
+}
+
+// Close closes this handle (not the file: see DB.Close).
+func (s *deliveryStore) Close() error {
+	if s.closed.Swap(true) {
+		return fmt.Errorf("bolt: delivery close: %w", persistence.ErrClosed)
+	}
+	return nil
+}
+
+// Update runs fn in one bbolt read-write transaction.
+func (s *deliveryStore) Update(ctx context.Context, fn func(tx persistence.DeliveryTx) error) error {
+	if err := s.check(ctx, "update"); err != nil {
+		return err
+	}
+	err := s.d.bolt.Update(func(btx *bbolt.Tx) error {
+		tx, err := newDeliveryTx(s.d, btx)
+		if err != nil {
+			return err
+		}
+		defer func() { tx.done = true }()
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return s.d.failpoint(FailpointDeliveryUpdateBeforeCommit)
+	})
+	if err != nil {
+		return mapErr("delivery update", err)
+	}
+	return s.d.failpoint(FailpointDeliveryUpdateAfterCommit)
+}
+
+// View runs fn in a bbolt read-only transaction (a consistent snapshot).
+func (s *deliveryStore) View(ctx context.Context, fn func(tx persistence.DeliveryReader) error) error {
+	if err := s.check(ctx, "view"); err != nil {
+		return err
+	}
+	return mapErr("delivery view", s.d.bolt.View(func(btx *bbolt.Tx) error {
+		tx, err := newDeliveryTx(s.d, btx)
+		if err != nil {
+			return err
+		}
+		defer func() { tx.done = true }()
+		return fn(tx)
+	}))
+}
+
+// deliveryTx implements persistence.DeliveryTx over one bbolt transaction.
+type deliveryTx struct {
+	d    *DB
+	tx   *bbolt.Tx
+	done bool
+
+	meta, sessions, pins *bbolt.Bucket
+}
+
+func newDeliveryTx(d *DB, btx *bbolt.Tx) (*deliveryTx, error) {
+	t := &deliveryTx{d: d, tx: btx}
+	for _, b := range []struct {
+		dst  **bbolt.Bucket
+		name []byte
+	}{
+		{&t.meta, bucketDeliveryMeta}, {&t.sessions, bucketDeliverySessions}, {&t.pins, bucketDeliveryPins},
+	} {
+		if *b.dst = btx.Bucket(b.name); *b.dst == nil {
+			return nil, fmt.Errorf("bolt: bucket %s missing: %w", b.name, persistence.ErrCorrupt)
+		}
+	}
+	return t, nil
+}
+
+var errDeliveryReadOnly = errors.New("bolt: write in a read-only delivery transaction")
+
+func (t *deliveryTx) check(write bool) error {
+	if t.done {
+		return errTxDone
+	}
+	if write && !t.tx.Writable() {
+		return errDeliveryReadOnly
+	}
+	return nil
+}
+
+func checkPeer(peer messages.DeviceAddress) error {
+	if err := peer.Validate(); err != nil {
+		return fmt.Errorf("bolt: delivery: %w", err)
+	}
+	return nil
+}
+
+// open returns the plaintext of a stored sealed value (a copy).
+func (t *deliveryTx) open(what string, rt persistence.RecordType, identity, v []byte) ([]byte, error) {
+	if t.d.opts.Sealer == nil {
+		return clone(v), nil
+	}
+	pt, err := t.d.opts.Sealer.Open(rt, identity, v)
+	if err != nil {
+		if errors.Is(err, persistence.ErrCorrupt) {
+			return nil, fmt.Errorf("bolt: %s: %w", what, err)
+		}
+		return nil, corrupt(what, err)
+	}
+	return pt, nil
+}
+
+func (t *deliveryTx) seal(what string, rt persistence.RecordType, identity, v []byte) ([]byte, error) {
+	if t.d.opts.Sealer == nil {
+		return clone(v), nil
+	}
+	out, err := t.d.opts.Sealer.Seal(rt, identity, v)
+	if err != nil {
+		return nil, fmt.Errorf("bolt: seal %s: %w", what, err)
+	}
+	return out, nil
+}
+
+func (t *deliveryTx) getSealed(what string, b *bbolt.Bucket, key []byte, rt persistence.RecordType, identity []byte) ([]byte, bool, error) {
+	if err := t.check(false); err != nil {
+		return nil, false, err
+	}
+	v := b.Get(key)
+	if v == nil {
+		return nil, false, nil
+	}
+	pt, err := t.open(what, rt, identity, v)
+	if err != nil {
+		return nil, false, err
+	}
+	if pt == nil {
+		pt = []byte{}
+	}
+	return pt, true, nil
+}
+
+func (t *deliveryTx) putSealed(what string, b *bbolt.Bucket, key []byte, rt persistence.RecordType, identity, v []byte) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	s, err := t.seal(what, rt, identity, v)
+	if err != nil {
+		return err
+	}
+	if s == nil {
+		s = []byte{}
+	}
+	return b.Put(key, s)
+}
+
+func (t *deliveryTx) LocalIdentity() ([]byte, bool, error) {
+	return t.getSealed("local identity", t.meta, deliveryKeyIdentity, persistence.RecordIdentity, sealed.DeviceIdentity())
+}
+
+func (t *deliveryTx) Prekeys() ([]byte, bool, error) {
+	return t.getSealed("prekeys", t.meta, deliveryKeyPrekeys, persistence.RecordPrekey, sealed.PrekeyIdentity([]byte(persistence.PrekeyStoreIdentity)))
+}
+
+func (t *deliveryTx) Session(peer messages.DeviceAddress) ([]byte, bool, error) {
+	if err := checkPeer(peer); err != nil {
+		return nil, false, err
+	}
+	return t.getSealed("session "+peer.String(), t.sessions, addrKey(peer), persistence.RecordSession, sessionIdentity(peer))
+}
+
+func (t *deliveryTx) Pin(peer messages.DeviceAddress) (messages.IdentityKey, bool, error) {
+	var k messages.IdentityKey
+	if err := t.check(false); err != nil {
+		return k, false, err
+	}
+	if err := checkPeer(peer); err != nil {
+		return k, false, err
+	}
+	v := t.pins.Get(addrKey(peer))
+	if v == nil {
+		return k, false, nil
+	}
+	if len(v) != len(k.Sign)+len(k.DH) {
+		return k, false, corrupt("pin "+peer.String(), fmt.Errorf("%d bytes", len(v)))
+	}
+	copy(k.Sign[:], v[:len(k.Sign)])
+	copy(k.DH[:], v[len(k.Sign):])
+	return k, true, nil
+}
+
+func (t *deliveryTx) Sessions(after *messages.DeviceAddress, fn func(messages.DeviceAddress) (bool, error)) error {
+	if err := t.check(false); err != nil {
+		return err
+	}
+	var start []byte
+	var first []byte
+	if after != nil {
+		first = addrKey(*after)
+		start = first
+	}
+	return scan(t.sessions, start, nil, func(k, _ []byte) (bool, error) {
+		if first != nil && bytes.Compare(k, first) <= 0 {
+			return true, nil
+		}
+		if err := t.check(false); err != nil {
+			return false, err
+		}
+		a, err := parseAddrKey(k)
+		if err != nil {
+			return false, err
+		}
+		return fn(a)
+	})
+}
+
+func (t *deliveryTx) PutLocalIdentity(identity []byte) error {
+	return t.putSealed("local identity", t.meta, deliveryKeyIdentity, persistence.RecordIdentity, sealed.DeviceIdentity(), identity)
+}
+
+func (t *deliveryTx) PutPrekeys(prekeys []byte) error {
+	return t.putSealed("prekeys", t.meta, deliveryKeyPrekeys, persistence.RecordPrekey, sealed.PrekeyIdentity([]byte(persistence.PrekeyStoreIdentity)), prekeys)
+}
+
+func (t *deliveryTx) PutSession(peer messages.DeviceAddress, record []byte) error {
+	if err := checkPeer(peer); err != nil {
+		return err
+	}
+	return t.putSealed("session "+peer.String(), t.sessions, addrKey(peer), persistence.RecordSession, sessionIdentity(peer), record)
+}
+
+func (t *deliveryTx) DeleteSession(peer messages.DeviceAddress) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if err := checkPeer(peer); err != nil {
+		return err
+	}
+	return t.sessions.Delete(addrKey(peer))
+}
+
+func (t *deliveryTx) PutPin(peer messages.DeviceAddress, identity messages.IdentityKey) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if err := checkPeer(peer); err != nil {
+		return err
+	}
+	return t.pins.Put(addrKey(peer), identity.Bytes())
+}

@@ -1,0 +1,46 @@
+package bolt
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// FuzzDecodeRecords feeds arbitrary bytes to every stored-record and key
+// decoder: each returns a value or an error matching persistence.ErrCorrupt,
+// never panics.
+func FuzzDecodeRecords(f *testing.F) {
+	tk := persistence.TableKey{Schema: "s", Table: "t"}
+	ev, _ := messages.Marshal(&eventRecord{V: 1, ID: make([]byte, 32), Site: make([]byte, 16), HLC: 7, Schema: "s", Table: "t", RowKey: []byte{1}, Raw: []byte{2}})
+	key := messages.Columns{"id": messages.MustValue(1)}.Encode()
+	row, _ := encodeRow(&persistence.Row{Exists: true, Existence: messages.Clock{HLC: 1, Site: messages.SiteID{1}},
+		Cells: map[string]persistence.Cell{"c": {Value: messages.Null, Clock: messages.Clock{HLC: 1}}}})
+	tbl, _ := messages.Marshal(&tableRecord{V: 1, Schema: "s", Table: "t", KeyColumns: []string{"id"}})
+	held := append(groupPrefix(nil, persistence.GroupKey{Schema: "s", Table: "t"}), u64(3)...)
+	f.Add(ev, key)
+	f.Add(row, key)
+	f.Add(tbl, []byte{})
+	f.Add(held, []byte{0xa0})
+	f.Add([]byte{0xa1, 0x01, 0x02}, []byte{0xff})
+	f.Fuzz(func(t *testing.T, data, rowKey []byte) {
+		check := func(what string, err error) {
+			if err != nil && !isCorrupt(err) {
+				t.Fatalf("%s: error %v does not match ErrCorrupt", what, err)
+			}
+		}
+		_, err := decodeEvent(1, data)
+		check("event", err)
+		_, err = decodeRow(tk, rowKey, data)
+		check("row", err)
+		_, err = decodeTable(data)
+		check("table", err)
+		_, _, err = parseGroupKey(data)
+		check("held key", err)
+		_, _, err = readLP(data)
+		check("length prefix", err)
+	})
+}
+
+func isCorrupt(err error) bool { return errors.Is(err, persistence.ErrCorrupt) }

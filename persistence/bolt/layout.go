@@ -1,0 +1,125 @@
+package bolt
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// LayoutVersion is the layout this build writes. Open migrates older files
+// to it and refuses newer ones (DESIGN.md "Storage": one versioned layout
+// with an explicit migration list).
+//
+// Version 1: the sync plane (createV1). Version 2: the delivery plane's
+// buckets (createDeliveryV1, delivery.go).
+const LayoutVersion = 2
+
+// Top-level buckets. Names are part of the storage format.
+var (
+	bucketMeta = []byte("meta") // layout_version, sync.last_seq
+
+	bucketSyncTables   = []byte("sync.tables")     // lp(schema)|lp(table) → tableRecord
+	bucketSyncEvents   = []byte("sync.events")     // seq(8, big-endian) → eventRecord (Raw sealed)
+	bucketSyncEventIDs = []byte("sync.event_ids")  // event id(32) → seq(8)
+	bucketSyncRowIdx   = []byte("sync.row_events") // lp(schema)|lp(table)|lp(rowkey)|seq(8) → ∅
+	bucketSyncTableIdx = []byte("sync.table_hlc")  // lp(schema)|lp(table)|hlc(8)|seq(8) → ∅
+	bucketSyncRows     = []byte("sync.rows")       // lp(schema)|lp(table)|rowkey → rowRecord
+	bucketSyncHorizons = []byte("sync.horizons")   // lp(schema)|lp(table) → hlc(8)
+	bucketSyncHeld     = []byte("sync.held")       // site(16)|lp(schema)|lp(table)|seq(8) → ∅
+	bucketSyncMeta     = []byte("sync.meta")       // key → value
+	bucketSyncSealed   = []byte("sync.sealed")     // record type(1)|key → sealed value
+	bucketSyncKeys     = []byte("sync.keys")       // kid → keyRecord
+)
+
+// Keys of bucketMeta.
+var (
+	metaLayoutVersion = []byte("layout_version")
+	metaSyncLastSeq   = []byte("sync.last_seq") // highest seq ever assigned: never reused, even after deletions
+)
+
+// migration moves a file from layout version from to version to inside the
+// Open transaction.
+type migration struct {
+	from, to uint64
+	fn       func(tx *bbolt.Tx) error
+}
+
+// migrations is the ordered list applied by Open. Append only: a released
+// migration is never edited.
+var migrations = []migration{
+	{from: 0, to: 1, fn: createV1},
+	{from: 1, to: 2, fn: createDeliveryV1},
+}
+
+// createV1 creates the initial layout.
+func createV1(tx *bbolt.Tx) error {
+	for _, name := range [][]byte{
+		bucketSyncTables, bucketSyncEvents, bucketSyncEventIDs, bucketSyncRowIdx, bucketSyncTableIdx,
+		bucketSyncRows, bucketSyncHorizons, bucketSyncHeld, bucketSyncMeta, bucketSyncSealed, bucketSyncKeys,
+	} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// layoutVersion reads the file's layout version (0 for a new file).
+func layoutVersion(tx *bbolt.Tx) (uint64, error) {
+	m := tx.Bucket(bucketMeta)
+	if m == nil {
+		return 0, nil
+	}
+	v := m.Get(metaLayoutVersion)
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("layout version is %d bytes: %w", len(v), persistence.ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// migrate brings the file to LayoutVersion in one transaction.
+func migrate(db *bbolt.DB, log *slog.Logger) error {
+	return migrateTo(db, log, migrations, LayoutVersion)
+}
+
+func migrateTo(db *bbolt.DB, log *slog.Logger, list []migration, target uint64) error {
+	return db.Update(func(tx *bbolt.Tx) error {
+		v, err := layoutVersion(tx)
+		if err != nil {
+			return err
+		}
+		if v > target {
+			return fmt.Errorf("file layout %d, this build knows %d: %w", v, target, persistence.ErrLayoutVersion)
+		}
+		if v == target {
+			return nil
+		}
+		m, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		for _, mg := range list {
+			if mg.from != v || mg.to > target {
+				continue
+			}
+			if err := mg.fn(tx); err != nil {
+				return fmt.Errorf("migrate layout %d→%d: %w", mg.from, mg.to, err)
+			}
+			log.Info("bolt: migrated layout", "from", mg.from, "to", mg.to)
+			v = mg.to
+		}
+		if v != target {
+			return fmt.Errorf("no migration path from layout %d to %d", v, target)
+		}
+		return m.Put(metaLayoutVersion, u64(v))
+	})
+}

@@ -1,0 +1,157 @@
+package bolt
+
+import (
+	"fmt"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// recordVersion is the version field of every stored CBOR record; a record
+// of another version fails to decode (messages.ErrUnsupportedVersion) until
+// a layout migration rewrites it.
+const recordVersion = 1
+
+// maxRecordSize bounds a stored record the decoder accepts.
+const maxRecordSize = 16 << 20
+
+// eventRecord is a value of bucketSyncEvents. Index fields are plaintext;
+// Raw is sealed as persistence.RecordEvent with identity = ID.
+type eventRecord struct {
+	V      uint64 `cbor:"1,keyasint"`
+	ID     []byte `cbor:"2,keyasint"`
+	Site   []byte `cbor:"3,keyasint"`
+	HLC    uint64 `cbor:"4,keyasint"`
+	Schema string `cbor:"5,keyasint"`
+	Table  string `cbor:"6,keyasint"`
+	RowKey []byte `cbor:"7,keyasint"`
+	Raw    []byte `cbor:"8,keyasint"`
+}
+
+type clockRecord struct {
+	HLC  uint64 `cbor:"1,keyasint,omitempty"`
+	Site []byte `cbor:"2,keyasint,omitempty"`
+}
+
+type cellRecord struct {
+	Value []byte      `cbor:"1,keyasint"`
+	Clock clockRecord `cbor:"2,keyasint"`
+}
+
+// rowRecord is a value of bucketSyncRows; the key columns are the bucket
+// key's row-key part.
+type rowRecord struct {
+	V         uint64                `cbor:"1,keyasint"`
+	Exists    bool                  `cbor:"2,keyasint"`
+	Existence clockRecord           `cbor:"3,keyasint"`
+	Tomb      clockRecord           `cbor:"4,keyasint"`
+	Cells     map[string]cellRecord `cbor:"5,keyasint"`
+}
+
+type tableRecord struct {
+	V          uint64   `cbor:"1,keyasint"`
+	Schema     string   `cbor:"2,keyasint"`
+	Table      string   `cbor:"3,keyasint"`
+	KeyColumns []string `cbor:"4,keyasint"`
+	Columns    []string `cbor:"5,keyasint"`
+}
+
+type keyRecord struct {
+	V         uint64 `cbor:"1,keyasint"`
+	Kid       []byte `cbor:"2,keyasint"`
+	Site      []byte `cbor:"3,keyasint"`
+	PublicKey []byte `cbor:"4,keyasint"`
+	Cutoff    uint64 `cbor:"5,keyasint"`
+}
+
+// corrupt wraps a decode failure of a stored record as persistence.ErrCorrupt.
+func corrupt(what string, err error) error {
+	return fmt.Errorf("bolt: %s: %w: %w", what, persistence.ErrCorrupt, err)
+}
+
+func decodeRecord(what string, b []byte, v any, version *uint64) error {
+	if err := messages.Unmarshal(what, b, v, maxRecordSize); err != nil {
+		return corrupt(what, err)
+	}
+	if *version != recordVersion {
+		return corrupt(what, fmt.Errorf("record version %d: %w", *version, messages.ErrUnsupportedVersion))
+	}
+	return nil
+}
+
+func toClockRecord(c messages.Clock) clockRecord {
+	if c.IsZero() {
+		return clockRecord{}
+	}
+	return clockRecord{HLC: uint64(c.HLC), Site: c.Site[:]}
+}
+
+func fromClockRecord(r clockRecord) (messages.Clock, error) {
+	c := messages.Clock{HLC: messages.HLC(r.HLC)}
+	switch len(r.Site) {
+	case 0:
+	case len(c.Site):
+		copy(c.Site[:], r.Site)
+	default:
+		return c, fmt.Errorf("clock site of %d bytes", len(r.Site))
+	}
+	return c, nil
+}
+
+func siteFrom(b []byte) (messages.SiteID, error) {
+	var s messages.SiteID
+	if len(b) != len(s) {
+		return s, fmt.Errorf("site of %d bytes", len(b))
+	}
+	copy(s[:], b)
+	return s, nil
+}
+
+func encodeRow(row *persistence.Row) ([]byte, error) {
+	rec := rowRecord{
+		V:         recordVersion,
+		Exists:    row.Exists,
+		Existence: toClockRecord(row.Existence),
+		Tomb:      toClockRecord(row.Tomb),
+	}
+	if len(row.Cells) > 0 {
+		rec.Cells = make(map[string]cellRecord, len(row.Cells))
+		for n, c := range row.Cells {
+			v := []byte(c.Value)
+			if v == nil {
+				v = []byte{}
+			}
+			rec.Cells[n] = cellRecord{Value: v, Clock: toClockRecord(c.Clock)}
+		}
+	}
+	return messages.Marshal(&rec)
+}
+
+func decodeRow(t persistence.TableKey, rowKey, b []byte) (persistence.Row, error) {
+	var rec rowRecord
+	if err := decodeRecord("row", b, &rec, &rec.V); err != nil {
+		return persistence.Row{}, err
+	}
+	key, err := messages.DecodeColumns(rowKey)
+	if err != nil {
+		return persistence.Row{}, corrupt("row key", err)
+	}
+	row := persistence.Row{Schema: t.Schema, Table: t.Table, Key: key, Exists: rec.Exists}
+	if row.Existence, err = fromClockRecord(rec.Existence); err != nil {
+		return row, corrupt("row existence", err)
+	}
+	if row.Tomb, err = fromClockRecord(rec.Tomb); err != nil {
+		return row, corrupt("row tomb", err)
+	}
+	if len(rec.Cells) > 0 {
+		row.Cells = make(map[string]persistence.Cell, len(rec.Cells))
+		for n, c := range rec.Cells {
+			clk, err := fromClockRecord(c.Clock)
+			if err != nil {
+				return row, corrupt("row cell", err)
+			}
+			row.Cells[n] = persistence.Cell{Value: messages.Value(c.Value), Clock: clk}
+		}
+	}
+	return row, nil
+}

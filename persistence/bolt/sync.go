@@ -1,0 +1,706 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// sequentialFill is the FillPercent of buckets whose keys are appended in
+// increasing order (the event log): full pages instead of half-empty splits.
+const sequentialFill = 1.0
+
+// scanChunk is how many entries a scan copies out of a cursor before it
+// calls back, so a callback may write to the transaction safely.
+const scanChunk = 256
+
+var errTxDone = fmt.Errorf("bolt: transaction used after it ended: %w", persistence.ErrClosed)
+
+// Sync returns the sync-plane store over the file. Closing the returned
+// store closes only that handle; DB.Close releases the file.
+func (d *DB) Sync() persistence.SyncStore { return &syncStore{d: d} }
+
+type syncStore struct {
+	d      *DB
+	closed atomic.Bool
+}
+
+func (s *syncStore) check(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("bolt: sync %s: %w", op, persistence.ErrClosed)
+	}
+	return s.d.begin(ctx, "sync "+op)
+}
+
+// Close closes this handle (not the file: see DB.Close).
+func (s *syncStore) Close() error {
+	if s.closed.Swap(true) {
+		return fmt.Errorf("bolt: sync close: %w", persistence.ErrClosed)
+	}
+	return nil
+}
+
+// Update runs fn in one bbolt read-write transaction. Sequence numbers
+// assigned inside an Update that does not commit are not consumed: the
+// sequence is strictly increasing across committed transactions, and the
+// highest ever assigned is stored, so it is never reused after deletions
+// or restarts.
+func (s *syncStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) error) error {
+	if err := s.check(ctx, "update"); err != nil {
+		return err
+	}
+	err := s.d.bolt.Update(func(btx *bbolt.Tx) error {
+		tx, err := newSyncTx(s.d, btx)
+		if err != nil {
+			return err
+		}
+		defer func() { tx.done = true }()
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if err := tx.flush(); err != nil {
+			return err
+		}
+		return s.d.failpoint(FailpointSyncUpdateBeforeCommit)
+	})
+	if err != nil {
+		return mapErr("sync update", err)
+	}
+	return s.d.failpoint(FailpointSyncUpdateAfterCommit)
+}
+
+// View runs fn in a bbolt read-only transaction (a consistent snapshot).
+func (s *syncStore) View(ctx context.Context, fn func(tx persistence.SyncReader) error) error {
+	if err := s.check(ctx, "view"); err != nil {
+		return err
+	}
+	return mapErr("sync view", s.d.bolt.View(func(btx *bbolt.Tx) error {
+		tx, err := newSyncTx(s.d, btx)
+		if err != nil {
+			return err
+		}
+		defer func() { tx.done = true }()
+		return fn(tx)
+	}))
+}
+
+// syncTx implements persistence.SyncTx over one bbolt transaction. Bucket
+// handles are looked up once per transaction.
+type syncTx struct {
+	d    *DB
+	tx   *bbolt.Tx
+	done bool
+
+	meta, tables, events, ids, rowIdx, tableIdx, rows, horizons, held, smeta, sealed, keys *bbolt.Bucket
+
+	lastSeq   uint64
+	seqLoaded bool
+	seqDirty  bool
+}
+
+func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
+	t := &syncTx{d: d, tx: btx}
+	for _, b := range []struct {
+		dst  **bbolt.Bucket
+		name []byte
+	}{
+		{&t.meta, bucketMeta}, {&t.tables, bucketSyncTables}, {&t.events, bucketSyncEvents},
+		{&t.ids, bucketSyncEventIDs}, {&t.rowIdx, bucketSyncRowIdx}, {&t.tableIdx, bucketSyncTableIdx},
+		{&t.rows, bucketSyncRows}, {&t.horizons, bucketSyncHorizons}, {&t.held, bucketSyncHeld},
+		{&t.smeta, bucketSyncMeta}, {&t.sealed, bucketSyncSealed}, {&t.keys, bucketSyncKeys},
+	} {
+		if *b.dst = btx.Bucket(b.name); *b.dst == nil {
+			return nil, fmt.Errorf("bolt: bucket %s missing: %w", b.name, persistence.ErrCorrupt)
+		}
+	}
+	if btx.Writable() {
+		t.events.FillPercent = sequentialFill
+	}
+	return t, nil
+}
+
+func (t *syncTx) check() error {
+	if t.done {
+		return errTxDone
+	}
+	return nil
+}
+
+// flush writes the sequence high-water mark changed by AppendEvent.
+func (t *syncTx) flush() error {
+	if !t.seqDirty {
+		return nil
+	}
+	return t.meta.Put(metaSyncLastSeq, u64(t.lastSeq))
+}
+
+func (t *syncTx) loadSeq() (uint64, error) {
+	if !t.seqLoaded {
+		v := t.meta.Get(metaSyncLastSeq)
+		switch len(v) {
+		case 0:
+		case 8:
+			t.lastSeq = binary.BigEndian.Uint64(v)
+		default:
+			return 0, fmt.Errorf("bolt: last seq of %d bytes: %w", len(v), persistence.ErrCorrupt)
+		}
+		t.seqLoaded = true
+	}
+	return t.lastSeq, nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// scan calls fn for the entries of b from start on while their key has
+// prefix, copying them out of the cursor in chunks first so fn may write.
+func scan(b *bbolt.Bucket, start, prefix []byte, fn func(k, v []byte) (bool, error)) error {
+	type kv struct{ k, v []byte }
+	buf := make([]kv, 0, scanChunk)
+	seek := start
+	skipFirst := false
+	for {
+		buf = buf[:0]
+		c := b.Cursor()
+		k, v := c.Seek(seek)
+		if skipFirst && k != nil && bytes.Equal(k, seek) {
+			k, v = c.Next()
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix) && len(buf) < scanChunk; k, v = c.Next() {
+			buf = append(buf, kv{clone(k), clone(v)})
+		}
+		more := k != nil && bytes.HasPrefix(k, prefix)
+		for _, e := range buf {
+			cont, err := fn(e.k, e.v)
+			if err != nil || !cont {
+				return err
+			}
+		}
+		if !more || len(buf) == 0 {
+			return nil
+		}
+		seek, skipFirst = buf[len(buf)-1].k, true
+	}
+}
+
+func tableKeyOf(schema, table string) persistence.TableKey {
+	return persistence.TableKey{Schema: schema, Table: table}
+}
+
+func (t *syncTx) Table(k persistence.TableKey) (persistence.TableDef, bool, error) {
+	if err := t.check(); err != nil {
+		return persistence.TableDef{}, false, err
+	}
+	v := t.tables.Get(tablePrefix(nil, k))
+	if v == nil {
+		return persistence.TableDef{}, false, nil
+	}
+	d, err := decodeTable(v)
+	return d, err == nil, err
+}
+
+func decodeTable(v []byte) (persistence.TableDef, error) {
+	var rec tableRecord
+	if err := decodeRecord("table", v, &rec, &rec.V); err != nil {
+		return persistence.TableDef{}, err
+	}
+	return persistence.TableDef{Schema: rec.Schema, Table: rec.Table, KeyColumns: rec.KeyColumns, Columns: rec.Columns}, nil
+}
+
+func (t *syncTx) Tables() ([]persistence.TableDef, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	var out []persistence.TableDef
+	err := t.tables.ForEach(func(_, v []byte) error {
+		d, err := decodeTable(v)
+		out = append(out, d)
+		return err
+	})
+	return out, err
+}
+
+// decodeEvent decodes an event record without opening Raw.
+func decodeEvent(seq uint64, v []byte) (persistence.StoredEvent, error) {
+	var rec eventRecord
+	if err := decodeRecord("event", v, &rec, &rec.V); err != nil {
+		return persistence.StoredEvent{}, err
+	}
+	ev := persistence.StoredEvent{
+		Seq: seq, Raw: rec.Raw, HLC: messages.HLC(rec.HLC),
+		Schema: rec.Schema, Table: rec.Table, RowKey: rec.RowKey,
+	}
+	if len(rec.ID) != len(ev.ID) {
+		return ev, corrupt("event", fmt.Errorf("id of %d bytes", len(rec.ID)))
+	}
+	copy(ev.ID[:], rec.ID)
+	site, err := siteFrom(rec.Site)
+	if err != nil {
+		return ev, corrupt("event", err)
+	}
+	ev.Site = site
+	return ev, nil
+}
+
+// event loads the event at seq and opens its Raw. want, when non-nil, is
+// the id the caller's index expects there.
+func (t *syncTx) event(seq uint64, want *persistence.EventID) (persistence.StoredEvent, error) {
+	v := t.events.Get(u64(seq))
+	if v == nil {
+		return persistence.StoredEvent{}, fmt.Errorf("bolt: index points at missing event %d: %w", seq, persistence.ErrCorrupt)
+	}
+	ev, err := decodeEvent(seq, v)
+	if err != nil {
+		return ev, err
+	}
+	if want != nil && ev.ID != *want {
+		return ev, fmt.Errorf("bolt: event %d holds id %s, index says %s: %w", seq, ev.ID, *want, persistence.ErrCorrupt)
+	}
+	if s := t.d.opts.Sealer; s != nil {
+		raw, err := s.Open(persistence.RecordEvent, ev.ID[:], ev.Raw)
+		if err != nil {
+			return ev, fmt.Errorf("bolt: open event %d: %w: %w", seq, persistence.ErrCorrupt, err)
+		}
+		ev.Raw = raw
+	}
+	// decodeEvent's slices alias nothing in bbolt's memory (CBOR copies),
+	// so the returned event is the caller's own copy.
+	return ev, nil
+}
+
+func (t *syncTx) Event(id persistence.EventID) (persistence.StoredEvent, bool, error) {
+	if err := t.check(); err != nil {
+		return persistence.StoredEvent{}, false, err
+	}
+	v := t.ids.Get(id[:])
+	if v == nil {
+		return persistence.StoredEvent{}, false, nil
+	}
+	if len(v) != 8 {
+		return persistence.StoredEvent{}, false, fmt.Errorf("bolt: id index value of %d bytes: %w", len(v), persistence.ErrCorrupt)
+	}
+	ev, err := t.event(binary.BigEndian.Uint64(v), &id)
+	return ev, err == nil, err
+}
+
+func (t *syncTx) EventsAfter(after uint64, limit int, fn func(persistence.StoredEvent) (bool, error)) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	if after == ^uint64(0) {
+		return nil
+	}
+	n := 0
+	return scan(t.events, u64(after+1), nil, func(k, v []byte) (bool, error) {
+		if len(k) != 8 {
+			return false, fmt.Errorf("bolt: event key of %d bytes: %w", len(k), persistence.ErrCorrupt)
+		}
+		ev, err := decodeEvent(binary.BigEndian.Uint64(k), v)
+		if err != nil {
+			return false, err
+		}
+		if s := t.d.opts.Sealer; s != nil {
+			if ev.Raw, err = s.Open(persistence.RecordEvent, ev.ID[:], ev.Raw); err != nil {
+				return false, fmt.Errorf("bolt: open event %d: %w: %w", ev.Seq, persistence.ErrCorrupt, err)
+			}
+		}
+		more, err := fn(ev)
+		n++
+		return more && (limit <= 0 || n < limit), err
+	})
+}
+
+// visitIndex calls fn for the events whose index keys (under prefix, of
+// length len(prefix)+tail) end in a seq.
+func (t *syncTx) visitIndex(b *bbolt.Bucket, prefix []byte, tail int, fn func(persistence.StoredEvent) (bool, error)) error {
+	return scan(b, prefix, prefix, func(k, _ []byte) (bool, error) {
+		if len(k) != len(prefix)+tail {
+			return false, fmt.Errorf("bolt: index key of %d bytes: %w", len(k), persistence.ErrCorrupt)
+		}
+		ev, err := t.event(binary.BigEndian.Uint64(k[len(k)-8:]), nil)
+		if err != nil {
+			return false, err
+		}
+		return fn(ev)
+	})
+}
+
+func (t *syncTx) RowEvents(k persistence.TableKey, rowKey []byte, fn func(persistence.StoredEvent) (bool, error)) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	return t.visitIndex(t.rowIdx, appendLP(tablePrefix(nil, k), rowKey), 8, fn)
+}
+
+func (t *syncTx) TableEvents(k persistence.TableKey, fn func(persistence.StoredEvent) (bool, error)) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	return t.visitIndex(t.tableIdx, tablePrefix(nil, k), 16, fn)
+}
+
+func (t *syncTx) LastSeq() (uint64, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	return t.loadSeq()
+}
+
+func (t *syncTx) Row(k persistence.TableKey, rowKey []byte) (persistence.Row, bool, error) {
+	if err := t.check(); err != nil {
+		return persistence.Row{}, false, err
+	}
+	v := t.rows.Get(append(tablePrefix(nil, k), rowKey...))
+	if v == nil {
+		return persistence.Row{}, false, nil
+	}
+	row, err := decodeRow(k, rowKey, v)
+	return row, err == nil, err
+}
+
+func (t *syncTx) Rows(k persistence.TableKey, after []byte, fn func(rowKey []byte, row persistence.Row) (bool, error)) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	prefix := tablePrefix(nil, k)
+	start := append(clone(prefix), after...)
+	return scan(t.rows, start, prefix, func(key, v []byte) (bool, error) {
+		rowKey := key[len(prefix):]
+		if after != nil && bytes.Equal(rowKey, after) {
+			return true, nil
+		}
+		row, err := decodeRow(k, rowKey, v)
+		if err != nil {
+			return false, err
+		}
+		return fn(rowKey, row)
+	})
+}
+
+func (t *syncTx) Horizon(k persistence.TableKey) (messages.HLC, error) {
+	if err := t.check(); err != nil {
+		return 0, err
+	}
+	v := t.horizons.Get(tablePrefix(nil, k))
+	switch len(v) {
+	case 0:
+		return 0, nil
+	case 8:
+		return messages.HLC(binary.BigEndian.Uint64(v)), nil
+	}
+	return 0, fmt.Errorf("bolt: horizon of %d bytes: %w", len(v), persistence.ErrCorrupt)
+}
+
+func (t *syncTx) HeldGroups() ([]persistence.GroupKey, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	var out []persistence.GroupKey
+	err := t.held.ForEach(func(k, _ []byte) error {
+		g, _, err := parseGroupKey(k)
+		if err != nil {
+			return err
+		}
+		if len(out) == 0 || out[len(out)-1] != g {
+			out = append(out, g)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (t *syncTx) HeldEvents(g persistence.GroupKey) ([]uint64, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	prefix := groupPrefix(nil, g)
+	var out []uint64
+	err := scan(t.held, prefix, prefix, func(k, _ []byte) (bool, error) {
+		if len(k) != len(prefix)+8 {
+			return false, fmt.Errorf("bolt: held key of %d bytes: %w", len(k), persistence.ErrCorrupt)
+		}
+		out = append(out, binary.BigEndian.Uint64(k[len(prefix):]))
+		return true, nil
+	})
+	return out, err
+}
+
+func (t *syncTx) Meta(key string) ([]byte, bool, error) {
+	if err := t.check(); err != nil {
+		return nil, false, err
+	}
+	v := t.smeta.Get([]byte(key))
+	if v == nil {
+		return nil, false, nil
+	}
+	return clone(v), true, nil
+}
+
+func sealedKey(rt persistence.RecordType, key string) []byte {
+	return append([]byte{byte(rt)}, key...)
+}
+
+func (t *syncTx) SealedMeta(rt persistence.RecordType, key string) ([]byte, bool, error) {
+	if err := t.check(); err != nil {
+		return nil, false, err
+	}
+	v := t.sealed.Get(sealedKey(rt, key))
+	if v == nil {
+		return nil, false, nil
+	}
+	s := t.d.opts.Sealer
+	if s == nil {
+		return clone(v), true, nil
+	}
+	p, err := s.Open(rt, []byte(key), clone(v))
+	if err != nil {
+		return nil, false, fmt.Errorf("bolt: open sealed meta %q: %w: %w", key, persistence.ErrCorrupt, err)
+	}
+	return p, true, nil
+}
+
+func (t *syncTx) Keys() ([]persistence.KeyEntry, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	var out []persistence.KeyEntry
+	err := t.keys.ForEach(func(_, v []byte) error {
+		var rec keyRecord
+		if err := decodeRecord("key", v, &rec, &rec.V); err != nil {
+			return err
+		}
+		site, err := siteFrom(rec.Site)
+		if err != nil {
+			return corrupt("key", err)
+		}
+		out = append(out, persistence.KeyEntry{Kid: rec.Kid, Site: site, PublicKey: rec.PublicKey, Cutoff: messages.HLC(rec.Cutoff)})
+		return nil
+	})
+	return out, err
+}
+
+// --- writes ---
+
+var errReadOnly = errors.New("bolt: write in a read-only transaction")
+
+func (t *syncTx) checkWrite() error {
+	if t.done {
+		return errTxDone
+	}
+	if !t.tx.Writable() {
+		return errReadOnly
+	}
+	return nil
+}
+
+func (t *syncTx) PutTable(def persistence.TableDef) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	v, err := messages.Marshal(&tableRecord{V: recordVersion, Schema: def.Schema, Table: def.Table, KeyColumns: def.KeyColumns, Columns: def.Columns})
+	if err != nil {
+		return fmt.Errorf("bolt: put table: %w", err)
+	}
+	return t.tables.Put(tablePrefix(nil, tableKeyOf(def.Schema, def.Table)), v)
+}
+
+var empty = []byte{}
+
+func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
+	if err := t.checkWrite(); err != nil {
+		return 0, err
+	}
+	if t.ids.Get(ev.ID[:]) != nil {
+		return 0, fmt.Errorf("bolt: append event %s: %w", ev.ID, persistence.ErrDuplicate)
+	}
+	last, err := t.loadSeq()
+	if err != nil {
+		return 0, err
+	}
+	seq := last + 1
+	raw := ev.Raw
+	if s := t.d.opts.Sealer; s != nil {
+		if raw, err = s.Seal(persistence.RecordEvent, ev.ID[:], ev.Raw); err != nil {
+			return 0, fmt.Errorf("bolt: seal event %s: %w", ev.ID, err)
+		}
+	}
+	v, err := messages.Marshal(&eventRecord{
+		V: recordVersion, ID: ev.ID[:], Site: ev.Site[:], HLC: uint64(ev.HLC),
+		Schema: ev.Schema, Table: ev.Table, RowKey: ev.RowKey, Raw: raw,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bolt: encode event %s: %w", ev.ID, err)
+	}
+	tk := tableKeyOf(ev.Schema, ev.Table)
+	seqKey := u64(seq)
+	id := ev.ID // bbolt keeps keys until commit: give it memory it owns
+	if err := t.events.Put(seqKey, v); err != nil {
+		return 0, err
+	}
+	if err := t.ids.Put(id[:], seqKey); err != nil {
+		return 0, err
+	}
+	if err := t.rowIdx.Put(rowIdxKey(nil, tk, ev.RowKey, seq), empty); err != nil {
+		return 0, err
+	}
+	if err := t.tableIdx.Put(tableIdxKey(nil, tk, ev.HLC, seq), empty); err != nil {
+		return 0, err
+	}
+	t.lastSeq, t.seqDirty = seq, true
+	return seq, nil
+}
+
+func (t *syncTx) DeleteEventsBelow(k persistence.TableKey, h messages.HLC) (int, error) {
+	if err := t.checkWrite(); err != nil {
+		return 0, err
+	}
+	prefix := tablePrefix(nil, k)
+	end := binary.BigEndian.AppendUint64(clone(prefix), uint64(h))
+	var idxKeys [][]byte
+	c := t.tableIdx.Cursor()
+	for key, _ := c.Seek(prefix); key != nil && bytes.Compare(key, end) < 0; key, _ = c.Next() {
+		if len(key) != len(prefix)+16 {
+			return 0, fmt.Errorf("bolt: table index key of %d bytes: %w", len(key), persistence.ErrCorrupt)
+		}
+		idxKeys = append(idxKeys, clone(key))
+	}
+	for _, key := range idxKeys {
+		seqKey := key[len(key)-8:]
+		v := t.events.Get(seqKey)
+		if v == nil {
+			return 0, fmt.Errorf("bolt: table index points at a missing event: %w", persistence.ErrCorrupt)
+		}
+		ev, err := decodeEvent(binary.BigEndian.Uint64(seqKey), v)
+		if err != nil {
+			return 0, err
+		}
+		for _, del := range []struct {
+			b   *bbolt.Bucket
+			key []byte
+		}{
+			{t.events, seqKey}, {t.ids, ev.ID[:]}, {t.rowIdx, rowIdxKey(nil, k, ev.RowKey, ev.Seq)}, {t.tableIdx, key},
+		} {
+			if err := del.b.Delete(del.key); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return len(idxKeys), nil
+}
+
+// validRowKey reports why a row's key cannot be stored (Columns.Encode
+// needs well-formed values; SSP/1 §13.6 a non-empty key).
+func validRowKey(key messages.Columns) error {
+	if len(key) == 0 {
+		return fmt.Errorf("bolt: put row: %w", messages.ErrEmptyRowKey)
+	}
+	for n, v := range key {
+		if err := messages.Wellformed(v); err != nil {
+			return fmt.Errorf("bolt: put row: key column %q: %w", n, err)
+		}
+	}
+	return nil
+}
+
+func (t *syncTx) PutRow(row persistence.Row) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	if err := validRowKey(row.Key); err != nil {
+		return err
+	}
+	v, err := encodeRow(&row)
+	if err != nil {
+		return fmt.Errorf("bolt: encode row: %w", err)
+	}
+	return t.rows.Put(append(tablePrefix(nil, tableKeyOf(row.Schema, row.Table)), row.Key.Encode()...), v)
+}
+
+func (t *syncTx) SetHorizon(k persistence.TableKey, h messages.HLC) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	return t.horizons.Put(tablePrefix(nil, k), u64(uint64(h)))
+}
+
+func (t *syncTx) HoldEvent(g persistence.GroupKey, seq uint64) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	return t.held.Put(binary.BigEndian.AppendUint64(groupPrefix(nil, g), seq), empty)
+}
+
+func (t *syncTx) ReleaseGroup(g persistence.GroupKey) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	prefix := groupPrefix(nil, g)
+	var keys [][]byte
+	c := t.held.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, clone(k))
+	}
+	for _, k := range keys {
+		if err := t.held.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *syncTx) PutMeta(key string, value []byte) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	if key == "" {
+		return errors.New("bolt: put meta: empty key")
+	}
+	return t.smeta.Put([]byte(key), clone(nonNil(value)))
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return empty
+	}
+	return b
+}
+
+func (t *syncTx) PutSealedMeta(rt persistence.RecordType, key string, value []byte) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	v := clone(nonNil(value))
+	if s := t.d.opts.Sealer; s != nil {
+		var err error
+		if v, err = s.Seal(rt, []byte(key), value); err != nil {
+			return fmt.Errorf("bolt: seal meta %q: %w", key, err)
+		}
+	}
+	return t.sealed.Put(sealedKey(rt, key), v)
+}
+
+func (t *syncTx) PutKey(k persistence.KeyEntry) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	if len(k.Kid) == 0 {
+		return errors.New("bolt: put key: empty kid")
+	}
+	v, err := messages.Marshal(&keyRecord{V: recordVersion, Kid: k.Kid, Site: k.Site[:], PublicKey: k.PublicKey, Cutoff: uint64(k.Cutoff)})
+	if err != nil {
+		return fmt.Errorf("bolt: put key: %w", err)
+	}
+	return t.keys.Put(clone(k.Kid), v)
+}
