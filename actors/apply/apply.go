@@ -1,0 +1,229 @@
+// Package apply is the apply chokepoint of SSP/1 §12: the one path every
+// received or locally written event takes, with its checks in the spec's
+// order — signature, clock skew, scope, idempotent insert, HLC observe.
+//
+// The first three checks are pure work (decoding, hashing, Ed25519) and
+// run on the caller's goroutine or on parallel workers, outside any actor.
+// The rest runs in the event's sync-group actor, inside one storage
+// transaction per drained batch.
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/syncmesh/syncmesh/actors/clock"
+	"github.com/syncmesh/syncmesh/actors/syncgroup"
+	"github.com/syncmesh/syncmesh/crypto/eventid"
+	"github.com/syncmesh/syncmesh/crypto/sign"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// MaxSkewMS is SSP/1 §12's clock-skew bound: an event more than this many
+// milliseconds in the receiver's future is rejected.
+const MaxSkewMS = 300_000
+
+// ErrClosed is returned once the node is closing.
+var ErrClosed = errors.New("apply: closed")
+
+// Config wires a Chokepoint.
+type Config struct {
+	MeshID  []byte
+	Keyring *atomic.Pointer[sign.Keyring] // current trusted-peer snapshot
+	Clock   *clock.Clock
+	Scope   Scope
+	Router  *syncgroup.Router
+	Notify  func(messages.Notice)
+	Count   func(messages.Outcome)
+	Logger  *slog.Logger
+	Closed  <-chan struct{}
+}
+
+// Chokepoint is the node's single apply path.
+type Chokepoint struct {
+	cfg Config
+}
+
+// New returns the chokepoint.
+func New(cfg Config) *Chokepoint { return &Chokepoint{cfg: cfg} }
+
+// checked is the result of the pure steps: either a final outcome or an
+// authenticated, in-scope event to insert.
+type checked struct {
+	out   messages.Outcome
+	final bool
+	req   *syncgroup.Apply
+}
+
+// check runs §12 steps 1–3.
+func (c *Chokepoint) check(raw []byte) checked {
+	id := eventid.Of(raw)
+	out := messages.Outcome{ID: id}
+	// Step 1: signature first, so nothing later reads unauthenticated input.
+	v, err := sign.Verify(c.cfg.Keyring.Load(), raw, c.cfg.MeshID)
+	if err != nil {
+		out.Kind, out.Detail = messages.Dropped, err.Error()
+		switch {
+		case sign.IsSignatureFailure(err):
+			out.Reason = messages.ReasonSignature
+		case errors.Is(err, messages.ErrEmptyRowKey):
+			out.Reason = messages.ReasonEmptyRowKey
+		default:
+			out.Reason = messages.ReasonMalformed
+		}
+		if out.Reason == messages.ReasonEmptyRowKey || out.Reason == messages.ReasonMalformed {
+			// Authenticated but unusable: attribute it to its signer.
+			if k, ok := signerOf(c.cfg.Keyring.Load(), raw); ok {
+				out.Site = k.Site
+			}
+		}
+		return checked{out: out, final: true}
+	}
+	e := v.Event
+	out.Site, out.Schema, out.Table, out.HLC = e.Site, e.Schema, e.Table, e.HLC
+	// Step 2: clock skew. Rejected events are not retained.
+	if now := c.cfg.Clock.WallMS(); e.HLC.Physical() > now+MaxSkewMS {
+		out.Kind, out.Reason = messages.Rejected, messages.ReasonClockSkew
+		out.Detail = fmt.Sprintf("hlc physical %d ms is %d ms ahead of the receiver", e.HLC.Physical(), e.HLC.Physical()-now)
+		return checked{out: out, final: true}
+	}
+	// Step 3: scope. Dropped and logged, never an error that stalls anything.
+	if !c.cfg.Scope.Contains(e.Schema, e.Table) {
+		out.Kind, out.Reason = messages.Dropped, messages.ReasonOutOfScope
+		c.cfg.Logger.Debug("apply: event out of scope dropped", "schema", e.Schema, "table", e.Table, "id", id)
+		return checked{out: out, final: true}
+	}
+	return checked{out: out, req: &syncgroup.Apply{ID: id, Raw: raw, Event: e}}
+}
+
+func signerOf(kr *sign.Keyring, raw []byte) (sign.Key, bool) {
+	kid, err := sign.PeekKid(raw)
+	if err != nil {
+		return sign.Key{}, false
+	}
+	return kr.Lookup(kid)
+}
+
+// Apply runs one signed event through the chokepoint and returns its
+// outcome once it is durable. The error is for infrastructure failures
+// (storage, cancellation, closing); verdicts on the event are outcomes.
+func (c *Chokepoint) Apply(ctx context.Context, raw []byte) (messages.Outcome, error) {
+	ck := c.check(raw)
+	if ck.final {
+		c.finish(ck.out)
+		return ck.out, nil
+	}
+	reply := make(chan syncgroup.Result, 1)
+	if err := c.send(ck.req, reply); err != nil {
+		return ck.out, err
+	}
+	return c.wait(ctx, reply)
+}
+
+// ApplyBatch runs many events: the pure checks in parallel on up to
+// GOMAXPROCS workers, then every event to its group (groups commit their
+// share in one transaction each). Outcomes are in input order. A failure
+// of one event's storage does not stop the others; the first such error
+// is returned beside the outcomes of the rest.
+func (c *Chokepoint) ApplyBatch(ctx context.Context, raws [][]byte) ([]messages.Outcome, error) {
+	checks := make([]checked, len(raws))
+	workers := runtime.GOMAXPROCS(0)
+	if workers > len(raws) {
+		workers = len(raws)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(raws) {
+					return
+				}
+				checks[i] = c.check(raws[i])
+			}
+		}()
+	}
+	wg.Wait()
+
+	outs := make([]messages.Outcome, len(raws))
+	replies := make([]chan syncgroup.Result, len(raws))
+	var firstErr error
+	for i, ck := range checks {
+		outs[i] = ck.out
+		if ck.final {
+			c.finish(ck.out)
+			continue
+		}
+		replies[i] = make(chan syncgroup.Result, 1)
+		if err := c.send(ck.req, replies[i]); err != nil {
+			return outs, err
+		}
+	}
+	for i, r := range replies {
+		if r == nil {
+			continue
+		}
+		out, err := c.wait(ctx, r)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return outs, err
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		outs[i] = out
+	}
+	return outs, firstErr
+}
+
+func (c *Chokepoint) send(req *syncgroup.Apply, reply chan syncgroup.Result) error {
+	e := req.Event
+	pid, ok := c.cfg.Router.PID(persistence.GroupKey{Site: e.Site, Schema: e.Schema, Table: e.Table})
+	if !ok {
+		return ErrClosed
+	}
+	req.Reply = reply
+	c.cfg.Router.Send(pid, req)
+	return nil
+}
+
+func (c *Chokepoint) wait(ctx context.Context, reply chan syncgroup.Result) (messages.Outcome, error) {
+	select {
+	case res := <-reply:
+		return res.Outcome, res.Err
+	case <-ctx.Done():
+		return messages.Outcome{}, ctx.Err()
+	case <-c.cfg.Closed:
+		// The group drains on close; prefer its answer when it comes.
+		select {
+		case res := <-reply:
+			return res.Outcome, res.Err
+		case <-ctx.Done():
+			return messages.Outcome{}, ctx.Err()
+		}
+	}
+}
+
+// finish surfaces an outcome decided before any actor saw the event.
+func (c *Chokepoint) finish(out messages.Outcome) {
+	c.cfg.Count(out)
+	switch out.Kind {
+	case messages.Dropped:
+		if out.Reason != messages.ReasonOutOfScope {
+			c.cfg.Notify(messages.EventDropped{Outcome: out})
+		}
+	case messages.Rejected:
+		c.cfg.Notify(messages.EventRejected{Outcome: out})
+	}
+}

@@ -1,0 +1,144 @@
+package clock
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+type fakeWall struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeWall) now() time.Time  { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
+func (f *fakeWall) set(t time.Time) { f.mu.Lock(); f.t = t; f.mu.Unlock() }
+
+type store struct {
+	mu  sync.Mutex
+	hw  messages.HLC
+	n   int
+	err error
+}
+
+func (s *store) persist(h messages.HLC) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.hw, s.n = h, s.n+1
+	return nil
+}
+
+func TestTickIsStrictlyIncreasingAndFollowsWall(t *testing.T) {
+	w := &fakeWall{t: time.UnixMilli(1_000_000)}
+	s := &store{}
+	c := New(w.now, 0, s.persist, time.Second)
+	a, _ := c.Now()
+	b, _ := c.Now()
+	if b <= a || a.Physical() != 1_000_000 || b.Logical() != 1 {
+		t.Fatalf("a=%v b=%v", a, b)
+	}
+	w.set(time.UnixMilli(1_000_500))
+	d, _ := c.Now()
+	if d.Physical() != 1_000_500 || d.Logical() != 0 {
+		t.Fatalf("d=%v", d)
+	}
+}
+
+func TestObserveMovesNextTickAbove(t *testing.T) {
+	w := &fakeWall{t: time.UnixMilli(1_000_000)}
+	c := New(w.now, 0, (&store{}).persist, 0)
+	remote, _ := messages.NewHLC(1_200_000, 7)
+	c.Observe(remote)
+	n, _ := c.Now()
+	if n <= remote {
+		t.Fatalf("next %v not above observed %v", n, remote)
+	}
+}
+
+func TestWallBackwardsNeverReissues(t *testing.T) {
+	w := &fakeWall{t: time.UnixMilli(5_000_000)}
+	c := New(w.now, 0, (&store{}).persist, 0)
+	prev, _ := c.Now()
+	w.set(time.UnixMilli(4_000_000))
+	for i := 0; i < 100; i++ {
+		n, _ := c.Now()
+		if n <= prev {
+			t.Fatalf("issued %v after %v", n, prev)
+		}
+		prev = n
+	}
+}
+
+// Restart (crash: nothing but the persisted high-water survives) with the
+// wall clock set back: every value issued after is above every value
+// issued before.
+func TestRestartNeverReissues(t *testing.T) {
+	w := &fakeWall{t: time.UnixMilli(9_000_000)}
+	s := &store{}
+	c := New(w.now, 0, s.persist, 2*time.Second)
+	var maxIssued messages.HLC
+	for i := 0; i < 50; i++ {
+		n, err := c.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxIssued = n
+		w.set(w.now().Add(100 * time.Millisecond)) // 5 s of issued time: crosses the lease
+	}
+	if s.n < 2 {
+		t.Fatalf("expected the high-water to be re-persisted across leases, got %d writes", s.n)
+	}
+	w.set(time.UnixMilli(1_000)) // the wall clock went far backwards
+	c2 := New(w.now, s.hw, s.persist, 2*time.Second)
+	n, _ := c2.Now()
+	if n <= maxIssued {
+		t.Fatalf("after restart issued %v <= %v issued before", n, maxIssued)
+	}
+}
+
+func TestPersistFailureIssuesNothing(t *testing.T) {
+	w := &fakeWall{t: time.UnixMilli(1_000_000)}
+	boom := errors.New("disk full")
+	s := &store{err: boom}
+	c := New(w.now, 0, s.persist, 0)
+	if _, err := c.Now(); !errors.Is(err, boom) {
+		t.Fatalf("err = %v", err)
+	}
+	if c.Last() != 0 {
+		t.Fatalf("a value was issued without a durable high-water")
+	}
+}
+
+func TestConcurrentTicksUnique(t *testing.T) {
+	w := &fakeWall{t: time.UnixMilli(1_000_000)}
+	c := New(w.now, 0, (&store{}).persist, 0)
+	var mu sync.Mutex
+	seen := map[messages.HLC]bool{}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				n, err := c.Now()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if seen[n] {
+					t.Errorf("duplicate %v", n)
+				}
+				seen[n] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}

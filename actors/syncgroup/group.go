@@ -1,0 +1,342 @@
+// Package syncgroup runs one actor per sync group (site_id, schema, table)
+// (SSP/1 §13: events are materialized grouped per group). A group actor
+// owns its group's mutations: it drains its mailbox into one storage
+// transaction (group commit), runs the deterministic materializer inside it,
+// and replies to each request only after that transaction is durable.
+//
+// Rows are shared by the groups of every site writing a table; the storage
+// transaction (single writer) is what serializes two groups touching one
+// row, and each transaction reads the row it rewrites.
+package syncgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/actors/materialize"
+	"github.com/syncmesh/syncmesh/crypto/sign"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// Apply asks a group actor to insert and materialize one authenticated,
+// in-scope event. Reply must be buffered (capacity ≥ 1); the actor never
+// blocks on it.
+type Apply struct {
+	ID    messages.EventID
+	Raw   []byte
+	Event *messages.Event
+	Reply chan<- Result
+}
+
+// Result answers Apply.
+type Result struct {
+	Outcome messages.Outcome
+	Err     error // a storage failure: nothing of the batch was kept
+}
+
+// Release asks a group held for a missing table to materialize its held
+// events now that the table may exist. Reply gets the number released.
+type Release struct {
+	Reply chan<- ReleaseResult
+}
+
+// ReleaseResult answers Release.
+type ReleaseResult struct {
+	Released int
+	Err      error
+}
+
+type flush struct{}
+
+// Deps are what a group actor needs from its node.
+type Deps struct {
+	Store   persistence.SyncStore
+	Notify  func(messages.Notice)  // called after the transaction is durable
+	Observe func(messages.HLC)     // HLC observe (SSP/1 §12 step 5)
+	Count   func(messages.Outcome) // metrics
+	Logger  *slog.Logger
+}
+
+type groupActor struct {
+	key     persistence.GroupKey
+	deps    Deps
+	pending []*Apply
+	queued  bool
+	held    bool
+}
+
+func newGroupActor(key persistence.GroupKey, deps Deps) *groupActor {
+	return &groupActor{key: key, deps: deps}
+}
+
+func (g *groupActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		g.loadHeld()
+	case *Apply:
+		g.pending = append(g.pending, m)
+		if !g.queued {
+			// Everything already in the mailbox is ahead of this marker,
+			// so the flush commits all of it in one transaction.
+			g.queued = true
+			ctx.Send(ctx.Self(), flush{})
+		}
+	case flush:
+		g.queued = false
+		g.commit()
+	case *Release:
+		g.commit()
+		n, err := g.release()
+		m.Reply <- ReleaseResult{Released: n, Err: err}
+	case *actor.Stopping:
+		// A stop that overtook the flush marker must not strand callers.
+		g.commit()
+	}
+}
+
+func (g *groupActor) loadHeld() {
+	err := g.deps.Store.View(context.Background(), func(tx persistence.SyncReader) error {
+		seqs, err := tx.HeldEvents(g.key)
+		g.held = len(seqs) > 0
+		return err
+	})
+	if err != nil {
+		g.deps.Logger.Error("syncgroup: load held state", "group", g.key, "err", err)
+	}
+}
+
+type notices []messages.Notice
+
+func (g *groupActor) commit() {
+	if len(g.pending) == 0 {
+		return
+	}
+	batch := g.pending
+	g.pending = nil
+	// SSP/1 §13: materialize in HLC order within the batch.
+	sort.SliceStable(batch, func(i, j int) bool { return batch[i].Event.HLC < batch[j].Event.HLC })
+	results := make([]messages.Outcome, len(batch))
+	var ns notices
+	var heldNow bool
+	err := g.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
+		ns, heldNow = ns[:0], g.held
+		for i, req := range batch {
+			out, err := g.applyOne(tx, req, &ns, &heldNow)
+			if err != nil {
+				return err
+			}
+			results[i] = out
+		}
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("syncgroup %s/%s/%s: %w", g.key.Site, g.key.Schema, g.key.Table, err)
+		for _, req := range batch {
+			req.Reply <- Result{Err: err}
+		}
+		return
+	}
+	g.held = heldNow
+	for i, req := range batch {
+		out := results[i]
+		if out.Kind == messages.Applied || out.Kind == messages.Held {
+			g.deps.Observe(req.Event.HLC)
+		}
+		g.deps.Count(out)
+	}
+	for _, n := range ns {
+		g.deps.Notify(n)
+	}
+	for i, req := range batch {
+		req.Reply <- Result{Outcome: results[i]}
+	}
+}
+
+// applyOne runs steps 4 and on of the chokepoint for one event inside tx:
+// idempotent insert, held/dropped resolution (§13.6), horizon, materialize.
+func (g *groupActor) applyOne(tx persistence.SyncTx, req *Apply, ns *notices, held *bool) (messages.Outcome, error) {
+	e := req.Event
+	out := messages.Outcome{ID: req.ID, Site: e.Site, Schema: e.Schema, Table: e.Table, HLC: e.HLC}
+	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
+
+	// §12 step 4: idempotent insert keyed on the event id.
+	if _, ok, err := tx.Event(req.ID); err != nil {
+		return out, err
+	} else if ok {
+		if *held {
+			out.Kind = messages.Held // still waiting for its table: the watermark must not pass it
+		} else {
+			out.Kind = messages.Duplicate
+		}
+		return out, nil
+	}
+
+	def, ok, err := tx.Table(t)
+	if err != nil {
+		return out, err
+	}
+	if !ok {
+		// §13.6: destination table missing → hold the group, retry later.
+		seq, err := tx.AppendEvent(stored(req))
+		if err != nil {
+			return out, err
+		}
+		if err := tx.HoldEvent(g.key, seq); err != nil {
+			return out, err
+		}
+		*held = true
+		out.Kind = messages.Held
+		*ns = append(*ns, messages.GroupHeld{Site: e.Site, Schema: e.Schema, Table: e.Table, EventID: req.ID})
+		return out, nil
+	}
+	if reason, detail := resolveKey(def, e); reason != messages.ReasonNone {
+		out.Kind, out.Reason, out.Detail = messages.Dropped, reason, detail
+		*ns = append(*ns, messages.EventDropped{Outcome: out})
+		return out, nil
+	}
+	h, err := tx.Horizon(t)
+	if err != nil {
+		return out, err
+	}
+	out.Kind = messages.Applied
+	if e.HLC < h {
+		// §13.5: below the horizon counts as applied and writes nothing.
+		out.BelowHorizon = true
+		return out, nil
+	}
+	if _, err := tx.AppendEvent(stored(req)); err != nil {
+		return out, err
+	}
+	return out, materializeInto(tx, def, h, e, req.ID, ns)
+}
+
+func resolveKey(def persistence.TableDef, e *messages.Event) (messages.Reason, string) {
+	err := materialize.ResolveKey(def, e.Key)
+	switch {
+	case err == nil:
+		return messages.ReasonNone, ""
+	case errors.Is(err, messages.ErrEmptyRowKey):
+		return messages.ReasonEmptyRowKey, err.Error()
+	case errors.Is(err, materialize.ErrUnknownKeyColumn):
+		return messages.ReasonUnknownKeyColumn, err.Error()
+	default:
+		return messages.ReasonIncompleteKey, err.Error()
+	}
+}
+
+func stored(req *Apply) persistence.StoredEvent {
+	e := req.Event
+	return persistence.StoredEvent{ID: req.ID, Raw: req.Raw, Site: e.Site, HLC: e.HLC, Schema: e.Schema, Table: e.Table, RowKey: e.RowKey()}
+}
+
+// RowLog reads a row's retained events from tx for a rebuild.
+func RowLog(tx persistence.SyncReader, t persistence.TableKey, rowKey []byte) materialize.Log {
+	return func(yield func(*messages.Event) error) error {
+		return tx.RowEvents(t, rowKey, func(se persistence.StoredEvent) (bool, error) {
+			ev, err := sign.ParseVerified(se.Raw)
+			if err != nil {
+				return false, fmt.Errorf("%w: retained event %s: %v", persistence.ErrCorrupt, se.ID, err)
+			}
+			return true, yield(ev)
+		})
+	}
+}
+
+func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages.HLC, e *messages.Event, id messages.EventID, ns *notices) error {
+	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
+	rowKey := e.RowKey()
+	row, _, err := tx.Row(t, rowKey)
+	if err != nil {
+		return err
+	}
+	nr, fx, err := materialize.Apply(def, h, row, e, RowLog(tx, t, rowKey))
+	if err != nil {
+		return err
+	}
+	if err := tx.PutRow(nr); err != nil {
+		return err
+	}
+	if fx.Resurrected {
+		*ns = append(*ns, messages.Resurrection{Schema: e.Schema, Table: e.Table, Key: e.Key, By: e.Clock(), Tomb: fx.Tomb, EventID: id})
+		if fx.Partial {
+			// §13.4: a partial rebuild MUST NOT pass as complete.
+			*ns = append(*ns, messages.PartialRebuild{Schema: e.Schema, Table: e.Table, Key: e.Key, Tomb: fx.Tomb, Horizon: h, EventID: id})
+		}
+	}
+	if len(fx.Ignored) > 0 {
+		*ns = append(*ns, messages.ColumnsIgnored{Schema: e.Schema, Table: e.Table, EventID: id, Columns: fx.Ignored})
+	}
+	return nil
+}
+
+// release materializes the group's held events once its table exists.
+func (g *groupActor) release() (int, error) {
+	var ns notices
+	n := 0
+	t := persistence.TableKey{Schema: g.key.Schema, Table: g.key.Table}
+	err := g.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
+		ns, n = ns[:0], 0
+		def, ok, err := tx.Table(t)
+		if err != nil || !ok {
+			return err
+		}
+		seqs, err := tx.HeldEvents(g.key)
+		if err != nil {
+			return err
+		}
+		h, err := tx.Horizon(t)
+		if err != nil {
+			return err
+		}
+		for _, seq := range seqs {
+			var se persistence.StoredEvent
+			found := false
+			if err := tx.EventsAfter(seq-1, 1, func(s persistence.StoredEvent) (bool, error) {
+				se, found = s, s.Seq == seq
+				return false, nil
+			}); err != nil {
+				return err
+			}
+			if !found {
+				continue // reclaimed below a horizon meanwhile
+			}
+			e, err := sign.ParseVerified(se.Raw)
+			if err != nil {
+				return fmt.Errorf("%w: held event %s: %v", persistence.ErrCorrupt, se.ID, err)
+			}
+			n++
+			out := messages.Outcome{Kind: messages.Dropped, ID: se.ID, Site: e.Site, Schema: e.Schema, Table: e.Table, HLC: e.HLC}
+			if reason, detail := resolveKey(def, e); reason != messages.ReasonNone {
+				out.Reason, out.Detail = reason, detail
+				ns = append(ns, messages.EventDropped{Outcome: out})
+				continue
+			}
+			if e.HLC < h {
+				continue
+			}
+			if err := materializeInto(tx, def, h, e, se.ID, &ns); err != nil {
+				return err
+			}
+		}
+		if len(seqs) > 0 {
+			ns = append(ns, messages.GroupReleased{Site: g.key.Site, Schema: g.key.Schema, Table: g.key.Table, Events: n})
+		}
+		return tx.ReleaseGroup(g.key)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if n > 0 || g.held {
+		g.held = false
+	}
+	for _, x := range ns {
+		g.deps.Notify(x)
+	}
+	return n, nil
+}

@@ -1,0 +1,106 @@
+package syncgroup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// Router spawns and finds the group actors of one node.
+type Router struct {
+	system *actor.ActorSystem
+	deps   Deps
+	prefix string
+
+	mu     sync.Mutex
+	groups map[persistence.GroupKey]*actor.PID
+	closed bool
+}
+
+// NewRouter returns a router spawning group actors on system. prefix
+// keeps actor names of several nodes on one system apart.
+func NewRouter(system *actor.ActorSystem, prefix string, deps Deps) *Router {
+	return &Router{system: system, deps: deps, prefix: prefix, groups: make(map[persistence.GroupKey]*actor.PID)}
+}
+
+// PID returns the group's actor, spawning it on first use. ok is false
+// after Stop.
+func (r *Router) PID(key persistence.GroupKey) (*actor.PID, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, false
+	}
+	if pid, ok := r.groups[key]; ok {
+		return pid, true
+	}
+	g := newGroupActor(key, r.deps)
+	props := actor.PropsFromProducer(func() actor.Actor { return g })
+	pid := r.system.Root.Spawn(props)
+	r.groups[key] = pid
+	return pid, true
+}
+
+// Name is a stable, printable name for a group (for logs and metrics).
+func Name(key persistence.GroupKey) string {
+	h := sha256.Sum256([]byte(key.Schema + "\x00" + key.Table))
+	return key.Site.String()[:8] + "-" + hex.EncodeToString(h[:4])
+}
+
+// Release asks the groups in keys to materialize what they hold.
+func (r *Router) Release(ctx context.Context, keys []persistence.GroupKey) (int, error) {
+	total := 0
+	for _, k := range keys {
+		pid, ok := r.PID(k)
+		if !ok {
+			return total, context.Canceled
+		}
+		reply := make(chan ReleaseResult, 1)
+		r.system.Root.Send(pid, &Release{Reply: reply})
+		select {
+		case res := <-reply:
+			if res.Err != nil {
+				return total, res.Err
+			}
+			total += res.Released
+		case <-ctx.Done():
+			return total, ctx.Err()
+		}
+	}
+	return total, nil
+}
+
+// Stop drains every group actor: pending requests are committed and
+// answered before it returns.
+func (r *Router) Stop(timeout time.Duration) {
+	r.mu.Lock()
+	r.closed = true
+	pids := make([]*actor.PID, 0, len(r.groups))
+	for _, pid := range r.groups {
+		pids = append(pids, pid)
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, pid := range pids {
+		wg.Add(1)
+		go func(pid *actor.PID) {
+			defer wg.Done()
+			_ = r.system.Root.PoisonFuture(pid).Wait()
+		}(pid)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+	}
+}
+
+// Send delivers a message to a group actor.
+func (r *Router) Send(pid *actor.PID, msg any) { r.system.Root.Send(pid, msg) }
