@@ -97,6 +97,19 @@ func (s *Signer) Sign(e *messages.Event, meshID []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
 	}
+	return s.SignPayload(payload, meshID)
+}
+
+// SignPayload signs already-encoded event bytes as they are, without
+// checking that they decode: for tools that sign hand-made events and for
+// tests of how receivers treat malformed payloads. Use Sign for events.
+func (s *Signer) SignPayload(payload []byte, meshID []byte) ([]byte, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if len(meshID) == 0 {
+		return nil, ErrNoMeshID
+	}
 	headers := cose.Headers{
 		Protected: cose.ProtectedHeader{
 			cose.HeaderLabelAlgorithm: cose.AlgorithmEdDSA,

@@ -1,0 +1,88 @@
+package runtime
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+type metrics struct {
+	outcomes    *prometheus.CounterVec
+	ignored     prometheus.Counter
+	resurrected prometheus.Counter
+	partial     prometheus.Counter
+	released    prometheus.Counter
+	deadLetters prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "events_total",
+			Help: "Events through the apply chokepoint, by outcome and reason.",
+		}, []string{"outcome", "reason"}),
+		ignored: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "ignored_column_events_total",
+			Help: "Upserts whose payload named columns the table does not have (SSP/1 §13.6: transient during a schema rollout, a fault if it persists).",
+		}),
+		resurrected: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "resurrections_total",
+			Help: "Tombstoned rows brought back by a later upsert.",
+		}),
+		partial: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "partial_rebuilds_total",
+			Help: "Resurrection rebuilds truncated by the eviction horizon.",
+		}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "held_events_released_total",
+			Help: "Held events materialized after their table was defined.",
+		}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "actor", Name: "dead_letters_total",
+			Help: "Messages protoactor could not deliver.",
+		}),
+	}
+	// Nodes sharing one Registerer share the collectors.
+	var err error
+	if m.outcomes, err = register(reg, m.outcomes); err != nil {
+		return nil, err
+	}
+	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters} {
+		if *c, err = register(reg, *c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}
+
+func (m *metrics) count(o messages.Outcome) {
+	m.outcomes.WithLabelValues(o.Kind.String(), o.Reason.String()).Inc()
+}
+
+func (m *metrics) notice(n messages.Notice) {
+	switch x := n.(type) {
+	case messages.ColumnsIgnored:
+		m.ignored.Inc()
+	case messages.Resurrection:
+		m.resurrected.Inc()
+	case messages.PartialRebuild:
+		m.partial.Inc()
+	case messages.GroupReleased:
+		m.released.Add(float64(x.Events))
+	}
+}

@@ -1,0 +1,367 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/actors/apply"
+	"github.com/syncmesh/syncmesh/actors/clock"
+	"github.com/syncmesh/syncmesh/actors/syncgroup"
+	"github.com/syncmesh/syncmesh/crypto/sealed"
+	"github.com/syncmesh/syncmesh/crypto/sign"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+	"github.com/syncmesh/syncmesh/persistence/bolt"
+	"github.com/syncmesh/syncmesh/persistence/memory"
+)
+
+// Errors returned by Node methods (match with errors.Is).
+var (
+	// ErrClosed: the node is closed or closing.
+	ErrClosed = errors.New("runtime: node closed")
+	// ErrMeshMismatch: Config.MeshID differs from the mesh the node was created in.
+	ErrMeshMismatch = errors.New("runtime: mesh id differs from the stored one")
+	// ErrUnknownTable: the table is not defined on this node.
+	ErrUnknownTable = errors.New("runtime: table not defined")
+	// ErrUnknownColumn: a local write names a column the table does not have.
+	ErrUnknownColumn = errors.New("runtime: column not defined")
+	// ErrTableConflict: DefineTable of an existing table with another definition.
+	ErrTableConflict = errors.New("runtime: table already defined differently")
+	// ErrInvalidKey: a local write's key does not resolve against the table.
+	ErrInvalidKey = errors.New("runtime: row key does not match the table's key columns")
+)
+
+const (
+	metaSiteID    = "site_id"
+	metaMeshID    = "mesh_id"
+	metaHighWater = "hlc_high_water"
+	metaNodeKey   = "node_key"
+)
+
+// Node is one syncmesh peer: its storage, its actors and its public API.
+// All methods are safe for concurrent use.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	system  *actor.ActorSystem
+	ownSys  bool
+	db      *bolt.DB
+	store   persistence.SyncStore
+	signer  *sign.Signer
+	meshID  []byte
+	keyring atomic.Pointer[sign.Keyring]
+	clock   *clock.Clock
+	router  *syncgroup.Router
+	apply   *apply.Chokepoint
+	metrics *metrics
+	gather  prometheus.Gatherer
+
+	// ddl serializes schema, horizon and keyring changes; each is one
+	// storage transaction, and row writes are serialized by the store.
+	ddl sync.Mutex
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	subsMu    sync.Mutex
+	subs      map[*eventstream.Subscription]*actor.PID
+	dlSub     *eventstream.Subscription
+}
+
+// Open opens (or creates) a node. Creating needs Config.MeshID; the node's
+// site id and Ed25519 signing key are generated once and kept sealed.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, closed: make(chan struct{}), subs: map[*eventstream.Subscription]*actor.PID{}}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Wall == nil {
+		n.cfg.Wall = time.Now
+	}
+	if cfg.LockTimeout == 0 {
+		n.cfg.LockTimeout = 5 * time.Second
+	}
+	if cfg.CloseTimeout == 0 {
+		n.cfg.CloseTimeout = 30 * time.Second
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, n.gather = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		n.gather = g
+	}
+	var err error
+	if n.metrics, err = newMetrics(reg); err != nil {
+		return nil, fmt.Errorf("runtime: metrics: %w", err)
+	}
+	scope, err := apply.ParseScope(cfg.Scope)
+	if err != nil {
+		return nil, &ConfigError{"Scope", err.Error()}
+	}
+	if err := n.openStore(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = n.closeStore()
+		}
+	}()
+	if err := n.loadIdentity(ctx); err != nil {
+		return nil, err
+	}
+	var hw messages.HLC
+	var keys []persistence.KeyEntry
+	if err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		b, found, err := tx.Meta(metaHighWater)
+		if err != nil {
+			return err
+		}
+		if found && len(b) == 8 {
+			hw = messages.HLC(binary.BigEndian.Uint64(b))
+		}
+		keys, err = tx.Keys()
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("runtime: load state: %w", err)
+	}
+	if err := n.loadKeyring(keys); err != nil {
+		return nil, err
+	}
+	n.clock = clock.New(n.cfg.Wall, hw, n.persistHighWater, clock.DefaultLease)
+
+	if cfg.System != nil {
+		n.system = cfg.System
+	} else {
+		logger := n.log
+		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+		n.ownSys = true
+	}
+	n.dlSub = n.system.EventStream.Subscribe(func(evt any) {
+		if _, isDL := evt.(*actor.DeadLetterEvent); isDL {
+			n.metrics.deadLetters.Inc()
+		}
+	})
+	n.router = syncgroup.NewRouter(n.system, n.signer.Site().String()[:8], syncgroup.Deps{
+		Store:   n.store,
+		Notify:  n.publish,
+		Observe: n.clock.Observe,
+		Count:   n.metrics.count,
+		Logger:  n.log,
+	})
+	n.apply = apply.New(apply.Config{
+		MeshID:  n.meshID,
+		Keyring: &n.keyring,
+		Clock:   n.clock,
+		Scope:   scope,
+		Router:  n.router,
+		Notify:  n.publish,
+		Count:   n.metrics.count,
+		Logger:  n.log,
+		Closed:  n.closed,
+	})
+	// A crash between DefineTable and the release of its held groups
+	// leaves groups held for a table that now exists: release them.
+	if err := n.releaseDefined(ctx, ""); err != nil {
+		n.router.Stop(n.cfg.CloseTimeout)
+		n.shutdownSystem()
+		return nil, err
+	}
+	ok = true
+	return n, nil
+}
+
+func (n *Node) openStore() error {
+	if n.cfg.InMemory {
+		n.store = memory.New()
+		return nil
+	}
+	if err := os.MkdirAll(n.cfg.Dir, 0o700); err != nil {
+		return fmt.Errorf("runtime: create %s: %w", n.cfg.Dir, err)
+	}
+	var key sealed.Key
+	var err error
+	if len(n.cfg.StorageKey) > 0 {
+		key, err = sealed.ParseKey(n.cfg.StorageKey)
+		if err != nil {
+			return &ConfigError{"StorageKey", err.Error()}
+		}
+	} else if key, err = sealed.LoadOrCreateKeyFile(n.cfg.keyPath()); err != nil {
+		return fmt.Errorf("runtime: storage key: %w", err)
+	}
+	sealer, err := sealed.New(key)
+	if err != nil {
+		return fmt.Errorf("runtime: storage key: %w", err)
+	}
+	n.db, err = bolt.Open(n.cfg.dbPath(), bolt.Options{Sealer: sealer, NoSync: n.cfg.NoSync, Failpoint: n.cfg.Failpoint, Logger: n.log, Timeout: n.cfg.LockTimeout})
+	if err != nil {
+		return fmt.Errorf("runtime: open store: %w", err)
+	}
+	n.store = n.db.Sync()
+	return nil
+}
+
+func (n *Node) loadIdentity(ctx context.Context) error {
+	return n.store.Update(ctx, func(tx persistence.SyncTx) error {
+		mesh, haveMesh, err := tx.Meta(metaMeshID)
+		if err != nil {
+			return err
+		}
+		switch {
+		case haveMesh && len(n.cfg.MeshID) > 0 && !bytes.Equal(mesh, n.cfg.MeshID):
+			return ErrMeshMismatch
+		case !haveMesh && len(n.cfg.MeshID) == 0:
+			return &ConfigError{"MeshID", "required when creating a node"}
+		case !haveMesh:
+			mesh = bytes.Clone(n.cfg.MeshID)
+			if err := tx.PutMeta(metaMeshID, mesh); err != nil {
+				return err
+			}
+		}
+		n.meshID = mesh
+		siteB, haveSite, err := tx.Meta(metaSiteID)
+		if err != nil {
+			return err
+		}
+		seed, haveKey, err := tx.SealedMeta(persistence.RecordNodeKey, metaNodeKey)
+		if err != nil {
+			return err
+		}
+		var site messages.SiteID
+		if haveSite != haveKey {
+			return fmt.Errorf("%w: node identity half present", persistence.ErrCorrupt)
+		}
+		if !haveSite {
+			if _, err := rand.Read(site[:]); err != nil {
+				return err
+			}
+			_, priv, err := ed25519.GenerateKey(rand.Reader)
+			if err != nil {
+				return err
+			}
+			seed = priv.Seed()
+			if err := tx.PutMeta(metaSiteID, site[:]); err != nil {
+				return err
+			}
+			if err := tx.PutSealedMeta(persistence.RecordNodeKey, metaNodeKey, seed); err != nil {
+				return err
+			}
+		} else {
+			if len(siteB) != len(site) || len(seed) != ed25519.SeedSize {
+				return fmt.Errorf("%w: node identity", persistence.ErrCorrupt)
+			}
+			copy(site[:], siteB)
+		}
+		n.signer = sign.NewSigner(site, ed25519.NewKeyFromSeed(seed))
+		// The node trusts itself: local writes take the same apply path.
+		self := n.signer.Key()
+		return tx.PutKey(persistence.KeyEntry{Kid: self.Kid, Site: self.Site, PublicKey: self.PublicKey})
+	})
+}
+
+func (n *Node) loadKeyring(entries []persistence.KeyEntry) error {
+	keys := make([]sign.Key, 0, len(entries))
+	for _, e := range entries {
+		keys = append(keys, sign.Key{Kid: e.Kid, Site: e.Site, PublicKey: e.PublicKey, Cutoff: e.Cutoff})
+	}
+	kr, err := sign.NewKeyring(keys...)
+	if err != nil {
+		return fmt.Errorf("%w: keyring: %v", persistence.ErrCorrupt, err)
+	}
+	n.keyring.Store(kr)
+	return nil
+}
+
+func (n *Node) persistHighWater(h messages.HLC) error {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(h))
+	return n.store.Update(context.Background(), func(tx persistence.SyncTx) error {
+		return tx.PutMeta(metaHighWater, b[:])
+	})
+}
+
+// Identity describes this node's signing identity.
+type Identity struct {
+	Site      messages.SiteID
+	Kid       []byte
+	PublicKey ed25519.PublicKey
+	MeshID    []byte
+}
+
+// Identity returns the node's site id, key id, public key and mesh id:
+// what a peer needs to Trust it.
+func (n *Node) Identity() Identity {
+	return Identity{Site: n.signer.Site(), Kid: n.signer.Kid(), PublicKey: n.signer.PublicKey(), MeshID: bytes.Clone(n.meshID)}
+}
+
+// System returns the actor system the node runs on, for custom actors.
+func (n *Node) System() *actor.ActorSystem { return n.system }
+
+// Gatherer returns the registry holding the node's metrics when the node
+// created it, or Config.Registerer when that is also a Gatherer.
+func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }
+
+// Close drains the node's actors (every accepted request is committed and
+// answered), then closes storage. It is safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		close(n.closed)
+		n.router.Stop(n.cfg.CloseTimeout)
+		n.subsMu.Lock()
+		for sub, pid := range n.subs {
+			n.system.EventStream.Unsubscribe(sub)
+			n.system.Root.Stop(pid)
+		}
+		n.subs = nil
+		n.subsMu.Unlock()
+		n.system.EventStream.Unsubscribe(n.dlSub)
+		n.shutdownSystem()
+		n.closeErr = n.closeStore()
+	})
+	return n.closeErr
+}
+
+// closeStore closes the sync handle and, for bbolt, the file itself.
+func (n *Node) closeStore() error {
+	err := n.store.Close()
+	if n.db != nil {
+		err = errors.Join(err, n.db.Close())
+	}
+	return err
+}
+
+func (n *Node) shutdownSystem() {
+	if n.ownSys {
+		n.system.Shutdown()
+	}
+}
+
+func (n *Node) isClosed() bool {
+	select {
+	case <-n.closed:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,478 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/syncmesh/syncmesh/actors/materialize"
+	"github.com/syncmesh/syncmesh/actors/syncgroup"
+	"github.com/syncmesh/syncmesh/crypto/sign"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// TableDef defines a table: its key columns and its value columns.
+type TableDef = persistence.TableDef
+
+// CellState says whether a column was written, cleared by a delete, or
+// never materialized (which is not a null: SSP/1 §13.6).
+type CellState = materialize.CellState
+
+// Cell states.
+const (
+	Unmaterialized = materialize.Unmaterialized
+	Written        = materialize.Written
+	Cleared        = materialize.Cleared
+)
+
+// Cell is one column of a row as a reader sees it.
+type Cell struct {
+	State CellState
+	// Value is the encoded CBOR value: messages.Null for an explicit or
+	// cleared null, nil when Unmaterialized. Decode with Value.Decode.
+	Value messages.Value
+	// Clock is the clock of the write (or the tombstone clock for a
+	// cleared cell); zero when Unmaterialized.
+	Clock messages.Clock
+}
+
+// Row is a materialized row.
+type Row struct {
+	Schema, Table string
+	Key           messages.Columns
+	// Exists is false for a tombstoned row (only visible with IncludeDeleted).
+	Exists    bool
+	Existence messages.Clock
+	Tomb      messages.Clock
+	// Cells has one entry per value column of the table.
+	Cells map[string]Cell
+}
+
+// Value decodes column col into out. It reports the column's state; out
+// is untouched unless the state is Written or Cleared.
+func (r Row) Value(col string, out any) (CellState, error) {
+	c, ok := r.Cells[col]
+	if !ok || c.State == Unmaterialized {
+		return Unmaterialized, nil
+	}
+	return c.State, c.Value.Decode(out)
+}
+
+func viewRow(def TableDef, pr persistence.Row) Row {
+	r := Row{Schema: pr.Schema, Table: pr.Table, Key: pr.Key, Exists: pr.Exists, Existence: pr.Existence, Tomb: pr.Tomb, Cells: map[string]Cell{}}
+	for name, v := range materialize.View(def, pr) {
+		r.Cells[name] = Cell{State: v.State, Value: v.Value.Clone(), Clock: v.Clock}
+	}
+	return r
+}
+
+func encodeColumns(m map[string]any) (messages.Columns, error) {
+	out := make(messages.Columns, len(m))
+	for k, v := range m {
+		if raw, ok := v.(messages.Value); ok {
+			if err := messages.Wellformed(raw); err != nil {
+				return nil, fmt.Errorf("runtime: column %q: %w", k, err)
+			}
+			out[k] = raw.Clone()
+			continue
+		}
+		enc, err := messages.NewValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("runtime: column %q: %w", k, err)
+		}
+		out[k] = enc
+	}
+	return out, nil
+}
+
+// Upsert writes columns of one row as a new signed event and applies it
+// through the apply chokepoint. values may hold nil for an explicit null
+// cell; a messages.Value is taken as already encoded. It returns once the
+// event is durable.
+func (n *Node) Upsert(ctx context.Context, schema, table string, key, values map[string]any) (messages.Outcome, error) {
+	if values == nil {
+		values = map[string]any{}
+	}
+	return n.write(ctx, schema, table, key, values, false)
+}
+
+// Delete tombstones one row as a new signed event.
+func (n *Node) Delete(ctx context.Context, schema, table string, key map[string]any) (messages.Outcome, error) {
+	return n.write(ctx, schema, table, key, nil, true)
+}
+
+func (n *Node) write(ctx context.Context, schema, table string, key, values map[string]any, del bool) (messages.Outcome, error) {
+	if n.isClosed() {
+		return messages.Outcome{}, ErrClosed
+	}
+	def, err := n.table(ctx, schema, table)
+	if err != nil {
+		return messages.Outcome{}, err
+	}
+	k, err := encodeColumns(key)
+	if err != nil {
+		return messages.Outcome{}, err
+	}
+	if err := materialize.ResolveKey(def, k); err != nil {
+		return messages.Outcome{}, fmt.Errorf("%w: %v", ErrInvalidKey, err)
+	}
+	e := &messages.Event{Site: n.signer.Site(), Schema: schema, Table: table, Key: k, Delete: del}
+	if !del {
+		if e.Payload, err = encodeColumns(values); err != nil {
+			return messages.Outcome{}, err
+		}
+		for c := range e.Payload {
+			if !slices.Contains(def.Columns, c) {
+				return messages.Outcome{}, fmt.Errorf("%w: %s.%s.%s", ErrUnknownColumn, schema, table, c)
+			}
+		}
+	}
+	if e.HLC, err = n.clock.Now(); err != nil {
+		return messages.Outcome{}, err
+	}
+	raw, err := n.signer.Sign(e, n.meshID)
+	if err != nil {
+		return messages.Outcome{}, err
+	}
+	// One apply path for local and remote events (SSP/1 §12).
+	return n.apply.Apply(ctx, raw)
+}
+
+// Sign encodes and signs an event with the node's key without applying
+// it (tools and tests). The event's Site is set to the node's; a zero HLC
+// is replaced by a fresh one from the node's clock (never reused).
+func (n *Node) Sign(e *messages.Event) ([]byte, error) {
+	c := *e
+	c.Site = n.signer.Site()
+	if c.HLC == 0 {
+		h, err := n.clock.Now()
+		if err != nil {
+			return nil, err
+		}
+		c.HLC = h
+	}
+	return n.signer.Sign(&c, n.meshID)
+}
+
+// NextHLC issues a fresh HLC from the node's clock: above every HLC the
+// node issued or observed, durable across restarts.
+func (n *Node) NextHLC() (messages.HLC, error) { return n.clock.Now() }
+
+// ApplySigned runs one signed event (COSE_Sign1 bytes as received) through
+// the apply chokepoint and returns its outcome once it is durable. The
+// error is reserved for infrastructure failures: a forged, malformed,
+// out-of-scope or skewed event is an outcome, never an error.
+func (n *Node) ApplySigned(ctx context.Context, raw []byte) (messages.Outcome, error) {
+	if n.isClosed() {
+		return messages.Outcome{}, ErrClosed
+	}
+	return n.apply.Apply(ctx, raw)
+}
+
+// ApplySignedBatch applies many signed events, verifying signatures in
+// parallel; outcomes are in input order. One bad event never stops the
+// events behind it.
+func (n *Node) ApplySignedBatch(ctx context.Context, raws [][]byte) ([]messages.Outcome, error) {
+	if n.isClosed() {
+		return nil, ErrClosed
+	}
+	return n.apply.ApplyBatch(ctx, raws)
+}
+
+func (n *Node) table(ctx context.Context, schema, table string) (TableDef, error) {
+	var def TableDef
+	var ok bool
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		var err error
+		def, ok, err = tx.Table(persistence.TableKey{Schema: schema, Table: table})
+		return err
+	})
+	if err != nil {
+		return def, err
+	}
+	if !ok {
+		return def, fmt.Errorf("%w: %s.%s", ErrUnknownTable, schema, table)
+	}
+	return def, nil
+}
+
+// Get reads one row. ok is false when the row has no state or is
+// tombstoned.
+func (n *Node) Get(ctx context.Context, schema, table string, key map[string]any) (Row, bool, error) {
+	k, err := encodeColumns(key)
+	if err != nil {
+		return Row{}, false, err
+	}
+	var row Row
+	var found bool
+	err = n.store.View(ctx, func(tx persistence.SyncReader) error {
+		t := persistence.TableKey{Schema: schema, Table: table}
+		def, ok, err := tx.Table(t)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: %s.%s", ErrUnknownTable, schema, table)
+		}
+		pr, ok, err := tx.Row(t, k.Encode())
+		if err != nil || !ok {
+			return err
+		}
+		row, found = viewRow(def, pr), pr.Exists
+		return nil
+	})
+	return row, found, err
+}
+
+// ScanOptions tune Scan.
+type ScanOptions struct {
+	// After resumes after this encoded row key (Row.Key.Encode()).
+	After []byte
+	// IncludeDeleted also visits tombstoned rows.
+	IncludeDeleted bool
+}
+
+// Scan visits a table's rows in encoded-key order until fn returns false.
+func (n *Node) Scan(ctx context.Context, schema, table string, opts ScanOptions, fn func(Row) bool) error {
+	return n.store.View(ctx, func(tx persistence.SyncReader) error {
+		t := persistence.TableKey{Schema: schema, Table: table}
+		def, ok, err := tx.Table(t)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: %s.%s", ErrUnknownTable, schema, table)
+		}
+		return tx.Rows(t, opts.After, func(_ []byte, pr persistence.Row) (bool, error) {
+			if !pr.Exists && !opts.IncludeDeleted {
+				return true, ctx.Err()
+			}
+			return fn(viewRow(def, pr)), ctx.Err()
+		})
+	})
+}
+
+// Tables lists the defined tables.
+func (n *Node) Tables(ctx context.Context) ([]TableDef, error) {
+	var defs []TableDef
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		var err error
+		defs, err = tx.Tables()
+		return err
+	})
+	return defs, err
+}
+
+// DefineTable defines a destination table. Defining an existing table
+// again with the same definition is a no-op; with another, an error
+// (use AddColumn). Groups held for the table are materialized (§13.6).
+func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
+	if err := validateDef(def); err != nil {
+		return err
+	}
+	n.ddl.Lock()
+	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+		old, ok, err := tx.Table(persistence.TableKey{Schema: def.Schema, Table: def.Table})
+		if err != nil {
+			return err
+		}
+		if ok {
+			if !slices.Equal(old.KeyColumns, def.KeyColumns) || !slices.Equal(old.Columns, def.Columns) {
+				return fmt.Errorf("%w: %s.%s", ErrTableConflict, def.Schema, def.Table)
+			}
+			return nil
+		}
+		return tx.PutTable(def)
+	})
+	n.ddl.Unlock()
+	if err != nil {
+		return err
+	}
+	return n.releaseDefined(ctx, def.Schema+"\x00"+def.Table)
+}
+
+// releaseDefined releases held groups whose table exists (only=""), or
+// those of one table ("schema\x00table").
+func (n *Node) releaseDefined(ctx context.Context, only string) error {
+	var keys []persistence.GroupKey
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		held, err := tx.HeldGroups()
+		if err != nil {
+			return err
+		}
+		for _, g := range held {
+			if only != "" && g.Schema+"\x00"+g.Table != only {
+				continue
+			}
+			if _, ok, err := tx.Table(persistence.TableKey{Schema: g.Schema, Table: g.Table}); err != nil {
+				return err
+			} else if ok {
+				keys = append(keys, g)
+			}
+		}
+		return nil
+	})
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	_, err = n.router.Release(ctx, keys)
+	return err
+}
+
+func validateDef(def TableDef) error {
+	if def.Schema == "" || def.Table == "" {
+		return fmt.Errorf("runtime: table needs a schema and a name")
+	}
+	if len(def.KeyColumns) == 0 {
+		return fmt.Errorf("runtime: table %s.%s needs at least one key column", def.Schema, def.Table)
+	}
+	seen := map[string]bool{}
+	for _, c := range append(append([]string(nil), def.KeyColumns...), def.Columns...) {
+		if c == "" || len(c) > 255 {
+			return fmt.Errorf("runtime: table %s.%s: column names must be 1..255 bytes", def.Schema, def.Table)
+		}
+		if seen[c] {
+			return fmt.Errorf("runtime: table %s.%s: column %q listed twice", def.Schema, def.Table, c)
+		}
+		seen[c] = true
+	}
+	return nil
+}
+
+// AddColumn adds a value column and, in the same transaction, rebuilds it
+// for every row from the retained event log (SSP/1 §13.6), so values
+// received while the column was unknown are recovered (down to the
+// eviction horizon).
+func (n *Node) AddColumn(ctx context.Context, schema, table, column string) error {
+	n.ddl.Lock()
+	defer n.ddl.Unlock()
+	return n.store.Update(ctx, func(tx persistence.SyncTx) error {
+		t := persistence.TableKey{Schema: schema, Table: table}
+		def, ok, err := tx.Table(t)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: %s.%s", ErrUnknownTable, schema, table)
+		}
+		if slices.Contains(def.Columns, column) {
+			return nil
+		}
+		if slices.Contains(def.KeyColumns, column) {
+			return fmt.Errorf("runtime: %q is a key column of %s.%s", column, schema, table)
+		}
+		def.Columns = append(slices.Clone(def.Columns), column)
+		if err := validateDef(def); err != nil {
+			return err
+		}
+		if err := tx.PutTable(def); err != nil {
+			return err
+		}
+		h, err := tx.Horizon(t)
+		if err != nil {
+			return err
+		}
+		var rows []persistence.Row
+		if err := tx.Rows(t, nil, func(_ []byte, r persistence.Row) (bool, error) {
+			rows = append(rows, r)
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			nr, changed, err := materialize.AddColumn(def, h, r, column, syncgroup.RowLog(tx, t, r.Key.Encode()))
+			if err != nil {
+				return err
+			}
+			if changed {
+				if err := tx.PutRow(nr); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// SetHorizon sets a table's eviction horizon and reclaims the retained
+// log below it. Events arriving below it count as applied and write
+// nothing; rebuilds never read below it (SSP/1 §13.4, §13.5). It returns
+// how many log entries were reclaimed.
+func (n *Node) SetHorizon(ctx context.Context, schema, table string, h messages.HLC) (int, error) {
+	n.ddl.Lock()
+	defer n.ddl.Unlock()
+	var reclaimed int
+	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+		t := persistence.TableKey{Schema: schema, Table: table}
+		if err := tx.SetHorizon(t, h); err != nil {
+			return err
+		}
+		var err error
+		reclaimed, err = tx.DeleteEventsBelow(t, h)
+		return err
+	})
+	return reclaimed, err
+}
+
+// Horizon returns a table's eviction horizon.
+func (n *Node) Horizon(ctx context.Context, schema, table string) (messages.HLC, error) {
+	var h messages.HLC
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		var err error
+		h, err = tx.Horizon(persistence.TableKey{Schema: schema, Table: table})
+		return err
+	})
+	return h, err
+}
+
+// PeerKey is a trusted signer: a peer's key id, site id, Ed25519 public
+// key, and optional retirement cutoff (0: none).
+type PeerKey = sign.Key
+
+// Trust adds or replaces a trusted signer in the keyring (persisted).
+func (n *Node) Trust(ctx context.Context, k PeerKey) error {
+	if len(k.PublicKey) != ed25519.PublicKeySize {
+		return fmt.Errorf("runtime: trust: public key must be %d bytes", ed25519.PublicKeySize)
+	}
+	if len(k.Kid) == 0 {
+		k.Kid = sign.KidFor(k.PublicKey)
+	}
+	n.ddl.Lock()
+	defer n.ddl.Unlock()
+	next, err := n.keyring.Load().With(k)
+	if err != nil {
+		return err
+	}
+	if err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+		return tx.PutKey(persistence.KeyEntry{Kid: k.Kid, Site: k.Site, PublicKey: k.PublicKey, Cutoff: k.Cutoff})
+	}); err != nil {
+		return err
+	}
+	n.keyring.Store(next)
+	return nil
+}
+
+// Retire sets a signer's retirement cutoff: its events with an HLC above
+// cutoff fail verification from now on.
+func (n *Node) Retire(ctx context.Context, kid []byte, cutoff messages.HLC) error {
+	k, ok := n.keyring.Load().Lookup(kid)
+	if !ok {
+		return fmt.Errorf("runtime: retire: %w", sign.ErrUnknownKid)
+	}
+	k.Cutoff = cutoff
+	return n.Trust(ctx, k)
+}
+
+// TrustedKeys lists the keyring, sorted by kid.
+func (n *Node) TrustedKeys() []PeerKey {
+	keys := n.keyring.Load().Keys()
+	sort.Slice(keys, func(i, j int) bool { return bytes.Compare(keys[i].Kid, keys[j].Kid) < 0 })
+	return keys
+}
+
+// Clock returns the node's last issued or observed HLC.
+func (n *Node) Clock() messages.HLC { return n.clock.Last() }
