@@ -1,0 +1,640 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/runtime"
+)
+
+// errNoNode: --dir holds no node (run init first).
+var errNoNode = errors.New("sspctl: no node in directory (run sspctl init)")
+
+// nodeExists reports whether dir already holds a node's store. The file
+// name is runtime's (Config.Dir documents node.db).
+func nodeExists(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "node.db"))
+	return err == nil
+}
+
+// withNode opens the existing node in dir, runs fn and closes the node.
+// It refuses a directory without a node rather than letting runtime.Open
+// create half a node there.
+func withNode(e env, dir string, fn func(n *runtime.Node) error) error {
+	if !nodeExists(dir) {
+		return fmt.Errorf("%w: %s", errNoNode, dir)
+	}
+	return openAndRun(e, runtime.Config{Dir: dir}, fn)
+}
+
+// lockNotice is how long Open may wait before sspctl says why: bbolt
+// waits for the file lock without a bound while another process (an
+// application, another sspctl) has the node open.
+const lockNotice = 2 * time.Second
+
+func openAndRun(e env, cfg runtime.Config, fn func(n *runtime.Node) error) error {
+	printed := make(chan struct{})
+	notice := time.AfterFunc(lockNotice, func() {
+		defer close(printed)
+		fmt.Fprintf(e.stderr, "sspctl: waiting for the lock on %s (is another process using this node?)\n", filepath.Join(cfg.Dir, "node.db"))
+	})
+	n, err := runtime.Open(e.ctx, cfg)
+	if !notice.Stop() {
+		<-printed // never write stderr from two goroutines
+	}
+	if err != nil {
+		return err
+	}
+	err = fn(n)
+	if cerr := n.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ---- init / identity ----
+
+func initFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required); created if missing")
+	mesh := fs.String("mesh", "", "mesh id as text (UTF-8 bytes); default: 16 random bytes")
+	meshHex := fs.String("mesh-hex", "", "mesh id as hex (as printed by init/identity); exclusive with --mesh")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir"); err != nil {
+			return err
+		}
+		if *mesh != "" && *meshHex != "" {
+			return inputErr("--mesh and --mesh-hex are exclusive")
+		}
+		var id []byte
+		switch {
+		case *mesh != "":
+			id = []byte(*mesh)
+		case *meshHex != "":
+			b, err := decodeHex("--mesh-hex", *meshHex)
+			if err != nil {
+				return err
+			}
+			if len(b) == 0 {
+				return inputErr("--mesh-hex is empty")
+			}
+			id = b
+		}
+		existed := nodeExists(*dir)
+		if !existed && id == nil {
+			id = make([]byte, 16)
+			if _, err := rand.Read(id); err != nil {
+				return err
+			}
+		}
+		// On an existing node a given mesh id must match (runtime.ErrMeshMismatch);
+		// without one the stored id is used.
+		return openAndRun(e, runtime.Config{Dir: *dir, MeshID: id}, func(n *runtime.Node) error {
+			if existed {
+				fmt.Fprintf(e.stdout, "existing node in %s (identity unchanged)\n", *dir)
+			} else {
+				fmt.Fprintf(e.stdout, "created node in %s\n", *dir)
+			}
+			printIdentity(e.stdout, n.Identity())
+			return nil
+		})
+	}
+}
+
+func identityFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir"); err != nil {
+			return err
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			printIdentity(e.stdout, n.Identity())
+			return nil
+		})
+	}
+}
+
+// printIdentity prints one "name value" pair a line, then the command
+// lines a peer runs to join the same mesh and trust this node.
+func printIdentity(w io.Writer, id runtime.Identity) {
+	fmt.Fprintf(w, "site     %s\n", id.Site)
+	fmt.Fprintf(w, "kid      %s\n", hex.EncodeToString(id.Kid))
+	fmt.Fprintf(w, "pubkey   %s\n", hex.EncodeToString(id.PublicKey))
+	fmt.Fprintf(w, "mesh     %s\n", hex.EncodeToString(id.MeshID))
+	if printable(id.MeshID) {
+		fmt.Fprintf(w, "mesh-text %q\n", id.MeshID)
+	}
+	fmt.Fprintf(w, "# on a peer, join the same mesh:\n")
+	fmt.Fprintf(w, "sspctl init --dir PEER_DIR --mesh-hex %s\n", hex.EncodeToString(id.MeshID))
+	fmt.Fprintf(w, "# on a peer, trust this node:\n")
+	fmt.Fprintf(w, "sspctl trust --dir PEER_DIR --kid %s --site %s --pubkey %s\n",
+		hex.EncodeToString(id.Kid), id.Site, hex.EncodeToString(id.PublicKey))
+}
+
+func printable(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, r := range string(b) {
+		if r == unicode.ReplacementChar || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// ---- define / add-column / tables ----
+
+func defineFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	schema := fs.String("schema", "", "schema name (required)")
+	table := fs.String("table", "", "table name (required)")
+	key := fs.String("key", "", "comma-separated key columns; defines the table (idempotent for the same definition)")
+	cols := fs.String("columns", "", "comma-separated value columns of the new table")
+	add := fs.String("add-column", "", "comma-separated value columns to add (runtime.AddColumn), after defining if --key is given")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir", "schema", "table"); err != nil {
+			return err
+		}
+		if *key == "" && *add == "" {
+			return inputErr("give --key (define) and/or --add-column")
+		}
+		if *key == "" && *cols != "" {
+			return inputErr("--columns needs --key")
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			if *key != "" {
+				def := runtime.TableDef{Schema: *schema, Table: *table, KeyColumns: splitList(*key), Columns: splitList(*cols)}
+				if err := n.DefineTable(e.ctx, def); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "defined %s.%s key=%s columns=%s\n", *schema, *table, strings.Join(def.KeyColumns, ","), strings.Join(def.Columns, ","))
+			}
+			return addColumns(e, n, *schema, *table, splitList(*add))
+		})
+	}
+}
+
+func addColumns(e env, n *runtime.Node, schema, table string, cols []string) error {
+	for _, c := range cols {
+		if err := n.AddColumn(e.ctx, schema, table, c); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "added column %s.%s.%s\n", schema, table, c)
+	}
+	return nil
+}
+
+func addColumnFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	schema := fs.String("schema", "", "schema name (required)")
+	table := fs.String("table", "", "table name (required)")
+	col := fs.String("column", "", "comma-separated value columns to add (required)")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir", "schema", "table", "column"); err != nil {
+			return err
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			return addColumns(e, n, *schema, *table, splitList(*col))
+		})
+	}
+}
+
+func tablesFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir"); err != nil {
+			return err
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			defs, err := n.Tables(e.ctx)
+			if err != nil {
+				return err
+			}
+			for _, d := range defs {
+				h, err := n.Horizon(e.ctx, d.Schema, d.Table)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "%s.%s key=%s columns=%s horizon=%s\n", d.Schema, d.Table,
+					strings.Join(d.KeyColumns, ","), strings.Join(d.Columns, ","), h)
+			}
+			return nil
+		})
+	}
+}
+
+// ---- trust / keys ----
+
+func trustFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	kid := fs.String("kid", "", "peer key id, hex (as printed by the peer's init); empty: derived from --pubkey")
+	site := fs.String("site", "", "peer site id, 32 hex digits (required)")
+	pub := fs.String("pubkey", "", "peer Ed25519 public key, 64 hex digits (required)")
+	cutoff := fs.String("cutoff", "", "retirement cutoff HLC (physical.logical or raw): the peer's events above it fail verification; default none")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir", "site", "pubkey"); err != nil {
+			return err
+		}
+		var k runtime.PeerKey
+		var err error
+		if *kid != "" {
+			if k.Kid, err = decodeHex("--kid", *kid); err != nil {
+				return err
+			}
+		}
+		if k.Site, err = messages.ParseSiteID(strings.TrimSpace(*site)); err != nil {
+			return inputErr("--site: %v", err)
+		}
+		if k.PublicKey, err = decodeHex("--pubkey", *pub); err != nil {
+			return err
+		}
+		if len(k.PublicKey) != 32 {
+			return inputErr("--pubkey: want 32 bytes (64 hex digits), got %d", len(k.PublicKey))
+		}
+		if *cutoff != "" {
+			if k.Cutoff, err = parseHLC(*cutoff); err != nil {
+				return err
+			}
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			if err := n.Trust(e.ctx, k); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "trusted site %s\n", k.Site)
+			return nil
+		})
+	}
+}
+
+func keysFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir"); err != nil {
+			return err
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			self := n.Identity()
+			for _, k := range n.TrustedKeys() {
+				cut := "none"
+				if k.Cutoff != 0 {
+					cut = k.Cutoff.String()
+				}
+				tag := ""
+				if bytes.Equal(k.Kid, self.Kid) {
+					tag = " (self)"
+				}
+				fmt.Fprintf(e.stdout, "kid=%s site=%s pubkey=%s cutoff=%s%s\n",
+					hex.EncodeToString(k.Kid), k.Site, hex.EncodeToString(k.PublicKey), cut, tag)
+			}
+			return nil
+		})
+	}
+}
+
+// ---- horizon ----
+
+func horizonFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	schema := fs.String("schema", "", "schema name (required)")
+	table := fs.String("table", "", "table name (required)")
+	hlc := fs.String("hlc", "", "new eviction horizon (physical.logical or raw); empty: print the current one")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir", "schema", "table"); err != nil {
+			return err
+		}
+		var h messages.HLC
+		if *hlc != "" {
+			var err error
+			if h, err = parseHLC(*hlc); err != nil {
+				return err
+			}
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			if *hlc == "" {
+				cur, err := n.Horizon(e.ctx, *schema, *table)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "horizon %s.%s %s\n", *schema, *table, cur)
+				return nil
+			}
+			// SSP/1 §13.4–13.5: events below the horizon apply as no-ops and
+			// the retained log below it is reclaimed.
+			reclaimed, err := n.SetHorizon(e.ctx, *schema, *table, h)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "horizon %s.%s %s reclaimed=%d\n", *schema, *table, h, reclaimed)
+			return nil
+		})
+	}
+}
+
+// ---- sign ----
+
+func signFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	in := fs.String("in", "-", `JSON event file, "-" for stdin; one or more objects like {"schema":"app","table":"t","key":{"id":1},"payload":{"a":"x","b":null}} (payload null or "delete":true: delete; optional "hlc"; {"$bytes":"hex"} for byte strings)`)
+	out := fs.String("out", "", "output file; default stdout")
+	asHex := fs.Bool("hex", false, "write each signed event as hex on its own line (required for more than one event); default raw COSE bytes")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir"); err != nil {
+			return err
+		}
+		var r io.Reader = e.stdin
+		if *in != "-" && *in != "" {
+			f, err := os.Open(*in)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			r = f
+		}
+		evs, err := parseEvents(r)
+		if err != nil {
+			return err
+		}
+		if len(evs) > 1 && !*asHex {
+			return inputErr("%d events: raw output holds one event; use --hex", len(evs))
+		}
+		var signed [][]byte
+		err = withNode(e, *dir, func(n *runtime.Node) error {
+			assignHLCs(n.Clock(), time.Now, evs)
+			for _, p := range evs {
+				raw, err := n.Sign(&p.Event)
+				if err != nil {
+					return inputErr("sign %s.%s: %v", p.Event.Schema, p.Event.Table, err)
+				}
+				signed = append(signed, raw)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		for _, s := range signed {
+			if *asHex {
+				fmt.Fprintf(&buf, "%s\n", hex.EncodeToString(s))
+			} else {
+				buf.Write(s)
+			}
+		}
+		if *out == "" || *out == "-" {
+			_, err = e.stdout.Write(buf.Bytes())
+			return err
+		}
+		return os.WriteFile(*out, buf.Bytes(), 0o644)
+	}
+}
+
+// assignHLCs gives every event without an HLC a fresh one: above the
+// node's last issued or observed HLC (runtime.Node.Clock, which after
+// Open is the persisted high-water mark, itself above everything the node
+// ever issued) and not below the wall clock; successive events get
+// strictly increasing values.
+//
+// Limitation: runtime exposes no way to issue (tick and persist) an HLC
+// without applying an event, so the value is not recorded by the node.
+// A later local write on the same node could be issued the same HLC,
+// which SSP/1 §13.5 forbids for distinct events. To make that unlikely,
+// when the HLC comes from the wall clock sspctl waits until the wall clock
+// has passed its millisecond, so a later clock tick starts above it.
+func assignHLCs(last messages.HLC, now func() time.Time, evs []parsedEvent) {
+	next := last + 1
+	fromWall := false
+	for i := range evs {
+		if evs[i].HasHLC {
+			continue
+		}
+		wall := messages.HLC(uint64(now().UnixMilli()) << 16)
+		if wall > next {
+			next, fromWall = wall, true
+		}
+		evs[i].Event.HLC = next
+		next++
+	}
+	if !fromWall {
+		return
+	}
+	deadline := now().Add(50 * time.Millisecond)
+	for uint64(now().UnixMilli()) <= (next-1).Physical() && now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// ---- apply ----
+
+func applyFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	asHex := fs.Bool("hex", false, `files hold hex, one signed event a line (blank lines and # comments skipped); default: each file is one raw COSE_Sign1 event. "-" reads stdin`)
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir"); err != nil {
+			return err
+		}
+		files := fs.Args()
+		if len(files) == 0 {
+			return inputErr("no input files")
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			var failed error
+			for _, name := range files {
+				if err := applyFile(e, n, name, *asHex); err != nil {
+					// Infrastructure failure: report it, go on with the
+					// other files, exit non-zero at the end.
+					fmt.Fprintf(e.stderr, "sspctl apply: %s: %v\n", name, err)
+					failed = errors.Join(failed, err)
+				}
+			}
+			if failed != nil {
+				return fmt.Errorf("some inputs failed: %w", failed)
+			}
+			return nil
+		})
+	}
+}
+
+func readInput(e env, name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(e.stdin)
+	}
+	return os.ReadFile(name)
+}
+
+// applyFile applies one file's events. Dropped, rejected or held events
+// are outcomes, printed like any other; only I/O and node errors return.
+func applyFile(e env, n *runtime.Node, name string, asHex bool) error {
+	data, err := readInput(e, name)
+	if err != nil {
+		return err
+	}
+	if !asHex {
+		return applyOne(e, n, name, data)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		where := fmt.Sprintf("%s:%d", name, line)
+		raw, err := hex.DecodeString(text)
+		if err != nil {
+			// Never reached the node: reported as the drop it would be
+			// (a malformed signed event), not as an infrastructure error.
+			fmt.Fprintf(e.stdout, "%s id=- outcome=dropped reason=malformed detail=%q\n", where, "not submitted: line is not hex: "+err.Error())
+			continue
+		}
+		if err := applyOne(e, n, where, raw); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+func applyOne(e env, n *runtime.Node, where string, raw []byte) error {
+	o, err := n.ApplySigned(e.ctx, raw)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	fmt.Fprintln(e.stdout, formatOutcome(where, o))
+	return nil
+}
+
+// formatOutcome prints one outcome on one line of key=value pairs.
+func formatOutcome(where string, o messages.Outcome) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s id=%s outcome=%s reason=%s", where, o.ID, o.Kind, o.Reason)
+	if o.BelowHorizon {
+		b.WriteString(" below_horizon=true")
+	}
+	if o.Schema != "" {
+		fmt.Fprintf(&b, " table=%s.%s site=%s hlc=%s", o.Schema, o.Table, o.Site, o.HLC)
+	}
+	fmt.Fprintf(&b, " detail=%q", o.Detail)
+	return b.String()
+}
+
+// ---- dump ----
+
+// dumpTable is dump's JSON document.
+type dumpTable struct {
+	Schema     string    `json:"schema"`
+	Table      string    `json:"table"`
+	KeyColumns []string  `json:"key_columns"`
+	Columns    []string  `json:"columns"`
+	Horizon    string    `json:"horizon"`
+	Rows       []dumpRow `json:"rows"`
+}
+
+type dumpRow struct {
+	Key       map[string]any      `json:"key"`
+	Exists    bool                `json:"exists"`
+	Existence *clockJSON          `json:"existence"`
+	Tomb      *clockJSON          `json:"tomb"`
+	Cells     map[string]dumpCell `json:"cells"`
+}
+
+// dumpCell: Value is a pointer to the raw JSON so that an unmaterialized
+// cell has no "value" field at all while a null is "value": null (§13.6).
+type dumpCell struct {
+	State string           `json:"state"`
+	Value *json.RawMessage `json:"value,omitempty"`
+	Clock *clockJSON       `json:"clock"`
+}
+
+func dumpFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	schema := fs.String("schema", "", "schema name (required)")
+	table := fs.String("table", "", "table name (required)")
+	all := fs.Bool("all", true, "include tombstoned rows (default true: dump is a debugging tool; --all=false shows live rows only)")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir", "schema", "table"); err != nil {
+			return err
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			doc, err := dump(e.ctx, n, *schema, *table, *all)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(doc)
+		})
+	}
+}
+
+func dump(ctx context.Context, n *runtime.Node, schema, table string, all bool) (*dumpTable, error) {
+	doc := &dumpTable{Schema: schema, Table: table, Rows: []dumpRow{}}
+	defs, err := n.Tables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range defs {
+		if d.Schema == schema && d.Table == table {
+			doc.KeyColumns, doc.Columns = d.KeyColumns, d.Columns
+		}
+	}
+	h, err := n.Horizon(ctx, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	doc.Horizon = h.String()
+	var rowErr error
+	err = n.Scan(ctx, schema, table, runtime.ScanOptions{IncludeDeleted: all}, func(r runtime.Row) bool {
+		dr, err := dumpOne(r)
+		if err != nil {
+			rowErr = err
+			return false
+		}
+		doc.Rows = append(doc.Rows, dr)
+		return true
+	})
+	if err == nil {
+		err = rowErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+func dumpOne(r runtime.Row) (dumpRow, error) {
+	key, err := columnsJSON(r.Key)
+	if err != nil {
+		return dumpRow{}, fmt.Errorf("row key: %w", err)
+	}
+	dr := dumpRow{Key: key, Exists: r.Exists, Existence: clockOut(r.Existence), Tomb: clockOut(r.Tomb), Cells: map[string]dumpCell{}}
+	for name, c := range r.Cells {
+		dc := dumpCell{State: c.State.String(), Clock: clockOut(c.Clock)}
+		if c.State != runtime.Unmaterialized {
+			v, err := valueJSON(c.Value)
+			if err != nil {
+				return dumpRow{}, fmt.Errorf("cell %s: %w", name, err)
+			}
+			b, err := json.Marshal(v)
+			if err != nil {
+				return dumpRow{}, fmt.Errorf("cell %s: %w", name, err)
+			}
+			raw := json.RawMessage(b)
+			dc.Value = &raw
+		}
+		dr.Cells[name] = dc
+	}
+	return dr, nil
+}
