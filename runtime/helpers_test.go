@@ -199,4 +199,6 @@ func cellString(t *testing.T, r Row, col string) (string, CellState) {
 	return *s, st
 }
 
-func sameCell(a, b Cell) bool { return a.State == b.State && a.Value.Equal(b.Value) && a.Clock == b.Clock }
+func sameCell(a, b Cell) bool {
+	return a.State == b.State && a.Value.Equal(b.Value) && a.Clock == b.Clock
+}

@@ -99,7 +99,7 @@ func (c *Chokepoint) check(raw []byte) checked {
 		c.cfg.Logger.Debug("apply: event out of scope dropped", "schema", e.Schema, "table", e.Table, "id", id)
 		return checked{out: out, final: true}
 	}
-	return checked{out: out, req: &syncgroup.Apply{ID: id, Raw: raw, Event: e}}
+	return checked{out: out, req: &syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: e.RowKey()}}
 }
 
 func signerOf(kr *sign.Keyring, raw []byte) (sign.Key, bool) {

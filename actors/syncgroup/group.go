@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -31,7 +32,10 @@ type Apply struct {
 	ID    messages.EventID
 	Raw   []byte
 	Event *messages.Event
-	Reply chan<- Result
+	// RowKey is Event.RowKey(), computed by the caller (pure work, outside
+	// the actor); nil to have the group compute it.
+	RowKey []byte
+	Reply  chan<- Result
 }
 
 // Result answers Apply.
@@ -54,6 +58,9 @@ type ReleaseResult struct {
 
 type flush struct{}
 
+// drain asks a group to answer once nothing is pending or in flight.
+type drain struct{ done chan struct{} }
+
 // Deps are what a group actor needs from its node.
 type Deps struct {
 	Store   persistence.SyncStore
@@ -63,134 +70,182 @@ type Deps struct {
 	Logger  *slog.Logger
 }
 
+// groupActor serializes one group's events: it drains its mailbox into a
+// batch, sorts it in HLC order, hands it to the committer, and answers
+// each caller once the batch is durable. One batch is in flight at a
+// time; what arrives meanwhile forms the next batch.
 type groupActor struct {
-	key     persistence.GroupKey
-	deps    Deps
-	pending []*Apply
-	queued  bool
-	held    bool
+	key       persistence.GroupKey
+	deps      Deps
+	committer *actor.PID
+	pending   []*Apply
+	inflight  []*Apply
+	queued    bool
+	drains    []chan struct{}
 }
 
-func newGroupActor(key persistence.GroupKey, deps Deps) *groupActor {
-	return &groupActor{key: key, deps: deps}
+func newGroupActor(key persistence.GroupKey, deps Deps, committer *actor.PID) *groupActor {
+	return &groupActor{key: key, deps: deps, committer: committer}
 }
 
 func (g *groupActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *actor.Started:
-		g.loadHeld()
 	case *Apply:
 		g.pending = append(g.pending, m)
-		if !g.queued {
+		if !g.queued && g.inflight == nil {
 			// Everything already in the mailbox is ahead of this marker,
-			// so the flush commits all of it in one transaction.
+			// so the flush takes all of it as one batch.
 			g.queued = true
 			ctx.Send(ctx.Self(), flush{})
 		}
 	case flush:
 		g.queued = false
-		g.commit()
+		g.send(ctx)
+	case *committed:
+		g.finish(m)
+		g.send(ctx)
+		g.answerDrains()
 	case *Release:
-		g.commit()
 		n, err := g.release()
 		m.Reply <- ReleaseResult{Released: n, Err: err}
-	case *actor.Stopping:
-		// A stop that overtook the flush marker must not strand callers.
-		g.commit()
+	case *drain:
+		g.drains = append(g.drains, m.done)
+		g.answerDrains()
 	}
 }
 
-func (g *groupActor) loadHeld() {
-	err := g.deps.Store.View(context.Background(), func(tx persistence.SyncReader) error {
-		seqs, err := tx.HeldEvents(g.key)
-		g.held = len(seqs) > 0
-		return err
-	})
-	if err != nil {
-		g.deps.Logger.Error("syncgroup: load held state", "group", g.key, "err", err)
+func (g *groupActor) answerDrains() {
+	if len(g.pending) > 0 || g.inflight != nil || g.queued {
+		return
 	}
+	for _, d := range g.drains {
+		close(d)
+	}
+	g.drains = nil
+}
+
+// batchResult is what one batch produced inside the transaction.
+type batchResult struct {
+	outcomes []messages.Outcome
+	notices  notices
 }
 
 type notices []messages.Notice
 
-func (g *groupActor) commit() {
-	if len(g.pending) == 0 {
+func (g *groupActor) send(ctx actor.Context) {
+	if g.inflight != nil || len(g.pending) == 0 {
 		return
 	}
 	batch := g.pending
 	g.pending = nil
+	g.inflight = batch
 	// SSP/1 §13: materialize in HLC order within the batch.
 	sort.SliceStable(batch, func(i, j int) bool { return batch[i].Event.HLC < batch[j].Event.HLC })
-	results := make([]messages.Outcome, len(batch))
-	var ns notices
-	var heldNow bool
-	err := g.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
-		ns, heldNow = ns[:0], g.held
+	key := g.key
+	ctx.Send(g.committer, &batchWork{from: ctx.Self(), run: func(tx persistence.SyncTx) (batchResult, error) {
+		r := batchResult{outcomes: make([]messages.Outcome, len(batch))}
+		tc := &tableCache{}
 		for i, req := range batch {
-			out, err := g.applyOne(tx, req, &ns, &heldNow)
+			out, err := applyOne(tx, key, tc, req, &r.notices)
 			if err != nil {
-				return err
+				return batchResult{}, err
 			}
-			results[i] = out
+			r.outcomes[i] = out
 		}
-		return nil
-	})
-	if err != nil {
-		err = fmt.Errorf("syncgroup %s/%s/%s: %w", g.key.Site, g.key.Schema, g.key.Table, err)
+		return r, nil
+	}})
+}
+
+func (g *groupActor) finish(m *committed) {
+	batch := g.inflight
+	g.inflight = nil
+	if m.err != nil {
+		err := fmt.Errorf("syncgroup %s/%s/%s: %w", g.key.Site, g.key.Schema, g.key.Table, m.err)
 		for _, req := range batch {
 			req.Reply <- Result{Err: err}
 		}
 		return
 	}
-	g.held = heldNow
 	for i, req := range batch {
-		out := results[i]
+		out := m.res.outcomes[i]
 		if out.Kind == messages.Applied || out.Kind == messages.Held {
 			g.deps.Observe(req.Event.HLC)
 		}
 		g.deps.Count(out)
 	}
-	for _, n := range ns {
+	for _, n := range m.res.notices {
 		g.deps.Notify(n)
 	}
 	for i, req := range batch {
-		req.Reply <- Result{Outcome: results[i]}
+		req.Reply <- Result{Outcome: m.res.outcomes[i]}
 	}
 }
 
 // applyOne runs steps 4 and on of the chokepoint for one event inside tx:
 // idempotent insert, held/dropped resolution (§13.6), horizon, materialize.
-func (g *groupActor) applyOne(tx persistence.SyncTx, req *Apply, ns *notices, held *bool) (messages.Outcome, error) {
+// tableCache holds a group's table definition and horizon for one batch:
+// every event of a group names the same table, and one transaction sees
+// one state of it.
+type tableCache struct {
+	loaded  bool
+	def     persistence.TableDef
+	defined bool
+	horizon messages.HLC
+}
+
+func (c *tableCache) load(tx persistence.SyncReader, t persistence.TableKey) error {
+	if c.loaded && c.defined {
+		return nil
+	}
+	var err error
+	if c.def, c.defined, err = tx.Table(t); err != nil {
+		return err
+	}
+	if c.defined {
+		if c.horizon, err = tx.Horizon(t); err != nil {
+			return err
+		}
+	}
+	c.loaded = true
+	return nil
+}
+
+func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, req *Apply, ns *notices) (messages.Outcome, error) {
 	e := req.Event
+	if req.RowKey == nil {
+		req.RowKey = e.RowKey()
+	}
 	out := messages.Outcome{ID: req.ID, Site: e.Site, Schema: e.Schema, Table: e.Table, HLC: e.HLC}
 	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
 
 	// §12 step 4: idempotent insert keyed on the event id.
-	if _, ok, err := tx.Event(req.ID); err != nil {
+	if se, ok, err := tx.Event(req.ID); err != nil {
 		return out, err
 	} else if ok {
-		if *held {
+		held, err := tx.HeldEvents(key)
+		if err != nil {
+			return out, err
+		}
+		out.Kind = messages.Duplicate
+		if slices.Contains(held, se.Seq) {
 			out.Kind = messages.Held // still waiting for its table: the watermark must not pass it
-		} else {
-			out.Kind = messages.Duplicate
 		}
 		return out, nil
 	}
 
-	def, ok, err := tx.Table(t)
-	if err != nil {
+	if err := tc.load(tx, t); err != nil {
 		return out, err
 	}
+	def, ok := tc.def, tc.defined
 	if !ok {
 		// §13.6: destination table missing → hold the group, retry later.
 		seq, err := tx.AppendEvent(stored(req))
 		if err != nil {
 			return out, err
 		}
-		if err := tx.HoldEvent(g.key, seq); err != nil {
+		if err := tx.HoldEvent(key, seq); err != nil {
 			return out, err
 		}
-		*held = true
 		out.Kind = messages.Held
 		*ns = append(*ns, messages.GroupHeld{Site: e.Site, Schema: e.Schema, Table: e.Table, EventID: req.ID})
 		return out, nil
@@ -200,10 +255,7 @@ func (g *groupActor) applyOne(tx persistence.SyncTx, req *Apply, ns *notices, he
 		*ns = append(*ns, messages.EventDropped{Outcome: out})
 		return out, nil
 	}
-	h, err := tx.Horizon(t)
-	if err != nil {
-		return out, err
-	}
+	h := tc.horizon
 	out.Kind = messages.Applied
 	if e.HLC < h {
 		// §13.5: below the horizon counts as applied and writes nothing.
@@ -213,7 +265,7 @@ func (g *groupActor) applyOne(tx persistence.SyncTx, req *Apply, ns *notices, he
 	if _, err := tx.AppendEvent(stored(req)); err != nil {
 		return out, err
 	}
-	return out, materializeInto(tx, def, h, e, req.ID, ns)
+	return out, materializeInto(tx, def, h, e, req.RowKey, req.ID, ns)
 }
 
 func resolveKey(def persistence.TableDef, e *messages.Event) (messages.Reason, string) {
@@ -232,7 +284,7 @@ func resolveKey(def persistence.TableDef, e *messages.Event) (messages.Reason, s
 
 func stored(req *Apply) persistence.StoredEvent {
 	e := req.Event
-	return persistence.StoredEvent{ID: req.ID, Raw: req.Raw, Site: e.Site, HLC: e.HLC, Schema: e.Schema, Table: e.Table, RowKey: e.RowKey()}
+	return persistence.StoredEvent{ID: req.ID, Raw: req.Raw, Site: e.Site, HLC: e.HLC, Schema: e.Schema, Table: e.Table, RowKey: req.RowKey}
 }
 
 // RowLog reads a row's retained events from tx for a rebuild.
@@ -248,9 +300,8 @@ func RowLog(tx persistence.SyncReader, t persistence.TableKey, rowKey []byte) ma
 	}
 }
 
-func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages.HLC, e *messages.Event, id messages.EventID, ns *notices) error {
+func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages.HLC, e *messages.Event, rowKey []byte, id messages.EventID, ns *notices) error {
 	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
-	rowKey := e.RowKey()
 	row, _, err := tx.Row(t, rowKey)
 	if err != nil {
 		return err
@@ -320,7 +371,7 @@ func (g *groupActor) release() (int, error) {
 			if e.HLC < h {
 				continue
 			}
-			if err := materializeInto(tx, def, h, e, se.ID, &ns); err != nil {
+			if err := materializeInto(tx, def, h, e, se.RowKey, se.ID, &ns); err != nil {
 				return err
 			}
 		}
@@ -331,9 +382,6 @@ func (g *groupActor) release() (int, error) {
 	})
 	if err != nil {
 		return 0, err
-	}
-	if n > 0 || g.held {
-		g.held = false
 	}
 	for _, x := range ns {
 		g.deps.Notify(x)

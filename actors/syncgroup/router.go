@@ -18,6 +18,8 @@ type Router struct {
 	deps   Deps
 	prefix string
 
+	committer *actor.PID
+
 	mu     sync.Mutex
 	groups map[persistence.GroupKey]*actor.PID
 	closed bool
@@ -26,7 +28,9 @@ type Router struct {
 // NewRouter returns a router spawning group actors on system. prefix
 // keeps actor names of several nodes on one system apart.
 func NewRouter(system *actor.ActorSystem, prefix string, deps Deps) *Router {
-	return &Router{system: system, deps: deps, prefix: prefix, groups: make(map[persistence.GroupKey]*actor.PID)}
+	c := &committer{store: deps.Store}
+	return &Router{system: system, deps: deps, prefix: prefix, groups: make(map[persistence.GroupKey]*actor.PID),
+		committer: system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }))}
 }
 
 // PID returns the group's actor, spawning it on first use. ok is false
@@ -40,7 +44,7 @@ func (r *Router) PID(key persistence.GroupKey) (*actor.PID, bool) {
 	if pid, ok := r.groups[key]; ok {
 		return pid, true
 	}
-	g := newGroupActor(key, r.deps)
+	g := newGroupActor(key, r.deps, r.committer)
 	props := actor.PropsFromProducer(func() actor.Actor { return g })
 	pid := r.system.Root.Spawn(props)
 	r.groups[key] = pid
@@ -76,8 +80,8 @@ func (r *Router) Release(ctx context.Context, keys []persistence.GroupKey) (int,
 	return total, nil
 }
 
-// Stop drains every group actor: pending requests are committed and
-// answered before it returns.
+// Stop drains every group actor (pending requests are committed and
+// answered), then stops the groups and the committer.
 func (r *Router) Stop(timeout time.Duration) {
 	r.mu.Lock()
 	r.closed = true
@@ -86,20 +90,19 @@ func (r *Router) Stop(timeout time.Duration) {
 		pids = append(pids, pid)
 	}
 	r.mu.Unlock()
-	var wg sync.WaitGroup
+	deadline := time.After(timeout)
 	for _, pid := range pids {
-		wg.Add(1)
-		go func(pid *actor.PID) {
-			defer wg.Done()
-			_ = r.system.Root.PoisonFuture(pid).Wait()
-		}(pid)
+		done := make(chan struct{})
+		r.system.Root.Send(pid, &drain{done: done})
+		select {
+		case <-done:
+		case <-deadline:
+		}
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(timeout):
+	for _, pid := range pids {
+		_ = r.system.Root.StopFuture(pid).Wait()
 	}
+	_ = r.system.Root.PoisonFuture(r.committer).Wait()
 }
 
 // Send delivers a message to a group actor.

@@ -1,0 +1,73 @@
+package syncgroup
+
+import (
+	"context"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// The committer is the node's single writer of sync-group batches. bbolt
+// admits one write transaction at a time, so separate transactions per
+// group would queue behind each other, each paying its own fsync. Group
+// actors hand their drained batches to the committer instead; it drains
+// its own mailbox and runs every batch waiting there in ONE transaction,
+// then answers each group after that transaction is durable.
+
+// batchWork is one group's drained batch. run executes inside the shared
+// transaction; it must only touch the batch it closes over.
+type batchWork struct {
+	run  func(tx persistence.SyncTx) (batchResult, error)
+	from *actor.PID
+}
+
+// committed answers batchWork, sent back to the group actor.
+type committed struct {
+	res batchResult
+	err error
+}
+
+type committer struct {
+	store   persistence.SyncStore
+	pending []*batchWork
+	queued  bool
+}
+
+func (c *committer) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *batchWork:
+		c.pending = append(c.pending, m)
+		if !c.queued {
+			c.queued = true
+			ctx.Send(ctx.Self(), flush{})
+		}
+	case flush:
+		c.queued = false
+		c.commit(ctx)
+	case *actor.Stopping:
+		c.commit(ctx)
+	}
+}
+
+func (c *committer) commit(ctx actor.Context) {
+	if len(c.pending) == 0 {
+		return
+	}
+	works := c.pending
+	c.pending = nil
+	results := make([]batchResult, len(works))
+	err := c.store.Update(context.Background(), func(tx persistence.SyncTx) error {
+		for i, w := range works {
+			r, err := w.run(tx)
+			if err != nil {
+				return err
+			}
+			results[i] = r
+		}
+		return nil
+	})
+	for i, w := range works {
+		ctx.Send(w.from, &committed{res: results[i], err: err})
+	}
+}

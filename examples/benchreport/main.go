@@ -1,0 +1,197 @@
+// Command benchreport prints syncmesh's benchmark report (`make bench`):
+// each throughput beside a ceiling or a peer measured in the same run, as
+// a ratio, because the machines it runs on are small and noisy.
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncmesh/syncmesh/crypto/sign"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/runtime"
+)
+
+var (
+	mesh       = []byte("bench-mesh")
+	cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the one-core apply run here")
+)
+
+func main() {
+	events := flag.Int("events", 20000, "signed events per apply run")
+	writers := flag.Int("writers", 4, "concurrent ApplySignedBatch callers")
+	batch := flag.Int("batch", 500, "events per ApplySignedBatch call")
+	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
+	flag.Parse()
+	if err := syncReport(*events, *writers, *batch, *sites); err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+type peer struct {
+	signer *sign.Signer
+}
+
+func makeEvents(n, sites int) ([]*peer, [][]byte, error) {
+	peers := make([]*peer, sites)
+	for i := range peers {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, nil, err
+		}
+		peers[i] = &peer{signer: sign.NewSigner(messages.SiteID{byte(i + 1), 0xbe}, priv)}
+	}
+	base := uint64(time.Now().UnixMilli())
+	raws := make([][]byte, n)
+	for i := 0; i < n; i++ {
+		p := peers[i%sites]
+		h, _ := messages.NewHLC(base, uint16(i/sites))
+		if i/sites > 0xffff {
+			h, _ = messages.NewHLC(base+uint64(i/sites>>16), uint16(i/sites))
+		}
+		e := &messages.Event{Site: p.signer.Site(), HLC: h, Schema: "bench", Table: "t",
+			Key:     messages.Columns{"id": messages.MustValue(i % 5000)},
+			Payload: messages.Columns{"a": messages.MustValue(fmt.Sprintf("value-%d", i)), "b": messages.MustValue(i)}}
+		raw, err := p.signer.Sign(e, mesh)
+		if err != nil {
+			return nil, nil, err
+		}
+		raws[i] = raw
+	}
+	return peers, raws, nil
+}
+
+// verifyRate is the ceiling: bare COSE_Sign1 decode+verify, one goroutine
+// per core.
+func verifyRate(kr *sign.Keyring, raws [][]byte, procs int) float64 {
+	prev := goruntime.GOMAXPROCS(procs)
+	defer goruntime.GOMAXPROCS(prev)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < procs; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(raws) {
+					return
+				}
+				if _, err := sign.Verify(kr, raws[i], mesh); err != nil {
+					panic(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(len(raws)) / time.Since(start).Seconds()
+}
+
+// applyRate measures ApplySigned into a fresh bbolt node (fsync on), every
+// event durable before its outcome returns.
+func applyRate(peers []*peer, raws [][]byte, procs, writers, batch int) (float64, error) {
+	prev := goruntime.GOMAXPROCS(procs)
+	defer goruntime.GOMAXPROCS(prev)
+	dir, err := os.MkdirTemp("", "syncmesh-bench-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	n, err := runtime.Open(ctx, runtime.Config{Dir: dir, MeshID: mesh})
+	if err != nil {
+		return 0, err
+	}
+	defer n.Close()
+	if err := n.DefineTable(ctx, runtime.TableDef{Schema: "bench", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"a", "b"}}); err != nil {
+		return 0, err
+	}
+	for _, p := range peers {
+		if err := n.Trust(ctx, p.signer.Key()); err != nil {
+			return 0, err
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	start := time.Now()
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(int64(batch))) - batch
+				if i >= len(raws) {
+					return
+				}
+				outs, err := n.ApplySignedBatch(ctx, raws[i:min(i+batch, len(raws))])
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				for j, out := range outs {
+					if out.Kind != messages.Applied {
+						failed.Store(fmt.Errorf("event %d: %v", i+j, out))
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if f := failed.Load(); f != nil {
+		return 0, f.(error)
+	}
+	return float64(len(raws)) / el.Seconds(), nil
+}
+
+func syncReport(events, writers, batch, sites int) error {
+	peers, raws, err := makeEvents(events, sites)
+	if err != nil {
+		return err
+	}
+	keys := make([]sign.Key, len(peers))
+	for i, p := range peers {
+		keys[i] = p.signer.Key()
+	}
+	kr, err := sign.NewKeyring(keys...)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("== sync plane: ApplySigned into bbolt (fsync on, durable before the outcome), %d events, %d sites, %d concurrent callers of ApplySignedBatch(%d)\n", events, sites, writers, batch)
+	v1 := verifyRate(kr, raws, 1)
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		_ = pprof.StartCPUProfile(f)
+	}
+	a1, err := applyRate(peers, raws, 1, writers, batch)
+	pprof.StopCPUProfile()
+	if err != nil {
+		return err
+	}
+	v2 := verifyRate(kr, raws, 2)
+	a2, err := applyRate(peers, raws, 2, writers, batch)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("GOMAXPROCS=1  bare verify %8.0f ev/s   apply %8.0f ev/s   apply/verify = %.2f  (target >= 0.70)\n", v1, a1, a1/v1)
+	fmt.Printf("GOMAXPROCS=2  bare verify %8.0f ev/s   apply %8.0f ev/s   apply/verify = %.2f\n", v2, a2, a2/v2)
+	fmt.Printf("scaling       apply(2)/apply(1) = %.2f  (target >= 1.60)\n", a2/a1)
+	return nil
+}
