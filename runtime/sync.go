@@ -476,3 +476,34 @@ func (n *Node) TrustedKeys() []PeerKey {
 
 // Clock returns the node's last issued or observed HLC.
 func (n *Node) Clock() messages.HLC { return n.clock.Last() }
+
+// LogEntry is one event of the node's retained log.
+type LogEntry struct {
+	// Seq is the local log position: strictly increasing, never reused.
+	Seq uint64
+	ID  messages.EventID
+	// Raw is the signed event exactly as received (or written locally).
+	Raw    []byte
+	Site   messages.SiteID
+	HLC    messages.HLC
+	Schema string
+	Table  string
+}
+
+// Log returns up to limit retained events with Seq > after, in local log
+// order: the node's own events and those it received, which is what a
+// peer needs to catch up (a node offers every retained event, SSP/1 §14).
+// limit ≤ 0 means 1 000.
+func (n *Node) Log(ctx context.Context, after uint64, limit int) ([]LogEntry, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	var out []LogEntry
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		return tx.EventsAfter(after, limit, func(se persistence.StoredEvent) (bool, error) {
+			out = append(out, LogEntry{Seq: se.Seq, ID: se.ID, Raw: se.Raw, Site: se.Site, HLC: se.HLC, Schema: se.Schema, Table: se.Table})
+			return true, ctx.Err()
+		})
+	})
+	return out, err
+}
