@@ -32,7 +32,7 @@ import (
 // Errors returned by Node methods (match with errors.Is).
 var (
 	// ErrClosed: the node is closed or closing.
-	ErrClosed = errors.New("runtime: node closed")
+	ErrClosed = apply.ErrClosed
 	// ErrMeshMismatch: Config.MeshID differs from the mesh the node was created in.
 	ErrMeshMismatch = errors.New("runtime: mesh id differs from the stored one")
 	// ErrUnknownTable: the table is not defined on this node.
@@ -74,7 +74,8 @@ type Node struct {
 	// storage transaction, and row writes are serialized by the store.
 	ddl sync.Mutex
 
-	closed    chan struct{}
+	closed    chan struct{} // closed when Close starts
+	stopped   chan struct{} // closed when the actors have drained
 	closeOnce sync.Once
 	closeErr  error
 	subsMu    sync.Mutex
@@ -91,7 +92,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, closed: make(chan struct{}), subs: map[*eventstream.Subscription]*actor.PID{}}
+	n := &Node{cfg: cfg, log: cfg.Logger, closed: make(chan struct{}), stopped: make(chan struct{}), subs: map[*eventstream.Subscription]*actor.PID{}}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -179,7 +180,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		Notify:  n.publish,
 		Count:   n.metrics.count,
 		Logger:  n.log,
-		Closed:  n.closed,
+		Stopped: n.stopped,
 	})
 	// A crash between DefineTable and the release of its held groups
 	// leaves groups held for a table that now exists: release them.
@@ -328,6 +329,7 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closed)
 		n.router.Stop(n.cfg.CloseTimeout)
+		close(n.stopped)
 		n.subsMu.Lock()
 		for sub, pid := range n.subs {
 			n.system.EventStream.Unsubscribe(sub)

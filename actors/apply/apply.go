@@ -30,7 +30,7 @@ import (
 const MaxSkewMS = 300_000
 
 // ErrClosed is returned once the node is closing.
-var ErrClosed = errors.New("apply: closed")
+var ErrClosed = errors.New("syncmesh: node closed")
 
 // Config wires a Chokepoint.
 type Config struct {
@@ -42,7 +42,9 @@ type Config struct {
 	Notify  func(messages.Notice)
 	Count   func(messages.Outcome)
 	Logger  *slog.Logger
-	Closed  <-chan struct{}
+	// Stopped is closed once the group actors have drained and stopped:
+	// no answer can come after it.
+	Stopped <-chan struct{}
 }
 
 // Chokepoint is the node's single apply path.
@@ -204,13 +206,14 @@ func (c *Chokepoint) wait(ctx context.Context, reply chan syncgroup.Result) (mes
 		return res.Outcome, res.Err
 	case <-ctx.Done():
 		return messages.Outcome{}, ctx.Err()
-	case <-c.cfg.Closed:
-		// The group drains on close; prefer its answer when it comes.
+	case <-c.cfg.Stopped:
+		// Groups answer everything they accepted before stopping; a
+		// request that reached none of them gets ErrClosed.
 		select {
 		case res := <-reply:
 			return res.Outcome, res.Err
-		case <-ctx.Done():
-			return messages.Outcome{}, ctx.Err()
+		default:
+			return messages.Outcome{}, ErrClosed
 		}
 	}
 }

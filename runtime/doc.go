@@ -1,0 +1,132 @@
+// Package runtime is syncmesh's public API: a Node is one peer of a mesh,
+// with its storage, its actors and the methods an application calls.
+//
+// # Planes
+//
+// syncmesh gives an application two planes over one mesh. The sync plane
+// (SSP/1) is here: replicated tables where every local write becomes a
+// signed event, events flow between peers at least once, and every peer
+// materializes the same rows from the same events whatever the order,
+// duplication or interleaving of delivery. The delivery plane (end-to-end
+// encrypted device-to-device messages with a commit boundary) gets its
+// API in a later release.
+//
+// # Lifecycle
+//
+// Open opens or creates a node from a Config. A persistent node keeps one
+// bbolt file, node.db, under Config.Dir, sealed with a storage key (by
+// default the file storage.key in the same directory); Config.InMemory
+// keeps everything in memory. Creating a node needs Config.MeshID, the
+// mesh every signature is bound to; the node's site id and Ed25519
+// signing key are generated once and stored sealed. Reopening a node with
+// another MeshID fails with ErrMeshMismatch.
+//
+// Only one process may have a node open: Open waits up to
+// Config.LockTimeout for the file lock. Close drains the node's actors —
+// every request already accepted is committed and answered — then closes
+// storage, including the bbolt file, so the directory can be opened
+// again, in the same process too. Writes and applies after Close return
+// ErrClosed.
+//
+// Identity returns what a peer needs to trust this node (site id, key id,
+// public key, mesh id); Trust adds a peer's key to the keyring, Retire
+// sets a retirement cutoff, TrustedKeys lists the keyring. A node always
+// trusts itself.
+//
+// # Tables and writes
+//
+// DefineTable declares a table's key columns and value columns. Upsert
+// and Delete write one row: the node assigns an HLC from its clock, signs
+// the event with its key and applies it through the same path as a
+// received event. The clock is durable: a high-water mark is persisted
+// before any HLC beyond it is issued, so no HLC is issued twice, across
+// restarts too (SSP/1 §13.5). NextHLC issues one without writing, and Sign
+// signs an event without applying it, assigning a fresh HLC when the
+// event has none.
+//
+// AddColumn adds a value column and rebuilds it for every row from the
+// retained event log, so values received while the column was unknown
+// are recovered (SSP/1 §13.6). SetHorizon sets a table's eviction horizon
+// and reclaims the log below it: events arriving below the horizon count
+// as applied and write nothing, and rebuilds never read below it
+// (SSP/1 §13.4, §13.5).
+//
+// # The apply chokepoint
+//
+// Every event, local or received, goes through one apply path (SSP/1
+// §12): signature verification against the keyring with the mesh id as
+// external AAD, the clock-skew bound, the scope check (Config.Scope),
+// the idempotent insert keyed on the event id (BLAKE3 of the signed
+// bytes), and the HLC observe. ApplySigned and ApplySignedBatch feed it
+// signed bytes as received. The result is a messages.Outcome; the error
+// return is kept for infrastructure failures (storage, cancellation,
+// ErrClosed), so a forged or malformed event never fails the call.
+//
+// Outcomes, and what each means for a sender's watermark (SSP/1 §13.6,
+// messages.Outcome.AdvancesWatermark):
+//
+//   - Applied: the event passed every check and is durable, retained and
+//     materialized (or lay below the eviction horizon: BelowHorizon, it
+//     writes nothing). The watermark advances.
+//   - Duplicate: an event with the same id was applied before; nothing
+//     changes. The watermark advances.
+//   - Dropped: the event never applies (Reason: signature, malformed,
+//     out_of_scope, empty_row_key, unknown_key_column, incomplete_key). It
+//     is not retained, and the watermark advances past it so a bad event
+//     cannot stall the stream behind it.
+//   - Rejected: the event is more than 300 s in the receiver's future
+//     (clock_skew). It is not retained and the watermark does not advance:
+//     the sender offers it again.
+//   - Held: the destination table is not defined. The event is retained,
+//     its group (site, schema, table) is held and the watermark does not
+//     advance past it; DefineTable releases the group and materializes it.
+//
+// An upsert naming value columns the table does not have applies its
+// other columns and ignores the rest, leaving their clocks untouched.
+//
+// # Reading rows
+//
+// Get reads one row, Scan visits a table in key order, Tables lists the
+// definitions. A Row carries the row's existence and tombstone clocks and
+// one Cell per value column. A Cell's State tells the three cases apart
+// that a plain value cannot (SSP/1 §13.6): Written (an upsert wrote it,
+// possibly an explicit null), Cleared (a delete set it to null) and
+// Unmaterialized (nothing ever wrote it here: no value, no clock — not a
+// null, not a zero, not a default). Row.Value decodes a cell and reports
+// its state.
+//
+// # Notices and custom actors
+//
+// The node surfaces what an application should know as notices
+// (messages.Notice): resurrections, partial rebuilds, dropped, rejected
+// and held events, released groups and ignored columns. Subscribe calls a
+// function with every notice of the node, in order, on a goroutine of its
+// own. Custom actors running on the node's actor system (System) use
+// SubscribePID to receive NoticeEvent messages, and call the node's
+// methods like any other client. Notices are published after the
+// transaction that caused them is durable.
+//
+// # Metrics
+//
+// The node registers Prometheus counters (syncmesh_sync_events_total by
+// outcome and reason, ignored-column events, resurrections, partial
+// rebuilds, released held events, actor dead letters) with
+// Config.Registerer, or with a private registry that Gatherer returns.
+//
+// # Errors
+//
+// Config problems are a *ConfigError naming the field. Node methods
+// return the sentinels ErrClosed, ErrMeshMismatch, ErrUnknownTable,
+// ErrUnknownColumn, ErrTableConflict and ErrInvalidKey, wrapped: match
+// them with errors.Is.
+//
+// # Concurrency
+//
+// Every Node method is safe for concurrent use. Pure work (decoding,
+// hashing, signature checks) runs on the caller's goroutine or parallel
+// workers; each sync group's mutations go through its actor's mailbox,
+// and the node commits the batches waiting there in one storage
+// transaction (group commit), answering each caller only once that
+// transaction is durable. Several nodes may share one actor system
+// (Config.System) and one Registerer.
+package runtime
