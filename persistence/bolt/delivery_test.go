@@ -160,3 +160,24 @@ func TestDeliveryDamagedRecordIsCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzParseAddrKey: the address-key decoder never panics, and what it
+// accepts re-encodes to the same key.
+func FuzzParseAddrKey(f *testing.F) {
+	f.Add(addrKey(messages.DeviceAddress{User: "alice", Device: 1}))
+	f.Add(addrKey(messages.DeviceAddress{User: "a\x00b", Device: 0xFFFFFFFF}))
+	f.Add([]byte{0, 1, 0, 0, 0, 0})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, k []byte) {
+		a, err := parseAddrKey(k)
+		if err != nil {
+			if !errors.Is(err, persistence.ErrCorrupt) {
+				t.Fatalf("error not ErrCorrupt: %v", err)
+			}
+			return
+		}
+		if got := addrKey(a); string(got) != string(k) {
+			t.Fatalf("%x parsed to %q, re-encodes to %x", k, a, got)
+		}
+	})
+}

@@ -1,0 +1,80 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/syncmesh/syncmesh/crypto/ratchet"
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// Sentinel errors of the package. Errors of the ratchet are wrapped with
+// %w, so errors.Is(err, ratchet.ErrReplay), ratchet.ErrTampered,
+// ratchet.ErrUnknownPrekey, ratchet.ErrUnknownSession,
+// ratchet.ErrBadPrekeySignature, messages.ErrMalformed and
+// persistence.ErrCorrupt work on everything this package returns.
+var (
+	// ErrClosed is returned by every call on a closed Manager.
+	ErrClosed = errors.New("session: manager closed")
+	// ErrInvalidPeer marks a DeviceAddress that fails Validate.
+	ErrInvalidPeer = errors.New("session: invalid peer address")
+	// ErrStaleState marks a write whose session state was computed from a
+	// stored record that changed meanwhile (another writer of the same
+	// store, or a candidate persisted after its actor moved on). Nothing
+	// was written; the actor reloads its state from the store.
+	ErrStaleState = errors.New("session: stored session state changed")
+	// ErrCandidateReleased marks Persist of a Candidate that was already
+	// committed, aborted or expired (Config.CandidateTimeout).
+	ErrCandidateReleased = errors.New("session: candidate already released")
+	// ErrNoIdentity marks a store that holds prekeys but no identity, or
+	// the reverse: the local device state is incomplete.
+	ErrNoIdentity = errors.New("session: local identity or prekeys missing")
+	// ErrUnknownPeer is returned by the in-process transport for an
+	// address with no registered manager.
+	ErrUnknownPeer = errors.New("session: unknown peer")
+	// ErrInvalidConfig marks an unusable Config.
+	ErrInvalidConfig = errors.New("session: invalid configuration")
+)
+
+// IdentityChangedError reports that peer presented an identity other than
+// the one pinned for it (a bundle, or a received initiation). Nothing
+// changed. The application may accept the new identity with
+// Manager.AcceptIdentity. It unwraps to the *ratchet.IdentityChangedError.
+type IdentityChangedError struct {
+	Peer   messages.DeviceAddress
+	Pinned ratchet.IdentityPublic
+	Seen   ratchet.IdentityPublic
+}
+
+func (e *IdentityChangedError) Error() string {
+	return fmt.Sprintf("session: identity of %s changed: pinned %s, seen %s", e.Peer, e.Pinned, e.Seen)
+}
+
+// Unwrap returns the ratchet's error for the same change.
+func (e *IdentityChangedError) Unwrap() error {
+	return &ratchet.IdentityChangedError{Pinned: e.Pinned, Seen: e.Seen}
+}
+
+// wrapPeer annotates err with the peer, turning a ratchet identity change
+// into an *IdentityChangedError.
+func wrapPeer(op string, peer messages.DeviceAddress, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ic *ratchet.IdentityChangedError
+	if errors.As(err, &ic) {
+		var own *IdentityChangedError
+		if !errors.As(err, &own) {
+			return &IdentityChangedError{Peer: peer, Pinned: ic.Pinned, Seen: ic.Seen}
+		}
+	}
+	return fmt.Errorf("session: %s %s: %w", op, peer, err)
+}
+
+// checkPin compares seen with the pinned identity of peer.
+func checkPin(peer messages.DeviceAddress, pinned, seen ratchet.IdentityPublic) error {
+	if err := ratchet.CheckPin(pinned, seen); err != nil {
+		return &IdentityChangedError{Peer: peer, Pinned: pinned, Seen: seen}
+	}
+	return nil
+}
