@@ -14,9 +14,10 @@
 // # Lifecycle
 //
 // Open opens or creates a node from a Config. A persistent node keeps one
-// bbolt file, node.db, under Config.Dir, sealed with a storage key (by
-// default the file storage.key in the same directory); Config.InMemory
-// keeps everything in memory. Creating a node needs Config.MeshID, the
+// bbolt file, node.db, under Config.Dir; its event log and secrets are
+// sealed under a storage key (Config.StorageKey, or by default the file
+// storage.key in the same directory). Config.InMemory keeps everything in
+// memory, unencrypted. Creating a node needs Config.MeshID, the
 // mesh every signature is bound to; the node's site id and Ed25519
 // signing key are generated once and stored sealed. Reopening a node with
 // another MeshID fails with ErrMeshMismatch.

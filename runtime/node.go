@@ -17,6 +17,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/prometheus/client_golang/prometheus"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
@@ -41,6 +42,8 @@ var (
 	ErrUnknownColumn = errors.New("runtime: column not defined")
 	// ErrTableConflict: DefineTable of an existing table with another definition.
 	ErrTableConflict = errors.New("runtime: table already defined differently")
+	// ErrLocked: another process holds the node's bbolt file (Config.LockTimeout passed).
+	ErrLocked = errors.New("runtime: node is open in another process")
 	// ErrInvalidKey: a local write's key does not resolve against the table.
 	ErrInvalidKey = errors.New("runtime: row key does not match the table's key columns")
 )
@@ -216,6 +219,9 @@ func (n *Node) openStore() error {
 		return fmt.Errorf("runtime: storage key: %w", err)
 	}
 	n.db, err = bolt.Open(n.cfg.dbPath(), bolt.Options{Sealer: sealer, NoSync: n.cfg.NoSync, Failpoint: n.cfg.Failpoint, Logger: n.log, Timeout: n.cfg.LockTimeout})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return fmt.Errorf("%w: %s (gave up after %v)", ErrLocked, n.cfg.dbPath(), n.cfg.LockTimeout)
+	}
 	if err != nil {
 		return fmt.Errorf("runtime: open store: %w", err)
 	}

@@ -144,7 +144,9 @@ func (n *Node) write(ctx context.Context, schema, table string, key, values map[
 
 // Sign encodes and signs an event with the node's key without applying
 // it (tools and tests). The event's Site is set to the node's; a zero HLC
-// is replaced by a fresh one from the node's clock (never reused).
+// is replaced by a fresh one from the node's clock. A caller-chosen HLC is
+// durably reserved first, so the node never issues it to another event
+// (SSP/1 §13.5).
 func (n *Node) Sign(e *messages.Event) ([]byte, error) {
 	c := *e
 	c.Site = n.signer.Site()
@@ -154,6 +156,8 @@ func (n *Node) Sign(e *messages.Event) ([]byte, error) {
 			return nil, err
 		}
 		c.HLC = h
+	} else if err := n.clock.Reserve(c.HLC); err != nil {
+		return nil, err
 	}
 	return n.signer.Sign(&c, n.meshID)
 }

@@ -97,6 +97,25 @@ func (c *Clock) Observe(h messages.HLC) {
 	c.mu.Unlock()
 }
 
+// Reserve durably marks h as used: the clock will never issue h or
+// anything below it, even after a crash. For events signed with an HLC
+// chosen by the caller instead of issued by Now.
+func (c *Clock) Reserve(h messages.HLC) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h > c.highWater {
+		hw := messages.HLC(uint64(h) + c.lease)
+		if err := c.persist(hw); err != nil {
+			return fmt.Errorf("clock: persist high-water: %w", err)
+		}
+		c.highWater = hw
+	}
+	if h > c.last {
+		c.last = h
+	}
+	return nil
+}
+
 // Last returns the highest value issued or observed.
 func (c *Clock) Last() messages.HLC {
 	c.mu.Lock()

@@ -142,3 +142,20 @@ func TestConcurrentTicksUnique(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestReserveIsDurableAndNeverReissued(t *testing.T) {
+	w := &fakeWall{t: time.UnixMilli(1_000_000)}
+	s := &store{}
+	c := New(w.now, 0, s.persist, time.Second)
+	chosen, _ := messages.NewHLC(1_500_000, 3) // a caller-chosen HLC ahead of the wall clock
+	if err := c.Reserve(chosen); err != nil {
+		t.Fatal(err)
+	}
+	if s.hw < chosen {
+		t.Fatalf("high-water %v not above reserved %v", s.hw, chosen)
+	}
+	c2 := New(w.now, s.hw, s.persist, time.Second) // crash + restart
+	if n, _ := c2.Now(); n <= chosen {
+		t.Fatalf("issued %v, not above reserved %v", n, chosen)
+	}
+}

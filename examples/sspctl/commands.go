@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 	"unicode"
 
 	"github.com/syncmesh/syncmesh/messages"
@@ -41,20 +40,14 @@ func withNode(e env, dir string, fn func(n *runtime.Node) error) error {
 	return openAndRun(e, runtime.Config{Dir: dir}, fn)
 }
 
-// lockNotice is how long Open may wait before sspctl says why: bbolt
-// waits for the file lock without a bound while another process (an
-// application, another sspctl) has the node open.
-const lockNotice = 2 * time.Second
-
 func openAndRun(e env, cfg runtime.Config, fn func(n *runtime.Node) error) error {
-	printed := make(chan struct{})
-	notice := time.AfterFunc(lockNotice, func() {
-		defer close(printed)
-		fmt.Fprintf(e.stderr, "sspctl: waiting for the lock on %s (is another process using this node?)\n", filepath.Join(cfg.Dir, "node.db"))
-	})
+	cfg.LockTimeout = e.lockTimeout
+	cfg.Wall = e.wall
 	n, err := runtime.Open(e.ctx, cfg)
-	if !notice.Stop() {
-		<-printed // never write stderr from two goroutines
+	if errors.Is(err, runtime.ErrLocked) {
+		// bbolt holds an exclusive file lock while a node is open.
+		return fmt.Errorf("%s is locked by another process (an application or another sspctl has the node open); gave up after %s: %w",
+			filepath.Join(cfg.Dir, "node.db"), e.lockTimeout, err)
 	}
 	if err != nil {
 		return err
@@ -348,7 +341,7 @@ func horizonFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
 
 func signFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
 	dir := fs.String("dir", "", "node directory (required)")
-	in := fs.String("in", "-", `JSON event file, "-" for stdin; one or more objects like {"schema":"app","table":"t","key":{"id":1},"payload":{"a":"x","b":null}} (payload null or "delete":true: delete; optional "hlc"; {"$bytes":"hex"} for byte strings)`)
+	in := fs.String("in", "-", `JSON event file, "-" for stdin; one or more objects like {"schema":"app","table":"t","key":{"id":1},"payload":{"a":"x","b":null}} (payload null or "delete":true: delete; optional "hlc", default a fresh one from the node's durable clock; {"$bytes":"hex"} for byte strings)`)
 	out := fs.String("out", "", "output file; default stdout")
 	asHex := fs.Bool("hex", false, "write each signed event as hex on its own line (required for more than one event); default raw COSE bytes")
 	return func(e env, fs *flag.FlagSet) error {
@@ -373,11 +366,14 @@ func signFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
 		}
 		var signed [][]byte
 		err = withNode(e, *dir, func(n *runtime.Node) error {
-			assignHLCs(n.Clock(), time.Now, evs)
-			for _, p := range evs {
-				raw, err := n.Sign(&p.Event)
+			for i := range evs {
+				// An event without an HLC gets a fresh one from the node's
+				// durable clock, which records it: the node never issues it
+				// again, across restarts too (SSP/1 §13.5). An HLC given in
+				// the input is used as is.
+				raw, err := n.Sign(&evs[i])
 				if err != nil {
-					return inputErr("sign %s.%s: %v", p.Event.Schema, p.Event.Table, err)
+					return inputErr("sign %s.%s: %v", evs[i].Schema, evs[i].Table, err)
 				}
 				signed = append(signed, raw)
 			}
@@ -399,41 +395,6 @@ func signFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
 			return err
 		}
 		return os.WriteFile(*out, buf.Bytes(), 0o644)
-	}
-}
-
-// assignHLCs gives every event without an HLC a fresh one: above the
-// node's last issued or observed HLC (runtime.Node.Clock, which after
-// Open is the persisted high-water mark, itself above everything the node
-// ever issued) and not below the wall clock; successive events get
-// strictly increasing values.
-//
-// Limitation: runtime exposes no way to issue (tick and persist) an HLC
-// without applying an event, so the value is not recorded by the node.
-// A later local write on the same node could be issued the same HLC,
-// which SSP/1 §13.5 forbids for distinct events. To make that unlikely,
-// when the HLC comes from the wall clock sspctl waits until the wall clock
-// has passed its millisecond, so a later clock tick starts above it.
-func assignHLCs(last messages.HLC, now func() time.Time, evs []parsedEvent) {
-	next := last + 1
-	fromWall := false
-	for i := range evs {
-		if evs[i].HasHLC {
-			continue
-		}
-		wall := messages.HLC(uint64(now().UnixMilli()) << 16)
-		if wall > next {
-			next, fromWall = wall, true
-		}
-		evs[i].Event.HLC = next
-		next++
-	}
-	if !fromWall {
-		return
-	}
-	deadline := now().Add(50 * time.Millisecond)
-	for uint64(now().UnixMilli()) <= (next-1).Physical() && now().Before(deadline) {
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -16,7 +16,8 @@ import (
 //
 // payload null, or "delete": true (with payload absent or null), is a
 // delete; an upsert needs a payload object ({} is allowed). hlc is
-// optional, as "physical.logical" or a raw unsigned integer.
+// optional, as "physical.logical" or a raw unsigned integer; without it
+// (HLC 0) runtime.Node.Sign assigns a fresh one.
 type jsonEvent struct {
 	Schema  string          `json:"schema"`
 	Table   string          `json:"table"`
@@ -26,18 +27,11 @@ type jsonEvent struct {
 	HLC     json.RawMessage `json:"hlc"`
 }
 
-// parsedEvent is one event to sign; HasHLC says whether the input fixed
-// its HLC.
-type parsedEvent struct {
-	Event  messages.Event
-	HasHLC bool
-}
-
 // parseEvents reads a stream of JSON event objects (one or more, separated
 // by whitespace).
-func parseEvents(r io.Reader) ([]parsedEvent, error) {
+func parseEvents(r io.Reader) ([]messages.Event, error) {
 	dec := json.NewDecoder(r)
-	var out []parsedEvent
+	var out []messages.Event
 	for {
 		var raw json.RawMessage
 		err := dec.Decode(&raw)
@@ -62,40 +56,40 @@ func parseEvents(r io.Reader) ([]parsedEvent, error) {
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
 
 // parseEvent converts one JSON event object.
-func parseEvent(raw []byte) (parsedEvent, error) {
+func parseEvent(raw []byte) (messages.Event, error) {
 	var je jsonEvent
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&je); err != nil {
-		return parsedEvent{}, inputErr("event: %v", err)
+		return messages.Event{}, inputErr("event: %v", err)
 	}
 	if je.Schema == "" || je.Table == "" {
-		return parsedEvent{}, inputErr(`event: "schema" and "table" are required`)
+		return messages.Event{}, inputErr(`event: "schema" and "table" are required`)
 	}
 	if len(je.Key) == 0 || isNull(je.Key) {
-		return parsedEvent{}, inputErr(`event: "key" must be a non-empty object`)
+		return messages.Event{}, inputErr(`event: "key" must be a non-empty object`)
 	}
 	key, err := jsonColumns("key", je.Key)
 	if err != nil {
-		return parsedEvent{}, err
+		return messages.Event{}, err
 	}
 	if len(key) == 0 {
-		return parsedEvent{}, inputErr(`event: "key" must be a non-empty object`)
+		return messages.Event{}, inputErr(`event: "key" must be a non-empty object`)
 	}
-	p := parsedEvent{Event: messages.Event{Schema: je.Schema, Table: je.Table, Key: key}}
+	p := messages.Event{Schema: je.Schema, Table: je.Table, Key: key}
 	switch {
 	case je.Delete:
 		if len(je.Payload) != 0 && !isNull(je.Payload) {
-			return parsedEvent{}, inputErr(`event: "delete": true carries no payload`)
+			return messages.Event{}, inputErr(`event: "delete": true carries no payload`)
 		}
-		p.Event.Delete = true
+		p.Delete = true
 	case len(je.Payload) == 0:
-		return parsedEvent{}, inputErr(`event: "payload" is required: an object for an upsert ({} allowed), null for a delete`)
+		return messages.Event{}, inputErr(`event: "payload" is required: an object for an upsert ({} allowed), null for a delete`)
 	case isNull(je.Payload):
-		p.Event.Delete = true
+		p.Delete = true
 	default:
-		if p.Event.Payload, err = jsonColumns("payload", je.Payload); err != nil {
-			return parsedEvent{}, err
+		if p.Payload, err = jsonColumns("payload", je.Payload); err != nil {
+			return messages.Event{}, err
 		}
 	}
 	if len(je.HLC) != 0 && !isNull(je.HLC) {
@@ -104,10 +98,13 @@ func parseEvent(raw []byte) (parsedEvent, error) {
 			// A bare JSON number: the raw packed form.
 			s = strings.TrimSpace(string(je.HLC))
 		}
-		if p.Event.HLC, err = parseHLC(s); err != nil {
-			return parsedEvent{}, err
+		if p.HLC, err = parseHLC(s); err != nil {
+			return messages.Event{}, err
 		}
-		p.HasHLC = true
+		if p.HLC == 0 {
+			// Zero means "assign one" to runtime.Node.Sign.
+			return messages.Event{}, inputErr(`event: "hlc" 0 is not an HLC; omit it for a fresh one`)
+		}
 	}
 	return p, nil
 }

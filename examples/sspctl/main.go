@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"time"
 )
 
 // Exit statuses.
@@ -40,7 +41,16 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// lockTimeout bounds the wait for a node another process has open
+	// (runtime.Config.LockTimeout).
+	lockTimeout time.Duration
+	// wall is the node's wall clock (runtime.Config.Wall); nil: time.Now.
+	wall func() time.Time
 }
+
+// defaultLockTimeout is how long a command waits for the node's file lock
+// before saying another process holds it.
+const defaultLockTimeout = 5 * time.Second
 
 // command is one subcommand: its flag set is built fresh per run.
 type command struct {
@@ -73,11 +83,19 @@ func topUsage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nRun \"sspctl COMMAND --help\" for a command's flags.\n"+
 		"HLCs are written physical_ms.logical (e.g. 1700000000000.3) or as the raw packed integer.\n"+
-		"Exit status: 0 ok, 1 node or I/O error, 2 bad flags or input.\n")
+		"Exit status: 0 ok, 1 node or I/O error, 2 bad flags or input.\n"+
+		"A node is opened by one process at a time: a command gives up after %s if another holds it.\n", defaultLockTimeout)
 }
 
 // run is the whole tool, callable in-process by tests.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runEnv(env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, lockTimeout: defaultLockTimeout}, args)
+}
+
+// runEnv runs one command line in e (tests set the lock timeout and the
+// wall clock).
+func runEnv(e env, args []string) int {
+	stdout, stderr := e.stdout, e.stderr
 	if len(args) == 0 {
 		topUsage(stderr)
 		return exitUsage
@@ -86,7 +104,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch name {
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
-			return run(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
+			return runEnv(e, []string{args[1], "--help"})
 		}
 		topUsage(stdout)
 		return exitOK
@@ -119,7 +137,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		_, _ = stderr.Write(help.Bytes())
 		return exitUsage
 	}
-	if err := body(env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}, fs); err != nil {
+	if err := body(e, fs); err != nil {
 		fmt.Fprintf(stderr, "sspctl %s: %v\n", cmd.name, err)
 		if errors.Is(err, errInput) {
 			return exitUsage

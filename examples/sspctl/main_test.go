@@ -3,18 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/runtime"
 )
 
 type result struct {
@@ -22,50 +24,25 @@ type result struct {
 	code     int
 }
 
-// TestMain lets the test binary act as the sspctl command: a child
-// process started with sspctlChildEnv=1 runs run() on its arguments.
-//
-// Commands run in child processes because runtime.Node.Close does not
-// close the bbolt file (it closes only the SyncStore handle), so a second
-// runtime.Open of the same directory in one process waits forever for the
-// file lock. Each sspctl invocation is its own process in real use anyway.
-func TestMain(m *testing.M) {
-	if os.Getenv(sspctlChildEnv) == "1" {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-		cancel()
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
-
-const sspctlChildEnv = "SSPCTL_TEST_RUN_MAIN"
-
-// sspctl runs the tool in a child process (see TestMain).
+// sspctl runs the tool in-process: runtime.Node.Close releases the bbolt
+// file, so commands may open the same directory one after another.
 func sspctl(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	return sspctlWith(t, nil, stdin, args...)
+}
+
+// sspctlWith runs the tool with the node's wall clock set to wall (nil:
+// time.Now) and a short lock timeout.
+func sspctlWith(t *testing.T, wall func() time.Time, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	// atexit_sleep_ms: a -race child otherwise sleeps 1 s on exit.
-	cmd.Env = append(os.Environ(), sspctlChildEnv+"=1", "GORACE=atexit_sleep_ms=0")
-	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("sspctl %v: %v", args, err)
-	}
+	code := runEnv(env{ctx: ctx, stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, lockTimeout: 200 * time.Millisecond, wall: wall}, args)
 	return result{out.String(), errb.String(), code}
 }
 
-// inProcess calls run directly, for commands that never open a node
-// directory twice in this process.
+// inProcess is sspctl through run itself (the real entry point).
 func inProcess(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -161,7 +138,7 @@ func TestInitPrintsIdentityAndKeepsIt(t *testing.T) {
 	}
 }
 
-// TestInitInProcess runs run() itself on a fresh directory (opened once).
+// TestInitInProcess goes through run, the real entry point.
 func TestInitInProcess(t *testing.T) {
 	r := inProcess(t, "", "init", "--dir", filepath.Join(t.TempDir(), "n"), "--mesh-hex", "00ff")
 	if r.code != 0 {
@@ -456,6 +433,98 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	}
 }
 
+// signedHLCs decodes the HLC of every hex line sign printed.
+func signedHLCs(t *testing.T, out string) []messages.HLC {
+	t.Helper()
+	var hs []messages.HLC
+	for _, line := range strings.Fields(out) {
+		raw, err := hex.DecodeString(line)
+		if err != nil {
+			t.Fatalf("sign output line %q: %v", line, err)
+		}
+		ev, err := sign.ParseVerified(raw)
+		if err != nil {
+			t.Fatalf("sign output: %v", err)
+		}
+		hs = append(hs, ev.HLC)
+	}
+	return hs
+}
+
+// TestSignIssuesFreshHLCsFromTheNodeClock: sign takes HLCs from the node's
+// durable clock, so they strictly increase within a run, across runs
+// (close and reopen) with a wall clock that never moves, and the node
+// never issues one of them again (SSP/1 §13.5: no HLC reuse).
+func TestSignIssuesFreshHLCsFromTheNodeClock(t *testing.T) {
+	t.Parallel()
+	frozen := time.UnixMilli(1_700_000_000_000)
+	wall := func() time.Time { return frozen }
+	dir := filepath.Join(t.TempDir(), "n")
+	must := func(stdin string, args ...string) string {
+		t.Helper()
+		r := sspctlWith(t, wall, stdin, args...)
+		if r.code != 0 {
+			t.Fatalf("sspctl %v: exit %d\n%s%s", args, r.code, r.out, r.err)
+		}
+		return r.out
+	}
+	must("", "init", "--dir", dir, "--mesh", "m")
+	must("", "define", "--dir", dir, "--schema", "app", "--table", "t", "--key", "id", "--columns", "a")
+	ev := `{"schema":"app","table":"t","key":{"id":1},"payload":{"a":1}}`
+	first := signedHLCs(t, must(ev+ev, "sign", "--dir", dir, "--hex"))
+	second := signedHLCs(t, must(ev, "sign", "--dir", dir, "--hex")) // after close + reopen
+	all := append(first, second...)
+	if len(all) != 3 {
+		t.Fatalf("signed %d events, want 3", len(all))
+	}
+	for i, h := range all {
+		if h.Physical() < uint64(frozen.UnixMilli()) {
+			t.Fatalf("HLC %v below the wall clock", h)
+		}
+		if i > 0 && h <= all[i-1] {
+			t.Fatalf("HLCs not strictly increasing: %v", all)
+		}
+	}
+	// An HLC given in the input is used as is.
+	if got := signedHLCs(t, must(`{"schema":"app","table":"t","key":{"id":1},"payload":{"a":2},"hlc":"5.1"}`, "sign", "--dir", dir, "--hex")); len(got) != 1 || got[0] != messages.HLC(5<<16|1) {
+		t.Fatalf("explicit hlc: %v", got)
+	}
+	// The node recorded what sign issued: a local write after a restart
+	// gets a later HLC, though the wall clock still has not moved.
+	n, err := runtime.Open(context.Background(), runtime.Config{Dir: dir, Wall: wall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	o, err := n.Upsert(context.Background(), "app", "t", map[string]any{"id": 2}, map[string]any{"a": 3})
+	if err != nil || o.Kind != messages.Applied {
+		t.Fatalf("upsert: %v %v", o, err)
+	}
+	if last := all[len(all)-1]; o.HLC <= last {
+		t.Fatalf("local write got HLC %v, not above the signed %v", o.HLC, last)
+	}
+}
+
+// TestLockHeldIsReported: a node another process (here: an open
+// runtime.Node) holds is a clear error after the lock timeout, not a hang.
+func TestLockHeldIsReported(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "n")
+	mustRun(t, "", "init", "--dir", dir, "--mesh", "m")
+	n, err := runtime.Open(context.Background(), runtime.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sspctl(t, "", "tables", "--dir", dir)
+	if r.code != exitError || !strings.Contains(r.err, "locked by another process") {
+		t.Fatalf("locked node: exit %d stderr %q", r.code, r.err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "", "tables", "--dir", dir)
+}
+
 func TestParseHLC(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -489,11 +558,11 @@ func TestParseEventValues(t *testing.T) {
 	}
 	want := map[string]any{"i": int64(-3), "f": 1.5, "g": int64(2), "big": uint64(18446744073709551615), "b": []byte{0, 0xff}, "t": true, "n": nil, "l": []any{int64(1), "a"}}
 	for k, v := range want {
-		if !p.Event.Payload[k].Equal(messages.MustValue(v)) {
-			t.Errorf("payload %s = %x, want encoding of %#v", k, p.Event.Payload[k], v)
+		if !p.Payload[k].Equal(messages.MustValue(v)) {
+			t.Errorf("payload %s = %x, want encoding of %#v", k, p.Payload[k], v)
 		}
 	}
-	if p.Event.Delete || p.HasHLC {
+	if p.Delete || p.HLC != 0 {
 		t.Fatalf("parsed %+v", p)
 	}
 	for _, bad := range []string{
@@ -505,29 +574,15 @@ func TestParseEventValues(t *testing.T) {
 		`{"schema":"s","table":"t","key":{"id":1},"payload":{},"extra":1}`,
 		`{"schema":"s","table":"t","key":{"id":{"$bytes":"zz"}},"payload":{}}`,
 		`{"schema":"s","table":"t","key":{"id":1},"payload":{},"hlc":"nope"}`,
+		`{"schema":"s","table":"t","key":{"id":1},"payload":{},"hlc":"0.0"}`,
 	} {
 		if _, err := parseEvent([]byte(bad)); !errors.Is(err, errInput) {
 			t.Errorf("parseEvent(%s): err %v, want errInput", bad, err)
 		}
 	}
 	d, err := parseEvent([]byte(`{"schema":"s","table":"t","key":{"id":1},"payload":null,"hlc":"7.1"}`))
-	if err != nil || !d.Event.Delete || d.Event.Payload != nil || !d.HasHLC || d.Event.HLC != messages.HLC(7<<16|1) {
+	if err != nil || !d.Delete || d.Payload != nil || d.HLC != messages.HLC(7<<16|1) {
 		t.Fatalf("delete: %+v %v", d, err)
-	}
-}
-
-func TestAssignHLCs(t *testing.T) {
-	wall := time.UnixMilli(1000)
-	now := func() time.Time { wall = wall.Add(time.Millisecond); return wall }
-	evs := []parsedEvent{{}, {HasHLC: true, Event: messages.Event{HLC: 5}}, {}}
-	assignHLCs(messages.HLC(50000<<16), now, evs) // node clock ahead of the wall
-	if evs[0].Event.HLC != messages.HLC(50000<<16+1) || evs[1].Event.HLC != 5 || evs[2].Event.HLC != messages.HLC(50000<<16+2) {
-		t.Fatalf("clock ahead: %v %v %v", evs[0].Event.HLC, evs[1].Event.HLC, evs[2].Event.HLC)
-	}
-	evs = []parsedEvent{{}, {}}
-	assignHLCs(0, now, evs) // wall clock ahead: never below it, strictly increasing
-	if evs[0].Event.HLC.Physical() < 1000 || evs[1].Event.HLC <= evs[0].Event.HLC {
-		t.Fatalf("wall ahead: %v %v", evs[0].Event.HLC, evs[1].Event.HLC)
 	}
 }
 
@@ -564,8 +619,8 @@ func FuzzParseEvent(f *testing.F) {
 			}
 			return
 		}
-		if len(p.Event.Key) == 0 || p.Event.Delete == (p.Event.Payload != nil) {
-			t.Fatalf("inconsistent event %+v", p.Event)
+		if len(p.Key) == 0 || p.Delete == (p.Payload != nil) {
+			t.Fatalf("inconsistent event %+v", p)
 		}
 	})
 }
