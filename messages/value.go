@@ -67,17 +67,49 @@ func (c Columns) Names() []string {
 
 // Encode returns the deterministic CBOR encoding of the map. For a row key
 // this is the row's identity in storage.
+//
+// It writes Core Deterministic Encoding directly (RFC 8949 §4.2.1: map
+// keys in bytewise order of their encodings, which for text keys is
+// shorter first, then bytewise) instead of going through reflection: it
+// runs for every row key and payload on the apply path. Values are
+// already-encoded data items and are copied as they are.
 func (c Columns) Encode() []byte {
-	m := make(map[string]cborRaw, len(c))
+	keys := make([]string, 0, len(c))
+	size := 9
 	for k, v := range c {
-		m[k] = cborRaw(v)
+		keys = append(keys, k)
+		size += 9 + len(k) + len(v)
 	}
-	b, err := Marshal(m)
-	if err != nil {
-		// Values are validated data items; a failure here is a programming error.
-		panic("messages: encode columns: " + err.Error())
+	sort.Slice(keys, func(i, j int) bool {
+		if len(keys[i]) != len(keys[j]) {
+			return len(keys[i]) < len(keys[j])
+		}
+		return keys[i] < keys[j]
+	})
+	b := make([]byte, 0, size)
+	b = appendHead(b, 5, uint64(len(keys)))
+	for _, k := range keys {
+		b = appendHead(b, 3, uint64(len(k)))
+		b = append(b, k...)
+		b = append(b, c[k]...)
 	}
 	return b
+}
+
+// appendHead appends a CBOR head of the given major type in its shortest form.
+func appendHead(b []byte, major byte, n uint64) []byte {
+	m := major << 5
+	switch {
+	case n < 24:
+		return append(b, m|byte(n))
+	case n <= 0xff:
+		return append(b, m|24, byte(n))
+	case n <= 0xffff:
+		return append(b, m|25, byte(n>>8), byte(n))
+	case n <= 0xffffffff:
+		return append(b, m|26, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	return append(b, m|27, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }
 
 // DecodeColumns decodes the encoding produced by Encode.
