@@ -187,21 +187,22 @@ func (n *Node) ApplySignedBatch(ctx context.Context, raws [][]byte) ([]messages.
 	return n.apply.ApplyBatch(ctx, raws)
 }
 
-func (n *Node) table(ctx context.Context, schema, table string) (TableDef, error) {
-	var def TableDef
-	var ok bool
-	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
-		var err error
-		def, ok, err = tx.Table(persistence.TableKey{Schema: schema, Table: table})
+func (n *Node) table(ctx context.Context, schema, table string) (def TableDef, err error) {
+	err = n.store.View(ctx, func(tx persistence.SyncReader) error {
+		_, def, err = requireTable(tx, schema, table)
 		return err
 	})
-	if err != nil {
-		return def, err
+	return def, err
+}
+
+// requireTable looks a table up, failing with ErrUnknownTable.
+func requireTable(tx persistence.SyncReader, schema, table string) (persistence.TableKey, TableDef, error) {
+	t := persistence.TableKey{Schema: schema, Table: table}
+	def, ok, err := tx.Table(t)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: %s.%s", ErrUnknownTable, schema, table)
 	}
-	if !ok {
-		return def, fmt.Errorf("%w: %s.%s", ErrUnknownTable, schema, table)
-	}
-	return def, nil
+	return t, def, err
 }
 
 // Get reads one row. ok is false when the row has no state or is
@@ -214,13 +215,9 @@ func (n *Node) Get(ctx context.Context, schema, table string, key map[string]any
 	var row Row
 	var found bool
 	err = n.store.View(ctx, func(tx persistence.SyncReader) error {
-		t := persistence.TableKey{Schema: schema, Table: table}
-		def, ok, err := tx.Table(t)
+		t, def, err := requireTable(tx, schema, table)
 		if err != nil {
 			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: %s.%s", ErrUnknownTable, schema, table)
 		}
 		pr, ok, err := tx.Row(t, k.Encode())
 		if err != nil || !ok {
@@ -243,13 +240,9 @@ type ScanOptions struct {
 // Scan visits a table's rows in encoded-key order until fn returns false.
 func (n *Node) Scan(ctx context.Context, schema, table string, opts ScanOptions, fn func(Row) bool) error {
 	return n.store.View(ctx, func(tx persistence.SyncReader) error {
-		t := persistence.TableKey{Schema: schema, Table: table}
-		def, ok, err := tx.Table(t)
+		t, def, err := requireTable(tx, schema, table)
 		if err != nil {
 			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: %s.%s", ErrUnknownTable, schema, table)
 		}
 		return tx.Rows(t, opts.After, func(_ []byte, pr persistence.Row) (bool, error) {
 			if !pr.Exists && !opts.IncludeDeleted {
@@ -355,13 +348,9 @@ func (n *Node) AddColumn(ctx context.Context, schema, table, column string) erro
 	n.ddl.Lock()
 	defer n.ddl.Unlock()
 	return n.store.Update(ctx, func(tx persistence.SyncTx) error {
-		t := persistence.TableKey{Schema: schema, Table: table}
-		def, ok, err := tx.Table(t)
+		t, def, err := requireTable(tx, schema, table)
 		if err != nil {
 			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: %s.%s", ErrUnknownTable, schema, table)
 		}
 		if slices.Contains(def.Columns, column) {
 			return nil

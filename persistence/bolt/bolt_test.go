@@ -103,9 +103,14 @@ func TestSealedRecordMovedToAnotherIDIsCorrupt(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for name, tamper := range map[string]func(tx *bbolt.Tx) error{
+	// Ordered: each case tampers with slot 2 as the previous one left it,
+	// and only the last one leaves it undecodable.
+	for _, c := range []struct {
+		name   string
+		tamper func(tx *bbolt.Tx) error
+	}{
 		// b's record with a's sealed Raw: the identity (b's id) does not match.
-		"sealed raw moved": func(tx *bbolt.Tx) error {
+		{"sealed raw moved", func(tx *bbolt.Tx) error {
 			evs := tx.Bucket(bucketSyncEvents)
 			var ra, rb eventRecord
 			if err := messages.Unmarshal("t", evs.Get(u64(1)), &ra, 0); err != nil {
@@ -120,18 +125,18 @@ func TestSealedRecordMovedToAnotherIDIsCorrupt(t *testing.T) {
 				return err
 			}
 			return evs.Put(u64(2), v)
-		},
+		}},
 		// a's whole record copied into b's slot: the id index disagrees.
-		"whole record moved": func(tx *bbolt.Tx) error {
+		{"whole record moved", func(tx *bbolt.Tx) error {
 			evs := tx.Bucket(bucketSyncEvents)
 			return evs.Put(u64(2), clone(evs.Get(u64(1))))
-		},
-		"garbage record": func(tx *bbolt.Tx) error {
+		}},
+		{"garbage record", func(tx *bbolt.Tx) error {
 			return tx.Bucket(bucketSyncEvents).Put(u64(2), []byte{0xff})
-		},
+		}},
 	} {
+		name, tamper := c.name, c.tamper
 		t.Run(name, func(t *testing.T) {
-			// Restore a clean b first.
 			if err := db.bolt.Update(func(tx *bbolt.Tx) error { return tamper(tx) }); err != nil {
 				t.Fatal(err)
 			}

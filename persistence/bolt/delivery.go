@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -108,27 +107,11 @@ func sessionIdentity(peer messages.DeviceAddress) []byte {
 
 // Delivery returns the delivery-plane store over the file. Closing the
 // returned store closes only that handle; DB.Close releases the file.
-func (d *DB) Delivery() persistence.DeliveryStore { return &deliveryStore{d: d} }
-
-type deliveryStore struct {
-	d      *DB
-	closed atomic.Bool
+func (d *DB) Delivery() persistence.DeliveryStore {
+	return &deliveryStore{handle{d: d, plane: "delivery"}}
 }
 
-func (s *deliveryStore) check(ctx context.Context, op string) error {
-	if s.closed.Load() {
-		return fmt.Errorf("bolt: delivery %s: %w", op, persistence.ErrClosed)
-	}
-	return s.d.begin(ctx, "delivery "+op)
-}
-
-// Close closes this handle (not the file: see DB.Close).
-func (s *deliveryStore) Close() error {
-	if s.closed.Swap(true) {
-		return fmt.Errorf("bolt: delivery close: %w", persistence.ErrClosed)
-	}
-	return nil
-}
+type deliveryStore struct{ handle }
 
 // Update runs fn in one bbolt read-write transaction.
 func (s *deliveryStore) Update(ctx context.Context, fn func(tx persistence.DeliveryTx) error) error {

@@ -26,27 +26,31 @@ var errTxDone = fmt.Errorf("bolt: transaction used after it ended: %w", persiste
 
 // Sync returns the sync-plane store over the file. Closing the returned
 // store closes only that handle; DB.Close releases the file.
-func (d *DB) Sync() persistence.SyncStore { return &syncStore{d: d} }
+func (d *DB) Sync() persistence.SyncStore { return &syncStore{handle{d: d, plane: "sync"}} }
 
-type syncStore struct {
+// handle is one store view over the file; closing it closes only the view.
+type handle struct {
 	d      *DB
+	plane  string
 	closed atomic.Bool
 }
 
-func (s *syncStore) check(ctx context.Context, op string) error {
-	if s.closed.Load() {
-		return fmt.Errorf("bolt: sync %s: %w", op, persistence.ErrClosed)
+func (h *handle) check(ctx context.Context, op string) error {
+	if h.closed.Load() {
+		return fmt.Errorf("bolt: %s %s: %w", h.plane, op, persistence.ErrClosed)
 	}
-	return s.d.begin(ctx, "sync "+op)
+	return h.d.begin(ctx, h.plane+" "+op)
 }
 
 // Close closes this handle (not the file: see DB.Close).
-func (s *syncStore) Close() error {
-	if s.closed.Swap(true) {
-		return fmt.Errorf("bolt: sync close: %w", persistence.ErrClosed)
+func (h *handle) Close() error {
+	if h.closed.Swap(true) {
+		return fmt.Errorf("bolt: %s close: %w", h.plane, persistence.ErrClosed)
 	}
 	return nil
 }
+
+type syncStore struct{ handle }
 
 // Update runs fn in one bbolt read-write transaction. Sequence numbers
 // assigned inside an Update that does not commit are not consumed: the
