@@ -29,6 +29,7 @@ type DecodeError struct {
 	Err  error  // the underlying cause, or nil
 }
 
+// Error implements the error interface.
 func (e *DecodeError) Error() string {
 	msg := "messages: decode " + e.What
 	if e.Kind != nil && e.Kind != ErrMalformed {
@@ -45,6 +46,7 @@ func (e *DecodeError) Is(target error) bool {
 	return target == ErrMalformed || (e.Kind != nil && target == e.Kind)
 }
 
+// Unwrap returns the underlying cause.
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 func decodeErr(what string, kind error, err error) error {

@@ -29,11 +29,13 @@ func (h HLC) Physical() uint64 { return uint64(h) >> 16 }
 // Logical returns the logical counter.
 func (h HLC) Logical() uint16 { return uint16(h) }
 
+// String returns a readable form of the HLC.
 func (h HLC) String() string { return fmt.Sprintf("%d.%d", h.Physical(), h.Logical()) }
 
 // SiteID identifies a writer (a node's signing identity) in the mesh.
 type SiteID [16]byte
 
+// String returns a readable form of the SiteID.
 func (s SiteID) String() string { return hex.EncodeToString(s[:]) }
 
 // ParseSiteID parses the 32-hex-digit form printed by String.
@@ -72,6 +74,7 @@ func (c Clock) Beats(o Clock) bool { return c.Compare(o) > 0 }
 // IsZero reports whether c is the zero clock.
 func (c Clock) IsZero() bool { return c == Clock{} }
 
+// String returns a readable form of the Clock.
 func (c Clock) String() string {
 	if c.IsZero() {
 		return "none"
@@ -82,4 +85,5 @@ func (c Clock) String() string {
 // EventID is the BLAKE3-256 of a signed event's bytes exactly as received.
 type EventID [32]byte
 
+// String returns a readable form of the EventID.
 func (id EventID) String() string { return hex.EncodeToString(id[:]) }

@@ -25,6 +25,7 @@ const (
 	Held OutcomeKind = 5
 )
 
+// String returns a readable form of the OutcomeKind.
 func (k OutcomeKind) String() string {
 	switch k {
 	case Applied:
@@ -67,6 +68,7 @@ const (
 	ReasonIncompleteKey Reason = 7
 )
 
+// String returns a readable form of the Reason.
 func (r Reason) String() string {
 	switch r {
 	case ReasonNone:
@@ -106,6 +108,7 @@ type Outcome struct {
 	Detail string `cbor:"9,keyasint,omitempty"`
 }
 
+// String returns a readable form of the Outcome.
 func (o Outcome) String() string {
 	s := o.Kind.String()
 	if o.Reason != ReasonNone {

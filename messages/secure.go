@@ -105,12 +105,14 @@ func (a DeviceAddress) Compare(o DeviceAddress) int {
 // (retries) of one application message (application-delivery.md).
 type LogicalMessageID [16]byte
 
+// String returns a readable form of the LogicalMessageID.
 func (id LogicalMessageID) String() string { return hex.EncodeToString(id[:]) }
 
 // SessionID names one ratchet session: a hash of the PQXDH initiation that
 // created it (crypto/ratchet.SessionIDOf).
 type SessionID [32]byte
 
+// String returns a readable form of the SessionID.
 func (id SessionID) String() string { return hex.EncodeToString(id[:]) }
 
 // IdentityKey is a device's public identity: an Ed25519 signing key and an
@@ -127,6 +129,7 @@ func (k IdentityKey) Bytes() []byte {
 	return append(b, k.DH[:]...)
 }
 
+// String returns a readable form of the IdentityKey.
 func (k IdentityKey) String() string { return hex.EncodeToString(k.Bytes()) }
 
 // ---------------------------------------------------------------------------

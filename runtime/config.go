@@ -29,6 +29,12 @@ type Config struct {
 	Scope []string
 	// StorageKey is the 32-byte storage key; empty: the key file in Dir.
 	StorageKey []byte
+	// PreviousStorageKeys are older storage keys (same forms as StorageKey)
+	// still accepted for opening records, to rotate a configured key: Open
+	// re-seals every record under a previous key with StorageKey before it
+	// returns (interrupted, the next Open resumes), after which they can be
+	// removed. Requires StorageKey; key-file nodes use RotateStorageKey.
+	PreviousStorageKeys [][]byte
 	// Logger receives the node's and protoactor's logs. Nil: discarded.
 	Logger *slog.Logger
 	// Registerer receives the node's Prometheus metrics. Nil: a private
@@ -58,6 +64,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error implements the error interface.
 func (e *ConfigError) Error() string { return fmt.Sprintf("runtime: config %s: %s", e.Field, e.Reason) }
 
 func (c *Config) validate() error {
@@ -69,6 +76,14 @@ func (c *Config) validate() error {
 	}
 	if len(c.StorageKey) != 0 && len(c.StorageKey) != 32 && len(c.StorageKey) != 64 {
 		return &ConfigError{"StorageKey", "32 raw bytes or 64 hex characters"}
+	}
+	if len(c.PreviousStorageKeys) > 0 && len(c.StorageKey) == 0 {
+		return &ConfigError{"PreviousStorageKeys", "requires StorageKey (key-file nodes rotate with RotateStorageKey)"}
+	}
+	for i, k := range c.PreviousStorageKeys {
+		if len(k) != 32 && len(k) != 64 {
+			return &ConfigError{fmt.Sprintf("PreviousStorageKeys[%d]", i), "32 raw bytes or 64 hex characters"}
+		}
 	}
 	if c.LockTimeout < 0 {
 		return &ConfigError{"LockTimeout", "must not be negative"}

@@ -219,6 +219,7 @@ const (
 	Cleared
 )
 
+// String returns a readable form of the CellState.
 func (s CellState) String() string {
 	switch s {
 	case Written:
