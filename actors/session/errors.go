@@ -46,6 +46,7 @@ type IdentityChangedError struct {
 	Seen   ratchet.IdentityPublic
 }
 
+// Error implements the error interface.
 func (e *IdentityChangedError) Error() string {
 	return fmt.Sprintf("session: identity of %s changed: pinned %s, seen %s", e.Peer, e.Pinned, e.Seen)
 }

@@ -46,6 +46,7 @@ type IdentityChangedError struct {
 	Seen   IdentityPublic
 }
 
+// Error implements the error interface.
 func (e *IdentityChangedError) Error() string {
 	return fmt.Sprintf("ratchet: identity changed: pinned %s, seen %s", e.Pinned, e.Seen)
 }
