@@ -22,6 +22,11 @@
 // signing key are generated once and stored sealed. Reopening a node with
 // another MeshID fails with ErrMeshMismatch.
 //
+// The storage key rotates without losing anything: RotateStorageKey
+// re-seals every sealed record of a closed key-file node under a new key
+// (interrupted, the next Open finishes it); a node with a configured key
+// lists the old ones in Config.PreviousStorageKeys and Open re-seals.
+//
 // Only one process may have a node open: Open waits up to
 // Config.LockTimeout for the file lock. Close drains the node's actors —
 // every request already accepted is committed and answered — then closes

@@ -22,7 +22,6 @@ import (
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
 	"github.com/syncmesh/syncmesh/actors/syncgroup"
-	"github.com/syncmesh/syncmesh/crypto/sealed"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -123,7 +122,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, &ConfigError{"Scope", err.Error()}
 	}
-	if err := n.openStore(); err != nil {
+	if err := n.openStore(ctx); err != nil {
 		return nil, err
 	}
 	ok := false
@@ -196,7 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) openStore() error {
+func (n *Node) openStore(ctx context.Context) error {
 	if n.cfg.InMemory {
 		n.store = memory.New()
 		return nil
@@ -204,19 +203,10 @@ func (n *Node) openStore() error {
 	if err := os.MkdirAll(n.cfg.Dir, 0o700); err != nil {
 		return fmt.Errorf("runtime: create %s: %w", n.cfg.Dir, err)
 	}
-	var key sealed.Key
-	var err error
-	if len(n.cfg.StorageKey) > 0 {
-		key, err = sealed.ParseKey(n.cfg.StorageKey)
-		if err != nil {
-			return &ConfigError{"StorageKey", err.Error()}
-		}
-	} else if key, err = sealed.LoadOrCreateKeyFile(n.cfg.keyPath()); err != nil {
-		return fmt.Errorf("runtime: storage key: %w", err)
-	}
-	sealer, err := sealed.New(key)
+	// Storage key, previous keys and interrupted rotations: storagekey.go.
+	sealer, reseal, err := n.storageSealer(ctx)
 	if err != nil {
-		return fmt.Errorf("runtime: storage key: %w", err)
+		return err
 	}
 	n.db, err = bolt.Open(n.cfg.dbPath(), bolt.Options{Sealer: sealer, NoSync: n.cfg.NoSync, Failpoint: n.cfg.Failpoint, Logger: n.log, Timeout: n.cfg.LockTimeout})
 	if errors.Is(err, bolterrors.ErrTimeout) {
@@ -226,6 +216,12 @@ func (n *Node) openStore() error {
 		return fmt.Errorf("runtime: open store: %w", err)
 	}
 	n.store = n.db.Sync()
+	if reseal {
+		if err := n.resealPrevious(ctx); err != nil {
+			_ = n.closeStore()
+			return err
+		}
+	}
 	return nil
 }
 

@@ -31,11 +31,26 @@ func main() {
 	writers := flag.Int("writers", 4, "concurrent ApplySignedBatch callers")
 	batch := flag.Int("batch", 500, "events per ApplySignedBatch call")
 	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
+	only := flag.String("only", "", "run one section only: sync or sessions (default: all)")
+	rounds := flag.Int("session-rounds", 20000, "round trips per sessions measurement")
+	idle := flag.Int("idle-sessions", 100000, "idle sessions measured (persisted and live)")
 	flag.Parse()
-	if err := syncReport(*events, *writers, *batch, *sites); err != nil {
-		fmt.Fprintln(os.Stderr, "benchreport:", err)
-		pprof.StopCPUProfile()
-		os.Exit(1)
+	if *only != "" && *only != "sync" && *only != "sessions" {
+		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync or sessions\n", *only)
+		os.Exit(2)
+	}
+	if *only == "" || *only == "sync" {
+		if err := syncReport(*events, *writers, *batch, *sites); err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
+			pprof.StopCPUProfile()
+			os.Exit(1)
+		}
+	}
+	if *only == "" || *only == "sessions" {
+		if err := sessionsReport(*rounds, *idle); err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
+			os.Exit(1)
+		}
 	}
 }
 

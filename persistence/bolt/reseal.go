@@ -7,17 +7,57 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/syncmesh/syncmesh/crypto/sealed"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
+// resealer re-seals one stored value of a sealed bucket under the current
+// key: it returns the new value, or nil when v is already current.
+type resealer func(rot persistence.KeyRotator, k, v []byte) ([]byte, error)
+
+// sealedBucket is one bucket holding values sealed at rest (DESIGN.md
+// "Storage"), with how its values are re-sealed on key rotation.
+type sealedBucket struct {
+	name  []byte
+	redo  resealer
+	notes string // what is sealed, with which record type and identity
+}
+
+// sealedBuckets lists EVERY bucket holding sealed values, in reseal order.
+// Reseal walks exactly this list; plaintextBuckets lists the others, and
+// TestEveryBucketIsClassified fails for a bucket in neither list, so a new
+// sealed bucket cannot be left out of key rotation unnoticed (the
+// requirement: "storage key rotation re-encrypts every sealed column in
+// one pass that is safe to interrupt and resume").
+var sealedBuckets = []sealedBucket{
+	{bucketSyncEvents, resealEvent, "eventRecord.Raw: RecordEvent, identity = event id"},
+	{bucketSyncSealed, resealMeta, "whole value: record type from key[0], identity = key[1:]"},
+	{bucketDeliveryMeta, resealDeliveryMeta, `"identity": RecordIdentity/DeviceIdentity(); "prekeys": RecordPrekey/PrekeyIdentity(PrekeyStoreIdentity)`},
+	{bucketDeliverySessions, resealSession, "whole value: RecordSession, identity = SessionIdentity(peer user, u32be device)"},
+}
+
+// plaintextBuckets lists the buckets holding no sealed value: indexes,
+// public keys, clocks and counters (nothing secret; DESIGN.md "Storage"
+// seals frames, digests, bodies, session state and the event log).
+var plaintextBuckets = [][]byte{
+	bucketMeta,
+	bucketSyncTables, bucketSyncEventIDs, bucketSyncRowIdx, bucketSyncTableIdx, bucketSyncRows,
+	bucketSyncHorizons, bucketSyncHeld, bucketSyncMeta, bucketSyncKeys,
+	bucketDeliveryPins, // pinned public identity keys
+}
+
 // Reseal re-seals, under the current storage key, every sealed record the
-// Sealer reports as not current (persistence.KeyRotator.IsCurrent): the
-// event log's Raw and the sealed meta values. It commits at most batch
-// records per transaction (batch ≤ 0: 256). Each batch is durable on its
-// own and already-current records are skipped, so an interrupted Reseal
-// loses nothing and running it again continues where it stopped. Without a
-// KeyRotator it does nothing and returns 0.
+// Sealer reports as not current (persistence.KeyRotator.IsCurrent), in
+// every bucket of sealedBuckets: the event log's Raw, the sealed meta
+// values, the device identity, the prekey store and the session records.
+// It commits at most batch records per transaction (batch ≤ 0: 256). Each
+// batch is durable on its own and already-current records are skipped, so
+// an interrupted Reseal loses nothing and running it again continues where
+// it stopped. Without a KeyRotator it does nothing and returns 0.
+//
+// A record that the Sealer cannot open fails Reseal with an error matching
+// persistence.ErrCorrupt (a damaged record is an error, never skipped).
 func (d *DB) Reseal(ctx context.Context, batch int) (resealed int, err error) {
 	rot, ok := d.opts.Sealer.(persistence.KeyRotator)
 	if !ok {
@@ -26,25 +66,19 @@ func (d *DB) Reseal(ctx context.Context, batch int) (resealed int, err error) {
 	if batch <= 0 {
 		batch = 256
 	}
-	for _, pass := range []struct {
-		bucket []byte
-		redo   func(k, v []byte) ([]byte, error)
-	}{
-		{bucketSyncEvents, func(k, v []byte) ([]byte, error) { return resealEvent(rot, k, v) }},
-		{bucketSyncSealed, func(k, v []byte) ([]byte, error) { return resealMeta(rot, k, v) }},
-	} {
+	for _, sb := range sealedBuckets {
 		var from []byte // resume key within this call: first key not yet examined
 		for {
 			if err := d.begin(ctx, "reseal"); err != nil {
 				return resealed, err
 			}
-			n, next, err := d.resealBatch(rot, pass.bucket, from, batch, pass.redo)
+			n, next, err := d.resealBatch(rot, sb.name, from, batch, sb.redo)
 			resealed += n
 			if err != nil {
 				return resealed, mapErr("reseal", err)
 			}
 			if n > 0 {
-				d.log.Info("bolt: resealed batch", "bucket", string(pass.bucket), "records", n)
+				d.log.Info("bolt: resealed batch", "bucket", string(sb.name), "records", n)
 				if err := d.failpoint(FailpointResealAfterBatch); err != nil {
 					return resealed, err
 				}
@@ -60,8 +94,7 @@ func (d *DB) Reseal(ctx context.Context, batch int) (resealed int, err error) {
 
 // resealBatch re-seals up to batch stale records of bucket from key from on,
 // in one transaction. next is the key to continue from (nil: done).
-func (d *DB) resealBatch(rot persistence.KeyRotator, bucket, from []byte, batch int,
-	redo func(k, v []byte) ([]byte, error)) (n int, next []byte, err error) {
+func (d *DB) resealBatch(rot persistence.KeyRotator, bucket, from []byte, batch int, redo resealer) (n int, next []byte, err error) {
 	err = d.bolt.Update(func(tx *bbolt.Tx) error {
 		n, next = 0, nil
 		b := tx.Bucket(bucket)
@@ -80,7 +113,7 @@ func (d *DB) resealBatch(rot persistence.KeyRotator, bucket, from []byte, batch 
 				next = clone(k)
 				break
 			}
-			nv, err := redo(k, v)
+			nv, err := redo(rot, k, v)
 			if err != nil {
 				return err
 			}
@@ -102,37 +135,67 @@ func (d *DB) resealBatch(rot persistence.KeyRotator, bucket, from []byte, batch 
 	return n, next, nil
 }
 
+// resealValue re-seals a whole stored value as (rt, identity), or returns
+// nil when it is current.
+func resealValue(rot persistence.KeyRotator, what string, rt persistence.RecordType, identity, v []byte) ([]byte, error) {
+	if rot.IsCurrent(v) {
+		return nil, nil
+	}
+	p, err := rot.Open(rt, identity, v)
+	if err != nil {
+		return nil, fmt.Errorf("bolt: reseal %s: %w: %w", what, persistence.ErrCorrupt, err)
+	}
+	out, err := rot.Seal(rt, identity, p)
+	if err != nil {
+		return nil, fmt.Errorf("bolt: reseal %s: %w", what, err)
+	}
+	return out, nil
+}
+
 // resealEvent returns the event record re-sealed, or nil when it is current.
 func resealEvent(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
 	var rec eventRecord
 	if err := decodeRecord("event", v, &rec, &rec.V); err != nil {
 		return nil, err
 	}
-	if rot.IsCurrent(rec.Raw) {
-		return nil, nil
+	raw, err := resealValue(rot, fmt.Sprintf("event %x", k), persistence.RecordEvent, rec.ID, rec.Raw)
+	if raw == nil || err != nil {
+		return nil, err
 	}
-	raw, err := rot.Open(persistence.RecordEvent, rec.ID, rec.Raw)
-	if err != nil {
-		return nil, fmt.Errorf("bolt: reseal event %x: %w: %w", k, persistence.ErrCorrupt, err)
-	}
-	if rec.Raw, err = rot.Seal(persistence.RecordEvent, rec.ID, raw); err != nil {
-		return nil, fmt.Errorf("bolt: reseal event %x: %w", k, err)
-	}
+	rec.Raw = raw
 	return messages.Marshal(&rec)
 }
 
-// resealMeta returns the sealed meta value re-sealed, or nil when current.
+// resealMeta returns the sealed meta value re-sealed, or nil when current
+// (identity as PutSealedMeta: the raw key).
 func resealMeta(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
 	if len(k) < 1 {
 		return nil, fmt.Errorf("bolt: sealed meta key empty: %w", persistence.ErrCorrupt)
 	}
-	if rot.IsCurrent(v) {
-		return nil, nil
+	key := bytes.Clone(k[1:])
+	return resealValue(rot, fmt.Sprintf("meta %q", key), persistence.RecordType(k[0]), key, v)
+}
+
+// resealDeliveryMeta re-seals the local identity or the prekey store, with
+// the record type and identity deliveryTx uses for each key. An unknown key
+// is an error: it would be a sealed value Reseal cannot classify.
+func resealDeliveryMeta(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
+	switch {
+	case bytes.Equal(k, deliveryKeyIdentity):
+		return resealValue(rot, "local identity", persistence.RecordIdentity, sealed.DeviceIdentity(), v)
+	case bytes.Equal(k, deliveryKeyPrekeys):
+		return resealValue(rot, "prekeys", persistence.RecordPrekey, sealed.PrekeyIdentity([]byte(persistence.PrekeyStoreIdentity)), v)
+	default:
+		return nil, fmt.Errorf("bolt: reseal: unknown delivery meta key %q: %w", k, persistence.ErrCorrupt)
 	}
-	rt, key := persistence.RecordType(k[0]), bytes.Clone(k[1:])
-	p, err := rot.Open(rt, key, v)
+}
+
+// resealSession re-seals one session record; its identity is derived from
+// the bucket key (the peer's address), as in deliveryTx.Session.
+func resealSession(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
+	peer, err := parseAddrKey(k)
 	if err != nil {
-		return nil, fmt.Errorf("bolt: reseal meta %q: %w: %w", key, persistence.ErrCorrupt, err)
+		return nil, fmt.Errorf("bolt: reseal session: %w", err)
 	}
-	return rot.Seal(rt, key, p)
+	return resealValue(rot, "session "+peer.String(), persistence.RecordSession, sessionIdentity(peer), v)
 }

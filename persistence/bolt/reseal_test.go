@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -10,46 +11,100 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// staleCount counts sealed values not under the sealer's current key.
-func staleCount(t *testing.T, db *DB, rot persistence.KeyRotator) int {
+// sealedBytes returns the sealed part of a value of a sealed bucket.
+func sealedBytes(t *testing.T, bucket, v []byte) []byte {
 	t.Helper()
-	n := 0
+	if !bytes.Equal(bucket, bucketSyncEvents) {
+		return v
+	}
+	var rec eventRecord
+	if err := decodeRecord("event", v, &rec, &rec.V); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Raw
+}
+
+// staleCounts counts, per sealed bucket, the values not under the sealer's
+// current key.
+func staleCounts(t *testing.T, db *DB, rot persistence.KeyRotator) (map[string]int, int) {
+	t.Helper()
+	per := map[string]int{}
+	total := 0
 	if err := db.bolt.View(func(tx *bbolt.Tx) error {
-		if err := tx.Bucket(bucketSyncEvents).ForEach(func(k, v []byte) error {
-			var rec eventRecord
-			if err := decodeRecord("event", v, &rec, &rec.V); err != nil {
+		for _, sb := range sealedBuckets {
+			if err := tx.Bucket(sb.name).ForEach(func(_, v []byte) error {
+				if !rot.IsCurrent(sealedBytes(t, sb.name, v)) {
+					per[string(sb.name)]++
+					total++
+				}
+				return nil
+			}); err != nil {
 				return err
 			}
-			if !rot.IsCurrent(rec.Raw) {
-				n++
-			}
-			return nil
-		}); err != nil {
-			return err
 		}
-		return tx.Bucket(bucketSyncSealed).ForEach(func(_, v []byte) error {
-			if !rot.IsCurrent(v) {
-				n++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return per, total
+}
+
+// TestEveryBucketIsClassified: every bucket of a current-layout file is
+// either resealed (sealedBuckets) or declared plaintext (plaintextBuckets),
+// never both, and every listed bucket exists. A new bucket added to the
+// layout without a decision fails here, so key rotation cannot silently
+// miss a sealed column.
+func TestEveryBucketIsClassified(t *testing.T) {
+	db := mustOpen(t, filepath.Join(t.TempDir(), "node.db"), Options{NoSync: true})
+	defer db.Close()
+	class := map[string]string{}
+	for _, sb := range sealedBuckets {
+		class[string(sb.name)] = "sealed"
+	}
+	for _, b := range plaintextBuckets {
+		if class[string(b)] != "" {
+			t.Errorf("bucket %s is listed both sealed and plaintext (or twice)", b)
+		}
+		class[string(b)] = "plaintext"
+	}
+	seen := map[string]bool{}
+	if err := db.bolt.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
+			seen[string(name)] = true
+			if class[string(name)] == "" {
+				t.Errorf("bucket %s is neither in sealedBuckets (reseal.go) nor in plaintextBuckets: decide whether it holds sealed values", name)
 			}
-			return nil
+			// Nested buckets would escape both lists.
+			return b.ForEachBucket(func(k []byte) error {
+				t.Errorf("bucket %s has a nested bucket %q that no list covers", name, k)
+				return nil
+			})
 		})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	for name := range class {
+		if !seen[name] {
+			t.Errorf("listed bucket %s does not exist in a layout-%d file", name, LayoutVersion)
+		}
+	}
 }
 
-func TestResealRotatesInterruptiblyAndResumes(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "node.db")
-	tk := persistence.TableKey{Schema: "s", Table: "t"}
-	const events = 23
-	old := newTestSealer(1)
-	db := mustOpen(t, path, Options{NoSync: true, Sealer: old})
+var resealPeers = []messages.DeviceAddress{
+	{User: "alice", Device: 1}, {User: "alice", Device: 2}, {User: "bob", Device: 1},
+	{User: "c\x00rol", Device: 7}, {User: "dave", Device: 1}, {User: "erin", Device: 3}, {User: "frank", Device: 9},
+}
+
+// seedAll writes records into every sealed bucket: events, sealed meta,
+// the local identity, the prekey store and sessions.
+func seedAll(t *testing.T, db *DB, tk persistence.TableKey, events int) {
+	t.Helper()
 	if err := db.Sync().Update(ctx, func(tx persistence.SyncTx) error {
 		for i := 1; i <= events; i++ {
 			if _, err := tx.AppendEvent(testEvent(byte(i), tk)); err != nil {
@@ -65,31 +120,126 @@ func TestResealRotatesInterruptiblyAndResumes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if err := db.Delivery().Update(ctx, func(tx persistence.DeliveryTx) error {
+		if err := tx.PutLocalIdentity([]byte("device-identity-secret")); err != nil {
+			return err
+		}
+		if err := tx.PutPrekeys([]byte("prekey-store-secret")); err != nil {
+			return err
+		}
+		for i, p := range resealPeers {
+			if err := tx.PutSession(p, []byte(fmt.Sprint("session-", i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readAll opens every seeded record through the stores with db's sealer.
+func readAll(db *DB, tk persistence.TableKey, events int) error {
+	if err := db.Sync().View(ctx, func(r persistence.SyncReader) error {
+		seen := 0
+		if err := r.EventsAfter(0, 0, func(ev persistence.StoredEvent) (bool, error) {
+			if want := testEvent(ev.ID[0], tk).Raw; !bytes.Equal(ev.Raw, want) {
+				return false, fmt.Errorf("event %d Raw = %x, want %x", ev.Seq, ev.Raw, want)
+			}
+			seen++
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		if seen != events {
+			return fmt.Errorf("saw %d events, want %d", seen, events)
+		}
+		for i := range 3 {
+			v, ok, err := r.SealedMeta(persistence.RecordNodeKey, fmt.Sprint("k", i))
+			if err != nil || !ok || string(v) != fmt.Sprint("secret", i) {
+				return fmt.Errorf("sealed meta %d = %q, %v, %w", i, v, ok, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return db.Delivery().View(ctx, func(r persistence.DeliveryReader) error {
+		if v, ok, err := r.LocalIdentity(); err != nil || !ok || string(v) != "device-identity-secret" {
+			return fmt.Errorf("local identity = %q, %v, %w", v, ok, err)
+		}
+		if v, ok, err := r.Prekeys(); err != nil || !ok || string(v) != "prekey-store-secret" {
+			return fmt.Errorf("prekeys = %q, %v, %w", v, ok, err)
+		}
+		for i, p := range resealPeers {
+			if v, ok, err := r.Session(p); err != nil || !ok || string(v) != fmt.Sprint("session-", i) {
+				return fmt.Errorf("session %s = %q, %v, %w", p, v, ok, err)
+			}
+		}
+		return nil
+	})
+}
+
+// TestResealCoversEverySealedBucketInterruptiblyAndResumes: the storage key
+// rotation requirement — every sealed column is re-encrypted in one pass
+// that is safe to interrupt and resume; afterwards the new key alone opens
+// everything.
+func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node.db")
+	tk := persistence.TableKey{Schema: "s", Table: "t"}
+	const events = 23
+	total := events + 3 + 2 + len(resealPeers) // events, sealed meta, identity+prekeys, sessions
+	db := mustOpen(t, path, Options{NoSync: true, Sealer: newTestSealer(1)})
+	seedAll(t, db, tk, events)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
 
-	// Rotate: key 2 is current, key 1 still opens. Crash after the second batch.
+	// Rotate: key 2 is current, key 1 still opens. Crash after batch crashAt.
 	rot := newTestSealer(2, 1)
-	batches := 0
-	opts := Options{NoSync: true, Sealer: rot, Failpoint: func(name string) error {
+	crashAt, batches := 0, 0
+	opts := Options{NoSync: true, Sealer: rot, Logger: discard(), Failpoint: func(name string) error {
 		if name == FailpointResealAfterBatch {
-			if batches++; batches == 2 {
+			if batches++; batches == crashAt {
 				return persistence.ErrInjected
 			}
 		}
 		return nil
 	}}
 	db = mustOpen(t, path, opts)
-	if got := staleCount(t, db, rot); got != events+3 {
-		t.Fatalf("stale before reseal = %d", got)
+	per, stale := staleCounts(t, db, rot)
+	if stale != total {
+		t.Fatalf("stale before reseal = %d (%v), want %d", stale, per, total)
 	}
+	for _, sb := range sealedBuckets {
+		if per[string(sb.name)] == 0 {
+			t.Fatalf("the seed left sealed bucket %s empty: the test would not cover it", sb.name)
+		}
+	}
+
+	// Run 1 crashes in the event log (batches of 5: 5, 5).
+	crashAt = 2
 	n, err := db.Reseal(ctx, 5)
 	if !errors.Is(err, persistence.ErrInjected) || n != 10 {
 		t.Fatalf("interrupted Reseal = %d, %v; want 10, ErrInjected", n, err)
 	}
-	if got := staleCount(t, db, rot); got != events+3-10 {
-		t.Fatalf("stale after an interrupted reseal = %d, want %d", got, events+3-10)
+	if _, stale := staleCounts(t, db, rot); stale != total-10 {
+		t.Fatalf("stale after run 1 = %d, want %d", stale, total-10)
+	}
+	// Restart; run 2 crashes in the sessions: events 5,5,3, sealed meta 3,
+	// delivery meta 2, sessions 5 (the 6th batch).
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = mustOpen(t, path, opts)
+	crashAt, batches = 6, 0
+	n, err = db.Reseal(ctx, 5)
+	if want := 13 + 3 + 2 + 5; !errors.Is(err, persistence.ErrInjected) || n != want {
+		t.Fatalf("second interrupted Reseal = %d, %v; want %d, ErrInjected", n, err, want)
+	}
+	per, stale = staleCounts(t, db, rot)
+	if stale != 2 || per[string(bucketDeliverySessions)] != 2 {
+		t.Fatalf("stale after run 2 = %d (%v), want 2 sessions", stale, per)
 	}
 	// Restart and resume: the rest is resealed, nothing twice.
 	if err := db.Close(); err != nil {
@@ -98,41 +248,66 @@ func TestResealRotatesInterruptiblyAndResumes(t *testing.T) {
 	opts.Failpoint = nil
 	db = mustOpen(t, path, opts)
 	defer db.Close()
-	n, err = db.Reseal(ctx, 5)
-	if err != nil || n != events+3-10 {
-		t.Fatalf("resumed Reseal = %d, %v; want %d", n, err, events+3-10)
+	if n, err := db.Reseal(ctx, 5); err != nil || n != 2 {
+		t.Fatalf("resumed Reseal = %d, %v; want 2", n, err)
 	}
-	if got := staleCount(t, db, rot); got != 0 {
-		t.Fatalf("stale after reseal = %d", got)
+	if _, stale := staleCounts(t, db, rot); stale != 0 {
+		t.Fatalf("stale after reseal = %d", stale)
 	}
 	if n, err := db.Reseal(ctx, 5); err != nil || n != 0 {
-		t.Fatalf("third Reseal = %d, %v; want 0", n, err)
+		t.Fatalf("repeated Reseal = %d, %v; want 0", n, err)
 	}
-	// Everything opens under the new key alone.
+	// Everything opens under the new key alone, and no longer under the old.
 	db.opts.Sealer = newTestSealer(2)
-	if err := db.Sync().View(ctx, func(r persistence.SyncReader) error {
-		seen := 0
-		if err := r.EventsAfter(0, 0, func(ev persistence.StoredEvent) (bool, error) {
-			if want := testEvent(ev.ID[0], tk).Raw; string(ev.Raw) != string(want) {
-				t.Fatalf("event %d Raw = %x, want %x", ev.Seq, ev.Raw, want)
+	if err := readAll(db, tk, events); err != nil {
+		t.Fatalf("with the new key only: %v", err)
+	}
+	db.opts.Sealer = newTestSealer(1)
+	if err := readAll(db, tk, events); !errors.Is(err, persistence.ErrCorrupt) {
+		t.Fatalf("with the old key only: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestResealDamagedRecordIsCorrupt: a record Reseal cannot open stops it
+// with persistence.ErrCorrupt (DESIGN.md "Storage": a damaged record is an
+// error, never "missing"); the record is left as it was.
+func TestResealDamagedRecordIsCorrupt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		bucket []byte
+		key    []byte
+	}{
+		{"session", bucketDeliverySessions, addrKey(messages.DeviceAddress{User: "alice", Device: 1})},
+		{"identity", bucketDeliveryMeta, deliveryKeyIdentity},
+		{"unknown delivery meta key", bucketDeliveryMeta, []byte("mystery")},
+		{"session under a malformed key", bucketDeliverySessions, []byte("no-terminator")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "node.db")
+			db := mustOpen(t, path, Options{NoSync: true, Sealer: newTestSealer(1)})
+			// A value under key 1 whose ciphertext is damaged.
+			bad, err := newTestSealer(1).Seal(persistence.RecordSession, []byte("x"), []byte("y"))
+			if err != nil {
+				t.Fatal(err)
 			}
-			seen++
-			return true, nil
-		}); err != nil {
-			return err
-		}
-		if seen != events {
-			t.Fatalf("saw %d events", seen)
-		}
-		for i := range 3 {
-			v, ok, err := r.SealedMeta(persistence.RecordNodeKey, fmt.Sprint("k", i))
-			if err != nil || !ok || string(v) != fmt.Sprint("secret", i) {
-				t.Fatalf("sealed meta %d = %q, %v, %v", i, v, ok, err)
+			bad[len(bad)-1] ^= 1
+			if err := db.bolt.Update(func(tx *bbolt.Tx) error { return tx.Bucket(tc.bucket).Put(tc.key, bad) }); err != nil {
+				t.Fatal(err)
 			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+			db.opts.Sealer = newTestSealer(2, 1)
+			if n, err := db.Reseal(ctx, 0); !errors.Is(err, persistence.ErrCorrupt) || n != 0 {
+				t.Fatalf("Reseal = %d, %v; want 0, ErrCorrupt", n, err)
+			}
+			if err := db.bolt.View(func(tx *bbolt.Tx) error {
+				if got := tx.Bucket(tc.bucket).Get(tc.key); !bytes.Equal(got, bad) {
+					t.Fatalf("damaged record changed to %x", got)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			_ = db.Close()
+		})
 	}
 }
 
