@@ -80,12 +80,7 @@ func (c Columns) Encode() []byte {
 		keys = append(keys, k)
 		size += 9 + len(k) + len(v)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if len(keys[i]) != len(keys[j]) {
-			return len(keys[i]) < len(keys[j])
-		}
-		return keys[i] < keys[j]
-	})
+	sortShortlex(keys)
 	b := make([]byte, 0, size)
 	b = appendHead(b, 5, uint64(len(keys)))
 	for _, k := range keys {
@@ -94,6 +89,15 @@ func (c Columns) Encode() []byte {
 		b = append(b, c[k]...)
 	}
 	return b
+}
+
+func sortShortlex(keys []string) {
+	sort.Slice(keys, func(i, j int) bool {
+		if len(keys[i]) != len(keys[j]) {
+			return len(keys[i]) < len(keys[j])
+		}
+		return keys[i] < keys[j]
+	})
 }
 
 // appendHead appends a CBOR head of the given major type in its shortest form.

@@ -108,6 +108,12 @@ type syncTx struct {
 	lastSeq   uint64
 	seqLoaded bool
 	seqDirty  bool
+
+	// missed is the last id Event found absent, so the AppendEvent that
+	// usually follows (the apply path's "seen? else append") need not
+	// search the id index again. Any append clears it.
+	missed    persistence.EventID
+	hasMissed bool
 }
 
 func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
@@ -290,6 +296,7 @@ func (t *syncTx) Event(id persistence.EventID) (persistence.StoredEvent, bool, e
 	}
 	v := t.ids.Get(id[:])
 	if v == nil {
+		t.missed, t.hasMissed = id, true
 		return persistence.StoredEvent{}, false, nil
 	}
 	if len(v) != 8 {
@@ -526,7 +533,9 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	if err := t.checkWrite(); err != nil {
 		return 0, err
 	}
-	if t.ids.Get(ev.ID[:]) != nil {
+	knownAbsent := t.hasMissed && t.missed == ev.ID
+	t.hasMissed = false
+	if !knownAbsent && t.ids.Get(ev.ID[:]) != nil {
 		return 0, fmt.Errorf("bolt: append event %s: %w", ev.ID, persistence.ErrDuplicate)
 	}
 	last, err := t.loadSeq()
@@ -540,13 +549,10 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 			return 0, fmt.Errorf("bolt: seal event %s: %w", ev.ID, err)
 		}
 	}
-	v, err := messages.Marshal(&eventRecord{
+	v := encodeEvent(&eventRecord{
 		V: recordVersion, ID: ev.ID[:], Site: ev.Site[:], HLC: uint64(ev.HLC),
 		Schema: ev.Schema, Table: ev.Table, RowKey: ev.RowKey, Raw: raw,
 	})
-	if err != nil {
-		return 0, fmt.Errorf("bolt: encode event %s: %w", ev.ID, err)
-	}
 	tk := tableKeyOf(ev.Schema, ev.Table)
 	seqKey := u64(seq)
 	id := ev.ID // bbolt keeps keys until commit: give it memory it owns
