@@ -118,16 +118,27 @@ func appendHead(b []byte, major byte, n uint64) []byte {
 
 // DecodeColumns decodes the encoding produced by Encode.
 func DecodeColumns(b []byte) (Columns, error) {
-	var m map[string]cborRaw
+	var m Columns
 	if err := Unmarshal("columns", b, &m, maxEventSize); err != nil {
 		return nil, err
 	}
 	if m == nil {
 		return nil, decodeErr("columns", ErrMalformed, nil)
 	}
-	out := make(Columns, len(m))
-	for k, v := range m {
-		out[k] = Value(v)
+	return m, nil
+}
+
+// UnmarshalCBOR keeps the data item as it is. The strict decoder has
+// already checked it is one well-formed item of an allowed kind.
+func (v *Value) UnmarshalCBOR(data []byte) error {
+	*v = append(Value(nil), data...)
+	return nil
+}
+
+// MarshalCBOR writes the data item as it is.
+func (v Value) MarshalCBOR() ([]byte, error) {
+	if len(v) == 0 {
+		return nil, decodeErr("value", ErrMalformed, nil)
 	}
-	return out, nil
+	return v, nil
 }
