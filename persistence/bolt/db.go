@@ -65,7 +65,7 @@ type DB struct {
 // to the current version in one transaction. A file written by a newer
 // layout returns an error matching persistence.ErrLayoutVersion.
 func Open(path string, opts Options) (*DB, error) {
-	bdb, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync})
+	bdb, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync, InitialMmapSize: initialMmapSize})
 	if err != nil {
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
@@ -124,3 +124,8 @@ func (d *DB) begin(ctx context.Context, op string) error {
 	}
 	return nil
 }
+
+// initialMmapSize reserves address space (not memory or disk) for the
+// file's map up front: while the file grows within it bbolt never
+// re-maps, and a re-map copies every node a write transaction touched.
+const initialMmapSize = 64 << 20
