@@ -156,35 +156,46 @@ func (c *Chokepoint) ApplyBatch(ctx context.Context, raws [][]byte) ([]messages.
 	}
 	wg.Wait()
 
+	// One reply channel and one message per group for the whole batch.
 	outs := make([]messages.Outcome, len(raws))
-	replies := make([]chan syncgroup.Result, len(raws))
-	var firstErr error
+	byGroup := map[persistence.GroupKey]syncgroup.ApplyMany{}
+	pending := 0
 	for i, ck := range checks {
 		outs[i] = ck.out
 		if ck.final {
 			c.finish(ck.out)
 			continue
 		}
-		replies[i] = make(chan syncgroup.Result, 1)
-		if err := c.send(ck.req, replies[i]); err != nil {
+		e := ck.req.Event
+		k := persistence.GroupKey{Site: e.Site, Schema: e.Schema, Table: e.Table}
+		ck.req.Index = i
+		byGroup[k] = append(byGroup[k], ck.req)
+		pending++
+	}
+	reply := make(chan syncgroup.Result, pending)
+	for k, reqs := range byGroup {
+		pid, ok := c.cfg.Router.PID(k)
+		if !ok {
+			return outs, ErrClosed
+		}
+		for _, r := range reqs {
+			r.Reply = reply
+		}
+		c.cfg.Router.Send(pid, reqs)
+	}
+	var firstErr error
+	for ; pending > 0; pending-- {
+		res, err := c.waitResult(ctx, reply)
+		if err != nil {
 			return outs, err
 		}
-	}
-	for i, r := range replies {
-		if r == nil {
-			continue
-		}
-		out, err := c.wait(ctx, r)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
-				return outs, err
-			}
+		if res.Err != nil {
 			if firstErr == nil {
-				firstErr = err
+				firstErr = res.Err
 			}
 			continue
 		}
-		outs[i] = out
+		outs[res.Index] = res.Outcome
 	}
 	return outs, firstErr
 }
@@ -201,19 +212,28 @@ func (c *Chokepoint) send(req *syncgroup.Apply, reply chan syncgroup.Result) err
 }
 
 func (c *Chokepoint) wait(ctx context.Context, reply chan syncgroup.Result) (messages.Outcome, error) {
+	res, err := c.waitResult(ctx, reply)
+	if err != nil {
+		return messages.Outcome{}, err
+	}
+	return res.Outcome, res.Err
+}
+
+// waitResult waits for one answer; the error is cancellation or closing.
+func (c *Chokepoint) waitResult(ctx context.Context, reply chan syncgroup.Result) (syncgroup.Result, error) {
 	select {
 	case res := <-reply:
-		return res.Outcome, res.Err
+		return res, nil
 	case <-ctx.Done():
-		return messages.Outcome{}, ctx.Err()
+		return syncgroup.Result{}, ctx.Err()
 	case <-c.cfg.Stopped:
 		// Groups answer everything they accepted before stopping; a
 		// request that reached none of them gets ErrClosed.
 		select {
 		case res := <-reply:
-			return res.Outcome, res.Err
+			return res, nil
 		default:
-			return messages.Outcome{}, ErrClosed
+			return syncgroup.Result{}, ErrClosed
 		}
 	}
 }

@@ -36,10 +36,18 @@ type Apply struct {
 	// the actor); nil to have the group compute it.
 	RowKey []byte
 	Reply  chan<- Result
+	// Index is copied to the Result, so one Reply channel can serve many
+	// requests.
+	Index int
 }
+
+// ApplyMany hands a group several requests in one message (one mailbox
+// operation for a whole batch of the caller's events).
+type ApplyMany []*Apply
 
 // Result answers Apply.
 type Result struct {
+	Index   int
 	Outcome messages.Outcome
 	Err     error // a storage failure: nothing of the batch was kept
 }
@@ -90,8 +98,12 @@ func newGroupActor(key persistence.GroupKey, deps Deps, committer *actor.PID) *g
 
 func (g *groupActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *Apply:
-		g.pending = append(g.pending, m)
+	case *Apply, ApplyMany:
+		if a, ok := m.(*Apply); ok {
+			g.pending = append(g.pending, a)
+		} else {
+			g.pending = append(g.pending, m.(ApplyMany)...)
+		}
 		if !g.queued && g.inflight == nil {
 			// Everything already in the mailbox is ahead of this marker,
 			// so the flush takes all of it as one batch.
@@ -162,7 +174,7 @@ func (g *groupActor) finish(m *committed) {
 	if m.err != nil {
 		err := fmt.Errorf("syncgroup %s/%s/%s: %w", g.key.Site, g.key.Schema, g.key.Table, m.err)
 		for _, req := range batch {
-			req.Reply <- Result{Err: err}
+			req.Reply <- Result{Index: req.Index, Err: err}
 		}
 		return
 	}
@@ -177,7 +189,7 @@ func (g *groupActor) finish(m *committed) {
 		g.deps.Notify(n)
 	}
 	for i, req := range batch {
-		req.Reply <- Result{Outcome: m.res.outcomes[i]}
+		req.Reply <- Result{Index: req.Index, Outcome: m.res.outcomes[i]}
 	}
 }
 
