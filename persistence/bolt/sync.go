@@ -377,7 +377,7 @@ func (t *syncTx) Row(k persistence.TableKey, rowKey []byte) (persistence.Row, bo
 	if v == nil {
 		return persistence.Row{}, false, nil
 	}
-	row, err := decodeRow(k, rowKey, v)
+	row, err := readRow(k, rowKey, v)
 	return row, err == nil, err
 }
 
@@ -392,7 +392,7 @@ func (t *syncTx) Rows(k persistence.TableKey, after []byte, fn func(rowKey []byt
 		if after != nil && bytes.Equal(rowKey, after) {
 			return true, nil
 		}
-		row, err := decodeRow(k, rowKey, v)
+		row, err := readRow(k, rowKey, v)
 		if err != nil {
 			return false, err
 		}
