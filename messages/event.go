@@ -43,9 +43,39 @@ func (e *Event) Clock() Clock { return Clock{HLC: e.HLC, Site: e.Site} }
 func (e *Event) RowKey() []byte { return e.Key.Encode() }
 
 type wireEvent struct {
+	V       uint64       `cbor:"v"`
+	Site    bstr         `cbor:"site"`
+	HLC     *uint64      `cbor:"hlc"`
+	Schema  string       `cbor:"schema"`
+	Table   string       `cbor:"table"`
+	Key     columnsField `cbor:"key"`
+	Payload columnsField `cbor:"payload"`
+}
+
+// columnsField decodes an event's key or payload in one pass: null, or a
+// map of columns (strictly, with the same decoder). set tells a present
+// field from an absent one.
+type columnsField struct {
+	set  bool
+	null bool
+	cols Columns
+}
+
+// UnmarshalCBOR implements cbor.Unmarshaler.
+func (f *columnsField) UnmarshalCBOR(data []byte) error {
+	f.set = true
+	if Value(data).IsNull() {
+		f.null = true
+		return nil
+	}
+	return decMode.Unmarshal(data, &f.cols)
+}
+
+// wireEventOut is the encoding side of wireEvent.
+type wireEventOut struct {
 	V       uint64  `cbor:"v"`
-	Site    bstr    `cbor:"site"`
-	HLC     *uint64 `cbor:"hlc"`
+	Site    []byte  `cbor:"site"`
+	HLC     uint64  `cbor:"hlc"`
 	Schema  string  `cbor:"schema"`
 	Table   string  `cbor:"table"`
 	Key     cborRaw `cbor:"key"`
@@ -78,7 +108,7 @@ func EncodeEvent(e *Event) ([]byte, error) {
 		}
 	}
 	h := uint64(e.HLC)
-	w := wireEvent{V: EventVersion, Site: e.Site[:], HLC: &h, Schema: e.Schema, Table: e.Table, Key: e.Key.Encode()}
+	w := wireEventOut{V: EventVersion, Site: e.Site[:], HLC: h, Schema: e.Schema, Table: e.Table, Key: e.Key.Encode()}
 	if e.Delete {
 		w.Payload = cborRaw(Null)
 	} else {
@@ -114,19 +144,16 @@ func DecodeEvent(b []byte) (*Event, error) {
 		return nil, decodeErr("event", ErrMalformed, fmt.Errorf("missing hlc"))
 	}
 	e.HLC = HLC(*w.HLC)
-	if w.Key == nil || w.Payload == nil {
+	if !w.Key.set || !w.Payload.set {
 		return nil, decodeErr("event", ErrMalformed, fmt.Errorf("missing key or payload"))
 	}
 	if err := validateNames(e.Schema, e.Table, nil); err != nil {
 		return nil, decodeErr("event", ErrMalformed, err)
 	}
-	if Value(w.Key).IsNull() {
+	if w.Key.null {
 		return nil, decodeErr("event", ErrEmptyRowKey, nil)
 	}
-	key, err := DecodeColumns(w.Key)
-	if err != nil {
-		return nil, decodeErr("event key", ErrMalformed, err)
-	}
+	key := w.Key.cols
 	if len(key) == 0 {
 		return nil, decodeErr("event", ErrEmptyRowKey, nil)
 	}
@@ -134,13 +161,13 @@ func DecodeEvent(b []byte) (*Event, error) {
 		return nil, decodeErr("event", ErrMalformed, err)
 	}
 	e.Key = key
-	if Value(w.Payload).IsNull() {
+	if w.Payload.null {
 		e.Delete = true
 		return e, nil
 	}
-	payload, err := DecodeColumns(w.Payload)
-	if err != nil {
-		return nil, decodeErr("event payload", ErrMalformed, err)
+	payload := w.Payload.cols
+	if payload == nil {
+		payload = Columns{}
 	}
 	if err := validateColumns(payload); err != nil {
 		return nil, decodeErr("event", ErrMalformed, err)
