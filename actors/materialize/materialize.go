@@ -67,7 +67,12 @@ type Log func(yield func(e *messages.Event) error) error
 // row is the zero Row when the row has no state yet. log must include e
 // itself when it is an upsert (the caller appends before applying).
 func Apply(def persistence.TableDef, horizon messages.HLC, row persistence.Row, e *messages.Event, log Log) (persistence.Row, Effects, error) {
-	row = clone(row)
+	return ApplyOwned(def, horizon, clone(row), e, log)
+}
+
+// ApplyOwned is Apply for a caller that hands over row (a fresh copy read
+// from storage): it updates row's cells in place instead of copying them.
+func ApplyOwned(def persistence.TableDef, horizon messages.HLC, row persistence.Row, e *messages.Event, log Log) (persistence.Row, Effects, error) {
 	if row.Cells == nil {
 		row.Cells = make(map[string]persistence.Cell)
 	}

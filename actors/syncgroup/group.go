@@ -318,7 +318,8 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 	if err != nil {
 		return err
 	}
-	nr, fx, err := materialize.Apply(def, h, row, e, RowLog(tx, t, rowKey))
+	// The row is this transaction's own copy: hand it over.
+	nr, fx, err := materialize.ApplyOwned(def, h, row, e, RowLog(tx, t, rowKey))
 	if err != nil {
 		return err
 	}
