@@ -42,6 +42,9 @@ func FuzzVerify(f *testing.F) {
 			if !ok || v.Event.Site != key.Site {
 				t.Fatalf("accepted event of site %s signed by kid %x", v.Event.Site, v.Kid)
 			}
+			if !coseVerify(in, testMesh, key.PublicKey) {
+				t.Fatal("accepted a signature go-cose rejects")
+			}
 			if v.ID != eventid.Of(in) {
 				t.Fatal("ID is not eventid.Of(raw)")
 			}
