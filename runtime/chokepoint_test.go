@@ -115,11 +115,8 @@ func TestChokepointSignatureFailuresDroppedAndSurfaced(t *testing.T) {
 // §12 step 2 and the skew row of §13.6: more than 300 000 ms ahead is
 // rejected, surfaced, not retained; it applies once the clock catches up.
 func TestChokepointClockSkewRejectedNotRetained(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
+	n, p := nodeWithPeer(t, Config{})
 	ns := n.collect()
-	p := newPeer(t, 1)
-	n.trust(p)
 	now := n.wall.MS()
 	atBound := p.upsert(hlcAt(now+300_000, 0), 1, map[string]any{"a": "edge"})
 	if out := n.apply(atBound); out.Kind != messages.Applied {
@@ -165,10 +162,7 @@ func TestChokepointCheckOrder(t *testing.T) {
 // §12 steps 4 and 5: duplicates are no-ops; the local clock observes the
 // applied event's HLC.
 func TestChokepointDuplicateNoopAndHLCObserve(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
-	p := newPeer(t, 1)
-	n.trust(p)
+	n, p := nodeWithPeer(t, Config{})
 	ahead := hlcAt(n.wall.MS()+120_000, 5)
 	raw := p.upsert(ahead, 1, map[string]any{"a": "x"})
 	if out := n.apply(raw); out.Kind != messages.Applied {

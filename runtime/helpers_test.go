@@ -202,3 +202,13 @@ func cellString(t *testing.T, r Row, col string) (string, CellState) {
 func sameCell(a, b Cell) bool {
 	return a.State == b.State && a.Value.Equal(b.Value) && a.Clock == b.Clock
 }
+
+// nodeWithPeer opens a node with table app.t defined and one trusted peer.
+func nodeWithPeer(t *testing.T, cfg Config) (*testNode, *peer) {
+	t.Helper()
+	n := openTestNode(t, cfg)
+	n.define(defT)
+	p := newPeer(t, 1)
+	n.trust(p)
+	return n, p
+}

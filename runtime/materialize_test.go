@@ -42,10 +42,7 @@ func TestHeldDestinationTableMissingRetriedAfterDefineTable(t *testing.T) {
 
 // Row "Signature verification fails": dropped and surfaced, watermark advances.
 func TestDroppedSignatureVerificationFails(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
-	p := newPeer(t, 1)
-	n.trust(p)
+	n, p := nodeWithPeer(t, Config{})
 	raw := p.upsert(hlcAt(n.wall.MS(), 1), 1, map[string]any{"a": "x"})
 	raw[len(raw)-3] ^= 0x40
 	out := n.apply(raw)
@@ -63,11 +60,8 @@ func siteBytes(p *peer) []byte { s := p.signer.Site(); return s[:] }
 
 // Row "row_key is null or an empty map": dropped and surfaced.
 func TestDroppedRowKeyNull(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
+	n, p := nodeWithPeer(t, Config{})
 	ns := n.collect()
-	p := newPeer(t, 1)
-	n.trust(p)
 	out := n.apply(keyEvent(n, p, nil))
 	if out.Kind != messages.Dropped || out.Reason != messages.ReasonEmptyRowKey || !out.AdvancesWatermark() {
 		t.Fatalf("%v", out)
@@ -79,10 +73,7 @@ func TestDroppedRowKeyNull(t *testing.T) {
 }
 
 func TestDroppedRowKeyEmptyMap(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
-	p := newPeer(t, 1)
-	n.trust(p)
+	n, p := nodeWithPeer(t, Config{})
 	out := n.apply(keyEvent(n, p, map[string]any{}))
 	if out.Kind != messages.Dropped || out.Reason != messages.ReasonEmptyRowKey {
 		t.Fatalf("%v", out)
@@ -92,10 +83,7 @@ func TestDroppedRowKeyEmptyMap(t *testing.T) {
 // Row "row_key names any column the destination table does not have":
 // dropped, no prefix match (the resolvable part addresses nothing).
 func TestDroppedRowKeyUnknownColumnNoPrefixMatch(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
-	p := newPeer(t, 1)
-	n.trust(p)
+	n, p := nodeWithPeer(t, Config{})
 	if out := n.apply(p.upsert(hlcAt(n.wall.MS(), 1), 7, map[string]any{"a": "original"})); out.Kind != messages.Applied {
 		t.Fatal(out)
 	}
@@ -120,11 +108,8 @@ func TestDroppedRowKeyUnknownColumnNoPrefixMatch(t *testing.T) {
 // Row "payload names columns the destination table does not have": the
 // known columns apply, the rest are ignored with clocks untouched, metered.
 func TestUnknownPayloadColumnsIgnoredKnownApplied(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
+	n, p := nodeWithPeer(t, Config{})
 	ns := n.collect()
-	p := newPeer(t, 1)
-	n.trust(p)
 	out := n.apply(p.upsert(hlcAt(n.wall.MS(), 1), 1, map[string]any{"a": "known", "zz": "unknown"}))
 	if out.Kind != messages.Applied || !out.AdvancesWatermark() {
 		t.Fatalf("%v", out)
@@ -157,10 +142,7 @@ func TestUnknownPayloadColumnsIgnoredKnownApplied(t *testing.T) {
 // An upsert whose payload names no destination column still asserts
 // existence; the row is existent and empty, not cleared.
 func TestUpsertNamingNoKnownColumnStillAssertsExistence(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
-	p := newPeer(t, 1)
-	n.trust(p)
+	n, p := nodeWithPeer(t, Config{})
 	out := n.apply(p.upsert(hlcAt(n.wall.MS(), 1), 1, map[string]any{"zz": 1}))
 	if out.Kind != messages.Applied {
 		t.Fatal(out)
@@ -231,10 +213,7 @@ func TestPerColumnLWW(t *testing.T) {
 // §13.1: an explicit null is an ordinary clocked write: it wins and loses
 // like any value.
 func TestExplicitNullIsClockedWrite(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
-	p := newPeer(t, 1)
-	n.trust(p)
+	n, p := nodeWithPeer(t, Config{})
 	now := n.wall.MS()
 	n.apply(p.upsert(hlcAt(now, 2), 1, map[string]any{"a": "v2", "b": "keep"}))
 	n.apply(p.upsert(hlcAt(now, 3), 1, map[string]any{"a": nil}))
@@ -305,11 +284,8 @@ func TestDeleteResurrectAndLosingDelete(t *testing.T) {
 // §13.4: a resurrection whose tombstone clock lies below the eviction
 // horizon is surfaced as partial, naming the row and the horizon.
 func TestPartialRebuildSurfacedNamingRowAndHorizon(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
+	n, p := nodeWithPeer(t, Config{})
 	ns := n.collect()
-	p := newPeer(t, 1)
-	n.trust(p)
 	now := n.wall.MS()
 	n.apply(p.upsert(hlcAt(now, 1), 1, map[string]any{"a": "old"}))
 	n.apply(p.del(hlcAt(now, 2), 1))
@@ -340,10 +316,7 @@ func TestPartialRebuildSurfacedNamingRowAndHorizon(t *testing.T) {
 // §13.5: an event below the horizon counts as applied and writes nothing;
 // SetHorizon reclaims the log below it.
 func TestEventBelowHorizonCountsAppliedWritesNothing(t *testing.T) {
-	n := openTestNode(t, Config{})
-	n.define(defT)
-	p := newPeer(t, 1)
-	n.trust(p)
+	n, p := nodeWithPeer(t, Config{})
 	now := n.wall.MS()
 	n.apply(p.upsert(hlcAt(now, 1), 1, map[string]any{"a": "x"}))
 	n.apply(p.upsert(hlcAt(now, 2), 2, map[string]any{"a": "y"}))
