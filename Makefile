@@ -28,6 +28,9 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-## soak: long randomized runs (property tests and simulations with many seeds).
+## soak: long randomized runs: the property tests with many more cases
+## (SOAK_CHECKS, default 20000) and anything behind the soak build tag.
+SOAK_CHECKS ?= 20000
 soak:
-	$(GO) test -race -count=1 -timeout 90m -tags soak ./...
+	$(GO) test -count=1 -timeout 90m -tags soak -run 'Property|Convergence|Canonical|Match' \
+		./actors/materialize ./runtime ./messages ./persistence/bolt -rapid.checks=$(SOAK_CHECKS)
