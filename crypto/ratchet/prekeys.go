@@ -339,27 +339,26 @@ func (s PrekeyStore) SignedPrekeyIDs() []uint32 {
 }
 
 func (s PrekeyStore) lookupSigned(id uint32, now time.Time) (signedKey, error) {
-	for _, k := range s.signed {
-		if k.id == id {
-			if k.expires != 0 && now.UnixNano() >= k.expires {
-				return signedKey{}, fmt.Errorf("%w: signed prekey %d past its grace period", ErrUnknownPrekey, id)
-			}
-			return k, nil
-		}
-	}
-	return signedKey{}, fmt.Errorf("%w: signed prekey %d", ErrUnknownPrekey, id)
+	return lookupPrekey(s.signed, "signed", id, now, func(k signedKey) (uint32, int64) { return k.id, k.expires })
 }
 
 func (s PrekeyStore) lookupKEM(id uint32, now time.Time) (kemKey, error) {
-	for _, k := range s.kem {
-		if k.id == id {
-			if k.expires != 0 && now.UnixNano() >= k.expires {
-				return kemKey{}, fmt.Errorf("%w: KEM prekey %d past its grace period", ErrUnknownPrekey, id)
+	return lookupPrekey(s.kem, "KEM", id, now, func(k kemKey) (uint32, int64) { return k.id, k.expires })
+}
+
+// lookupPrekey finds prekey id among keys, refusing one past its grace
+// period (expires 0: the current key, no expiry).
+func lookupPrekey[K any](keys []K, kind string, id uint32, now time.Time, idOf func(K) (uint32, int64)) (K, error) {
+	var zero K
+	for _, k := range keys {
+		if kid, expires := idOf(k); kid == id {
+			if expires != 0 && now.UnixNano() >= expires {
+				return zero, fmt.Errorf("%w: %s prekey %d past its grace period", ErrUnknownPrekey, kind, id)
 			}
 			return k, nil
 		}
 	}
-	return kemKey{}, fmt.Errorf("%w: KEM prekey %d", ErrUnknownPrekey, id)
+	return zero, fmt.Errorf("%w: %s prekey %d", ErrUnknownPrekey, kind, id)
 }
 
 // takeOneTime returns one-time prekey id and the store without it (PQXDH

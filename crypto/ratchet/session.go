@@ -65,6 +65,18 @@ func (s *session) info() SessionInfo {
 	return SessionInfo{ID: s.id, Local: s.local, Remote: s.remote, Initiator: s.initiator, Acknowledged: s.pending == nil}
 }
 
+// dhRatchetStep is one half of DHRatchet (DR §3.5): the root KDF over
+// DH(ours, theirs). The DH output is wiped before it returns, whatever
+// happens.
+func dhRatchetStep(rk [32]byte, ours *ecdh.PrivateKey, theirs [32]byte) (newRK, ck [32]byte, err error) {
+	dhOut, err := x25519(ours, theirs)
+	if err != nil {
+		return newRK, ck, err
+	}
+	defer wipe(dhOut)
+	return kdfRK(rk, dhOut)
+}
+
 // kdfRK is KDF_RK (DR §5.2): HKDF-SHA256 with the root key as salt.
 func kdfRK(rk [32]byte, dhOut []byte) (newRK, ck [32]byte, err error) {
 	okm, err := hkdf.Key(sha256.New, dhOut, rk[:], infoRoot, 64)
@@ -256,12 +268,7 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 	if err != nil {
 		return nil, nil, err
 	}
-	dhOut, err := x25519(dhsKey, h.DH)
-	if err != nil {
-		return nil, nil, err
-	}
-	rk, ckr, err := kdfRK(s.rk, dhOut)
-	wipe(dhOut)
+	rk, ckr, err := dhRatchetStep(s.rk, dhsKey, h.DH)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -303,12 +310,7 @@ func (s *session) encrypt(plaintext []byte) (*session, []byte, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		dhOut, err := x25519(key, ns.dhr)
-		if err != nil {
-			return nil, nil, err
-		}
-		rk, cks, err := kdfRK(ns.rk, dhOut)
-		wipe(dhOut)
+		rk, cks, err := dhRatchetStep(ns.rk, key, ns.dhr)
 		if err != nil {
 			return nil, nil, err
 		}
