@@ -15,8 +15,10 @@ import (
 // with an explicit migration list).
 //
 // Version 1: the sync plane (createV1). Version 2: the delivery plane's
-// buckets (createDeliveryV1, delivery.go).
-const LayoutVersion = 2
+// buckets (createDeliveryV1, delivery.go). Version 3: SSP/1 §14 delivery
+// state — sender cursors, applied watermarks, per-sender receive progress
+// (createSyncDeliveryV1, sync_delivery.go).
+const LayoutVersion = 3
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -53,6 +55,7 @@ type migration struct {
 var migrations = []migration{
 	{from: 0, to: 1, fn: createV1},
 	{from: 1, to: 2, fn: createDeliveryV1},
+	{from: 2, to: 3, fn: createSyncDeliveryV1},
 }
 
 // createV1 creates the initial layout.

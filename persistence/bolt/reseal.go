@@ -45,6 +45,7 @@ var plaintextBuckets = [][]byte{
 	bucketSyncTables, bucketSyncEventIDs, bucketSyncRowIdx, bucketSyncTableIdx, bucketSyncRows,
 	bucketSyncHorizons, bucketSyncHeld, bucketSyncMeta, bucketSyncKeys,
 	bucketDeliveryPins, // pinned public identity keys
+	bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers, // SSP/1 §14 progress: sequence numbers and clocks
 }
 
 // Reseal re-seals, under the current storage key, every sealed record the
