@@ -44,7 +44,7 @@ var plaintextBuckets = [][]byte{
 	bucketMeta,
 	bucketSyncTables, bucketSyncEventIDs, bucketSyncRowIdx, bucketSyncTableIdx, bucketSyncRows,
 	bucketSyncHorizons, bucketSyncHeld, bucketSyncMeta, bucketSyncKeys,
-	bucketDeliveryPins, // pinned public identity keys
+	bucketDeliveryPins,                                       // pinned public identity keys
 	bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers, // SSP/1 §14 progress: sequence numbers and clocks
 }
 
