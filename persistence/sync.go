@@ -108,6 +108,8 @@ type SyncReader interface {
 
 	// Keys returns the trusted-peer keyring entries.
 	Keys() ([]KeyEntry, error)
+
+	SyncDeliveryReader
 }
 
 // SyncTx is a read-write sync transaction.
@@ -137,6 +139,8 @@ type SyncTx interface {
 	PutSealedMeta(t RecordType, key string, value []byte) error
 	// PutKey stores or replaces a keyring entry (keyed by Kid).
 	PutKey(k KeyEntry) error
+
+	SyncDeliveryWriter
 }
 
 // KeyEntry is one trusted signer: kid → site id, Ed25519 public key and an

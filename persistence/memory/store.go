@@ -50,6 +50,10 @@ type state struct {
 	meta        cowMap[string, []byte]
 	smeta       cowMap[smetaKey, []byte]
 	keys        cowMap[string, persistence.KeyEntry]
+	// SSP/1 §14 delivery state (syncdelivery.go).
+	cursors    cowMap[string, persistence.SenderCursor]
+	watermarks cowMap[persistence.GroupKey, persistence.Watermark]
+	peers      cowMap[string, persistence.PeerProgress]
 }
 
 func (s *state) begin(gen uint64) {
@@ -65,6 +69,9 @@ func (s *state) begin(gen uint64) {
 	s.meta.begin(gen)
 	s.smeta.begin(gen)
 	s.keys.begin(gen)
+	s.cursors.begin(gen)
+	s.watermarks.begin(gen)
+	s.peers.begin(gen)
 }
 
 // backing is the data shared by every handle opened over it (Reopen).

@@ -75,6 +75,9 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"ViewSnapshotIsolation", testViewSnapshot},
 		{"ConcurrentUpdatesSerialize", testConcurrent},
 		{"EverythingSurvivesReopen", testReopen},
+		{"CursorsPerPeerFromGenesis", testCursors},
+		{"WatermarksMonotonicAndFailClosed", testWatermarks},
+		{"PeerProgressWithGaps", testPeerProgress},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
