@@ -8,6 +8,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/messages"
 )
 
 // Config configures a Node. The zero value of every optional field is a
@@ -56,6 +58,23 @@ type Config struct {
 	// CloseTimeout bounds how long Close waits for actors to drain.
 	// Zero: 30 s.
 	CloseTimeout time.Duration
+
+	// Name is how this node's peers know it: the sender name of its pushes
+	// (SSP/1 §14). Empty: the site id in hex.
+	Name string
+	// SyncInterval is the sync cycle: each peer's sender pushes at least
+	// this often, and the retry unit of a failed push is the next cycle
+	// (SSP/1 §14.1). Zero: 1 s. Negative: no timer; cycles run only through
+	// SyncNow (deterministic tests).
+	SyncInterval time.Duration
+	// PushBatch is the most events one push carries. Zero: 1 000.
+	PushBatch int
+	// PushTimeout bounds one push. Zero: 30 s.
+	PushTimeout time.Duration
+	// IgnorePeerWatermarks makes senders offer everything past their
+	// cursors, without skipping what peers' watermarks show they applied.
+	// Watermarks are an optimization (SSP/1 §14.2); this exists to show it.
+	IgnorePeerWatermarks bool
 }
 
 // ConfigError names the Config field that is wrong.
@@ -70,6 +89,12 @@ func (e *ConfigError) Error() string { return fmt.Sprintf("runtime: config %s: %
 func (c *Config) validate() error {
 	if !c.InMemory && c.Dir == "" {
 		return &ConfigError{"Dir", "required unless InMemory"}
+	}
+	if len(c.Name) > 256 {
+		return &ConfigError{"Name", "at most 256 bytes"}
+	}
+	if c.PushBatch < 0 || c.PushBatch > messages.MaxPushEvents {
+		return &ConfigError{"PushBatch", fmt.Sprintf("between 0 and %d", messages.MaxPushEvents)}
 	}
 	if len(c.MeshID) > 64 {
 		return &ConfigError{"MeshID", "at most 64 bytes"}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
+	"github.com/syncmesh/syncmesh/actors/delivery"
 	"github.com/syncmesh/syncmesh/actors/syncgroup"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
@@ -52,6 +53,8 @@ const (
 	metaMeshID    = "mesh_id"
 	metaHighWater = "hlc_high_water"
 	metaNodeKey   = "node_key"
+
+	defaultSyncInterval = time.Second
 )
 
 // Node is one syncmesh peer: its storage, its actors and its public API.
@@ -71,6 +74,11 @@ type Node struct {
 	apply   *apply.Chokepoint
 	metrics *metrics
 	gather  prometheus.Gatherer
+
+	registerer prometheus.Registerer
+	name       string
+	own        *delivery.OwnWrites
+	sync       *delivery.Service
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.
@@ -115,6 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.gather = g
 	}
 	var err error
+	n.registerer = reg
 	if n.metrics, err = newMetrics(reg); err != nil {
 		return nil, fmt.Errorf("runtime: metrics: %w", err)
 	}
@@ -153,6 +162,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.clock = clock.New(n.cfg.Wall, hw, n.persistHighWater, clock.DefaultLease)
+	n.own = delivery.NewOwnWrites(hw)
 
 	if cfg.System != nil {
 		n.system = cfg.System
@@ -184,9 +194,20 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		Logger:  n.log,
 		Stopped: n.stopped,
 	})
+	n.name = cfg.Name
+	if n.name == "" {
+		n.name = n.signer.Site().String()
+	}
+	err = n.startDelivery(ctx, scope)
 	// A crash between DefineTable and the release of its held groups
 	// leaves groups held for a table that now exists: release them.
-	if err := n.releaseDefined(ctx, ""); err != nil {
+	if err == nil {
+		err = n.releaseDefined(ctx, "")
+	}
+	if err != nil {
+		if n.sync != nil {
+			n.sync.Close()
+		}
 		n.router.Stop(n.cfg.CloseTimeout)
 		n.shutdownSystem()
 		return nil, err
@@ -330,6 +351,7 @@ func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closed)
+		n.sync.Close() // senders stop; the progress actor records what it holds
 		n.router.Stop(n.cfg.CloseTimeout)
 		close(n.stopped)
 		n.subsMu.Lock()

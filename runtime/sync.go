@@ -131,15 +131,21 @@ func (n *Node) write(ctx context.Context, schema, table string, key, values map[
 			}
 		}
 	}
-	if e.HLC, err = n.clock.Now(); err != nil {
+	// Issue the HLC and register the write as in flight in one step: the
+	// group's own watermark stays below it until it is durable (§14.2).
+	g := persistence.GroupKey{Site: e.Site, Schema: schema, Table: table}
+	if e.HLC, err = n.own.Begin(g, n.clock.Now); err != nil {
 		return messages.Outcome{}, err
 	}
 	raw, err := n.signer.Sign(e, n.meshID)
 	if err != nil {
+		n.own.End(g, e.HLC, true) // never applied: nothing can commit
 		return messages.Outcome{}, err
 	}
 	// One apply path for local and remote events (SSP/1 §12).
-	return n.apply.Apply(ctx, raw)
+	out, err := n.apply.Apply(ctx, raw)
+	n.own.End(g, e.HLC, err == nil)
+	return out, err
 }
 
 // Sign encodes and signs an event with the node's key without applying

@@ -1,0 +1,265 @@
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// maxGaps bounds the gaps remembered per sender. Past it the oldest are
+// kept and the receive progress stops advancing (fail closed) until they
+// fill: a sender cannot grow a receiver's state without bound.
+const maxGaps = 4 * messages.MaxPushEvents
+
+// recordWork is one applied push handed to the progress actor.
+type recordWork struct {
+	push  *messages.SyncPush
+	outs  []messages.Outcome
+	reply chan recordReply
+}
+
+type recordReply struct {
+	res *messages.PushResult
+	err error
+}
+
+type flushRecords struct{}
+
+// progressActor is the receiver side of SSP/1 §14: it owns the per-sender
+// progress and the applied watermarks. It drains its mailbox and records
+// every push of the batch in one transaction, replying once it is durable.
+type progressActor struct {
+	deps    *Deps
+	pending []*recordWork
+	queued  bool
+}
+
+func (p *progressActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *recordWork:
+		p.pending = append(p.pending, m)
+		if !p.queued {
+			p.queued = true
+			ctx.Send(ctx.Self(), flushRecords{})
+		}
+	case flushRecords:
+		p.queued = false
+		p.commit()
+	case *actor.Stopping:
+		p.commit()
+	}
+}
+
+func (p *progressActor) commit() {
+	if len(p.pending) == 0 {
+		return
+	}
+	works := p.pending
+	p.pending = nil
+	results := make([]*messages.PushResult, len(works))
+	err := p.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
+		for i, w := range works {
+			r, err := recordPush(tx, p.deps, w.push, w.outs)
+			if err != nil {
+				return err
+			}
+			results[i] = r
+		}
+		return nil
+	})
+	for i, w := range works {
+		w.reply <- recordReply{res: results[i], err: err}
+	}
+}
+
+func groupOf(o messages.Outcome) persistence.GroupKey {
+	return persistence.GroupKey{Site: o.Site, Schema: o.Schema, Table: o.Table}
+}
+
+func wireGroup(g persistence.GroupKey) messages.Group {
+	return messages.Group{Site: g.Site, Schema: g.Schema, Table: g.Table}
+}
+
+func storeGroup(g messages.Group) persistence.GroupKey {
+	return persistence.GroupKey{Site: g.Site, Schema: g.Schema, Table: g.Table}
+}
+
+// recordPush updates what this node applied from the push's sender and
+// its watermarks, and builds the push result (SSP/1 §13.6, §14.2).
+//
+// The sender's progress is "everything it offered at or below Through
+// applied, except Gaps". An event that did not apply (held, rejected)
+// becomes a gap of its group; a later offer that applies fills it. A claim
+// "every event of G at or below h is in the sender's log at or below seq"
+// raises the watermark of G to h only when this node demonstrably applied
+// all of that: Through ≥ seq and no gap of G at or below seq. Nothing else
+// moves a watermark, so it fails closed.
+func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []messages.Outcome) (*messages.PushResult, error) {
+	prog, _, err := tx.PeerProgress(push.From)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(prog.Log, push.Log) {
+		// A new log at the sender: nothing known about it yet.
+		prog = persistence.PeerProgress{Log: push.Log}
+	}
+	res := &messages.PushResult{V: messages.SyncVersion}
+	touched := map[persistence.GroupKey]bool{}
+	held := map[persistence.GroupKey]bool{}
+	extends := push.After <= prog.Through
+	newThrough := prog.Through
+	if extends && push.Through > newThrough {
+		newThrough = push.Through
+	}
+	gaps := prog.Gaps
+	for i, ev := range push.Events {
+		o := outs[i]
+		if o.Kind == messages.Dropped && o.Site == (messages.SiteID{}) {
+			// Not authenticated: no group to account it to. Dropped events
+			// are final and never re-offered (SSP/1 §13.6).
+			res.Applied++
+			continue
+		}
+		g := groupOf(o)
+		touched[g] = true
+		gaps = slices.DeleteFunc(gaps, func(x persistence.PeerGap) bool { return x.Seq == ev.Seq })
+		if o.AdvancesWatermark() {
+			res.Applied++
+			continue
+		}
+		res.Retry = append(res.Retry, ev.Seq)
+		switch o.Kind {
+		case messages.Rejected:
+			res.Rejected++
+		case messages.Held:
+			held[g] = true
+		}
+		if ev.Seq <= newThrough && len(gaps) < maxGaps {
+			gaps = append(gaps, persistence.PeerGap{Seq: ev.Seq, Group: g})
+		} else if ev.Seq <= newThrough {
+			// Too many gaps: do not claim progress past this one.
+			newThrough = ev.Seq - 1
+		}
+	}
+	slices.SortFunc(gaps, func(a, b persistence.PeerGap) int {
+		switch {
+		case a.Seq < b.Seq:
+			return -1
+		case a.Seq > b.Seq:
+			return 1
+		}
+		return 0
+	})
+	prog.Through, prog.Gaps = newThrough, gaps
+	if err := tx.PutPeerProgress(push.From, prog); err != nil {
+		return nil, err
+	}
+	tail, err := tx.LastSeq()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range push.Claims {
+		g := storeGroup(c.Group)
+		touched[g] = true
+		if g.Site == d.Self || !d.InScope(g.Schema, g.Table) || prog.Through < c.Seq {
+			continue
+		}
+		if slices.ContainsFunc(prog.Gaps, func(x persistence.PeerGap) bool { return x.Group == g && x.Seq <= c.Seq }) {
+			continue
+		}
+		cur, ok, err := tx.Watermark(g)
+		if err != nil {
+			return nil, err
+		}
+		if ok && cur.HLC >= c.HLC {
+			continue
+		}
+		// Every event of g at or below c.HLC applied here is in this
+		// node's log at or below its tail, so the node can state the
+		// same to its own peers.
+		if err := tx.PutWatermark(g, persistence.Watermark{HLC: c.HLC, Seq: tail}); err != nil {
+			return nil, err
+		}
+	}
+	for g := range held {
+		res.Held = append(res.Held, wireGroup(g))
+	}
+	slices.SortFunc(res.Held, compareGroups)
+	// Report every watermark (the groups are few: sites × tables), so a
+	// sender learns what this node applied through any path.
+	if err := tx.Watermarks(func(g persistence.GroupKey, w persistence.Watermark) (bool, error) {
+		if g.Site != d.Self {
+			res.Watermarks = append(res.Watermarks, messages.GroupWatermark{Group: wireGroup(g), HLC: w.HLC})
+		}
+		return len(res.Watermarks) < messages.MaxPushEvents/2, nil
+	}); err != nil {
+		return nil, err
+	}
+	for g := range touched {
+		if g.Site != d.Self {
+			continue
+		}
+		if h, ok := d.Own.Safe(g); ok {
+			res.Watermarks = append(res.Watermarks, messages.GroupWatermark{Group: wireGroup(g), HLC: h})
+		}
+	}
+	slices.SortFunc(res.Watermarks, func(a, b messages.GroupWatermark) int { return compareGroups(a.Group, b.Group) })
+	return res, nil
+}
+
+func compareGroups(a, b messages.Group) int {
+	if c := bytes.Compare(a.Site[:], b.Site[:]); c != 0 {
+		return c
+	}
+	if a.Schema != b.Schema {
+		if a.Schema < b.Schema {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a.Table < b.Table:
+		return -1
+	case a.Table > b.Table:
+		return 1
+	}
+	return 0
+}
+
+// handlePush applies a push through the node's apply path (signature
+// checks run in parallel, outside any actor) and records it.
+func (s *Service) handlePush(ctx context.Context, push *messages.SyncPush) (*messages.PushResult, error) {
+	if err := push.Validate(); err != nil {
+		return nil, err
+	}
+	raws := make([][]byte, len(push.Events))
+	for i, e := range push.Events {
+		raws[i] = e.Raw
+	}
+	outs, err := s.deps.Apply(ctx, raws)
+	if err != nil {
+		return nil, err
+	}
+	if len(outs) != len(raws) {
+		return nil, fmt.Errorf("delivery: apply returned %d outcomes for %d events", len(outs), len(raws))
+	}
+	reply := make(chan recordReply, 1)
+	s.system.Root.Send(s.progress, &recordWork{push: push, outs: outs, reply: reply})
+	select {
+	case r := <-reply:
+		if r.err == nil {
+			s.deps.Metrics.received(push.From, r.res)
+		}
+		return r.res, r.err
+	case <-s.done:
+		return nil, ErrStopped
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

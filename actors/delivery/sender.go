@@ -1,0 +1,343 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+type (
+	tick      struct{}
+	syncNow   struct{ reply chan CycleReport }
+	statusReq struct{ reply chan PeerStatus }
+	// pushDone carries a finished push back into the sender's mailbox.
+	pushDone struct {
+		batch  *batch
+		result *messages.PushResult
+		err    error
+	}
+)
+
+// batch is one prepared push and what the sender needs to finish it.
+type batch struct {
+	push    *messages.SyncPush
+	skipped int
+	// unsent are retry sequences not carried by this push (over the batch
+	// size); they stay in the retry set.
+	unsent []uint64
+}
+
+// senderActor pushes the local log to one peer over one transport path
+// (SSP/1 §14.1). It owns the peer's cursor: loaded once, changed only
+// after a push succeeded and the new value is durable.
+type senderActor struct {
+	s          *Service
+	peer, path string
+	key        string
+	t          Transport
+
+	cursor   persistence.SenderCursor
+	loaded   bool
+	peerW    map[persistence.GroupKey]messages.HLC // the peer's reported watermarks
+	inflight bool
+	cancel   context.CancelFunc
+	waiters  []chan CycleReport // answered by the cycle in flight
+	next     []chan CycleReport // SyncNow calls that arrived during it
+	timer    *time.Timer
+	stopping bool
+
+	tail     uint64
+	lastPush time.Time
+	lastErr  error
+}
+
+func (a *senderActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.schedule(ctx, a.s.cfg.Interval)
+	case tick:
+		if !a.inflight {
+			a.start(ctx)
+		}
+	case *syncNow:
+		if a.inflight {
+			a.next = append(a.next, m.reply)
+		} else {
+			a.waiters = append(a.waiters, m.reply)
+			a.start(ctx)
+		}
+	case *pushDone:
+		a.finish(ctx, m)
+	case *statusReq:
+		m.reply <- a.status()
+	case *actor.Stopping:
+		a.stopping = true
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+		if a.cancel != nil {
+			a.cancel()
+		}
+		for _, w := range append(a.waiters, a.next...) {
+			w <- CycleReport{Err: ErrStopped}
+		}
+		a.waiters, a.next = nil, nil
+	}
+}
+
+// schedule sends the next tick after d (no timer when d ≤ 0).
+func (a *senderActor) schedule(ctx actor.Context, d time.Duration) {
+	if d <= 0 || a.stopping {
+		return
+	}
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	self, sys := ctx.Self(), ctx.ActorSystem()
+	a.timer = time.AfterFunc(d, func() { sys.Root.Send(self, tick{}) })
+}
+
+func (a *senderActor) status() PeerStatus {
+	w := make(map[persistence.GroupKey]messages.HLC, len(a.peerW))
+	for g, h := range a.peerW {
+		w[g] = h
+	}
+	return PeerStatus{Peer: a.peer, Path: a.path, Cursor: a.cursor.Seq, Tail: a.tail, Retry: len(a.cursor.Retry),
+		Watermarks: w, LastPush: a.lastPush, LastErr: a.lastErr}
+}
+
+// start prepares a push and hands it to the transport off the actor's
+// goroutine; its result comes back as pushDone.
+func (a *senderActor) start(ctx actor.Context) {
+	b, err := a.prepare()
+	if err != nil {
+		a.complete(ctx, CycleReport{Err: err})
+		return
+	}
+	a.inflight = true
+	pctx, cancel := context.WithTimeout(context.Background(), a.s.cfg.Timeout)
+	a.cancel = cancel
+	self, sys, t, peer := ctx.Self(), ctx.ActorSystem(), a.t, a.peer
+	go func() {
+		defer cancel()
+		res, err := t.Push(pctx, peer, b.push)
+		if err == nil {
+			err = checkResult(b.push, res)
+		}
+		sys.Root.Send(self, &pushDone{batch: b, result: res, err: err})
+	}()
+}
+
+// checkResult refuses a result that does not answer the push.
+func checkResult(p *messages.SyncPush, r *messages.PushResult) error {
+	if r == nil {
+		return fmt.Errorf("delivery: empty push result")
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	for _, seq := range r.Retry {
+		if _, ok := slices.BinarySearchFunc(p.Events, seq, func(e messages.PushedEvent, s uint64) int {
+			switch {
+			case e.Seq < s:
+				return -1
+			case e.Seq > s:
+				return 1
+			}
+			return 0
+		}); !ok {
+			return fmt.Errorf("%w: result asks to retry sequence %d the push did not carry", messages.ErrSyncInvalid, seq)
+		}
+	}
+	return nil
+}
+
+// prepare reads the next batch from the log: the re-offers first, then
+// the events past the cursor, leaving out what the peer's watermarks show
+// it applied (SSP/1 §14.2).
+func (a *senderActor) prepare() (*batch, error) {
+	d := a.s.deps
+	limit := a.s.cfg.Batch
+	b := &batch{push: &messages.SyncPush{V: messages.SyncVersion, From: d.Name, Log: d.LogID}}
+	err := d.Store.View(context.Background(), func(tx persistence.SyncReader) error {
+		if !a.loaded {
+			c, _, err := tx.Cursor(a.key)
+			if err != nil {
+				return err
+			}
+			a.cursor, a.loaded = c, true
+		}
+		tail, err := tx.LastSeq()
+		if err != nil {
+			return err
+		}
+		a.tail = tail
+		p := b.push
+		p.After, p.Tail = a.cursor.Seq, tail
+		var evs []messages.PushedEvent
+		for i, seq := range a.cursor.Retry {
+			if len(evs) >= limit/2 {
+				b.unsent = append(b.unsent, a.cursor.Retry[i:]...)
+				break
+			}
+			err := tx.EventsAfter(seq-1, 1, func(se persistence.StoredEvent) (bool, error) {
+				if se.Seq != seq {
+					return false, nil // reclaimed below a horizon: nothing to re-offer
+				}
+				if a.applied(se) {
+					b.skipped++
+					return false, nil
+				}
+				evs = append(evs, messages.PushedEvent{Seq: se.Seq, Raw: se.Raw})
+				return false, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		room := limit - len(evs)
+		visited := 0
+		last := a.cursor.Seq
+		err = tx.EventsAfter(a.cursor.Seq, room, func(se persistence.StoredEvent) (bool, error) {
+			visited++
+			last = se.Seq
+			if a.applied(se) {
+				b.skipped++
+				return true, nil
+			}
+			evs = append(evs, messages.PushedEvent{Seq: se.Seq, Raw: se.Raw})
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		p.Through = tail
+		if visited >= room {
+			p.Through = last // the batch is full: more may follow
+		}
+		slices.SortFunc(evs, func(x, y messages.PushedEvent) int {
+			switch {
+			case x.Seq < y.Seq:
+				return -1
+			case x.Seq > y.Seq:
+				return 1
+			}
+			return 0
+		})
+		p.Events = evs
+		p.Claims, err = a.claims(tx, p.Through, tail)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// applied reports whether the peer's watermark covers the event.
+func (a *senderActor) applied(se persistence.StoredEvent) bool {
+	if a.s.cfg.IgnorePeerWatermarks {
+		return false
+	}
+	h, ok := a.peerW[persistence.GroupKey{Site: se.Site, Schema: se.Schema, Table: se.Table}]
+	return ok && se.HLC <= h
+}
+
+// claims lists this node's watermarks the push can carry: a watermark
+// whose events all lie at or below through, and that the peer does not
+// already report as reached.
+func (a *senderActor) claims(tx persistence.SyncReader, through, tail uint64) ([]messages.WatermarkClaim, error) {
+	d := a.s.deps
+	var out []messages.WatermarkClaim
+	add := func(g persistence.GroupKey, h messages.HLC, seq uint64) {
+		if cur, ok := a.peerW[g]; ok && cur >= h {
+			return
+		}
+		out = append(out, messages.WatermarkClaim{Group: wireGroup(g), HLC: h, Seq: seq})
+	}
+	if through == tail {
+		// Own groups: with nothing in flight below h, every own event at
+		// or below h is in the log, at or below tail.
+		defs, err := tx.Tables()
+		if err != nil {
+			return nil, err
+		}
+		for _, def := range defs {
+			g := persistence.GroupKey{Site: d.Self, Schema: def.Schema, Table: def.Table}
+			if h, ok := d.Own.Safe(g); ok {
+				add(g, h, tail)
+			}
+		}
+	}
+	err := tx.Watermarks(func(g persistence.GroupKey, w persistence.Watermark) (bool, error) {
+		if g.Site != d.Self && w.Seq <= through {
+			add(g, w.HLC, w.Seq)
+		}
+		return len(out) < messages.MaxPushEvents, nil
+	})
+	return out, err
+}
+
+// finish handles a push's outcome: on success the cursor moves to the
+// push's Through and the re-offer set becomes what the peer asked to be
+// re-offered, durably, before anything else happens (SSP/1 §14.1).
+func (a *senderActor) finish(ctx actor.Context, m *pushDone) {
+	a.inflight, a.cancel = false, nil
+	p := m.batch.push
+	rep := CycleReport{Offered: len(p.Events), Skipped: m.batch.skipped, After: p.After, Through: p.Through, Tail: p.Tail, Err: m.err}
+	if m.err == nil {
+		next := persistence.SenderCursor{Seq: p.Through, Retry: mergeRetry(m.result.Retry, m.batch.unsent)}
+		err := a.s.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error { return tx.PutCursor(a.key, next) })
+		if err != nil {
+			rep.Err = fmt.Errorf("delivery: store cursor: %w", err)
+		} else {
+			a.cursor = next
+			rep.Result = m.result
+			for _, w := range m.result.Watermarks {
+				g := storeGroup(w.Group)
+				if w.HLC > a.peerW[g] {
+					a.peerW[g] = w.HLC
+				}
+			}
+		}
+	}
+	rep.Retry = len(a.cursor.Retry)
+	a.lastPush, a.lastErr = time.Now(), rep.Err
+	a.s.deps.Metrics.pushed(a.key, rep)
+	if rep.Err != nil {
+		a.s.deps.Logger.Debug("delivery: push failed", "peer", a.key, "err", rep.Err)
+	}
+	a.complete(ctx, rep)
+}
+
+// complete answers the waiters and decides when the next cycle runs: at
+// once while the log has more past the cursor (catching up), otherwise
+// after the interval.
+func (a *senderActor) complete(ctx actor.Context, rep CycleReport) {
+	for _, w := range a.waiters {
+		w <- rep
+	}
+	a.waiters = nil
+	if len(a.next) > 0 && !a.stopping {
+		a.waiters, a.next = a.next, nil
+		a.start(ctx)
+		return
+	}
+	if rep.Err == nil && rep.Through < rep.Tail && a.s.cfg.Interval > 0 {
+		ctx.Send(ctx.Self(), tick{})
+		return
+	}
+	a.schedule(ctx, a.s.cfg.Interval)
+}
+
+func mergeRetry(a, b []uint64) []uint64 {
+	out := append(slices.Clone(a), b...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,315 @@
+// Package delivery moves SSP/1 events between nodes (SSP/1 §14): one
+// sender actor per peer and transport path keeps a durable cursor over the
+// local log and pushes what lies beyond it; one progress actor records
+// what each sender's pushes applied here and owns the applied watermarks.
+//
+// Delivery is at least once. Correctness rests on the receiver's
+// idempotent apply, never on the sender knowing what the peer has: a
+// cursor moves only after a push succeeded and never from anything the
+// peer says (§14.1); the peer's watermarks only let the sender skip events
+// the peer demonstrably applied (§14.2).
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// Errors of the delivery service (match with errors.Is).
+var (
+	// ErrUnknownPeer: no peer of that name and path was added.
+	ErrUnknownPeer = errors.New("delivery: unknown peer")
+	// ErrPeerExists: AddPeer of a name and path already added.
+	ErrPeerExists = errors.New("delivery: peer already added")
+	// ErrStopped: the service is closed.
+	ErrStopped = errors.New("delivery: stopped")
+)
+
+// Deps are what the delivery actors need from the node.
+type Deps struct {
+	Store persistence.SyncStore
+	// Self is this node's site id; Name is how peers know it (the From of
+	// its pushes); LogID identifies its log (16 bytes).
+	Self  messages.SiteID
+	Name  string
+	LogID []byte
+	// Apply runs signed events through the node's apply chokepoint.
+	Apply func(ctx context.Context, raws [][]byte) ([]messages.Outcome, error)
+	// InScope reports whether the node syncs a table (SSP/1 §12 step 3).
+	InScope func(schema, table string) bool
+	// Own tracks local writes in flight.
+	Own     *OwnWrites
+	Logger  *slog.Logger
+	Metrics *Metrics
+}
+
+// Config tunes the senders.
+type Config struct {
+	// Interval is the sync cycle: each sender pushes at least this often.
+	// The retry unit is the next cycle (SSP/1 §14.1). Zero or negative:
+	// no timer; cycles run only through SyncNow.
+	Interval time.Duration
+	// Batch is the most events one push carries (default 1000, at most
+	// messages.MaxPushEvents).
+	Batch int
+	// Timeout bounds one push (default 30 s).
+	Timeout time.Duration
+	// IgnorePeerWatermarks: offer everything past the cursor, never
+	// skipping what the peer reported applied (watermarks are an
+	// optimization, SSP/1 §14.2; this shows it).
+	IgnorePeerWatermarks bool
+}
+
+// Service runs a node's delivery actors.
+type Service struct {
+	system   *actor.ActorSystem
+	deps     *Deps
+	cfg      Config
+	progress *actor.PID
+
+	mu      sync.Mutex
+	peers   map[string]*actor.PID // by cursor key
+	stopped bool
+	done    chan struct{} // closed once the progress actor stopped
+}
+
+// NewService starts the progress actor. Senders start with AddPeer.
+func NewService(system *actor.ActorSystem, deps Deps, cfg Config) (*Service, error) {
+	if deps.Store == nil || deps.Apply == nil || deps.InScope == nil || deps.Own == nil {
+		return nil, fmt.Errorf("delivery: incomplete Deps")
+	}
+	if len(deps.LogID) != 16 || deps.Name == "" {
+		return nil, fmt.Errorf("delivery: Deps need a 16-byte LogID and a Name")
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1000
+	}
+	if cfg.Batch > messages.MaxPushEvents {
+		cfg.Batch = messages.MaxPushEvents
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = noMetrics()
+	}
+	s := &Service{system: system, deps: &deps, cfg: cfg, peers: map[string]*actor.PID{}, done: make(chan struct{})}
+	s.progress = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &progressActor{deps: s.deps} }))
+	return s, nil
+}
+
+// HandlePush applies a push from a peer and answers with its result
+// (the Receiver side of every transport).
+func (s *Service) HandlePush(ctx context.Context, push *messages.SyncPush) (*messages.PushResult, error) {
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped {
+		return nil, ErrStopped
+	}
+	return s.handlePush(ctx, push)
+}
+
+// CursorKey names the cursor of peer over transport path.
+func CursorKey(peer, path string) string { return peer + "@" + path }
+
+// AddPeer starts a sender toward peer over transport t. path names the
+// transport path: a peer reachable over two paths has one cursor on each.
+func (s *Service) AddPeer(peer, path string, t Transport) error {
+	if peer == "" || path == "" || t == nil {
+		return fmt.Errorf("delivery: AddPeer needs a peer name, a path and a transport")
+	}
+	key := CursorKey(peer, path)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return ErrStopped
+	}
+	if _, ok := s.peers[key]; ok {
+		return fmt.Errorf("%w: %s", ErrPeerExists, key)
+	}
+	sa := &senderActor{s: s, peer: peer, path: path, key: key, t: t, peerW: map[persistence.GroupKey]messages.HLC{}}
+	s.peers[key] = s.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sa }))
+	return nil
+}
+
+// RemovePeer stops the sender toward peer over path (its cursor stays).
+func (s *Service) RemovePeer(peer, path string) error {
+	key := CursorKey(peer, path)
+	s.mu.Lock()
+	pid, ok := s.peers[key]
+	delete(s.peers, key)
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownPeer, key)
+	}
+	return s.system.Root.PoisonFuture(pid).Wait()
+}
+
+func (s *Service) sender(peer, path string) (*actor.PID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil, ErrStopped
+	}
+	pid, ok := s.peers[CursorKey(peer, path)]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownPeer, CursorKey(peer, path))
+	}
+	return pid, nil
+}
+
+// CycleReport describes one completed push cycle toward a peer.
+type CycleReport struct {
+	// Offered is how many events the push carried (re-offers included).
+	Offered int
+	// Skipped is how many the peer's watermarks let the sender leave out.
+	Skipped int
+	// After and Through are the log range the push covered; Tail was the
+	// local log's last sequence when it was read.
+	After, Through, Tail uint64
+	// Retry is how many events wait to be offered again (held or rejected).
+	Retry int
+	// Result is the peer's answer; nil when the push failed.
+	Result *messages.PushResult
+	// Err is the push failure, nil on success.
+	Err error
+}
+
+// Done reports whether the cycle reached the tail with nothing left to
+// re-offer: the peer has been offered everything this node holds.
+func (r CycleReport) Done() bool { return r.Err == nil && r.Through == r.Tail && r.Retry == 0 }
+
+// SyncNow runs one push cycle toward peer over path now (after the one in
+// flight, if any) and returns its report. The push failing is reported in
+// CycleReport.Err, not as the error.
+func (s *Service) SyncNow(ctx context.Context, peer, path string) (CycleReport, error) {
+	pid, err := s.sender(peer, path)
+	if err != nil {
+		return CycleReport{}, err
+	}
+	reply := make(chan CycleReport, 1)
+	s.system.Root.Send(pid, &syncNow{reply: reply})
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-ctx.Done():
+		return CycleReport{}, ctx.Err()
+	}
+}
+
+// PeerStatus is a sender's view of one peer.
+type PeerStatus struct {
+	Peer, Path string
+	// Cursor: every local log entry at or below it was pushed. Tail is the
+	// local log's last sequence at the last cycle; Tail − Cursor is the
+	// backlog still to offer.
+	Cursor, Tail uint64
+	// Retry counts events waiting to be offered again.
+	Retry int
+	// Watermarks are the peer's applied watermarks as it last reported
+	// them (SSP/1 §14.2): how far behind it is, per group.
+	Watermarks map[persistence.GroupKey]messages.HLC
+	// LastPush is when the last push completed; LastErr its failure.
+	LastPush time.Time
+	LastErr  error
+}
+
+// Peers returns the status of every sender, sorted by peer and path.
+func (s *Service) Peers(ctx context.Context) ([]PeerStatus, error) {
+	s.mu.Lock()
+	pids := make([]*actor.PID, 0, len(s.peers))
+	for _, pid := range s.peers {
+		pids = append(pids, pid)
+	}
+	s.mu.Unlock()
+	out := make([]PeerStatus, 0, len(pids))
+	for _, pid := range pids {
+		reply := make(chan PeerStatus, 1)
+		s.system.Root.Send(pid, &statusReq{reply: reply})
+		select {
+		case st := <-reply:
+			out = append(out, st)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(s.cfg.Timeout):
+			// A stopped sender does not answer; leave it out.
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Peer != out[j].Peer {
+			return out[i].Peer < out[j].Peer
+		}
+		return out[i].Path < out[j].Path
+	})
+	return out, nil
+}
+
+// GroupWatermark is one applied watermark of this node.
+type GroupWatermark struct {
+	Group persistence.GroupKey
+	HLC   messages.HLC
+}
+
+// Watermarks returns this node's applied watermarks: the stored ones, and
+// its own groups' computed from its local writes (tables lists the tables
+// to compute them for).
+func (s *Service) Watermarks(ctx context.Context) ([]GroupWatermark, error) {
+	var out []GroupWatermark
+	err := s.deps.Store.View(ctx, func(tx persistence.SyncReader) error {
+		defs, err := tx.Tables()
+		if err != nil {
+			return err
+		}
+		for _, d := range defs {
+			g := persistence.GroupKey{Site: s.deps.Self, Schema: d.Schema, Table: d.Table}
+			if h, ok := s.deps.Own.Safe(g); ok {
+				out = append(out, GroupWatermark{Group: g, HLC: h})
+			}
+		}
+		return tx.Watermarks(func(g persistence.GroupKey, w persistence.Watermark) (bool, error) {
+			if g.Site != s.deps.Self {
+				out = append(out, GroupWatermark{Group: g, HLC: w.HLC})
+			}
+			return true, nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return compareGroups(wireGroup(out[i].Group), wireGroup(out[j].Group)) < 0 })
+	return out, err
+}
+
+// Close stops every sender (a push in flight is abandoned: its cursor
+// does not move) and then the progress actor, which finishes recording
+// what it was handed.
+func (s *Service) Close() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	pids := make([]*actor.PID, 0, len(s.peers))
+	for _, pid := range s.peers {
+		pids = append(pids, pid)
+	}
+	s.peers = map[string]*actor.PID{}
+	s.mu.Unlock()
+	for _, pid := range pids {
+		_ = s.system.Root.PoisonFuture(pid).Wait()
+	}
+	_ = s.system.Root.PoisonFuture(s.progress).Wait()
+	close(s.done)
+}

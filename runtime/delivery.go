@@ -1,0 +1,165 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+
+	"github.com/syncmesh/syncmesh/actors/apply"
+	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// Transport carries this node's pushes to its peers (SSP/1 §14): an
+// in-process Network for tests and embedding, or a Remote over
+// protoactor-go's gRPC remote.
+type Transport = delivery.Transport
+
+// CycleReport describes one completed push cycle toward a peer.
+type CycleReport = delivery.CycleReport
+
+// PeerStatus is a sender's view of one peer: cursor, backlog, re-offers
+// and the peer's reported watermarks.
+type PeerStatus = delivery.PeerStatus
+
+// GroupWatermark is one applied watermark: everything from Group.Site for
+// the table at or below HLC has been applied here (SSP/1 §14.2).
+type GroupWatermark = delivery.GroupWatermark
+
+// GroupKey names a sync group: (site_id, schema, table).
+type GroupKey = persistence.GroupKey
+
+// Errors of the sync delivery API (match with errors.Is).
+var (
+	// ErrUnknownPeer: no peer of that name and path was added.
+	ErrUnknownPeer = delivery.ErrUnknownPeer
+	// ErrPeerExists: AddPeer of a name and path already added.
+	ErrPeerExists = delivery.ErrPeerExists
+)
+
+// DefaultPath is the transport path name AddPeer uses when given none.
+const DefaultPath = "default"
+
+const metaLogID = "log_id"
+
+// Name is how this node's peers know it (Config.Name, or its site id).
+func (n *Node) Name() string { return n.name }
+
+// loadLogID reads the log id, creating it for a node that has none: a
+// fresh id tells receivers that this log's sequences are new to them.
+func (n *Node) loadLogID(ctx context.Context) ([]byte, error) {
+	var id []byte
+	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+		v, ok, err := tx.Meta(metaLogID)
+		if err != nil {
+			return err
+		}
+		if ok && len(v) == 16 {
+			id = v
+			return nil
+		}
+		if ok {
+			return fmt.Errorf("%w: log id of %d bytes", persistence.ErrCorrupt, len(v))
+		}
+		id = make([]byte, 16)
+		if _, err := rand.Read(id); err != nil {
+			return err
+		}
+		return tx.PutMeta(metaLogID, id)
+	})
+	return id, err
+}
+
+func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
+	logID, err := n.loadLogID(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := delivery.NewMetrics(n.registerer)
+	if err != nil {
+		return fmt.Errorf("runtime: metrics: %w", err)
+	}
+	interval := n.cfg.SyncInterval
+	switch {
+	case interval == 0:
+		interval = defaultSyncInterval
+	case interval < 0:
+		interval = 0
+	}
+	n.sync, err = delivery.NewService(n.system, delivery.Deps{
+		Store: n.store, Self: n.signer.Site(), Name: n.name, LogID: logID,
+		Apply:   n.apply.ApplyBatch,
+		InScope: scope.Contains,
+		Own:     n.own,
+		Logger:  n.log,
+		Metrics: m,
+	}, delivery.Config{Interval: interval, Batch: n.cfg.PushBatch, Timeout: n.cfg.PushTimeout, IgnorePeerWatermarks: n.cfg.IgnorePeerWatermarks})
+	return err
+}
+
+// HandlePush applies a push from a peer and answers with its result. It
+// is the receiving end of every transport: an in-process Network or a
+// Remote calls it; an embedding application with its own transport does
+// too.
+func (n *Node) HandlePush(ctx context.Context, p *messages.SyncPush) (*messages.PushResult, error) {
+	if n.isClosed() {
+		return nil, ErrClosed
+	}
+	return n.sync.HandlePush(ctx, p)
+}
+
+// AddPeer starts pushing this node's log to peer over t: one durable
+// cursor per peer per transport path, starting at genesis for a peer
+// never pushed to (SSP/1 §14.1). path names the transport path (empty:
+// DefaultPath).
+func (n *Node) AddPeer(peer string, t Transport, path string) error {
+	if n.isClosed() {
+		return ErrClosed
+	}
+	if path == "" {
+		path = DefaultPath
+	}
+	return n.sync.AddPeer(peer, path, t)
+}
+
+// RemovePeer stops pushing to peer over path (empty: DefaultPath). Its
+// cursor is kept: adding the peer again resumes where it stopped.
+func (n *Node) RemovePeer(peer, path string) error {
+	if path == "" {
+		path = DefaultPath
+	}
+	return n.sync.RemovePeer(peer, path)
+}
+
+// SyncNow runs one push cycle toward peer over path (empty: DefaultPath)
+// and returns its report; a failed push is CycleReport.Err.
+func (n *Node) SyncNow(ctx context.Context, peer, path string) (CycleReport, error) {
+	if n.isClosed() {
+		return CycleReport{}, ErrClosed
+	}
+	if path == "" {
+		path = DefaultPath
+	}
+	return n.sync.SyncNow(ctx, peer, path)
+}
+
+// Peers returns the status of every peer this node pushes to: cursor,
+// backlog (Tail − Cursor), re-offers waiting, and the peer's applied
+// watermarks as it last reported them — how far behind it is.
+func (n *Node) Peers(ctx context.Context) ([]PeerStatus, error) {
+	if n.isClosed() {
+		return nil, ErrClosed
+	}
+	return n.sync.Peers(ctx)
+}
+
+// Watermarks returns this node's applied watermarks (SSP/1 §14.2). They
+// are monotonic and fail closed: a group without one has nothing
+// demonstrably applied.
+func (n *Node) Watermarks(ctx context.Context) ([]GroupWatermark, error) {
+	if n.isClosed() {
+		return nil, ErrClosed
+	}
+	return n.sync.Watermarks(ctx)
+}
