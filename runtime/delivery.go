@@ -27,6 +27,11 @@ type PeerStatus = delivery.PeerStatus
 // the table at or below HLC has been applied here (SSP/1 §14.2).
 type GroupWatermark = delivery.GroupWatermark
 
+// InboundStatus is what this node last heard from one sender: how far its
+// pushes reached into the sender's log (Through of Tail: a joining node's
+// catch-up progress) and how far this node demonstrably applied it.
+type InboundStatus = delivery.InboundStatus
+
 // GroupKey names a sync group: (site_id, schema, table).
 type GroupKey = persistence.GroupKey
 
@@ -162,4 +167,14 @@ func (n *Node) Watermarks(ctx context.Context) ([]GroupWatermark, error) {
 		return nil, ErrClosed
 	}
 	return n.sync.Watermarks(ctx)
+}
+
+// Inbound returns, per sender that pushed to this node since it opened,
+// how far into the sender's log the pushes reached and how far they
+// demonstrably applied here.
+func (n *Node) Inbound(ctx context.Context) ([]InboundStatus, error) {
+	if n.isClosed() {
+		return nil, ErrClosed
+	}
+	return n.sync.Inbound(ctx)
 }

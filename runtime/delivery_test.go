@@ -292,3 +292,23 @@ func TestHostilePushIsRefusedAndChangesNothing(t *testing.T) {
 		t.Fatal("the valid event behind forged ones did not apply")
 	}
 }
+
+func TestSyncCyclesRunOnTheirOwn(t *testing.T) {
+	m := newTestMesh(t, 10, []string{"a", "b", "c"}, func(string) Config { return Config{SyncInterval: 20 * time.Millisecond, PushBatch: 7} })
+	m.fullMesh()
+	m.net.SetFaults(Faults{Drop: 0.3, Delay: 2 * time.Millisecond})
+	for i, name := range m.names {
+		upsertN(t, m.nodes[name].Node, i*10, 25, name)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sa := state(t, m.nodes["a"].Node)
+		if sa == state(t, m.nodes["b"].Node) && sa == state(t, m.nodes["c"].Node) && len(logIDs(t, m.nodes["a"].Node)) == 75 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timer-driven cycles did not converge within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

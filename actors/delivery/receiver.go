@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -38,7 +40,23 @@ type progressActor struct {
 	deps    *Deps
 	pending []*recordWork
 	queued  bool
+	senders map[string]InboundStatus // last push seen per sender (memory only)
 }
+
+// InboundStatus is what this node last heard from one sender: how far
+// into the sender's log its pushes reached (Through) and the sender's log
+// tail then (a joining node's catch-up progress is Through/Tail).
+type InboundStatus struct {
+	From          string
+	Through, Tail uint64
+	// Applied is how far this node demonstrably applied that log.
+	Applied uint64
+	// Gaps counts offered events that did not apply yet (held, rejected).
+	Gaps int
+	At   time.Time
+}
+
+type inboundReq struct{ reply chan []InboundStatus }
 
 func (p *progressActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
@@ -51,6 +69,13 @@ func (p *progressActor) Receive(ctx actor.Context) {
 	case flushRecords:
 		p.queued = false
 		p.commit()
+	case *inboundReq:
+		out := make([]InboundStatus, 0, len(p.senders))
+		for _, st := range p.senders {
+			out = append(out, st)
+		}
+		slices.SortFunc(out, func(a, b InboundStatus) int { return strings.Compare(a.From, b.From) })
+		m.reply <- out
 	case *actor.Stopping:
 		p.commit()
 	}
@@ -63,17 +88,30 @@ func (p *progressActor) commit() {
 	works := p.pending
 	p.pending = nil
 	results := make([]*messages.PushResult, len(works))
+	progress := make([]persistence.PeerProgress, len(works))
 	err := p.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
 		for i, w := range works {
-			r, err := recordPush(tx, p.deps, w.push, w.outs)
+			r, prog, err := recordPush(tx, p.deps, w.push, w.outs)
 			if err != nil {
 				return err
 			}
-			results[i] = r
+			results[i], progress[i] = r, prog
 		}
 		return nil
 	})
+	if p.senders == nil {
+		p.senders = map[string]InboundStatus{}
+	}
+	now := time.Now()
 	for i, w := range works {
+		if err == nil {
+			st := p.senders[w.push.From]
+			if w.push.Through >= st.Through || !bytes.Equal(progress[i].Log, w.push.Log) {
+				st.Through, st.Tail = w.push.Through, w.push.Tail
+			}
+			p.senders[w.push.From] = InboundStatus{From: w.push.From, Through: st.Through, Tail: st.Tail,
+				Applied: progress[i].Through, Gaps: len(progress[i].Gaps), At: now}
+		}
 		w.reply <- recordReply{res: results[i], err: err}
 	}
 }
@@ -100,16 +138,16 @@ func storeGroup(g messages.Group) persistence.GroupKey {
 // raises the watermark of G to h only when this node demonstrably applied
 // all of that: Through ≥ seq and no gap of G at or below seq. Nothing else
 // moves a watermark, so it fails closed.
-func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []messages.Outcome) (*messages.PushResult, error) {
-	prog, _, err := tx.PeerProgress(push.From)
+func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []messages.Outcome) (res *messages.PushResult, prog persistence.PeerProgress, err error) {
+	prog, _, err = tx.PeerProgress(push.From)
 	if err != nil {
-		return nil, err
+		return nil, prog, err
 	}
 	if !bytes.Equal(prog.Log, push.Log) {
 		// A new log at the sender: nothing known about it yet.
 		prog = persistence.PeerProgress{Log: push.Log}
 	}
-	res := &messages.PushResult{V: messages.SyncVersion}
+	res = &messages.PushResult{V: messages.SyncVersion}
 	touched := map[persistence.GroupKey]bool{}
 	held := map[persistence.GroupKey]bool{}
 	extends := push.After <= prog.Through
@@ -158,11 +196,11 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 	})
 	prog.Through, prog.Gaps = newThrough, gaps
 	if err := tx.PutPeerProgress(push.From, prog); err != nil {
-		return nil, err
+		return nil, prog, err
 	}
 	tail, err := tx.LastSeq()
 	if err != nil {
-		return nil, err
+		return nil, prog, err
 	}
 	for _, c := range push.Claims {
 		g := storeGroup(c.Group)
@@ -175,7 +213,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		}
 		cur, ok, err := tx.Watermark(g)
 		if err != nil {
-			return nil, err
+			return nil, prog, err
 		}
 		if ok && cur.HLC >= c.HLC {
 			continue
@@ -184,7 +222,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		// node's log at or below its tail, so the node can state the
 		// same to its own peers.
 		if err := tx.PutWatermark(g, persistence.Watermark{HLC: c.HLC, Seq: tail}); err != nil {
-			return nil, err
+			return nil, prog, err
 		}
 	}
 	for g := range held {
@@ -199,7 +237,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		}
 		return len(res.Watermarks) < messages.MaxPushEvents/2, nil
 	}); err != nil {
-		return nil, err
+		return nil, prog, err
 	}
 	for g := range touched {
 		if g.Site != d.Self {
@@ -210,7 +248,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		}
 	}
 	slices.SortFunc(res.Watermarks, func(a, b messages.GroupWatermark) int { return compareGroups(a.Group, b.Group) })
-	return res, nil
+	return res, prog, nil
 }
 
 func compareGroups(a, b messages.Group) int {

@@ -258,6 +258,22 @@ func (s *Service) Peers(ctx context.Context) ([]PeerStatus, error) {
 	return out, nil
 }
 
+// Inbound returns what this node last heard from each sender since it
+// started: how far their pushes reached into their logs, and how far it
+// demonstrably applied them.
+func (s *Service) Inbound(ctx context.Context) ([]InboundStatus, error) {
+	reply := make(chan []InboundStatus, 1)
+	s.system.Root.Send(s.progress, &inboundReq{reply: reply})
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-s.done:
+		return nil, ErrStopped
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // GroupWatermark is one applied watermark of this node.
 type GroupWatermark struct {
 	Group persistence.GroupKey
