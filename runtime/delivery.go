@@ -178,3 +178,15 @@ func (n *Node) Inbound(ctx context.Context) ([]InboundStatus, error) {
 	}
 	return n.sync.Inbound(ctx)
 }
+
+// LastSeq returns the local log's last sequence: how many events the node
+// ever appended (reclaimed ones included).
+func (n *Node) LastSeq(ctx context.Context) (uint64, error) {
+	var seq uint64
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		var err error
+		seq, err = tx.LastSeq()
+		return err
+	})
+	return seq, err
+}

@@ -312,3 +312,70 @@ func TestSyncCyclesRunOnTheirOwn(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestWatermarkNeverCoversMissingEventsUnderConcurrentWrites pushes while
+// many goroutines write: whenever the receiver's watermark of the
+// writer's group is h, it holds every one of the writer's events at or
+// below h (SSP/1 §14.2: no progress it cannot demonstrate).
+func TestWatermarkNeverCoversMissingEventsUnderConcurrentWrites(t *testing.T) {
+	m := newTestMesh(t, 11, []string{"a", "b"}, func(string) Config { return Config{Dir: t.TempDir(), NoSync: true, PushBatch: 4000} })
+	m.link("a", "b")
+	a, b := m.nodes["a"].Node, m.nodes["b"].Node
+	ga := GroupKey{Site: a.Identity().Site, Schema: "app", Table: "t"}
+	ctx := context.Background()
+	stop := make(chan struct{})
+	errc := make(chan error, 8)
+	for w := 0; w < 8; w++ {
+		go func(w int) {
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					errc <- nil
+					return
+				default:
+				}
+				if _, err := a.Upsert(ctx, "app", "t", map[string]any{"id": w*1000 + k}, map[string]any{"a": k}); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}(w)
+	}
+	check := func() {
+		h := messages.HLC(watermarkMap(t, b)[ga])
+		have := logIDs(t, b)
+		var after uint64
+		for {
+			es, err := a.Log(ctx, after, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(es) == 0 {
+				return
+			}
+			for _, e := range es {
+				if e.HLC <= h && !have[e.ID.String()] {
+					t.Fatalf("b's watermark %v covers a's event %v it does not hold", h, e.HLC)
+				}
+				after = e.Seq
+			}
+		}
+	}
+	for i := 0; i < 60; i++ {
+		if _, err := a.SyncNow(ctx, "b", ""); err != nil {
+			t.Fatal(err)
+		}
+		check()
+	}
+	close(stop)
+	for w := 0; w < 8; w++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.syncAll(1000)
+	check()
+	if state(t, a) != state(t, b) {
+		t.Fatal("not converged")
+	}
+}

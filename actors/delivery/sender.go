@@ -165,7 +165,29 @@ func (a *senderActor) prepare() (*batch, error) {
 	d := a.s.deps
 	limit := a.s.cfg.Batch
 	b := &batch{push: &messages.SyncPush{V: messages.SyncVersion, From: d.Name, Log: d.LogID}}
+	// Own groups' safe HLCs are taken BEFORE the snapshot the push is read
+	// from: every own event at or below them was durable before the
+	// snapshot began, so it lies at or below the snapshot's tail. Taken
+	// after, a write committing in between would be claimed but missing.
+	var own map[persistence.GroupKey]messages.HLC
 	err := d.Store.View(context.Background(), func(tx persistence.SyncReader) error {
+		defs, err := tx.Tables()
+		if err != nil {
+			return err
+		}
+		own = make(map[persistence.GroupKey]messages.HLC, len(defs))
+		for _, def := range defs {
+			g := persistence.GroupKey{Site: d.Self, Schema: def.Schema, Table: def.Table}
+			if h, ok := d.Own.Safe(g); ok {
+				own[g] = h
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = d.Store.View(context.Background(), func(tx persistence.SyncReader) error {
 		if !a.loaded {
 			c, _, err := tx.Cursor(a.key)
 			if err != nil {
@@ -231,7 +253,7 @@ func (a *senderActor) prepare() (*batch, error) {
 			return 0
 		})
 		p.Events = evs
-		p.Claims, err = a.claims(tx, p.Through, tail)
+		p.Claims, err = a.claims(tx, own, p.Through, tail)
 		return err
 	})
 	if err != nil {
@@ -251,8 +273,9 @@ func (a *senderActor) applied(se persistence.StoredEvent) bool {
 
 // claims lists this node's watermarks the push can carry: a watermark
 // whose events all lie at or below through, and that the peer does not
-// already report as reached.
-func (a *senderActor) claims(tx persistence.SyncReader, through, tail uint64) ([]messages.WatermarkClaim, error) {
+// already report as reached. own holds the own groups' safe HLCs taken
+// before tx's snapshot.
+func (a *senderActor) claims(tx persistence.SyncReader, own map[persistence.GroupKey]messages.HLC, through, tail uint64) ([]messages.WatermarkClaim, error) {
 	d := a.s.deps
 	var out []messages.WatermarkClaim
 	add := func(g persistence.GroupKey, h messages.HLC, seq uint64) {
@@ -262,18 +285,12 @@ func (a *senderActor) claims(tx persistence.SyncReader, through, tail uint64) ([
 		out = append(out, messages.WatermarkClaim{Group: wireGroup(g), HLC: h, Seq: seq})
 	}
 	if through == tail {
-		// Own groups: with nothing in flight below h, every own event at
-		// or below h is in the log, at or below tail.
-		defs, err := tx.Tables()
-		if err != nil {
-			return nil, err
+		// Own groups: every own event at or below h was durable before the
+		// snapshot, so it is in the log at or below tail.
+		for g, h := range own {
+			add(g, h, tail)
 		}
-		for _, def := range defs {
-			g := persistence.GroupKey{Site: d.Self, Schema: def.Schema, Table: def.Table}
-			if h, ok := d.Own.Safe(g); ok {
-				add(g, h, tail)
-			}
-		}
+		slices.SortFunc(out, func(x, y messages.WatermarkClaim) int { return compareGroups(x.Group, y.Group) })
 	}
 	err := tx.Watermarks(func(g persistence.GroupKey, w persistence.Watermark) (bool, error) {
 		if g.Site != d.Self && w.Seq <= through {
