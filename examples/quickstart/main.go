@@ -33,7 +33,6 @@ func main() {
 type node struct {
 	name string
 	*runtime.Node
-	cursor map[string]uint64 // how far we have read each peer's log
 }
 
 func run(ctx context.Context, dir string) error {
@@ -46,12 +45,17 @@ func run(ctx context.Context, dir string) error {
 		dir = tmp
 	}
 	mesh := []byte("quickstart-mesh")
+	// The in-process transport; across processes it is runtime.StartRemote
+	// (see examples/mesh). Sync cycles run when syncBoth says so here, to
+	// print them; by default they run on a timer (Config.SyncInterval).
+	network := runtime.NewNetwork(1)
 	open := func(name string) (*node, error) {
-		n, err := runtime.Open(ctx, runtime.Config{Dir: dir + "/" + name, MeshID: mesh})
+		n, err := runtime.Open(ctx, runtime.Config{Dir: dir + "/" + name, MeshID: mesh, Name: name, SyncInterval: -1})
 		if err != nil {
 			return nil, err
 		}
-		return &node{name: name, Node: n, cursor: map[string]uint64{}}, nil
+		network.Register(name, n)
+		return &node{name: name, Node: n}, nil
 	}
 	alice, err := open("alice")
 	if err != nil {
@@ -75,6 +79,12 @@ func run(ctx context.Context, dir string) error {
 		if err := pair[0].Trust(ctx, runtime.PeerKey{Kid: id.Kid, Site: id.Site, PublicKey: id.PublicKey}); err != nil {
 			return err
 		}
+	}
+	if err := alice.AddPeer("bob", network.Transport("alice"), ""); err != nil {
+		return err
+	}
+	if err := bob.AddPeer("alice", network.Transport("bob"), ""); err != nil {
+		return err
 	}
 	todos := runtime.TableDef{Schema: "app", Table: "todos", KeyColumns: []string{"id"}, Columns: []string{"title", "done", "note"}}
 	for _, n := range []*node{alice, bob} {
@@ -132,7 +142,7 @@ func run(ctx context.Context, dir string) error {
 	}
 	fmt.Println("   outcome:", out)
 
-	step("6. Both nodes hold the same rows")
+	step("6. Both nodes hold the same rows; each knows how far the other is (watermarks)")
 	a, b := dump(ctx, alice), dump(ctx, bob)
 	fmt.Print(a)
 	if a != b {
@@ -140,6 +150,13 @@ func run(ctx context.Context, dir string) error {
 		return fmt.Errorf("the nodes diverged")
 	}
 	fmt.Println("   converged: alice and bob are identical")
+	peers, err := alice.Peers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range peers {
+		fmt.Printf("   alice → %s: cursor %d of %d, %d to re-offer, %d watermarks reported\n", p.Peer, p.Cursor, p.Tail, p.Retry, len(p.Watermarks))
+	}
 	return nil
 }
 
@@ -158,31 +175,20 @@ func must(o messages.Outcome, err error) {
 	}
 }
 
-// syncBoth moves each node's new log entries to the other: what the
-// delivery actors do on a schedule over a transport.
+// syncBoth runs one push cycle each way (SSP/1 §14): each node offers
+// the other what lies past its durable cursor for that peer.
 func syncBoth(ctx context.Context, a, b *node) error {
 	for _, p := range [][2]*node{{a, b}, {b, a}} {
 		from, to := p[0], p[1]
-		entries, err := from.Log(ctx, to.cursor[from.name], 0)
+		rep, err := from.SyncNow(ctx, to.name, "")
 		if err != nil {
 			return err
 		}
-		raws := make([][]byte, len(entries))
-		for i, e := range entries {
-			raws[i] = e.Raw
+		if rep.Err != nil {
+			return rep.Err
 		}
-		outs, err := to.ApplySignedBatch(ctx, raws)
-		if err != nil {
-			return err
-		}
-		counts := map[string]int{}
-		for _, o := range outs {
-			counts[o.Kind.String()]++
-		}
-		if len(entries) > 0 {
-			to.cursor[from.name] = entries[len(entries)-1].Seq
-		}
-		fmt.Printf("   %s → %s: %d events %v\n", from.name, to.name, len(entries), counts)
+		fmt.Printf("   %s → %s: log entries %d..%d: %d offered, %d applied or already held\n",
+			from.name, to.name, rep.After+1, rep.Through, rep.Offered, rep.Result.Applied)
 	}
 	return nil
 }
