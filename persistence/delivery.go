@@ -41,6 +41,8 @@ type DeliveryReader interface {
 	// Sessions returns). fn may write to the transaction; writes made by fn
 	// may or may not be visited.
 	Sessions(after *messages.DeviceAddress, fn func(peer messages.DeviceAddress) (bool, error)) error
+	// InboundReader reads the commit-boundary records (inbound.go).
+	InboundReader
 }
 
 // DeliveryTx is a read-write delivery-plane transaction. Reads inside it
@@ -61,6 +63,8 @@ type DeliveryTx interface {
 	DeleteSession(peer messages.DeviceAddress) error
 	// PutPin pins (or re-pins) identity for peer.
 	PutPin(peer messages.DeviceAddress, identity messages.IdentityKey) error
+	// InboundWriter writes the commit-boundary records (inbound.go).
+	InboundWriter
 }
 
 // DeliveryStore is the delivery plane's storage. Updates are serialized:

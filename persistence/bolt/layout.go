@@ -17,8 +17,10 @@ import (
 // Version 1: the sync plane (createV1). Version 2: the delivery plane's
 // buckets (createDeliveryV1, delivery.go). Version 3: SSP/1 §14 delivery
 // state — sender cursors, applied watermarks, per-sender receive progress
-// (createSyncDeliveryV1, sync_delivery.go).
-const LayoutVersion = 3
+// (createSyncDeliveryV1, sync_delivery.go). Version 4: the delivery plane's
+// commit-boundary records — pending inbound, processed inbound, pending
+// outbound and their indexes (createInboundV1, inbound.go).
+const LayoutVersion = 4
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -56,6 +58,7 @@ var migrations = []migration{
 	{from: 0, to: 1, fn: createV1},
 	{from: 1, to: 2, fn: createDeliveryV1},
 	{from: 2, to: 3, fn: createSyncDeliveryV1},
+	{from: 3, to: 4, fn: createInboundV1},
 }
 
 // createV1 creates the initial layout.

@@ -35,6 +35,9 @@ var sealedBuckets = []sealedBucket{
 	{bucketSyncSealed, resealMeta, "whole value: record type from key[0], identity = key[1:]"},
 	{bucketDeliveryMeta, resealDeliveryMeta, `"identity": RecordIdentity/DeviceIdentity(); "prekeys": RecordPrekey/PrekeyIdentity(PrekeyStoreIdentity)`},
 	{bucketDeliverySessions, resealSession, "whole value: RecordSession, identity = SessionIdentity(peer user, u32be device)"},
+	{bucketInPending, resealPendingIn, "pendingInRecord.Frame: RecordPendingFrame, identity = MessageIdentity(sender user, u32be device, id)"},
+	{bucketInProcessed, resealProcessed, "processedRecord.Digest: RecordProcessedDigest, identity = MessageIdentity(sender user, u32be device, id)"},
+	{bucketOutPending, resealOutbound, "outboundRecord.Body: RecordOutboundBody, identity = MessageIdentity(recipient user, u32be device, id)"},
 }
 
 // plaintextBuckets lists the buckets holding no sealed value: indexes,
@@ -46,6 +49,8 @@ var plaintextBuckets = [][]byte{
 	bucketSyncHorizons, bucketSyncHeld, bucketSyncMeta, bucketSyncKeys,
 	bucketDeliveryPins,                                       // pinned public identity keys
 	bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers, // SSP/1 §14 progress: sequence numbers and clocks
+	bucketInPendingSeq, bucketInPendingSender, bucketInProcessedTime, bucketOutPendingSeq, // commit-boundary indexes: sequences, times, ids
+	bucketInMeta, // commit-boundary counters
 }
 
 // Reseal re-seals, under the current storage key, every sealed record the

@@ -20,14 +20,34 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 // sealedBytes returns the sealed part of a value of a sealed bucket.
 func sealedBytes(t *testing.T, bucket, v []byte) []byte {
 	t.Helper()
-	if !bytes.Equal(bucket, bucketSyncEvents) {
+	var part []byte
+	var err error
+	switch {
+	case bytes.Equal(bucket, bucketInPending):
+		var r pendingInRecord
+		r, err = decodePendingIn(v)
+		part = r.Frame
+	case bytes.Equal(bucket, bucketInProcessed):
+		var r processedRecord
+		r, err = decodeProcessed(v)
+		part = r.Digest
+	case bytes.Equal(bucket, bucketOutPending):
+		var r outboundRecord
+		r, err = decodeOutbound(v)
+		part = r.Body
+	case !bytes.Equal(bucket, bucketSyncEvents):
 		return v
+	default:
+		var rec eventRecord
+		if err := decodeRecord("event", v, &rec, &rec.V); err != nil {
+			t.Fatal(err)
+		}
+		return rec.Raw
 	}
-	var rec eventRecord
-	if err := decodeRecord("event", v, &rec, &rec.V); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	return rec.Raw
+	return part
 }
 
 // staleCounts counts, per sealed bucket, the values not under the sealer's
@@ -136,6 +156,7 @@ func seedAll(t *testing.T, db *DB, tk persistence.TableKey, events int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	seedInbound(t, db, false) // 6 sealed commit-boundary records (inbound_test.go)
 }
 
 // readAll opens every seeded record through the stores with db's sealer.
@@ -164,7 +185,7 @@ func readAll(db *DB, tk persistence.TableKey, events int) error {
 	}); err != nil {
 		return err
 	}
-	return db.Delivery().View(ctx, func(r persistence.DeliveryReader) error {
+	if err := db.Delivery().View(ctx, func(r persistence.DeliveryReader) error {
 		if v, ok, err := r.LocalIdentity(); err != nil || !ok || string(v) != "device-identity-secret" {
 			return fmt.Errorf("local identity = %q, %v, %w", v, ok, err)
 		}
@@ -177,7 +198,10 @@ func readAll(db *DB, tk persistence.TableKey, events int) error {
 			}
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	return readInbound(db)
 }
 
 // TestResealCoversEverySealedBucketInterruptiblyAndResumes: the storage key
@@ -188,7 +212,8 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.db")
 	tk := persistence.TableKey{Schema: "s", Table: "t"}
 	const events = 23
-	total := events + 3 + 2 + len(resealPeers) // events, sealed meta, identity+prekeys, sessions
+	const inbound = 6                                    // pending frames, processed digests, outbound bodies (seedInbound)
+	total := events + 3 + 2 + len(resealPeers) + inbound // events, sealed meta, identity+prekeys, sessions, commit boundary
 	db := mustOpen(t, path, Options{NoSync: true, Sealer: newTestSealer(1)})
 	seedAll(t, db, tk, events)
 	if err := db.Close(); err != nil {
@@ -238,8 +263,8 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 		t.Fatalf("second interrupted Reseal = %d, %v; want %d, ErrInjected", n, err, want)
 	}
 	per, stale = staleCounts(t, db, rot)
-	if stale != 2 || per[string(bucketDeliverySessions)] != 2 {
-		t.Fatalf("stale after run 2 = %d (%v), want 2 sessions", stale, per)
+	if stale != 2+inbound || per[string(bucketDeliverySessions)] != 2 {
+		t.Fatalf("stale after run 2 = %d (%v), want 2 sessions + %d commit-boundary records", stale, per, inbound)
 	}
 	// Restart and resume: the rest is resealed, nothing twice.
 	if err := db.Close(); err != nil {
@@ -248,8 +273,8 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 	opts.Failpoint = nil
 	db = mustOpen(t, path, opts)
 	defer db.Close()
-	if n, err := db.Reseal(ctx, 5); err != nil || n != 2 {
-		t.Fatalf("resumed Reseal = %d, %v; want 2", n, err)
+	if n, err := db.Reseal(ctx, 5); err != nil || n != 2+inbound {
+		t.Fatalf("resumed Reseal = %d, %v; want %d", n, err, 2+inbound)
 	}
 	if _, stale := staleCounts(t, db, rot); stale != 0 {
 		t.Fatalf("stale after reseal = %d", stale)

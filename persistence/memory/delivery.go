@@ -22,6 +22,7 @@ type deliveryData struct {
 	prekeys  []byte
 	sessions map[messages.DeviceAddress][]byte
 	pins     map[messages.DeviceAddress]messages.IdentityKey
+	in       *inboundState // commit-boundary records (inbound.go); replaced, never mutated
 }
 
 // DeliveryStore is an in-memory persistence.DeliveryStore, without
@@ -40,6 +41,7 @@ func NewDelivery() *DeliveryStore {
 	return &DeliveryStore{d: &deliveryData{
 		sessions: make(map[messages.DeviceAddress][]byte),
 		pins:     make(map[messages.DeviceAddress]messages.IdentityKey),
+		in:       newInboundState(),
 	}}
 }
 
@@ -101,6 +103,9 @@ func (s *DeliveryStore) Update(ctx context.Context, fn func(tx persistence.Deliv
 	for a, k := range tx.pins {
 		s.d.pins[a] = k
 	}
+	if tx.in != nil {
+		s.d.in = tx.in
+	}
 	return nil
 }
 
@@ -127,6 +132,7 @@ type deliveryTxn struct {
 	identity, prekeys []byte
 	sessions          map[messages.DeviceAddress][]byte
 	pins              map[messages.DeviceAddress]messages.IdentityKey
+	in                *inboundState // staged commit-boundary records (nil: unchanged)
 }
 
 var errDeliveryReadOnly = errors.New("memory: write in a read-only delivery transaction")

@@ -1,0 +1,676 @@
+// Package device is the delivery plane's facade for one local device: it
+// wires the peer-session layer (actors/session), the inbound store
+// (actors/inbound: the commit boundary of application-delivery.md) and the
+// outbound store (actors/outbound) over one persistence.DeliveryStore and
+// a transport, and is what the runtime embeds.
+//
+// Sending: Send stores the message as pending outbound (durably, before
+// the hand-off), encrypts it and hands it to the transport; it stays
+// pending until the recipient's ACK arrives (PendingSentMessages, Resend,
+// Abandon; an opt-in retry schedule).
+//
+// Receiving: the transport calls Receive for each envelope; the ratchet
+// step and the pending row are written in one transaction; the
+// application gets each pending message (Config.Handler, Messages, or by
+// paging PendingReceivedMessages), applies it idempotently keyed by
+// (sender, id) in its own transaction, then calls CommitReceivedMessage —
+// or DiscardReceivedMessage for a message it can never apply. Only then
+// is the ACK sent. Pending messages persisted before a crash are delivered
+// again on Open.
+package device
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/actors/inbound"
+	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/actors/session"
+	"github.com/syncmesh/syncmesh/crypto/ratchet"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// Types shared with the stores, re-exported so applications import one
+// package.
+type (
+	// ReceivedMessage is a message pending application commit.
+	ReceivedMessage = inbound.ReceivedMessage
+	// PendingPage is one page of pending received messages (at most
+	// MaxPageSize; Next is the cursor = the last sequence seen).
+	PendingPage = inbound.Page
+	// RetentionPolicy is the processed-ID retention of
+	// PruneProcessedMessages (MaxAge > 0; inbound.RetentionInfinite keeps all).
+	RetentionPolicy = inbound.RetentionPolicy
+	// Outcome is the kind of a ReceiveResult or the status of a
+	// CommitResult.
+	Outcome = inbound.Outcome
+	// SentMessage is a pending outbound message.
+	SentMessage = outbound.SentMessage
+	// SentPage is one page of pending outbound messages.
+	SentPage = outbound.SentPage
+	// RetryPolicy is the opt-in outbound retry schedule.
+	RetryPolicy = outbound.RetryPolicy
+	// DiscardReason is the closed set of discard reasons.
+	DiscardReason = persistence.DiscardReason
+	// ProcessedMessage is the processed entry of a finalized message
+	// (finalization, time, digest, discard reason), readable locally.
+	ProcessedMessage = persistence.ProcessedInbound
+)
+
+// Outcomes (ReceiveResult.Kind, CommitResult.Status).
+const (
+	Delivery         = inbound.OutcomeDelivery
+	AlreadyCommitted = inbound.OutcomeAlreadyCommitted
+	AlreadyDiscarded = inbound.OutcomeAlreadyDiscarded
+	Acknowledgement  = inbound.OutcomeAcknowledgement
+	Committed        = inbound.OutcomeCommitted
+	Discarded        = inbound.OutcomeDiscarded
+)
+
+// MaxPageSize is the largest page PendingReceivedMessages and
+// PendingSentMessages return.
+const MaxPageSize = inbound.MaxPageSize
+
+// RetentionInfinite keeps every processed entry.
+const RetentionInfinite = inbound.RetentionInfinite
+
+// Errors of the facade; errors of the layers below are wrapped with %w
+// (inbound.ErrLogicalMessageConflict, inbound.ErrReceivedMessageNotPending,
+// inbound.ErrSenderBacklogFull, outbound.ErrNotPending, ratchet errors,
+// messages.ErrMalformed, persistence.ErrCorrupt, ...).
+var (
+	// ErrNotHandedOff: Send stored the message as pending but could not
+	// encrypt it or hand it to the transport; it stays pending (Resend).
+	ErrNotHandedOff = errors.New("device: message stored as pending but not handed to the transport")
+	// ErrInvalidConfig marks an unusable Config.
+	ErrInvalidConfig = errors.New("device: invalid configuration")
+	// ErrClosed is returned by calls on a closed Device.
+	ErrClosed = errors.New("device: closed")
+)
+
+// ReceiveResult is the result of Receive: Kind Delivery (Message set: new
+// or still pending, same sequence and receive time on every redelivery),
+// AlreadyCommitted or AlreadyDiscarded (AckSent: whether the ACK was sent
+// again), or Acknowledgement (Cleared: whether a pending sent message was
+// cleared).
+type ReceiveResult struct {
+	Kind    Outcome
+	Sender  messages.DeviceAddress
+	ID      messages.LogicalMessageID
+	Message *ReceivedMessage
+	AckSent bool
+	Cleared bool
+}
+
+// CommitResult is the result of a commit or discard: Status COMMITTED,
+// DISCARDED, ALREADY_COMMITTED or ALREADY_DISCARDED, and whether the ACK
+// was handed to the transport (an ACK failure never undoes the commit).
+type CommitResult struct {
+	Sender  messages.DeviceAddress
+	ID      messages.LogicalMessageID
+	Status  Outcome
+	AckSent bool
+}
+
+// PruneSchedule is the opt-in processed-ID prune schedule (nothing prunes
+// implicitly otherwise).
+type PruneSchedule struct {
+	// Interval between prunes; 0: off.
+	Interval time.Duration
+	// Policy applied at each prune (MaxAge > 0).
+	Policy RetentionPolicy
+}
+
+// Config configures a Device. Store and Transport are required.
+type Config struct {
+	// Store holds sessions, prekeys and the commit-boundary records. The
+	// Device does not close it.
+	Store persistence.DeliveryStore
+	// Transport fetches bundles and carries envelopes to peers.
+	Transport session.Transport
+	// Now is the client wall clock (receive, commit and prune times);
+	// nil: time.Now.
+	Now func() time.Time
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the metrics; nil: not registered.
+	Registerer prometheus.Registerer
+	// Session tweaks the session.Config (ratchet limits, prekey schedule,
+	// timeouts) before the manager starts; Store, Transport, Now and
+	// Logger are set by the Device.
+	Session func(*session.Config)
+	// MaxPendingPerSender caps one sender's pending messages; past it new
+	// messages are refused before their ratchet step is persisted
+	// (inbound.ErrSenderBacklogFull). 0: no cap.
+	MaxPendingPerSender int
+	// MaxBatch bounds the inbound group commit; 0: inbound.DefaultMaxBatch.
+	MaxBatch int
+	// Handler, when set, is called with every Delivery (new messages,
+	// redeliveries on sender retries, and on Open every message still
+	// pending), one at a time, in order, from a goroutine of the Device.
+	Handler func(ctx context.Context, m ReceivedMessage)
+	// Buffer > 0 enables Messages(): a channel of that capacity carrying
+	// the same deliveries as Handler (used only when Handler is nil).
+	Buffer int
+	// Retry is the opt-in outbound retry schedule (zero: off).
+	Retry RetryPolicy
+	// OnRetryExhausted is told about each pending sent message that
+	// reached Retry.MaxAttempts.
+	OnRetryExhausted func(SentMessage)
+	// Prune is the opt-in prune schedule (zero: off).
+	Prune PruneSchedule
+}
+
+// Device is one local device's delivery plane. Methods are safe for
+// concurrent use.
+type Device struct {
+	cfg      Config
+	sessions *session.Manager
+	in       *inbound.Store
+	out      *outbound.Outbox
+	metrics  *metrics
+
+	feed     chan ReceivedMessage // to the application (Messages); nil without Buffer
+	queue    *deliveryQueue
+	stop     chan struct{}
+	loops    sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	stopOnce sync.Once
+}
+
+// Open starts the device's actors on sys over cfg.Store: the session
+// manager (creating the local identity on first use), the inbound and
+// outbound stores, the optional schedules, and the delivery of every
+// message still pending to Handler / Messages.
+func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, error) {
+	if sys == nil || cfg.Store == nil || cfg.Transport == nil {
+		return nil, fmt.Errorf("%w: actor system, Store and Transport are required", ErrInvalidConfig)
+	}
+	if cfg.Prune.Interval < 0 || (cfg.Prune.Interval > 0 && cfg.Prune.Policy.MaxAge <= 0) {
+		return nil, fmt.Errorf("%w: prune schedule needs a positive interval and MaxAge", ErrInvalidConfig)
+	}
+	if cfg.Buffer < 0 {
+		return nil, fmt.Errorf("%w: negative Buffer", ErrInvalidConfig)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("device: metrics: %w", err)
+	}
+	d := &Device{cfg: cfg, metrics: m, stop: make(chan struct{})}
+	scfg := session.Config{}
+	if cfg.Session != nil {
+		cfg.Session(&scfg)
+	}
+	scfg.Store, scfg.Transport, scfg.Now, scfg.Logger = cfg.Store, cfg.Transport, cfg.Now, cfg.Logger
+	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
+		return nil, fmt.Errorf("device: %w", err)
+	}
+	d.in, err = inbound.New(sys, inbound.Config{Store: cfg.Store, Now: cfg.Now, MaxPendingPerSender: cfg.MaxPendingPerSender,
+		MaxBatch: cfg.MaxBatch, Logger: cfg.Logger, Observe: d.observe})
+	if err != nil {
+		_ = d.sessions.Close()
+		return nil, fmt.Errorf("device: %w", err)
+	}
+	d.out, err = outbound.New(sys, outbound.Config{Store: cfg.Store, Now: cfg.Now, Retry: cfg.Retry, Logger: cfg.Logger,
+		Resend:      func(ctx context.Context, sm SentMessage) error { return d.Resend(ctx, sm.Recipient, sm.ID) },
+		OnExhausted: cfg.OnRetryExhausted,
+		OnChange:    func(n int) { d.metrics.pendingOut.Set(float64(n)) }})
+	if err != nil {
+		_ = d.in.Close()
+		_ = d.sessions.Close()
+		return nil, fmt.Errorf("device: %w", err)
+	}
+	if err := d.refreshGauges(ctx); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("device: %w", err)
+	}
+	if cfg.Handler != nil || cfg.Buffer > 0 {
+		if cfg.Handler == nil {
+			d.feed = make(chan ReceivedMessage, cfg.Buffer)
+		}
+		d.queue = newDeliveryQueue()
+		d.loops.Add(1)
+		go d.dispatch()
+	}
+	if cfg.Prune.Interval > 0 {
+		d.loops.Add(1)
+		go d.pruneLoop()
+	}
+	return d, nil
+}
+
+// refreshGauges sets the pending gauges from the store.
+func (d *Device) refreshGauges(ctx context.Context) error {
+	return d.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		in, err := r.PendingInboundCount(nil)
+		if err != nil {
+			return err
+		}
+		out, err := r.PendingOutboundCount()
+		if err != nil {
+			return err
+		}
+		d.metrics.pendingIn.Set(float64(in))
+		d.metrics.pendingOut.Set(float64(out))
+		return nil
+	})
+}
+
+func (d *Device) observe(s inbound.Stats) {
+	d.metrics.pendingIn.Set(float64(s.PendingInbound))
+	d.metrics.pendingOut.Set(float64(s.PendingOutbound))
+	d.metrics.commits.Add(float64(s.Committed))
+	d.metrics.discards.Add(float64(s.Discarded))
+	d.metrics.pruned.Add(float64(s.Pruned))
+}
+
+// Close stops the schedules, the delivery to the application (messages
+// not yet handed over stay pending and are delivered again on the next
+// Open), then the actors after the requests already queued were
+// processed. It does not close the store. Calls after Close return
+// ErrClosed.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.stopOnce.Do(func() { close(d.stop) })
+	if d.queue != nil {
+		d.queue.close()
+	}
+	d.loops.Wait()
+	errs := []error{d.out.Close(), d.in.Close(), d.sessions.Close()}
+	if d.feed != nil {
+		close(d.feed)
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Device) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// Sessions returns the session manager (identity pinning, resets).
+func (d *Device) Sessions() *session.Manager { return d.sessions }
+
+// Identity returns the local device's public identity.
+func (d *Device) Identity() ratchet.IdentityPublic { return d.sessions.Identity() }
+
+// Bundle issues a prekey bundle of this device (what a transport serves to
+// initiators).
+func (d *Device) Bundle(ctx context.Context) (*messages.PrekeyBundle, error) {
+	return d.sessions.Bundle(ctx)
+}
+
+// Messages returns the channel of deliveries when Config.Buffer > 0 and
+// Config.Handler is nil (else nil). It is closed by Close.
+func (d *Device) Messages() <-chan ReceivedMessage { return d.feed }
+
+// NewLogicalMessageID returns a random 16-byte logical message id.
+func NewLogicalMessageID() (messages.LogicalMessageID, error) {
+	var id messages.LogicalMessageID
+	_, err := rand.Read(id[:])
+	return id, err
+}
+
+// Send sends body to to under a new random logical id; see SendWithID.
+func (d *Device) Send(ctx context.Context, to messages.DeviceAddress, body []byte) (SentMessage, error) {
+	id, err := NewLogicalMessageID()
+	if err != nil {
+		return SentMessage{}, fmt.Errorf("device: send: %w", err)
+	}
+	return d.SendWithID(ctx, to, id, body)
+}
+
+// SendWithID stores body as a pending outbound message under the caller's
+// logical id (durably, before the hand-off), encrypts it on the session
+// with to and hands it to the transport. It stays pending until to's ACK
+// arrives (its application committed or discarded it) or Abandon. When the
+// store succeeded but the encryption or the hand-off failed, the returned
+// SentMessage is valid and the error matches ErrNotHandedOff: the message
+// is pending, Resend it later. A (to, id) already pending fails with
+// outbound.ErrAlreadyPending. If ctx ends while the store write is queued
+// the write may still happen: PendingSentMessages tells.
+func (d *Device) SendWithID(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, body []byte) (SentMessage, error) {
+	if d.isClosed() {
+		return SentMessage{}, ErrClosed
+	}
+	frame, err := messages.EncodeSecurePayload(&messages.SecurePayload{Type: messages.PayloadApplicationMessage, ID: id, Body: body})
+	if err != nil {
+		return SentMessage{}, fmt.Errorf("device: send: %w", err)
+	}
+	sm, err := d.out.Store(ctx, to, id, body)
+	if err != nil {
+		return SentMessage{}, fmt.Errorf("device: send: %w", err)
+	}
+	if _, err := d.sessions.Send(ctx, to, frame); err != nil {
+		return sm, fmt.Errorf("device: send %s/%s: %w: %w", to, id, ErrNotHandedOff, err)
+	}
+	return sm, nil
+}
+
+// Resend re-encrypts a pending sent message under the current ratchet
+// state (a fresh encryption, never a replay of old ciphertext) and hands
+// it to the transport. outbound.ErrNotPending when it was acknowledged or
+// abandoned.
+func (d *Device) Resend(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) error {
+	if d.isClosed() {
+		return ErrClosed
+	}
+	sm, err := d.out.MarkAttempt(ctx, to, id)
+	if err != nil {
+		return fmt.Errorf("device: resend: %w", err)
+	}
+	frame, err := messages.EncodeSecurePayload(&messages.SecurePayload{Type: messages.PayloadApplicationMessage, ID: id, Body: sm.Body})
+	if err != nil {
+		return fmt.Errorf("device: resend: %w", err)
+	}
+	if _, err := d.sessions.Send(ctx, to, frame); err != nil {
+		return fmt.Errorf("device: resend %s/%s: %w", to, id, err)
+	}
+	return nil
+}
+
+// Abandon gives up on a pending sent message explicitly and reports
+// whether it was pending. A later ACK for it is an Acknowledgement with
+// Cleared=false.
+func (d *Device) Abandon(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
+	if d.isClosed() {
+		return false, ErrClosed
+	}
+	return d.out.Abandon(ctx, to, id)
+}
+
+// PendingSentMessages returns up to limit (1..MaxPageSize) pending sent
+// messages after the cursor after (0: from the first), in send order,
+// only those to *recipient when recipient is not nil.
+func (d *Device) PendingSentMessages(ctx context.Context, after uint64, limit int, recipient *messages.DeviceAddress) (SentPage, error) {
+	return d.out.Pending(ctx, after, limit, recipient)
+}
+
+// Receive handles one envelope from sender (what the transport calls):
+// decrypt, decode the frame, then ONE transaction writes the ratchet step
+// with the pending row (or clears the pending sent message an ACK names).
+// On any error nothing changed and the ratchet step rolled back:
+// a malformed frame (messages.ErrMalformed), a conflict
+// (inbound.ErrLogicalMessageConflict), a full sender backlog
+// (inbound.ErrSenderBacklogFull), ratchet errors. A Delivery is returned
+// only after the commit and never ACKed; a copy of a finalized message is
+// ACKed again (AckSent).
+func (d *Device) Receive(ctx context.Context, sender messages.DeviceAddress, envelope []byte) (ReceiveResult, error) {
+	if d.isClosed() {
+		return ReceiveResult{}, ErrClosed
+	}
+	cand, err := d.sessions.Open(ctx, sender, envelope)
+	if err != nil {
+		return ReceiveResult{}, fmt.Errorf("device: receive: %w", err)
+	}
+	frame := cand.Plaintext()
+	payload, err := messages.DecodeSecurePayload(frame)
+	if err != nil {
+		cand.Abort()
+		return ReceiveResult{}, fmt.Errorf("device: receive from %s: frame: %w", sender, err)
+	}
+	r, err := d.in.Receive(ctx, sender, payload, frame, cand)
+	if err != nil {
+		return ReceiveResult{}, fmt.Errorf("device: receive from %s: %w", sender, err)
+	}
+	res := ReceiveResult{Kind: r.Outcome, Sender: sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared}
+	if r.AckDue {
+		res.AckSent = d.sendAck(ctx, sender, r.ID)
+	}
+	if r.Message != nil && d.queue != nil {
+		d.queue.push(*r.Message)
+	}
+	return res, nil
+}
+
+// sendAck encrypts an ACK for id on the session with to and hands it to
+// the transport, outside any storage transaction (the session actor
+// serializes it with other sends to to). It reports success.
+func (d *Device) sendAck(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) bool {
+	frame, err := messages.EncodeSecurePayload(&messages.SecurePayload{Type: messages.PayloadAck, ID: id})
+	if err == nil {
+		_, err = d.sessions.Send(ctx, to, frame)
+	}
+	if err != nil {
+		d.metrics.acksFailed.Inc()
+		d.cfg.Logger.Warn("device: ACK not sent (the finalization stands)", "to", to.String(), "id", id.String(), "err", err)
+		return false
+	}
+	d.metrics.acksSent.Inc()
+	return true
+}
+
+// CommitReceivedMessage records that the application durably applied the
+// message (sender, id): one transaction removes the pending entry and
+// writes the processed entry (digest, commit time); then the ACK is
+// encrypted and handed to the transport. Committing again is idempotent
+// (ALREADY_COMMITTED, ACK again). An id neither pending nor finalized is
+// inbound.ErrReceivedMessageNotPending and changes nothing.
+func (d *Device) CommitReceivedMessage(ctx context.Context, sender messages.DeviceAddress, id messages.LogicalMessageID) (CommitResult, error) {
+	if d.isClosed() {
+		return CommitResult{}, ErrClosed
+	}
+	r, err := d.in.Commit(ctx, sender, id)
+	return d.finish(ctx, r, err)
+}
+
+// CommitMessage is CommitReceivedMessage(m.Sender, m.ID); the plaintext is
+// not an input.
+func (d *Device) CommitMessage(ctx context.Context, m ReceivedMessage) (CommitResult, error) {
+	return d.CommitReceivedMessage(ctx, m.Sender, m.ID)
+}
+
+// DiscardReceivedMessage records that the application can never apply the
+// message (sender, id), with a reason of the closed set stored with the
+// entry (readable by ProcessedMessage, never sent); the sender gets the
+// same ACK as for a commit. Results: DISCARDED, ALREADY_DISCARDED,
+// ALREADY_COMMITTED; inbound.ErrReceivedMessageNotPending otherwise.
+func (d *Device) DiscardReceivedMessage(ctx context.Context, sender messages.DeviceAddress, id messages.LogicalMessageID, reason DiscardReason) (CommitResult, error) {
+	if d.isClosed() {
+		return CommitResult{}, ErrClosed
+	}
+	r, err := d.in.Discard(ctx, sender, id, reason)
+	return d.finish(ctx, r, err)
+}
+
+// DiscardMessage is DiscardReceivedMessage(m.Sender, m.ID, reason).
+func (d *Device) DiscardMessage(ctx context.Context, m ReceivedMessage, reason DiscardReason) (CommitResult, error) {
+	return d.DiscardReceivedMessage(ctx, m.Sender, m.ID, reason)
+}
+
+func (d *Device) finish(ctx context.Context, r inbound.FinalizeResult, err error) (CommitResult, error) {
+	if err != nil {
+		return CommitResult{}, fmt.Errorf("device: %w", err)
+	}
+	res := CommitResult{Sender: r.Sender, ID: r.ID, Status: r.Outcome}
+	if r.AckDue {
+		res.AckSent = d.sendAck(ctx, r.Sender, r.ID)
+	}
+	return res, nil
+}
+
+// PendingReceivedMessages returns up to limit (1..MaxPageSize) pending
+// messages with a sequence greater than after (0: from the first), in
+// sequence order (local acceptance order), only those of *sender when
+// sender is not nil. Plaintexts are copies.
+func (d *Device) PendingReceivedMessages(ctx context.Context, after uint64, limit int, sender *messages.DeviceAddress) (PendingPage, error) {
+	if d.isClosed() {
+		return PendingPage{}, ErrClosed
+	}
+	return d.in.Pending(ctx, after, limit, sender)
+}
+
+// PendingReceivedMessageCount returns how many received messages are
+// pending (of *sender when sender is not nil).
+func (d *Device) PendingReceivedMessageCount(ctx context.Context, sender *messages.DeviceAddress) (int, error) {
+	if d.isClosed() {
+		return 0, ErrClosed
+	}
+	return d.in.PendingCount(ctx, sender)
+}
+
+// ProcessedMessage returns the processed entry of a finalized message
+// (finalization, finalizedAt, digest, discard reason), if it is kept.
+func (d *Device) ProcessedMessage(ctx context.Context, sender messages.DeviceAddress, id messages.LogicalMessageID) (ProcessedMessage, bool, error) {
+	var out ProcessedMessage
+	var ok bool
+	err := d.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		out, ok, err = r.ProcessedInbound(sender, id)
+		return err
+	})
+	return out, ok, err
+}
+
+// PruneProcessedMessages removes the processed entries whose finalizedAt ≤
+// now − maxAge (maxAge rounded up to whole milliseconds; RetentionInfinite
+// prunes nothing; maxAge ≤ 0 is inbound.ErrInvalidRetention) and returns
+// how many. Pending messages are never pruned; nothing prunes implicitly.
+// After a prune, a sender's retry of a pruned id is delivered as new.
+func (d *Device) PruneProcessedMessages(ctx context.Context, policy RetentionPolicy) (int, error) {
+	if d.isClosed() {
+		return 0, ErrClosed
+	}
+	return d.in.Prune(ctx, policy)
+}
+
+func (d *Device) pruneLoop() {
+	defer d.loops.Done()
+	t := time.NewTicker(d.cfg.Prune.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Prune.Interval)
+			if _, err := d.in.Prune(ctx, d.cfg.Prune.Policy); err != nil && !errors.Is(err, inbound.ErrClosed) {
+				d.cfg.Logger.Warn("device: scheduled prune failed", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// dispatch hands deliveries to the application: first every message
+// still pending (persisted before a crash or a restart), then each new
+// Delivery, in order.
+func (d *Device) dispatch() {
+	defer d.loops.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-d.stop
+		cancel()
+	}()
+	var after uint64
+	for {
+		page, err := d.in.Pending(ctx, after, MaxPageSize, nil)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.cfg.Logger.Warn("device: redelivery of pending messages failed", "err", err)
+			}
+			break
+		}
+		for _, m := range page.Messages {
+			if !d.hand(ctx, m) {
+				return
+			}
+		}
+		if !page.More {
+			break
+		}
+		after = page.Next
+	}
+	for {
+		m, ok := d.queue.pop()
+		if !ok {
+			return
+		}
+		if !d.hand(ctx, m) {
+			return
+		}
+	}
+}
+
+func (d *Device) hand(ctx context.Context, m ReceivedMessage) bool {
+	if d.cfg.Handler != nil {
+		d.cfg.Handler(ctx, m)
+		return ctx.Err() == nil
+	}
+	select {
+	case d.feed <- m:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// deliveryQueue is an unbounded FIFO between Receive and dispatch, so a
+// slow application never blocks the receive path.
+type deliveryQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	items  []ReceivedMessage
+	closed bool
+}
+
+func newDeliveryQueue() *deliveryQueue {
+	q := &deliveryQueue{}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *deliveryQueue) push(m ReceivedMessage) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	q.items = append(q.items, m)
+	q.cond.Signal()
+}
+
+func (q *deliveryQueue) pop() (ReceivedMessage, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.items) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return ReceivedMessage{}, false
+	}
+	m := q.items[0]
+	q.items = q.items[1:]
+	return m, true
+}
+
+func (q *deliveryQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.cond.Broadcast()
+}

@@ -1,0 +1,52 @@
+package device
+
+// # Guarantees (application-delivery.md)
+//
+// At-least-once application delivery until an explicit commit or discard;
+// deduplicated protocol handling (one pending entry per (sender, logical
+// id); finalized ids are acknowledged, not delivered again); an ACK means
+// the receiving application durably finalized the message. It is not
+// exactly-once processing: apply messages idempotently keyed by (sender,
+// id), because a crash between the application's own commit and
+// CommitReceivedMessage redelivers the message.
+//
+// # Decisions where the specification is silent
+//
+// These are this project's choices, recorded here as its documentation:
+//
+//   - Discard (message-discard.md is summarized only): a discarded message
+//     is ACKed exactly like a committed one, so the sender cannot tell
+//     them apart; its reason is one of persistence.DiscardReason's closed
+//     set, stored with the processed entry (ProcessedMessage) and never
+//     sent. Committing a discarded id answers ALREADY_DISCARDED and
+//     discarding a committed id ALREADY_COMMITTED: the first finalization
+//     wins and is never replaced.
+//   - Sender side (message-reliability.md is summarized only): Send stores
+//     the message before the hand-off with attempts = 1; a failed
+//     encryption or hand-off leaves it pending and returns ErrNotHandedOff.
+//     An ACK for an id that is not pending (abandoned, or a repeated ACK)
+//     is an Acknowledgement with Cleared = false. Abandon only forgets the
+//     message locally; a copy already sent may still be applied.
+//   - Retry schedule (beyond the spec, off by default): every
+//     RetryPolicy.Interval, each pending sent message whose last attempt
+//     is older than Interval·Backoff^(attempts−1) (capped by MaxInterval)
+//     is resent as a fresh encryption; a message at MaxAttempts stays
+//     pending and is reported once per process to OnRetryExhausted.
+//   - Flow control (beyond the spec, off by default):
+//     MaxPendingPerSender refuses a NEW message of a sender at the cap
+//     before its ratchet step is persisted (inbound.ErrSenderBacklogFull);
+//     copies of pending or finalized messages and ACKs are never refused,
+//     and nothing already accepted is ever dropped.
+//   - Prune schedule (beyond the spec, off by default): PruneSchedule runs
+//     PruneProcessedMessages with its policy every Interval.
+//   - Transport ordering: Receive calls for one sender are serialized by
+//     that sender's session actor; the sequence reflects local acceptance
+//     order only.
+//   - Legacy processed entries (no digest) exist only if written by a
+//     migration; this layout has none, but the store contract and the
+//     decision core accept them (a copy then counts as committed).
+//   - Context cancellation: a call whose context ends before the inbound
+//     actor reaches it changes nothing; one that is already inside a
+//     transaction completes, and its caller gets ctx.Err() — for a
+//     receive that is the crash window "after the receive commit, before
+//     Delivery reached the application" (the message is delivered again).

@@ -1,0 +1,67 @@
+package device
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the delivery plane's Prometheus metrics. Devices sharing
+// one Registerer share the collectors (the gauges then show the last
+// device that reported).
+type metrics struct {
+	pendingIn  prometheus.Gauge
+	pendingOut prometheus.Gauge
+	commits    prometheus.Counter
+	discards   prometheus.Counter
+	pruned     prometheus.Counter
+	acksSent   prometheus.Counter
+	acksFailed prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		pendingIn: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "pending_inbound", Help: "Received messages pending application commit or discard."}),
+		pendingOut: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "pending_outbound", Help: "Sent messages pending the recipient's ACK."}),
+		commits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "commits_total", Help: "Received messages committed by the application (COMMITTED)."}),
+		discards: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "discards_total", Help: "Received messages discarded by the application (DISCARDED)."}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "processed_pruned_total", Help: "Processed-ID entries removed by PruneProcessedMessages."}),
+		acksSent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "acks_sent_total", Help: "ACKs encrypted and handed to the transport."}),
+		acksFailed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "acks_failed_total", Help: "ACKs that could not be encrypted or handed off (the commit stands; ackSent=false)."}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	for _, g := range []*prometheus.Gauge{&m.pendingIn, &m.pendingOut} {
+		if *g, err = register(reg, *g); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed} {
+		if *c, err = register(reg, *c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}

@@ -1,0 +1,273 @@
+package inbound
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"time"
+
+	"github.com/syncmesh/syncmesh/crypto/digest"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// This file is the deterministic core of the inbound store (DESIGN.md
+// "Practices": deterministic core, thin actor shell): pure functions of
+// (stored state of one (sender, id), input) → (outcome, effects). They do
+// no I/O; the actor reads the state inside its transaction, calls them and
+// runs the effects (writes in the same transaction, ACKs after it).
+
+// Outcome is what a decision resolved to.
+type Outcome uint8
+
+// Outcomes. The receive path yields Delivery, AlreadyCommitted,
+// AlreadyDiscarded or Acknowledgement; a finalization yields Committed,
+// Discarded, AlreadyCommitted or AlreadyDiscarded (application-delivery.md,
+// "Public API"; message-discard for the discard equivalents).
+const (
+	OutcomeNone Outcome = iota
+	OutcomeDelivery
+	OutcomeAlreadyCommitted
+	OutcomeAlreadyDiscarded
+	OutcomeAcknowledgement
+	OutcomeCommitted
+	OutcomeDiscarded
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeDelivery:
+		return "DELIVERY"
+	case OutcomeAlreadyCommitted:
+		return "ALREADY_COMMITTED"
+	case OutcomeAlreadyDiscarded:
+		return "ALREADY_DISCARDED"
+	case OutcomeAcknowledgement:
+		return "ACKNOWLEDGEMENT"
+	case OutcomeCommitted:
+		return "COMMITTED"
+	case OutcomeDiscarded:
+		return "DISCARDED"
+	}
+	return "NONE"
+}
+
+// State is what the store holds for one (sender, logical id), read inside
+// the transaction that will run the decision's effects.
+type State struct {
+	Pending   *persistence.PendingInbound
+	Processed *persistence.ProcessedInbound
+	// SenderPending is how many messages the sender has pending (read only
+	// when a cap applies and the message is new).
+	SenderPending int
+}
+
+// Effects are the writes and actions a decision asks the shell to run. The
+// writes go into the decision's transaction; Ack runs after it committed,
+// outside it.
+type Effects struct {
+	// PersistStep: write the envelope's ratchet step (Candidate.Persist).
+	// When false the step is rolled back (Candidate.Abort).
+	PersistStep bool
+	// PutPending: store this new pending entry (the store assigns Sequence).
+	PutPending *persistence.PendingInbound
+	// DeletePending: remove the pending entry of the key.
+	DeletePending bool
+	// PutProcessed: write this processed entry.
+	PutProcessed *persistence.ProcessedInbound
+	// DeleteOutbound: clear the pending outbound message the ACK names.
+	DeleteOutbound bool
+	// Ack: encrypt an ACK for the key and hand it to the transport after
+	// the transaction committed.
+	Ack bool
+}
+
+// Decision is the result of a decide function: an outcome with its
+// effects, or an error (then there are no effects: nothing changes and the
+// ratchet step, if any, rolls back).
+type Decision struct {
+	Outcome Outcome
+	Effects Effects
+	// Pending is the stored pending entry a Delivery of a still-pending
+	// message returns (same sequence and receive time on every
+	// redelivery); for a new message it is Effects.PutPending.
+	Pending *persistence.PendingInbound
+	// Plaintext is the application body of a Delivery.
+	Plaintext []byte
+	// New reports a first acceptance (Effects.PutPending is set).
+	New bool
+	// Cleared reports, for an Acknowledgement, that a pending outbound
+	// message was cleared.
+	Cleared bool
+	Err     error
+}
+
+// ReceiveInput is a decrypted application message.
+type ReceiveInput struct {
+	Sender messages.DeviceAddress
+	ID     messages.LogicalMessageID
+	Body   []byte
+	// Frame is the encoded SecurePayload frame (what is stored pending).
+	Frame []byte
+	// Now is the client clock, Unix milliseconds.
+	Now int64
+	// MaxPendingPerSender caps the sender's pending messages (0: no cap).
+	MaxPendingPerSender int
+}
+
+// DecideReceive decides an application message (application-delivery.md,
+// "Transactions", Receive; lifecycle table):
+//
+//   - processed: the body's digest must equal the stored one (a legacy
+//     entry without digest matches any body) → AlreadyCommitted or
+//     AlreadyDiscarded, ACK again; else LogicalMessageConflict, no ACK;
+//   - pending: the body must equal the stored body (constant time) →
+//     Delivery of the stored message, no second row, no ACK; else
+//     LogicalMessageConflict, the pending body is not overwritten;
+//   - otherwise: a new pending entry (refused with ErrSenderBacklogFull
+//     past the per-sender cap) → Delivery, no ACK.
+//
+// Every accepted duplicate still persists its ratchet step: the retry is a
+// fresh encryption and the ratchet is never rewound. An error persists
+// nothing, so that ratchet step rolls back like a malformed frame.
+func DecideReceive(st State, in ReceiveInput) Decision {
+	if p := st.Processed; p != nil {
+		if p.Digest != nil {
+			d := digest.ApplicationMessage(in.Body)
+			if !digest.Equal(d, *p.Digest) {
+				return Decision{Err: &ConflictError{Sender: in.Sender, ID: in.ID, Finalized: true}}
+			}
+		}
+		out := OutcomeAlreadyCommitted
+		if p.Finalization == persistence.FinalizationDiscarded {
+			out = OutcomeAlreadyDiscarded
+		}
+		return Decision{Outcome: out, Effects: Effects{PersistStep: true, Ack: true}}
+	}
+	if p := st.Pending; p != nil {
+		stored, err := StoredBody(p)
+		if err != nil {
+			return Decision{Err: err}
+		}
+		// Constant time over the contents (a length difference is
+		// public: it is visible in the ciphertext size anyway).
+		if subtle.ConstantTimeCompare(stored, in.Body) != 1 {
+			return Decision{Err: &ConflictError{Sender: in.Sender, ID: in.ID}}
+		}
+		return Decision{Outcome: OutcomeDelivery, Effects: Effects{PersistStep: true}, Pending: p, Plaintext: stored}
+	}
+	if in.MaxPendingPerSender > 0 && st.SenderPending >= in.MaxPendingPerSender {
+		return Decision{Err: &BacklogFullError{Sender: in.Sender, Pending: st.SenderPending, Limit: in.MaxPendingPerSender}}
+	}
+	p := &persistence.PendingInbound{Sender: in.Sender, ID: in.ID, ReceivedAt: in.Now, Frame: in.Frame}
+	return Decision{Outcome: OutcomeDelivery, Effects: Effects{PersistStep: true, PutPending: p}, Pending: p, Plaintext: in.Body, New: true}
+}
+
+// DecideAck decides a received ACK frame: the ratchet step is persisted
+// and the pending outbound message it names, if any, is cleared
+// (Acknowledgement, cleared = whether there was one).
+func DecideAck(outboundPending bool) Decision {
+	return Decision{Outcome: OutcomeAcknowledgement, Effects: Effects{PersistStep: true, DeleteOutbound: outboundPending}, Cleared: outboundPending}
+}
+
+// FinalizeInput is a commit (Reason 0, Finalization committed) or discard
+// request.
+type FinalizeInput struct {
+	Sender       messages.DeviceAddress
+	ID           messages.LogicalMessageID
+	Finalization persistence.Finalization
+	Reason       persistence.DiscardReason
+	// Now is the client clock, Unix milliseconds.
+	Now int64
+}
+
+// DecideFinalize decides a commit or discard (application-delivery.md,
+// "Transactions", Commit): a pending message is removed and its processed
+// entry (finalization, time, digest, reason) written → COMMITTED or
+// DISCARDED, then ACK; a finalized one → ALREADY_COMMITTED or
+// ALREADY_DISCARDED (by how it was finalized), ACK again; otherwise
+// ReceivedMessageNotPending and nothing changes.
+func DecideFinalize(st State, in FinalizeInput) Decision {
+	switch in.Finalization {
+	case persistence.FinalizationCommitted:
+		if in.Reason != 0 {
+			return Decision{Err: fmt.Errorf("%w: a commit carries no reason", ErrInvalidDiscardReason)}
+		}
+	case persistence.FinalizationDiscarded:
+		if !in.Reason.Valid() {
+			return Decision{Err: fmt.Errorf("%w: %s", ErrInvalidDiscardReason, in.Reason)}
+		}
+	default:
+		return Decision{Err: fmt.Errorf("%w: finalization %s", ErrInvalidConfig, in.Finalization)}
+	}
+	if p := st.Processed; p != nil {
+		out := OutcomeAlreadyCommitted
+		if p.Finalization == persistence.FinalizationDiscarded {
+			out = OutcomeAlreadyDiscarded
+		}
+		return Decision{Outcome: out, Effects: Effects{Ack: true}}
+	}
+	p := st.Pending
+	if p == nil {
+		return Decision{Err: &NotPendingError{Sender: in.Sender, ID: in.ID}}
+	}
+	body, err := StoredBody(p)
+	if err != nil {
+		return Decision{Err: err}
+	}
+	d := digest.ApplicationMessage(body)
+	out := OutcomeCommitted
+	if in.Finalization == persistence.FinalizationDiscarded {
+		out = OutcomeDiscarded
+	}
+	return Decision{Outcome: out, Effects: Effects{
+		DeletePending: true,
+		PutProcessed: &persistence.ProcessedInbound{Sender: in.Sender, ID: in.ID, Finalization: in.Finalization,
+			FinalizedAt: in.Now, Digest: &d, Reason: in.Reason},
+		Ack: true,
+	}}
+}
+
+// StoredBody decodes the application body of a stored pending frame. A
+// frame that does not decode, or names another id, is a damaged record
+// (persistence.ErrCorrupt), never "missing".
+func StoredBody(p *persistence.PendingInbound) ([]byte, error) {
+	sp, err := messages.DecodeSecurePayload(p.Frame)
+	if err != nil {
+		return nil, fmt.Errorf("inbound: stored frame of %s/%s: %w: %w", p.Sender, p.ID, persistence.ErrCorrupt, err)
+	}
+	if sp.Type != messages.PayloadApplicationMessage || sp.ID != p.ID {
+		return nil, fmt.Errorf("inbound: stored frame of %s/%s is not its application message: %w", p.Sender, p.ID, persistence.ErrCorrupt)
+	}
+	return sp.Body, nil
+}
+
+// RetentionInfinite as a RetentionPolicy.MaxAge keeps every processed
+// entry (the spec's Duration.INFINITE).
+const RetentionInfinite = time.Duration(1<<63 - 1)
+
+// RetentionPolicy says how long processed entries are kept for duplicate
+// suppression (application-delivery.md, "Processed-ID retention"). There
+// is no default: MaxAge must be positive; RetentionInfinite prunes nothing.
+type RetentionPolicy struct {
+	MaxAge time.Duration
+}
+
+// PruneCutoff returns the cutoff of a prune at now (Unix ms): entries with
+// finalizedAt ≤ cutoff are removed, with maxAge rounded up to whole
+// milliseconds (an age equal to maxAge is pruned, one millisecond less is
+// kept). prune is false for RetentionInfinite; maxAge ≤ 0 is
+// ErrInvalidRetention.
+func PruneCutoff(now int64, p RetentionPolicy) (cutoff int64, prune bool, err error) {
+	if p.MaxAge <= 0 {
+		return 0, false, fmt.Errorf("%w: %s", ErrInvalidRetention, p.MaxAge)
+	}
+	if p.MaxAge == RetentionInfinite {
+		return 0, false, nil
+	}
+	ms := int64(p.MaxAge / time.Millisecond)
+	if p.MaxAge%time.Millisecond != 0 {
+		ms++
+	}
+	return now - ms, true, nil
+}

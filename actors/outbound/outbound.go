@@ -1,0 +1,440 @@
+// Package outbound keeps the delivery plane's pending outbound messages:
+// a sent application message is stored (durably, before it is handed to
+// the transport) and stays pending until the recipient's ACK clears it
+// (inside the inbound store's receive transaction) or the application
+// abandons it (DESIGN.md "Actor topology": outbound actor).
+//
+// Writes go through one actor (its mailbox orders them); reads are plain
+// snapshots of the store. An opt-in retry schedule (RetryPolicy, off by
+// default: the spec has no automatic retry) resends due messages with
+// backoff and reports the ones that reached the attempt cap.
+package outbound
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// MaxPageSize is the largest page of pending sent messages (as inbound).
+const MaxPageSize = 100
+
+// Errors of the package. Store errors are wrapped with %w.
+var (
+	// ErrNotPending: the message is not pending (acknowledged, abandoned
+	// or never sent).
+	ErrNotPending = errors.New("outbound: message not pending")
+	// ErrAlreadyPending: Store of a (recipient, id) already pending.
+	ErrAlreadyPending = errors.New("outbound: message already pending")
+	// ErrInvalidLimit: a page limit outside 1..MaxPageSize.
+	ErrInvalidLimit = errors.New("outbound: page limit out of range")
+	// ErrInvalidConfig marks an unusable Config.
+	ErrInvalidConfig = errors.New("outbound: invalid configuration")
+	// ErrClosed is returned by every call on a closed Outbox.
+	ErrClosed = errors.New("outbound: closed")
+)
+
+// RetryPolicy is the opt-in retry schedule. The zero value is off.
+type RetryPolicy struct {
+	// Interval is how long after an attempt the first retry is due, and
+	// how often the schedule looks for due messages; 0: off.
+	Interval time.Duration
+	// Backoff multiplies the delay after each attempt (≥ 1; 0: 2).
+	Backoff float64
+	// MaxInterval caps the delay (0: no cap).
+	MaxInterval time.Duration
+	// MaxAttempts caps the hand-offs, the first send included (0: no
+	// cap). A message at the cap stays pending (only the ACK or Abandon
+	// removes it) and is reported once to Config.OnExhausted.
+	MaxAttempts int
+}
+
+// Enabled reports whether the schedule runs.
+func (p RetryPolicy) Enabled() bool { return p.Interval > 0 }
+
+// Delay returns how long after its last attempt a message that was
+// handed off attempts times is due again: Interval·Backoff^(attempts−1),
+// capped at MaxInterval.
+func (p RetryPolicy) Delay(attempts int) time.Duration {
+	b := p.Backoff
+	if b < 1 {
+		b = 2
+	}
+	if attempts < 1 {
+		attempts = 1
+	}
+	d := float64(p.Interval) * math.Pow(b, float64(attempts-1))
+	out := time.Duration(math.MaxInt64)
+	if d < float64(math.MaxInt64) {
+		out = time.Duration(d)
+	}
+	if p.MaxInterval > 0 && out > p.MaxInterval {
+		out = p.MaxInterval
+	}
+	return out
+}
+
+// SentMessage is a pending outbound message.
+type SentMessage struct {
+	Recipient     messages.DeviceAddress
+	ID            messages.LogicalMessageID
+	Sequence      uint64
+	CreatedAt     time.Time
+	Attempts      int
+	LastAttemptAt time.Time
+	// Body is a copy the caller owns.
+	Body []byte
+}
+
+// SentPage is one page of pending outbound messages in send order; Next
+// is the cursor of the following page, More whether more follow.
+type SentPage struct {
+	Messages []SentMessage
+	Next     uint64
+	More     bool
+}
+
+func fromStored(p persistence.PendingOutbound) SentMessage {
+	m := SentMessage{Recipient: p.Recipient, ID: p.ID, Sequence: p.Sequence, CreatedAt: time.UnixMilli(p.CreatedAt),
+		Attempts: int(p.Attempts), Body: bytes.Clone(p.Body)}
+	if m.Body == nil {
+		m.Body = []byte{}
+	}
+	if p.Attempts > 0 {
+		m.LastAttemptAt = time.UnixMilli(p.LastAttemptAt)
+	}
+	return m
+}
+
+// Config configures an Outbox. Store is required; Resend is required when
+// Retry is enabled.
+type Config struct {
+	Store persistence.DeliveryStore
+	// Now is the client clock; nil: time.Now.
+	Now func() time.Time
+	// Retry is the opt-in retry schedule (zero: off).
+	Retry RetryPolicy
+	// Resend re-sends one due message (a fresh encryption); called by the
+	// schedule, outside the actor.
+	Resend func(ctx context.Context, m SentMessage) error
+	// OnExhausted is told once per process about each message that
+	// reached Retry.MaxAttempts.
+	OnExhausted func(m SentMessage)
+	// OnChange, when set, receives the pending count after each write.
+	OnChange func(pending int)
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Outbox is the outbound actor's handle; safe for concurrent use.
+type Outbox struct {
+	cfg Config
+	sys *actor.ActorSystem
+	pid *actor.PID
+
+	mu        sync.Mutex
+	closed    bool
+	stop      chan struct{}
+	loop      sync.WaitGroup
+	exhausted map[msgKey]bool
+}
+
+type msgKey struct {
+	to messages.DeviceAddress
+	id messages.LogicalMessageID
+}
+
+// New starts the outbound actor (and the retry schedule when enabled).
+func New(sys *actor.ActorSystem, cfg Config) (*Outbox, error) {
+	if sys == nil || cfg.Store == nil {
+		return nil, fmt.Errorf("%w: actor system and Store are required", ErrInvalidConfig)
+	}
+	if cfg.Retry.Interval < 0 || cfg.Retry.MaxAttempts < 0 || cfg.Retry.MaxInterval < 0 || cfg.Retry.Backoff < 0 {
+		return nil, fmt.Errorf("%w: negative retry policy field", ErrInvalidConfig)
+	}
+	if cfg.Retry.Enabled() && cfg.Resend == nil {
+		return nil, fmt.Errorf("%w: a retry schedule needs Resend", ErrInvalidConfig)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	o := &Outbox{cfg: cfg, sys: sys, stop: make(chan struct{}), exhausted: make(map[msgKey]bool)}
+	o.pid = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &outActor{o: o} }))
+	if cfg.Retry.Enabled() {
+		o.loop.Add(1)
+		go o.retryLoop()
+	}
+	return o, nil
+}
+
+// Close stops the schedule and the actor (after queued writes). It does
+// not close the store. Calls after Close return ErrClosed.
+func (o *Outbox) Close() error {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return ErrClosed
+	}
+	o.closed = true
+	close(o.stop)
+	o.mu.Unlock()
+	o.loop.Wait()
+	return o.sys.Root.PoisonFuture(o.pid).Wait()
+}
+
+type writeReq struct {
+	ctx   context.Context
+	fn    func(tx persistence.DeliveryTx) error
+	reply chan error
+}
+
+type outActor struct{ o *Outbox }
+
+func (a *outActor) Receive(c actor.Context) {
+	r, ok := c.Message().(*writeReq)
+	if !ok {
+		return
+	}
+	if err := r.ctx.Err(); err != nil {
+		r.reply <- err
+		return
+	}
+	n := -1
+	err := a.o.cfg.Store.Update(r.ctx, func(tx persistence.DeliveryTx) error {
+		if err := r.fn(tx); err != nil {
+			return err
+		}
+		var err error
+		n, err = tx.PendingOutboundCount()
+		return err
+	})
+	if err == nil && n >= 0 && a.o.cfg.OnChange != nil {
+		a.o.cfg.OnChange(n)
+	}
+	r.reply <- err
+}
+
+func (o *Outbox) write(ctx context.Context, fn func(tx persistence.DeliveryTx) error) error {
+	r := &writeReq{ctx: ctx, fn: fn, reply: make(chan error, 1)}
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return ErrClosed
+	}
+	o.sys.Root.Send(o.pid, r)
+	o.mu.Unlock()
+	select {
+	case err := <-r.reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Store records a new pending outbound message with its first attempt
+// (attempts = 1 at now), durably, before the caller hands it to the
+// transport. ErrAlreadyPending when (to, id) is pending.
+func (o *Outbox) Store(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, body []byte) (SentMessage, error) {
+	if err := to.Validate(); err != nil {
+		return SentMessage{}, fmt.Errorf("outbound: store: %w", err)
+	}
+	now := persistence.UnixMilli(o.cfg.Now())
+	p := persistence.PendingOutbound{Recipient: to, ID: id, CreatedAt: now, Attempts: 1, LastAttemptAt: now, Body: bytes.Clone(body)}
+	if p.Body == nil {
+		p.Body = []byte{}
+	}
+	err := o.write(ctx, func(tx persistence.DeliveryTx) error {
+		seq, err := tx.PutPendingOutbound(p)
+		p.Sequence = seq
+		return err
+	})
+	if errors.Is(err, persistence.ErrDuplicate) {
+		return SentMessage{}, fmt.Errorf("%w: %s/%s: %w", ErrAlreadyPending, to, id, err)
+	}
+	if err != nil {
+		return SentMessage{}, fmt.Errorf("outbound: store: %w", err)
+	}
+	return fromStored(p), nil
+}
+
+// MarkAttempt records one more hand-off of a pending message and returns
+// it (with its body, for the re-encryption). ErrNotPending when it was
+// acknowledged or abandoned meanwhile: then nothing is to be sent.
+func (o *Outbox) MarkAttempt(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) (SentMessage, error) {
+	var out persistence.PendingOutbound
+	err := o.write(ctx, func(tx persistence.DeliveryTx) error {
+		if _, err := tx.MarkOutboundAttempt(to, id, persistence.UnixMilli(o.cfg.Now())); err != nil {
+			return err
+		}
+		p, ok, err := tx.PendingOutbound(to, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return persistence.ErrNotFound
+		}
+		out = p
+		return nil
+	})
+	if errors.Is(err, persistence.ErrNotFound) {
+		return SentMessage{}, fmt.Errorf("%w: %s/%s", ErrNotPending, to, id)
+	}
+	if err != nil {
+		return SentMessage{}, fmt.Errorf("outbound: mark attempt: %w", err)
+	}
+	return fromStored(out), nil
+}
+
+// Abandon gives up on a pending message: it is removed and no ACK for it
+// is expected any more. It reports whether it was pending.
+func (o *Outbox) Abandon(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
+	var had bool
+	err := o.write(ctx, func(tx persistence.DeliveryTx) error {
+		var err error
+		had, err = tx.DeletePendingOutbound(to, id)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("outbound: abandon: %w", err)
+	}
+	o.mu.Lock()
+	delete(o.exhausted, msgKey{to, id})
+	o.mu.Unlock()
+	return had, nil
+}
+
+// Get returns one pending message.
+func (o *Outbox) Get(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) (SentMessage, bool, error) {
+	var out persistence.PendingOutbound
+	var ok bool
+	err := o.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		out, ok, err = r.PendingOutbound(to, id)
+		return err
+	})
+	if err != nil || !ok {
+		return SentMessage{}, false, err
+	}
+	return fromStored(out), true, nil
+}
+
+// Pending returns up to limit (1..MaxPageSize) pending messages sent after
+// cursor after (0: from the first), of *recipient when not nil.
+func (o *Outbox) Pending(ctx context.Context, after uint64, limit int, recipient *messages.DeviceAddress) (SentPage, error) {
+	if limit < 1 || limit > MaxPageSize {
+		return SentPage{}, fmt.Errorf("%w: %d (1..%d)", ErrInvalidLimit, limit, MaxPageSize)
+	}
+	page := SentPage{Next: after}
+	err := o.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		return r.PendingOutboundAfter(after, recipient, func(p persistence.PendingOutbound) (bool, error) {
+			if len(page.Messages) == limit {
+				page.More = true
+				return false, nil
+			}
+			page.Messages = append(page.Messages, fromStored(p))
+			page.Next = p.Sequence
+			return true, nil
+		})
+	})
+	if err != nil {
+		return SentPage{}, fmt.Errorf("outbound: pending: %w", err)
+	}
+	return page, nil
+}
+
+// Count returns how many messages are pending.
+func (o *Outbox) Count(ctx context.Context) (int, error) {
+	var n int
+	err := o.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		n, err = r.PendingOutboundCount()
+		return err
+	})
+	return n, err
+}
+
+// RetryDue runs one pass of the retry schedule now: every pending message
+// whose delay (RetryPolicy.Delay) has passed and that is below the attempt
+// cap is resent through Config.Resend; each one at the cap is reported
+// (once per process) to Config.OnExhausted and returned. It is what the
+// schedule runs every Interval; without a schedule it does nothing.
+func (o *Outbox) RetryDue(ctx context.Context) (resent int, exhausted []SentMessage, err error) {
+	p := o.cfg.Retry
+	if !p.Enabled() {
+		return 0, nil, nil
+	}
+	now := o.cfg.Now()
+	var after uint64
+	for {
+		page, err := o.Pending(ctx, after, MaxPageSize, nil)
+		if err != nil {
+			return resent, exhausted, err
+		}
+		for _, m := range page.Messages {
+			if p.MaxAttempts > 0 && m.Attempts >= p.MaxAttempts {
+				k := msgKey{m.Recipient, m.ID}
+				o.mu.Lock()
+				first := !o.exhausted[k]
+				o.exhausted[k] = true
+				o.mu.Unlock()
+				if first {
+					exhausted = append(exhausted, m)
+					if o.cfg.OnExhausted != nil {
+						o.cfg.OnExhausted(m)
+					}
+				}
+				continue
+			}
+			if now.Before(m.LastAttemptAt.Add(p.Delay(m.Attempts))) {
+				continue
+			}
+			if err := o.cfg.Resend(ctx, m); err != nil {
+				if errors.Is(err, ErrNotPending) {
+					continue
+				}
+				o.cfg.Logger.Warn("outbound: scheduled resend failed", "to", m.Recipient.String(), "id", m.ID.String(), "err", err)
+				continue
+			}
+			resent++
+		}
+		if !page.More {
+			return resent, exhausted, nil
+		}
+		after = page.Next
+	}
+}
+
+func (o *Outbox) retryLoop() {
+	defer o.loop.Done()
+	t := time.NewTicker(o.cfg.Retry.Interval)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-o.stop
+		cancel()
+	}()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+			if _, _, err := o.RetryDue(ctx); err != nil && ctx.Err() == nil {
+				o.cfg.Logger.Warn("outbound: retry pass failed", "err", err)
+			}
+		}
+	}
+}

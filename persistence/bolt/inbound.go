@@ -1,0 +1,775 @@
+package bolt
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/syncmesh/syncmesh/crypto/digest"
+	"github.com/syncmesh/syncmesh/crypto/sealed"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// Commit-boundary buckets (application-delivery.md, "Storage"), added by
+// layout 4. Names are part of the storage format. msgKey = addrKey(peer) |
+// logical id(16); seq = u64be; ts = u64be(Unix ms XOR 1<<63), so signed
+// times sort as bytes.
+var (
+	bucketInPending       = []byte("delivery.in_pending")        // msgKey → pendingInRecord (Frame sealed)
+	bucketInPendingSeq    = []byte("delivery.in_pending_seq")    // seq → msgKey
+	bucketInPendingSender = []byte("delivery.in_pending_sender") // addrKey|seq → id(16)
+	bucketInProcessed     = []byte("delivery.in_processed")      // msgKey → processedRecord (Digest sealed)
+	bucketInProcessedTime = []byte("delivery.in_processed_time") // ts|msgKey → ∅ (prune index)
+	bucketOutPending      = []byte("delivery.out_pending")       // msgKey → outboundRecord (Body sealed)
+	bucketOutPendingSeq   = []byte("delivery.out_pending_seq")   // seq → msgKey
+	bucketInMeta          = []byte("delivery.in_meta")           // counter name → u64be
+)
+
+// Keys of bucketInMeta. The *_seq counters are the highest sequence ever
+// assigned: never reused, even after deletions.
+var (
+	inMetaPendingSeq     = []byte("in_pending_seq")
+	inMetaPendingCount   = []byte("in_pending_count")
+	inMetaProcessedCount = []byte("in_processed_count")
+	inMetaOutSeq         = []byte("out_pending_seq")
+	inMetaOutCount       = []byte("out_pending_count")
+)
+
+// inboundBuckets lists the layout-4 buckets.
+func inboundBuckets() [][]byte {
+	return [][]byte{bucketInPending, bucketInPendingSeq, bucketInPendingSender, bucketInProcessed,
+		bucketInProcessedTime, bucketOutPending, bucketOutPendingSeq, bucketInMeta}
+}
+
+// createInboundV1 creates the commit-boundary buckets (layout 3 → 4).
+func createInboundV1(tx *bbolt.Tx) error {
+	for _, name := range inboundBuckets() {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Stored records (CBOR, integer keys, version 1).
+type pendingInRecord struct {
+	V          uint64 `cbor:"1,keyasint"`
+	Seq        uint64 `cbor:"2,keyasint"`
+	ReceivedAt int64  `cbor:"3,keyasint"`
+	Frame      []byte `cbor:"4,keyasint"` // sealed RecordPendingFrame
+}
+
+type processedRecord struct {
+	V           uint64 `cbor:"1,keyasint"`
+	Kind        uint8  `cbor:"2,keyasint"`
+	FinalizedAt int64  `cbor:"3,keyasint"`
+	Digest      []byte `cbor:"4,keyasint,omitempty"` // sealed RecordProcessedDigest; absent: legacy
+	Reason      uint8  `cbor:"5,keyasint,omitempty"`
+}
+
+type outboundRecord struct {
+	V             uint64 `cbor:"1,keyasint"`
+	Seq           uint64 `cbor:"2,keyasint"`
+	CreatedAt     int64  `cbor:"3,keyasint"`
+	Attempts      uint32 `cbor:"4,keyasint"`
+	LastAttemptAt int64  `cbor:"5,keyasint"`
+	Body          []byte `cbor:"6,keyasint"` // sealed RecordOutboundBody
+}
+
+func decodePendingIn(b []byte) (pendingInRecord, error) {
+	var r pendingInRecord
+	if err := decodeRecord("pending inbound", b, &r, &r.V); err != nil {
+		return r, err
+	}
+	if r.Seq == 0 || r.Frame == nil {
+		return r, corrupt("pending inbound", fmt.Errorf("missing sequence or frame"))
+	}
+	return r, nil
+}
+
+func decodeProcessed(b []byte) (processedRecord, error) {
+	var r processedRecord
+	if err := decodeRecord("processed inbound", b, &r, &r.V); err != nil {
+		return r, err
+	}
+	f := persistence.Finalization(r.Kind)
+	if !f.Valid() || (f == persistence.FinalizationDiscarded && !persistence.DiscardReason(r.Reason).Valid()) ||
+		(f == persistence.FinalizationCommitted && r.Reason != 0) {
+		return r, corrupt("processed inbound", fmt.Errorf("finalization %d reason %d", r.Kind, r.Reason))
+	}
+	return r, nil
+}
+
+func decodeOutbound(b []byte) (outboundRecord, error) {
+	var r outboundRecord
+	if err := decodeRecord("pending outbound", b, &r, &r.V); err != nil {
+		return r, err
+	}
+	if r.Seq == 0 || r.Body == nil {
+		return r, corrupt("pending outbound", fmt.Errorf("missing sequence or body"))
+	}
+	return r, nil
+}
+
+// msgKey is addrKey(peer) | id.
+func msgKey(peer messages.DeviceAddress, id messages.LogicalMessageID) []byte {
+	return append(addrKey(peer), id[:]...)
+}
+
+// parseMsgKey reverses msgKey.
+func parseMsgKey(k []byte) (messages.DeviceAddress, messages.LogicalMessageID, error) {
+	var id messages.LogicalMessageID
+	if len(k) < len(id) {
+		return messages.DeviceAddress{}, id, fmt.Errorf("message key of %d bytes: %w", len(k), persistence.ErrCorrupt)
+	}
+	a, err := parseAddrKey(k[:len(k)-len(id)])
+	if err != nil {
+		return a, id, err
+	}
+	copy(id[:], k[len(k)-len(id):])
+	return a, id, nil
+}
+
+// msgIdentity is the sealed row identity of a commit-boundary record:
+// sealed.MessageIdentity(user, u32be device, id).
+func msgIdentity(peer messages.DeviceAddress, id messages.LogicalMessageID) []byte {
+	return sealed.MessageIdentity([]byte(peer.User), binary.BigEndian.AppendUint32(nil, peer.Device), id[:])
+}
+
+// tsKey encodes a signed Unix-ms time so that byte order is time order.
+func tsKey(ms int64) []byte { return u64(uint64(ms) ^ (1 << 63)) }
+
+func (t *deliveryTx) bucket(name []byte) (*bbolt.Bucket, error) {
+	b := t.tx.Bucket(name)
+	if b == nil {
+		return nil, fmt.Errorf("bolt: bucket %s missing: %w", name, persistence.ErrCorrupt)
+	}
+	return b, nil
+}
+
+// counter reads a u64 counter of bucketInMeta (0 when absent).
+func (t *deliveryTx) counter(name []byte) (uint64, error) {
+	m, err := t.bucket(bucketInMeta)
+	if err != nil {
+		return 0, err
+	}
+	v := m.Get(name)
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != 8 {
+		return 0, corrupt("counter "+string(name), fmt.Errorf("%d bytes", len(v)))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// addCounter adds delta to a counter and returns the new value.
+func (t *deliveryTx) addCounter(name []byte, delta int64) (uint64, error) {
+	v, err := t.counter(name)
+	if err != nil {
+		return 0, err
+	}
+	nv := uint64(int64(v) + delta)
+	if delta < 0 && uint64(-delta) > v {
+		return 0, corrupt("counter "+string(name), fmt.Errorf("underflow"))
+	}
+	m, _ := t.bucket(bucketInMeta)
+	return nv, m.Put(name, u64(nv))
+}
+
+func (t *deliveryTx) readPendingIn(k []byte, peer messages.DeviceAddress, id messages.LogicalMessageID, v []byte) (persistence.PendingInbound, error) {
+	r, err := decodePendingIn(v)
+	if err != nil {
+		return persistence.PendingInbound{}, err
+	}
+	frame, err := t.open("pending frame "+peer.String(), persistence.RecordPendingFrame, msgIdentity(peer, id), r.Frame)
+	if err != nil {
+		return persistence.PendingInbound{}, err
+	}
+	return persistence.PendingInbound{Sender: peer, ID: id, Sequence: r.Seq, ReceivedAt: r.ReceivedAt, Frame: append([]byte{}, frame...)}, nil
+}
+
+func (t *deliveryTx) PendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (persistence.PendingInbound, bool, error) {
+	if err := t.check(false); err != nil {
+		return persistence.PendingInbound{}, false, err
+	}
+	if err := checkPeer(sender); err != nil {
+		return persistence.PendingInbound{}, false, err
+	}
+	b, err := t.bucket(bucketInPending)
+	if err != nil {
+		return persistence.PendingInbound{}, false, err
+	}
+	k := msgKey(sender, id)
+	v := b.Get(k)
+	if v == nil {
+		return persistence.PendingInbound{}, false, nil
+	}
+	p, err := t.readPendingIn(k, sender, id, v)
+	return p, err == nil, err
+}
+
+func (t *deliveryTx) PendingInboundAfter(after uint64, sender *messages.DeviceAddress, fn func(persistence.PendingInbound) (bool, error)) error {
+	if err := t.check(false); err != nil {
+		return err
+	}
+	pending, err := t.bucket(bucketInPending)
+	if err != nil {
+		return err
+	}
+	visit := func(k []byte) (bool, error) {
+		peer, id, err := parseMsgKey(k)
+		if err != nil {
+			return false, err
+		}
+		v := pending.Get(k)
+		if v == nil {
+			return false, corrupt("pending index", fmt.Errorf("dangling entry %x", k))
+		}
+		p, err := t.readPendingIn(k, peer, id, v)
+		if err != nil {
+			return false, err
+		}
+		if err := t.check(false); err != nil {
+			return false, err
+		}
+		return fn(p)
+	}
+	if sender != nil {
+		if err := checkPeer(*sender); err != nil {
+			return err
+		}
+		idx, err := t.bucket(bucketInPendingSender)
+		if err != nil {
+			return err
+		}
+		prefix := addrKey(*sender)
+		start := append(bytes.Clone(prefix), u64(after+1)...)
+		if after == ^uint64(0) {
+			return nil
+		}
+		return scan(idx, start, prefix, func(k, v []byte) (bool, error) {
+			if len(v) != 16 {
+				return false, corrupt("pending sender index", fmt.Errorf("value of %d bytes", len(v)))
+			}
+			return visit(append(bytes.Clone(prefix), v...))
+		})
+	}
+	idx, err := t.bucket(bucketInPendingSeq)
+	if err != nil {
+		return err
+	}
+	if after == ^uint64(0) {
+		return nil
+	}
+	return scan(idx, u64(after+1), nil, func(_, v []byte) (bool, error) { return visit(v) })
+}
+
+func (t *deliveryTx) PendingInboundCount(sender *messages.DeviceAddress) (int, error) {
+	if err := t.check(false); err != nil {
+		return 0, err
+	}
+	if sender == nil {
+		n, err := t.counter(inMetaPendingCount)
+		return int(n), err
+	}
+	if err := checkPeer(*sender); err != nil {
+		return 0, err
+	}
+	idx, err := t.bucket(bucketInPendingSender)
+	if err != nil {
+		return 0, err
+	}
+	prefix := addrKey(*sender)
+	n := 0
+	c := idx.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		n++
+	}
+	return n, nil
+}
+
+func (t *deliveryTx) ProcessedInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (persistence.ProcessedInbound, bool, error) {
+	var out persistence.ProcessedInbound
+	if err := t.check(false); err != nil {
+		return out, false, err
+	}
+	if err := checkPeer(sender); err != nil {
+		return out, false, err
+	}
+	b, err := t.bucket(bucketInProcessed)
+	if err != nil {
+		return out, false, err
+	}
+	v := b.Get(msgKey(sender, id))
+	if v == nil {
+		return out, false, nil
+	}
+	r, err := decodeProcessed(v)
+	if err != nil {
+		return out, false, err
+	}
+	out = persistence.ProcessedInbound{Sender: sender, ID: id, Finalization: persistence.Finalization(r.Kind),
+		FinalizedAt: r.FinalizedAt, Reason: persistence.DiscardReason(r.Reason)}
+	if r.Digest != nil {
+		st, err := t.open("processed digest "+sender.String(), persistence.RecordProcessedDigest, msgIdentity(sender, id), r.Digest)
+		if err != nil {
+			return out, false, err
+		}
+		d, err := digest.DecodeStored(st)
+		if err != nil {
+			return out, false, corrupt("processed digest "+sender.String(), err)
+		}
+		out.Digest = &d
+	}
+	return out, true, nil
+}
+
+func (t *deliveryTx) ProcessedInboundCount() (int, error) {
+	if err := t.check(false); err != nil {
+		return 0, err
+	}
+	n, err := t.counter(inMetaProcessedCount)
+	return int(n), err
+}
+
+func (t *deliveryTx) readOutbound(peer messages.DeviceAddress, id messages.LogicalMessageID, v []byte) (persistence.PendingOutbound, error) {
+	r, err := decodeOutbound(v)
+	if err != nil {
+		return persistence.PendingOutbound{}, err
+	}
+	body, err := t.open("outbound body "+peer.String(), persistence.RecordOutboundBody, msgIdentity(peer, id), r.Body)
+	if err != nil {
+		return persistence.PendingOutbound{}, err
+	}
+	return persistence.PendingOutbound{Recipient: peer, ID: id, Sequence: r.Seq, CreatedAt: r.CreatedAt,
+		Attempts: r.Attempts, LastAttemptAt: r.LastAttemptAt, Body: append([]byte{}, body...)}, nil
+}
+
+func (t *deliveryTx) PendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (persistence.PendingOutbound, bool, error) {
+	if err := t.check(false); err != nil {
+		return persistence.PendingOutbound{}, false, err
+	}
+	if err := checkPeer(recipient); err != nil {
+		return persistence.PendingOutbound{}, false, err
+	}
+	b, err := t.bucket(bucketOutPending)
+	if err != nil {
+		return persistence.PendingOutbound{}, false, err
+	}
+	v := b.Get(msgKey(recipient, id))
+	if v == nil {
+		return persistence.PendingOutbound{}, false, nil
+	}
+	p, err := t.readOutbound(recipient, id, v)
+	return p, err == nil, err
+}
+
+func (t *deliveryTx) PendingOutboundAfter(after uint64, recipient *messages.DeviceAddress, fn func(persistence.PendingOutbound) (bool, error)) error {
+	if err := t.check(false); err != nil {
+		return err
+	}
+	if recipient != nil {
+		if err := checkPeer(*recipient); err != nil {
+			return err
+		}
+	}
+	out, err := t.bucket(bucketOutPending)
+	if err != nil {
+		return err
+	}
+	idx, err := t.bucket(bucketOutPendingSeq)
+	if err != nil {
+		return err
+	}
+	if after == ^uint64(0) {
+		return nil
+	}
+	var prefix []byte
+	if recipient != nil {
+		prefix = addrKey(*recipient)
+	}
+	return scan(idx, u64(after+1), nil, func(_, k []byte) (bool, error) {
+		if prefix != nil && !bytes.HasPrefix(k, prefix) {
+			return true, nil
+		}
+		peer, id, err := parseMsgKey(k)
+		if err != nil {
+			return false, err
+		}
+		if recipient != nil && peer != *recipient {
+			return true, nil
+		}
+		v := out.Get(k)
+		if v == nil {
+			return false, corrupt("outbound index", fmt.Errorf("dangling entry %x", k))
+		}
+		p, err := t.readOutbound(peer, id, v)
+		if err != nil {
+			return false, err
+		}
+		if err := t.check(false); err != nil {
+			return false, err
+		}
+		return fn(p)
+	})
+}
+
+func (t *deliveryTx) PendingOutboundCount() (int, error) {
+	if err := t.check(false); err != nil {
+		return 0, err
+	}
+	n, err := t.counter(inMetaOutCount)
+	return int(n), err
+}
+
+func (t *deliveryTx) PutPendingInbound(p persistence.PendingInbound) (uint64, error) {
+	if err := t.check(true); err != nil {
+		return 0, err
+	}
+	if err := checkPeer(p.Sender); err != nil {
+		return 0, err
+	}
+	b, err := t.bucket(bucketInPending)
+	if err != nil {
+		return 0, err
+	}
+	k := msgKey(p.Sender, p.ID)
+	if b.Get(k) != nil {
+		return 0, fmt.Errorf("bolt: pending inbound %s/%s: %w", p.Sender, p.ID, persistence.ErrDuplicate)
+	}
+	frame, err := t.seal("pending frame", persistence.RecordPendingFrame, msgIdentity(p.Sender, p.ID), p.Frame)
+	if err != nil {
+		return 0, err
+	}
+	if frame == nil {
+		frame = []byte{}
+	}
+	seq, err := t.addCounter(inMetaPendingSeq, 1)
+	if err != nil {
+		return 0, err
+	}
+	rec, err := messages.Marshal(&pendingInRecord{V: recordVersion, Seq: seq, ReceivedAt: p.ReceivedAt, Frame: frame})
+	if err != nil {
+		return 0, err
+	}
+	if err := b.Put(k, rec); err != nil {
+		return 0, err
+	}
+	seqIdx, _ := t.bucket(bucketInPendingSeq)
+	if err := seqIdx.Put(u64(seq), k); err != nil {
+		return 0, err
+	}
+	sIdx, err := t.bucket(bucketInPendingSender)
+	if err != nil {
+		return 0, err
+	}
+	if err := sIdx.Put(append(addrKey(p.Sender), u64(seq)...), bytes.Clone(p.ID[:])); err != nil {
+		return 0, err
+	}
+	if _, err := t.addCounter(inMetaPendingCount, 1); err != nil {
+		return 0, err
+	}
+	return seq, nil
+}
+
+func (t *deliveryTx) DeletePendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
+	if err := t.check(true); err != nil {
+		return false, err
+	}
+	if err := checkPeer(sender); err != nil {
+		return false, err
+	}
+	b, err := t.bucket(bucketInPending)
+	if err != nil {
+		return false, err
+	}
+	k := msgKey(sender, id)
+	v := b.Get(k)
+	if v == nil {
+		return false, nil
+	}
+	r, err := decodePendingIn(v)
+	if err != nil {
+		return false, err
+	}
+	if err := b.Delete(k); err != nil {
+		return false, err
+	}
+	seqIdx, err := t.bucket(bucketInPendingSeq)
+	if err != nil {
+		return false, err
+	}
+	if err := seqIdx.Delete(u64(r.Seq)); err != nil {
+		return false, err
+	}
+	sIdx, err := t.bucket(bucketInPendingSender)
+	if err != nil {
+		return false, err
+	}
+	if err := sIdx.Delete(append(addrKey(sender), u64(r.Seq)...)); err != nil {
+		return false, err
+	}
+	_, err = t.addCounter(inMetaPendingCount, -1)
+	return err == nil, err
+}
+
+func (t *deliveryTx) PutProcessedInbound(p persistence.ProcessedInbound) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if err := persistence.CheckProcessedInbound(p); err != nil {
+		return err
+	}
+	b, err := t.bucket(bucketInProcessed)
+	if err != nil {
+		return err
+	}
+	k := msgKey(p.Sender, p.ID)
+	if b.Get(k) != nil {
+		return fmt.Errorf("bolt: processed inbound %s/%s: %w", p.Sender, p.ID, persistence.ErrDuplicate)
+	}
+	rec := processedRecord{V: recordVersion, Kind: uint8(p.Finalization), FinalizedAt: p.FinalizedAt, Reason: uint8(p.Reason)}
+	if p.Digest != nil {
+		s, err := t.seal("processed digest", persistence.RecordProcessedDigest, msgIdentity(p.Sender, p.ID), digest.EncodeStored(*p.Digest))
+		if err != nil {
+			return err
+		}
+		rec.Digest = s
+	}
+	v, err := messages.Marshal(&rec)
+	if err != nil {
+		return err
+	}
+	if err := b.Put(k, v); err != nil {
+		return err
+	}
+	ti, err := t.bucket(bucketInProcessedTime)
+	if err != nil {
+		return err
+	}
+	if err := ti.Put(append(tsKey(p.FinalizedAt), k...), []byte{}); err != nil {
+		return err
+	}
+	_, err = t.addCounter(inMetaProcessedCount, 1)
+	return err
+}
+
+func (t *deliveryTx) PruneProcessedInbound(cutoff int64) (int, error) {
+	if err := t.check(true); err != nil {
+		return 0, err
+	}
+	b, err := t.bucket(bucketInProcessed)
+	if err != nil {
+		return 0, err
+	}
+	ti, err := t.bucket(bucketInProcessedTime)
+	if err != nil {
+		return 0, err
+	}
+	end := tsKey(cutoff)
+	var drop [][]byte
+	c := ti.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) < 8 {
+			return 0, corrupt("processed time index", fmt.Errorf("key of %d bytes", len(k)))
+		}
+		if bytes.Compare(k[:8], end) > 0 {
+			break
+		}
+		drop = append(drop, clone(k))
+	}
+	for _, k := range drop {
+		if err := ti.Delete(k); err != nil {
+			return 0, err
+		}
+		if b.Get(k[8:]) == nil {
+			return 0, corrupt("processed time index", fmt.Errorf("dangling entry %x", k))
+		}
+		if err := b.Delete(k[8:]); err != nil {
+			return 0, err
+		}
+	}
+	if len(drop) > 0 {
+		if _, err := t.addCounter(inMetaProcessedCount, -int64(len(drop))); err != nil {
+			return 0, err
+		}
+	}
+	return len(drop), nil
+}
+
+func (t *deliveryTx) PutPendingOutbound(p persistence.PendingOutbound) (uint64, error) {
+	if err := t.check(true); err != nil {
+		return 0, err
+	}
+	if err := checkPeer(p.Recipient); err != nil {
+		return 0, err
+	}
+	b, err := t.bucket(bucketOutPending)
+	if err != nil {
+		return 0, err
+	}
+	k := msgKey(p.Recipient, p.ID)
+	if b.Get(k) != nil {
+		return 0, fmt.Errorf("bolt: pending outbound %s/%s: %w", p.Recipient, p.ID, persistence.ErrDuplicate)
+	}
+	seq, err := t.addCounter(inMetaOutSeq, 1)
+	if err != nil {
+		return 0, err
+	}
+	p.Sequence = seq
+	if err := t.putOutbound(b, k, p); err != nil {
+		return 0, err
+	}
+	idx, err := t.bucket(bucketOutPendingSeq)
+	if err != nil {
+		return 0, err
+	}
+	if err := idx.Put(u64(seq), k); err != nil {
+		return 0, err
+	}
+	if _, err := t.addCounter(inMetaOutCount, 1); err != nil {
+		return 0, err
+	}
+	return seq, nil
+}
+
+func (t *deliveryTx) putOutbound(b *bbolt.Bucket, k []byte, p persistence.PendingOutbound) error {
+	body, err := t.seal("outbound body", persistence.RecordOutboundBody, msgIdentity(p.Recipient, p.ID), p.Body)
+	if err != nil {
+		return err
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	v, err := messages.Marshal(&outboundRecord{V: recordVersion, Seq: p.Sequence, CreatedAt: p.CreatedAt,
+		Attempts: p.Attempts, LastAttemptAt: p.LastAttemptAt, Body: body})
+	if err != nil {
+		return err
+	}
+	return b.Put(k, v)
+}
+
+func (t *deliveryTx) MarkOutboundAttempt(recipient messages.DeviceAddress, id messages.LogicalMessageID, at int64) (uint32, error) {
+	if err := t.check(true); err != nil {
+		return 0, err
+	}
+	if err := checkPeer(recipient); err != nil {
+		return 0, err
+	}
+	b, err := t.bucket(bucketOutPending)
+	if err != nil {
+		return 0, err
+	}
+	k := msgKey(recipient, id)
+	v := b.Get(k)
+	if v == nil {
+		return 0, fmt.Errorf("bolt: pending outbound %s/%s: %w", recipient, id, persistence.ErrNotFound)
+	}
+	r, err := decodeOutbound(v)
+	if err != nil {
+		return 0, err
+	}
+	// Only the plaintext metadata changes: keep the sealed body as is.
+	r.Attempts++
+	r.LastAttemptAt = at
+	nv, err := messages.Marshal(&r)
+	if err != nil {
+		return 0, err
+	}
+	return r.Attempts, b.Put(k, nv)
+}
+
+func (t *deliveryTx) DeletePendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
+	if err := t.check(true); err != nil {
+		return false, err
+	}
+	if err := checkPeer(recipient); err != nil {
+		return false, err
+	}
+	b, err := t.bucket(bucketOutPending)
+	if err != nil {
+		return false, err
+	}
+	k := msgKey(recipient, id)
+	v := b.Get(k)
+	if v == nil {
+		return false, nil
+	}
+	r, err := decodeOutbound(v)
+	if err != nil {
+		return false, err
+	}
+	if err := b.Delete(k); err != nil {
+		return false, err
+	}
+	idx, err := t.bucket(bucketOutPendingSeq)
+	if err != nil {
+		return false, err
+	}
+	if err := idx.Delete(u64(r.Seq)); err != nil {
+		return false, err
+	}
+	_, err = t.addCounter(inMetaOutCount, -1)
+	return err == nil, err
+}
+
+// Reseal functions of the commit-boundary buckets (reseal.go lists them).
+
+// resealPendingIn re-seals the frame of one pending inbound record.
+func resealPendingIn(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
+	peer, id, err := parseMsgKey(k)
+	if err != nil {
+		return nil, fmt.Errorf("bolt: reseal pending inbound: %w", err)
+	}
+	r, err := decodePendingIn(v)
+	if err != nil {
+		return nil, err
+	}
+	f, err := resealValue(rot, "pending frame "+peer.String(), persistence.RecordPendingFrame, msgIdentity(peer, id), r.Frame)
+	if f == nil || err != nil {
+		return nil, err
+	}
+	r.Frame = f
+	return messages.Marshal(&r)
+}
+
+// resealProcessed re-seals the digest of one processed entry (a legacy
+// entry without digest has nothing sealed).
+func resealProcessed(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
+	peer, id, err := parseMsgKey(k)
+	if err != nil {
+		return nil, fmt.Errorf("bolt: reseal processed inbound: %w", err)
+	}
+	r, err := decodeProcessed(v)
+	if err != nil || r.Digest == nil {
+		return nil, err
+	}
+	d, err := resealValue(rot, "processed digest "+peer.String(), persistence.RecordProcessedDigest, msgIdentity(peer, id), r.Digest)
+	if d == nil || err != nil {
+		return nil, err
+	}
+	r.Digest = d
+	return messages.Marshal(&r)
+}
+
+// resealOutbound re-seals the body of one pending outbound message.
+func resealOutbound(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
+	peer, id, err := parseMsgKey(k)
+	if err != nil {
+		return nil, fmt.Errorf("bolt: reseal pending outbound: %w", err)
+	}
+	r, err := decodeOutbound(v)
+	if err != nil {
+		return nil, err
+	}
+	b, err := resealValue(rot, "outbound body "+peer.String(), persistence.RecordOutboundBody, msgIdentity(peer, id), r.Body)
+	if b == nil || err != nil {
+		return nil, err
+	}
+	r.Body = b
+	return messages.Marshal(&r)
+}

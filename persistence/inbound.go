@@ -1,0 +1,221 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// This file holds the commit-boundary records of the delivery plane
+// (application-delivery.md, "Storage"): pending inbound messages (accepted
+// by the ratchet, not yet finalized by the application), processed inbound
+// entries (committed or discarded; kept for duplicate suppression until
+// pruned) and pending outbound messages (sent, not yet acknowledged). They
+// are read and written through DeliveryReader and DeliveryTx, so a ratchet
+// step and the row it produced commit in one transaction.
+
+// ErrInvalidRecord marks a commit-boundary record a store refuses to write
+// (an unknown finalization or discard reason, an invalid address).
+var ErrInvalidRecord = errors.New("persistence: invalid record")
+
+// Finalization is how the application finalized an inbound message.
+type Finalization uint8
+
+// Finalizations. Numbers are part of the storage format.
+const (
+	// FinalizationCommitted: the application applied the message
+	// (commitReceivedMessage).
+	FinalizationCommitted Finalization = 1
+	// FinalizationDiscarded: the application can never apply the message
+	// (discardReceivedMessage).
+	FinalizationDiscarded Finalization = 2
+)
+
+// Valid reports whether f is a known finalization.
+func (f Finalization) Valid() bool {
+	return f == FinalizationCommitted || f == FinalizationDiscarded
+}
+
+// String returns "committed", "discarded" or "finalization(n)".
+func (f Finalization) String() string {
+	switch f {
+	case FinalizationCommitted:
+		return "committed"
+	case FinalizationDiscarded:
+		return "discarded"
+	}
+	return fmt.Sprintf("finalization(%d)", uint8(f))
+}
+
+// DiscardReason is the closed set of reasons an application gives when it
+// discards a received message. The reason is stored with the processed
+// entry and readable by the receiver only; it is never sent to the sender
+// (an ACK does not say whether the message was committed or discarded).
+type DiscardReason uint8
+
+// Discard reasons. Numbers are part of the storage format.
+const (
+	// DiscardMalformed: the body is not what the application can parse.
+	DiscardMalformed DiscardReason = 1
+	// DiscardUnsupported: a well-formed message of a kind or version the
+	// application does not support.
+	DiscardUnsupported DiscardReason = 2
+	// DiscardRejectedByPolicy: the application's policy refuses it.
+	DiscardRejectedByPolicy DiscardReason = 3
+	// DiscardExpired: the message arrived too late to be useful.
+	DiscardExpired DiscardReason = 4
+	// DiscardOther: any other permanent reason.
+	DiscardOther DiscardReason = 5
+)
+
+// Valid reports whether r is one of the closed set of reasons.
+func (r DiscardReason) Valid() bool { return r >= DiscardMalformed && r <= DiscardOther }
+
+// String returns the reason's name.
+func (r DiscardReason) String() string {
+	switch r {
+	case DiscardMalformed:
+		return "malformed"
+	case DiscardUnsupported:
+		return "unsupported"
+	case DiscardRejectedByPolicy:
+		return "rejected_by_policy"
+	case DiscardExpired:
+		return "expired"
+	case DiscardOther:
+		return "other"
+	}
+	return fmt.Sprintf("discard_reason(%d)", uint8(r))
+}
+
+// PendingInbound is a received application message that is waiting for the
+// application to commit or discard it. The pair (Sender, ID) is unique;
+// Sequence is assigned by the store, persistent, strictly increasing and
+// never reused (application-delivery.md, "Public API"). At rest Frame is
+// sealed as RecordPendingFrame with identity
+// sealed.MessageIdentity(sender user, u32be sender device, id); Sequence,
+// the ids and ReceivedAt stay plaintext metadata.
+type PendingInbound struct {
+	Sender   messages.DeviceAddress
+	ID       messages.LogicalMessageID
+	Sequence uint64
+	// ReceivedAt is the client clock at acceptance, in Unix milliseconds.
+	ReceivedAt int64
+	// Frame is the encoded SecurePayload ApplicationMessage frame.
+	Frame []byte
+}
+
+// ProcessedInbound is the entry kept for a finalized inbound message, for
+// duplicate suppression until pruned. An entry is never replaced.
+type ProcessedInbound struct {
+	Sender       messages.DeviceAddress
+	ID           messages.LogicalMessageID
+	Finalization Finalization
+	// FinalizedAt is the client clock at the commit or discard, in Unix
+	// milliseconds (the stored precision).
+	FinalizedAt int64
+	// Digest is ApplicationMessageDigest v1 of the finalized body (sealed
+	// as RecordProcessedDigest in its stored form version|digest); nil for
+	// a legacy entry, which matches any body.
+	Digest *[32]byte
+	// Reason is set for a discarded entry only (0 for a committed one).
+	Reason DiscardReason
+}
+
+// PendingOutbound is a sent application message kept until the
+// recipient's ACK arrives or the application abandons it. (Recipient, ID)
+// is unique; Sequence is assigned by the store, strictly increasing and
+// never reused. At rest Body is sealed as RecordOutboundBody with identity
+// sealed.MessageIdentity(recipient user, u32be recipient device, id).
+type PendingOutbound struct {
+	Recipient messages.DeviceAddress
+	ID        messages.LogicalMessageID
+	Sequence  uint64
+	// CreatedAt is the client clock when Send stored it (Unix ms).
+	CreatedAt int64
+	// Attempts counts hand-offs to the transport (first send included).
+	Attempts uint32
+	// LastAttemptAt is the client clock of the last hand-off (Unix ms; 0:
+	// none yet).
+	LastAttemptAt int64
+	// Body is the application message body.
+	Body []byte
+}
+
+// UnixMilli converts t to the stored millisecond precision, truncating
+// (application-delivery.md: received_at is whole milliseconds).
+func UnixMilli(t time.Time) int64 { return t.UnixMilli() }
+
+// InboundReader is the read side of the commit-boundary records; it is
+// part of DeliveryReader.
+type InboundReader interface {
+	// PendingInbound returns the pending entry of (sender, id).
+	PendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (PendingInbound, bool, error)
+	// PendingInboundAfter calls fn with the pending entries whose sequence
+	// is strictly greater than after, in sequence order, only those of
+	// *sender when sender is not nil, until fn returns false or an error
+	// (which it returns). fn must not write to the transaction.
+	PendingInboundAfter(after uint64, sender *messages.DeviceAddress, fn func(PendingInbound) (bool, error)) error
+	// PendingInboundCount returns how many entries are pending, of *sender
+	// when sender is not nil, else in total.
+	PendingInboundCount(sender *messages.DeviceAddress) (int, error)
+	// ProcessedInbound returns the processed entry of (sender, id).
+	ProcessedInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (ProcessedInbound, bool, error)
+	// ProcessedInboundCount returns how many processed entries are kept.
+	ProcessedInboundCount() (int, error)
+	// PendingOutbound returns the pending outbound message (recipient, id).
+	PendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (PendingOutbound, bool, error)
+	// PendingOutboundAfter is PendingInboundAfter for pending outbound
+	// messages, filtered by recipient when recipient is not nil.
+	PendingOutboundAfter(after uint64, recipient *messages.DeviceAddress, fn func(PendingOutbound) (bool, error)) error
+	// PendingOutboundCount returns how many outbound messages are pending.
+	PendingOutboundCount() (int, error)
+}
+
+// InboundWriter is the write side of the commit-boundary records; it is
+// part of DeliveryTx.
+type InboundWriter interface {
+	// PutPendingInbound stores a new pending entry and returns the
+	// sequence assigned to it (the next one, never reused). A second entry
+	// for (p.Sender, p.ID) fails with ErrDuplicate; p.Sequence is ignored.
+	PutPendingInbound(p PendingInbound) (sequence uint64, err error)
+	// DeletePendingInbound removes the pending entry of (sender, id) and
+	// reports whether there was one.
+	DeletePendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (bool, error)
+	// PutProcessedInbound stores a processed entry. An existing entry is
+	// never replaced: ErrDuplicate. An invalid Finalization, or a Reason
+	// outside the closed set on a discarded entry, is an error.
+	PutProcessedInbound(p ProcessedInbound) error
+	// PruneProcessedInbound removes every processed entry whose
+	// FinalizedAt ≤ cutoff (Unix ms) and returns how many it removed.
+	PruneProcessedInbound(cutoff int64) (int, error)
+	// PutPendingOutbound stores a new pending outbound message and returns
+	// its sequence; ErrDuplicate when (Recipient, ID) is already pending.
+	PutPendingOutbound(p PendingOutbound) (sequence uint64, err error)
+	// MarkOutboundAttempt records one more hand-off of a pending outbound
+	// message at time at (Unix ms) and returns the new attempt count;
+	// ErrNotFound when it is not pending.
+	MarkOutboundAttempt(recipient messages.DeviceAddress, id messages.LogicalMessageID, at int64) (uint32, error)
+	// DeletePendingOutbound removes a pending outbound message and reports
+	// whether there was one.
+	DeletePendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (bool, error)
+}
+
+// CheckProcessedInbound validates the fields of p a store checks on write.
+func CheckProcessedInbound(p ProcessedInbound) error {
+	if err := p.Sender.Validate(); err != nil {
+		return fmt.Errorf("persistence: processed entry: %w: %w", ErrInvalidRecord, err)
+	}
+	if !p.Finalization.Valid() {
+		return fmt.Errorf("persistence: processed entry: %s: %w", p.Finalization, ErrInvalidRecord)
+	}
+	if p.Finalization == FinalizationDiscarded && !p.Reason.Valid() {
+		return fmt.Errorf("persistence: processed entry: %s: %w", p.Reason, ErrInvalidRecord)
+	}
+	if p.Finalization == FinalizationCommitted && p.Reason != 0 {
+		return fmt.Errorf("persistence: processed entry: committed with a discard reason: %w", ErrInvalidRecord)
+	}
+	return nil
+}
