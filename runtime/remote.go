@@ -1,0 +1,653 @@
+package runtime
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/messages/wire"
+)
+
+// SyncActorName is the name of the actor that receives SSP/1 §14 pushes on
+// every node's remote: a push to the node at address A goes to the PID
+// (A, SyncActorName).
+const SyncActorName = "syncmesh.sync"
+
+// Defaults of RemoteConfig.
+const (
+	// DefaultRemoteRequestTimeout bounds a push's round trip.
+	DefaultRemoteRequestTimeout = 10 * time.Second
+	// DefaultRemoteMaxConcurrentPushes bounds the pushes handled at once.
+	DefaultRemoteMaxConcurrentPushes = 64
+	// DefaultRemoteMaxMessageBytes bounds one inbound gRPC message, which
+	// is one protoactor batch of envelopes: two maximal pushes and slack.
+	DefaultRemoteMaxMessageBytes = 2*messages.MaxPushBytes + 1<<20
+)
+
+// remoteWindowBytes is the HTTP/2 flow-control window of inbound streams.
+const remoteWindowBytes = 4 << 20
+
+// Errors of the remote transport. Push errors that mean "not delivered,
+// try again later" also match delivery.ErrUnreachable.
+var (
+	// ErrRemoteClosed is returned (wrapped, together with
+	// delivery.ErrUnreachable) by Push after Close.
+	ErrRemoteClosed = errors.New("runtime: remote closed")
+	// ErrRemoteRunning is returned by StartRemote on an actor system that
+	// already has a protoactor remote.
+	ErrRemoteRunning = errors.New("runtime: actor system already has a remote")
+	// ErrRemoteListen is returned (wrapped) by StartRemote when the
+	// address cannot be listened on (for example, the port is taken).
+	ErrRemoteListen = errors.New("runtime: remote cannot listen")
+	// ErrPushRejected is returned (wrapped) by Push when the peer answered
+	// that it did not process the push (undecodable, no receiver, or its
+	// handler failed). The push was not applied.
+	ErrPushRejected = errors.New("runtime: push rejected by peer")
+	// ErrBadResponse is returned (wrapped) by Push when the peer's answer
+	// does not decode. The push may or may not have been applied.
+	ErrBadResponse = errors.New("runtime: undecodable answer to a push")
+)
+
+// RemoteConfig configures the protoactor-go remote (gRPC) transport of the
+// sync plane. Either TLS (with ClientTLS) or Plaintext must be set: events
+// are signed but not encrypted, so plaintext is only ever an explicit
+// choice (DESIGN.md, "Transport security").
+type RemoteConfig struct {
+	// Host is the interface to listen on. Empty: 127.0.0.1.
+	Host string
+	// Port is the TCP port to listen on; 0 picks a free one (see
+	// Remote.Address).
+	Port int
+	// AdvertisedAddress is the host:port peers use to reach this node, when
+	// it differs from the listening address (NAT, 0.0.0.0). Responses to
+	// our pushes are sent there, so it must be reachable by every peer.
+	AdvertisedAddress string
+	// TLS is the server side of mutual TLS: a certificate and ClientCAs,
+	// with ClientAuth set to tls.RequireAndVerifyClientCert.
+	TLS *tls.Config
+	// ClientTLS is the dialing side of mutual TLS: a client certificate
+	// and RootCAs. Required with TLS: protoactor connections are one-way,
+	// so a peer's answers come over a connection this node dials.
+	ClientTLS *tls.Config
+	// Plaintext runs gRPC without TLS. It must be set explicitly; it is an
+	// error together with TLS.
+	Plaintext bool
+	// RequestTimeout bounds a push round trip (a shorter context deadline
+	// wins) and the receiver's handling of one push. Zero:
+	// DefaultRemoteRequestTimeout.
+	RequestTimeout time.Duration
+	// MaxConcurrentPushes bounds the pushes handed to the Receiver at once;
+	// further pushes wait in the sync actor's mailbox. Zero:
+	// DefaultRemoteMaxConcurrentPushes.
+	MaxConcurrentPushes int
+	// MaxMessageBytes bounds one inbound gRPC message (one protoactor
+	// batch). A larger batch is refused by gRPC itself, which resets that
+	// connection: the pushes in it fail and are offered again next cycle.
+	// Zero: DefaultRemoteMaxMessageBytes.
+	MaxMessageBytes int
+	// AllowedProtoTypes lists protobuf message names accepted from peers
+	// besides syncmesh's envelope and the protoactor system messages the
+	// remote itself uses (DeadLetterResponse, Watch, Unwatch, Terminated).
+	// Every other type is dropped before protoactor sees it and surfaced
+	// as undecodable (an unknown type would crash the process).
+	AllowedProtoTypes []string
+	// OnUndecodable, if set, is called with every frame that did not
+	// decode (after it is counted and logged). It may be called from
+	// several goroutines at once and must not block.
+	OnUndecodable func(wire.Undecodable)
+	// Logger receives the transport's logs. Nil: discarded. protoactor's
+	// own logs go to the actor system's logger; gRPC's global logger is
+	// silenced by protoactor's Start.
+	Logger *slog.Logger
+	// Registerer receives the transport's metrics. Nil: not registered.
+	Registerer prometheus.Registerer
+}
+
+func (c *RemoteConfig) validate() error {
+	switch {
+	case c.TLS == nil && !c.Plaintext:
+		return &ConfigError{"RemoteConfig.TLS", "required unless RemoteConfig.Plaintext is set explicitly"}
+	case c.TLS != nil && c.Plaintext:
+		return &ConfigError{"RemoteConfig.Plaintext", "set together with RemoteConfig.TLS"}
+	case c.TLS != nil && c.TLS.ClientAuth != tls.RequireAndVerifyClientCert:
+		return &ConfigError{"RemoteConfig.TLS", "ClientAuth must be tls.RequireAndVerifyClientCert (mutual TLS)"}
+	case c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil:
+		return &ConfigError{"RemoteConfig.TLS", "no server certificate"}
+	case c.TLS != nil && c.ClientTLS == nil:
+		return &ConfigError{"RemoteConfig.ClientTLS", "required with RemoteConfig.TLS"}
+	case c.ClientTLS != nil && c.TLS == nil:
+		return &ConfigError{"RemoteConfig.ClientTLS", "set without RemoteConfig.TLS"}
+	case c.ClientTLS != nil && len(c.ClientTLS.Certificates) == 0 && c.ClientTLS.GetClientCertificate == nil:
+		return &ConfigError{"RemoteConfig.ClientTLS", "no client certificate"}
+	case c.ClientTLS != nil && c.ClientTLS.InsecureSkipVerify:
+		return &ConfigError{"RemoteConfig.ClientTLS", "InsecureSkipVerify is not allowed"}
+	case c.Port < 0 || c.Port > 65535:
+		return &ConfigError{"RemoteConfig.Port", "out of range"}
+	case c.RequestTimeout < 0:
+		return &ConfigError{"RemoteConfig.RequestTimeout", "negative"}
+	case c.MaxConcurrentPushes < 0:
+		return &ConfigError{"RemoteConfig.MaxConcurrentPushes", "negative"}
+	case c.MaxMessageBytes < 0:
+		return &ConfigError{"RemoteConfig.MaxMessageBytes", "negative"}
+	}
+	if c.AdvertisedAddress != "" {
+		if _, _, err := net.SplitHostPort(c.AdvertisedAddress); err != nil {
+			return &ConfigError{"RemoteConfig.AdvertisedAddress", err.Error()}
+		}
+	}
+	return nil
+}
+
+// RemoteStats are the transport's counters since StartRemote.
+type RemoteStats struct {
+	// PayloadBytesSent and PayloadBytesReceived count the CBOR payload
+	// bytes of the envelopes this transport sent and received (pushes,
+	// results, rejections); protobuf and gRPC framing are not counted.
+	PayloadBytesSent     uint64
+	PayloadBytesReceived uint64
+	// PushesSent counts pushes sent; PushesReceived pushes decoded.
+	PushesSent     uint64
+	PushesReceived uint64
+	// Undecodable counts frames surfaced as undecodable, from peers'
+	// pushes, peers' answers and the stream guard.
+	Undecodable uint64
+	// InboundStreams counts gRPC streams peers opened to this node (one
+	// per connected peer unless connections were reset).
+	InboundStreams uint64
+}
+
+// Remote is a node's protoactor-go remote (gRPC) transport for SSP/1 §14
+// pushes. It implements delivery.Transport; Serve connects the node's
+// delivery.Receiver. It is safe for concurrent use.
+type Remote struct {
+	sys     *actor.ActorSystem
+	rem     *remote.Remote
+	cfg     RemoteConfig
+	log     *slog.Logger
+	timeout time.Duration
+	allowed map[string]bool
+	metrics *remoteMetrics
+
+	recv atomic.Pointer[receiverBox]
+	sem  chan struct{}
+
+	mu     sync.RWMutex // guards peers and closed; held for reading around every send
+	peers  map[string]string
+	closed bool
+
+	pid       *actor.PID
+	evMu      sync.Mutex // see Close
+	evSub     *eventstream.Subscription
+	baseCtx   context.Context
+	cancel    context.CancelFunc
+	inflight  sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+
+	bytesSent, bytesRecv   atomic.Uint64
+	pushesSent, pushesRecv atomic.Uint64
+	undecodable, streams   atomic.Uint64
+}
+
+type receiverBox struct{ r delivery.Receiver }
+
+var _ delivery.Transport = (*Remote)(nil)
+
+// StartRemote configures and starts protoactor's remote on sys and spawns
+// the sync actor (SyncActorName). The system must not have a remote yet.
+// A taken port is an error wrapping ErrRemoteListen, never a panic.
+func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
+	if sys == nil {
+		return nil, &ConfigError{"System", "nil actor system"}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	r := &Remote{
+		sys:     sys,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		timeout: cfg.RequestTimeout,
+		peers:   map[string]string{},
+		allowed: allowedProtoTypes(cfg.AllowedProtoTypes),
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	r.log = r.log.With("component", "remote")
+	if r.timeout == 0 {
+		r.timeout = DefaultRemoteRequestTimeout
+	}
+	n := cfg.MaxConcurrentPushes
+	if n == 0 {
+		n = DefaultRemoteMaxConcurrentPushes
+	}
+	r.sem = make(chan struct{}, n)
+	maxMsg := cfg.MaxMessageBytes
+	if maxMsg == 0 {
+		maxMsg = DefaultRemoteMaxMessageBytes
+	}
+	var err error
+	if r.metrics, err = newRemoteMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	if ext := sys.Extensions.Get((&remote.Remote{}).ExtensionID()); ext != nil {
+		return nil, ErrRemoteRunning
+	}
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+	// protoactor's Start panics on a taken port: try it first.
+	if cfg.Port != 0 {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrRemoteListen, err)
+		}
+		if err := l.Close(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrRemoteListen, err)
+		}
+	}
+
+	serverOpts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxMsg),
+		// A 1000-event push is ~256 KiB: with gRPC's default 64 KiB
+		// window each push waits on flow-control round trips.
+		grpc.InitialWindowSize(remoteWindowBytes),
+		grpc.InitialConnWindowSize(remoteWindowBytes),
+		grpc.ChainStreamInterceptor(r.guardStream),
+		grpc.ChainUnaryInterceptor(rejectUnary),
+	}
+	var dialCreds credentials.TransportCredentials
+	if cfg.TLS != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(cfg.TLS.Clone())))
+		dialCreds = credentials.NewTLS(cfg.ClientTLS.Clone())
+	} else {
+		dialCreds = insecure.NewCredentials()
+	}
+	opts := []remote.ConfigOption{
+		remote.WithServerOptions(serverOpts...),
+		remote.WithDialOptions(grpc.WithTransportCredentials(dialCreds)),
+	}
+	if cfg.AdvertisedAddress != "" {
+		opts = append(opts, remote.WithAdvertisedHost(cfg.AdvertisedAddress))
+	}
+	rc := remote.Configure(cfg.Host, cfg.Port, opts...)
+	// One connection attempt per endpoint writer: a failed attempt sleeps
+	// 2 s inside protoactor and then answers the queued requests with dead
+	// letters (ErrUnreachable here); the next push dials again. The default
+	// (5 attempts) blocks every push to that peer for 10 s.
+	rc.MaxRetryCount = 1
+	r.rem = remote.NewRemote(sys, rc)
+	if err := startRemote(r.rem); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRemoteListen, err)
+	}
+
+	// Subscribed after Start, so after protoactor's endpoint manager: in
+	// each Publish this handler runs after the manager's (see Close).
+	r.evSub = sys.EventStream.SubscribeWithPredicate(func(any) {
+		r.evMu.Lock()
+		defer r.evMu.Unlock()
+	}, func(m any) bool {
+		switch m.(type) {
+		case *remote.EndpointTerminatedEvent, *remote.EndpointConnectedEvent:
+			return true
+		}
+		return false
+	})
+
+	r.baseCtx, r.cancel = context.WithCancel(context.Background())
+	props := actor.PropsFromProducer(func() actor.Actor { return &syncActor{r: r} })
+	pid, err := sys.Root.SpawnNamed(props, SyncActorName)
+	if err != nil {
+		r.cancel()
+		r.rem.Shutdown(true)
+		return nil, fmt.Errorf("runtime: spawn %s: %w", SyncActorName, err)
+	}
+	r.pid = pid
+	r.log.Info("remote started", "address", r.Address(), "tls", cfg.TLS != nil)
+	return r, nil
+}
+
+// startRemote runs protoactor's Start, turning its listen panic into an
+// error (it panics before starting anything else).
+func startRemote(rem *remote.Remote) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			if e, ok := p.(error); ok {
+				err = e
+			} else {
+				err = fmt.Errorf("%v", p)
+			}
+		}
+	}()
+	rem.Start()
+	return nil
+}
+
+// Address returns the host:port peers reach this node at (the advertised
+// address if configured, else the listening address with the real port).
+func (r *Remote) Address() string { return r.sys.Address() }
+
+// AddPeer makes peer reachable at address (host:port), replacing a
+// previous address.
+func (r *Remote) AddPeer(peer, address string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.peers[peer] = address
+}
+
+// RemovePeer forgets peer; later pushes to it fail with ErrUnreachable.
+func (r *Remote) RemovePeer(peer string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.peers, peer)
+}
+
+// Serve makes recv handle the pushes this node receives. Until Serve is
+// called, pushes are answered with a rejection. Calling it again replaces
+// the receiver for later pushes.
+func (r *Remote) Serve(recv delivery.Receiver) {
+	if recv == nil {
+		r.recv.Store(nil)
+		return
+	}
+	r.recv.Store(&receiverBox{r: recv})
+}
+
+// Stats returns the transport's counters.
+func (r *Remote) Stats() RemoteStats {
+	return RemoteStats{
+		PayloadBytesSent:     r.bytesSent.Load(),
+		PayloadBytesReceived: r.bytesRecv.Load(),
+		PushesSent:           r.pushesSent.Load(),
+		PushesReceived:       r.pushesRecv.Load(),
+		Undecodable:          r.undecodable.Load(),
+		InboundStreams:       r.streams.Load(),
+	}
+}
+
+// Push sends p to peer and waits for its result (delivery.Transport,
+// SSP/1 §14.1). An unknown peer, a closed transport, a peer that cannot be
+// reached and a missing answer within the request timeout (or ctx's
+// deadline) are errors matching delivery.ErrUnreachable. A push the peer
+// refused matches ErrPushRejected; an invalid p is rejected before
+// sending with the messages error.
+func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*messages.PushResult, error) {
+	env, err := wire.EnvelopeOf(&wire.Push{Push: p})
+	if err != nil {
+		return nil, fmt.Errorf("runtime: push to %s: %w", peer, err)
+	}
+	if len(env.Cbor) > messages.MaxPushBytes {
+		return nil, fmt.Errorf("runtime: push to %s: %w: %d bytes, limit %d", peer, messages.ErrTooLarge, len(env.Cbor), messages.MaxPushBytes)
+	}
+	timeout, byCtx := r.timeout, false
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout, byCtx = time.Until(dl), true
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, ctxErr(peer, err)
+	}
+	if timeout <= 0 {
+		return nil, ctxErr(peer, context.DeadlineExceeded)
+	}
+
+	r.mu.RLock()
+	if r.closed {
+		r.mu.RUnlock()
+		return nil, fmt.Errorf("%w: %w", delivery.ErrUnreachable, ErrRemoteClosed)
+	}
+	addr, ok := r.peers[peer]
+	if !ok {
+		r.mu.RUnlock()
+		return nil, fmt.Errorf("%w: unknown peer %q", delivery.ErrUnreachable, peer)
+	}
+	f := r.sys.Root.RequestFuture(actor.NewPID(addr, SyncActorName), env, timeout)
+	r.mu.RUnlock()
+	r.countSent(len(env.Cbor))
+	r.pushesSent.Add(1)
+	r.metrics.pushes.WithLabelValues("sent").Inc()
+
+	type answer struct {
+		v   any
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		v, err := f.Result()
+		done <- answer{v, err}
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-ctx.Done():
+		return nil, ctxErr(peer, ctx.Err())
+	}
+	switch {
+	case errors.Is(a.err, actor.ErrTimeout):
+		if byCtx || ctx.Err() != nil {
+			return nil, ctxErr(peer, context.DeadlineExceeded)
+		}
+		return nil, fmt.Errorf("%w: %s at %s: no answer within %v", delivery.ErrUnreachable, peer, addr, timeout)
+	case errors.Is(a.err, actor.ErrDeadLetter):
+		return nil, fmt.Errorf("%w: %s at %s: not connected or not serving", delivery.ErrUnreachable, peer, addr)
+	case a.err != nil:
+		return nil, fmt.Errorf("%w: %s at %s: %w", delivery.ErrUnreachable, peer, addr, a.err)
+	}
+	v := a.v
+	if e, ok := v.(*wire.Envelope); ok { // answered in-process, not through the remote
+		v, _ = e.Deserialize()
+	}
+	switch m := v.(type) {
+	case *wire.Result:
+		r.countRecv(m.Size)
+		return m.Result, nil
+	case *wire.Rejected:
+		r.countRecv(m.Size)
+		return nil, fmt.Errorf("%w: %s: %s", ErrPushRejected, peer, m.Reason)
+	case *wire.Undecodable:
+		r.surface(m, "answer from "+peer)
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadResponse, peer, m)
+	default:
+		return nil, fmt.Errorf("%w: %s: unexpected %T", ErrBadResponse, peer, v)
+	}
+}
+
+func ctxErr(peer string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: push to %s: %w", delivery.ErrUnreachable, peer, err)
+	}
+	return fmt.Errorf("runtime: push to %s: %w", peer, err)
+}
+
+// Close stops the sync actor, cancels and waits for the pushes being
+// handled, and shuts protoactor's remote down (gracefully: peers are told
+// to disconnect; protoactor bounds the gRPC drain at 10 s). It does not
+// stop the actor system. Close is idempotent.
+func (r *Remote) Close() error {
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		if err := r.sys.Root.StopFuture(r.pid).Wait(); err != nil {
+			r.closeErr = fmt.Errorf("runtime: stop %s: %w", SyncActorName, err)
+		}
+		r.cancel()
+		r.inflight.Wait()
+		// protoactor's Shutdown (pinned version) sets its endpoint
+		// manager's connections to nil without synchronization, while
+		// that manager's handler for EndpointTerminatedEvent (published
+		// when a peer disconnects) reads it. Taking evMu orders Close
+		// after every such handler that already ran: ours runs after it
+		// in the same Publish. A peer disconnecting during Shutdown
+		// itself remains protoactor's race.
+		r.evMu.Lock()
+		r.evMu.Unlock() //nolint:staticcheck // an ordering point, not a critical section
+		r.rem.Shutdown(true)
+		r.sys.EventStream.Unsubscribe(r.evSub)
+		r.log.Info("remote closed", "address", r.Address())
+	})
+	return r.closeErr
+}
+
+func (r *Remote) countSent(n int) {
+	r.bytesSent.Add(uint64(n))
+	r.metrics.bytes.WithLabelValues("sent").Add(float64(n))
+}
+
+func (r *Remote) countRecv(n int) {
+	r.bytesRecv.Add(uint64(n))
+	r.metrics.bytes.WithLabelValues("received").Add(float64(n))
+}
+
+// surface counts, logs and reports a frame that did not decode.
+func (r *Remote) surface(u *wire.Undecodable, where string) {
+	r.undecodable.Add(1)
+	label := "unknown"
+	if u.Known {
+		label = u.Type
+	}
+	r.metrics.undecodable.WithLabelValues(label).Inc()
+	r.log.Warn("undecodable frame", "from", where, "type", u.Type, "bytes", u.Size, "error", u.Err)
+	if r.cfg.OnUndecodable != nil {
+		r.cfg.OnUndecodable(*u)
+	}
+}
+
+// syncActor receives pushes from peers. It hands each to the Receiver on
+// its own goroutine (bounded by MaxConcurrentPushes) and answers the
+// captured sender from there, so a slow push does not hold up the pushes
+// behind it in the mailbox (answering a remote future needs only the
+// sender PID, not the actor context).
+type syncActor struct{ r *Remote }
+
+// Receive implements actor.Actor.
+func (a *syncActor) Receive(c actor.Context) {
+	msg := c.Message()
+	if e, ok := msg.(*wire.Envelope); ok { // sent in-process, not through the remote
+		msg, _ = e.Deserialize()
+	}
+	switch m := msg.(type) {
+	case *wire.Push:
+		a.r.pushesRecv.Add(1)
+		a.r.metrics.pushes.WithLabelValues("received").Inc()
+		a.r.countRecv(m.Size)
+		a.r.handle(c.Sender(), m.Push)
+	case *wire.Undecodable:
+		from := "unknown sender"
+		if s := c.Sender(); s != nil {
+			from = s.Address
+		}
+		a.r.surface(m, from)
+		a.r.reply(c.Sender(), &wire.Rejected{Reason: m.Error()})
+	case *wire.Result, *wire.Rejected:
+		a.r.log.Warn("unexpected message on the sync actor", "type", fmt.Sprintf("%T", m))
+	}
+}
+
+// handle runs one push through the Receiver off the actor goroutine. When
+// MaxConcurrentPushes handlers are running it waits (holding the mailbox:
+// backpressure) until one finishes or the transport closes.
+func (r *Remote) handle(sender *actor.PID, p *messages.SyncPush) {
+	box := r.recv.Load()
+	if box == nil {
+		r.reply(sender, &wire.Rejected{Reason: "no receiver"})
+		return
+	}
+	select {
+	case r.sem <- struct{}{}:
+	case <-r.baseCtx.Done():
+		r.reply(sender, &wire.Rejected{Reason: "closing"})
+		return
+	}
+	r.inflight.Add(1)
+	go func() {
+		defer r.inflight.Done()
+		defer func() { <-r.sem }()
+		ctx, cancel := context.WithTimeout(r.baseCtx, r.timeout)
+		defer cancel()
+		res, err := box.r.HandlePush(ctx, p)
+		switch {
+		case err != nil:
+			r.reply(sender, &wire.Rejected{Reason: err.Error()})
+		case res == nil:
+			r.reply(sender, &wire.Rejected{Reason: "receiver returned no result"})
+		default:
+			r.reply(sender, &wire.Result{Result: res})
+		}
+	}()
+}
+
+// reply encodes m and sends it to sender (a requester's future, usually on
+// another node). An answer that does not encode becomes a rejection.
+func (r *Remote) reply(sender *actor.PID, m remote.RootSerializable) {
+	if sender == nil {
+		return
+	}
+	env, err := wire.EnvelopeOf(m)
+	if err != nil {
+		r.log.Error("answer does not encode", "type", fmt.Sprintf("%T", m), "error", err)
+		if env, err = wire.EnvelopeOf(&wire.Rejected{Reason: "invalid answer: " + err.Error()}); err != nil {
+			return
+		}
+	}
+	r.countSent(len(env.Cbor))
+	r.sys.Root.Send(sender, env)
+}
+
+type remoteMetrics struct {
+	undecodable *prometheus.CounterVec
+	bytes       *prometheus.CounterVec
+	pushes      *prometheus.CounterVec
+}
+
+func newRemoteMetrics(reg prometheus.Registerer) (*remoteMetrics, error) {
+	m := &remoteMetrics{
+		undecodable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "remote", Name: "undecodable_total",
+			Help: "Frames from peers that did not decode, by wire type (unknown: an unregistered name; protobuf: dropped by the stream guard).",
+		}, []string{"type"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "remote", Name: "payload_bytes_total",
+			Help: "CBOR payload bytes of envelopes sent and received over the remote.",
+		}, []string{"direction"}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "remote", Name: "pushes_total",
+			Help: "SSP/1 pushes sent and received over the remote.",
+		}, []string{"direction"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []**prometheus.CounterVec{&m.undecodable, &m.bytes, &m.pushes} {
+		if err := reg.Register(*c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			existing, ok := (*prometheus.CounterVec)(nil), false
+			if errors.As(err, &are) {
+				existing, ok = are.ExistingCollector.(*prometheus.CounterVec)
+			}
+			if !ok {
+				return nil, fmt.Errorf("runtime: remote metrics: %w", err)
+			}
+			*c = existing // remotes sharing a Registerer share the counters
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,157 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/syncmesh/syncmesh/messages/wire"
+)
+
+// The stream guard. protoactor's endpoint reader (pinned version) ends the
+// whole inbound stream on a frame it cannot deserialize, and crashes the
+// process on an out-of-range index or an unknown protobuf type name. The
+// guard runs inside gRPC, between the wire and the reader, and drops such
+// envelopes from each batch before the reader sees them, surfacing each
+// as undecodable; the rest of the batch and the stream go on. Frames that
+// pass the guard but do not decode as CBOR become *wire.Undecodable in
+// Envelope.Deserialize.
+
+// errGuard marks envelopes dropped by the stream guard.
+var errGuard = errors.New("runtime: frame dropped by the stream guard")
+
+// guardLabel is the Undecodable.Type of frames dropped by the guard.
+const guardLabel = "protobuf"
+
+var envelopeName = string((&wire.Envelope{}).ProtoReflect().Descriptor().FullName())
+
+// allowedProtoTypes is the set of protobuf types accepted from peers: the
+// envelope, the system messages protoactor's remote exchanges by itself,
+// and extra.
+func allowedProtoTypes(extra []string) map[string]bool {
+	m := map[string]bool{envelopeName: true}
+	for _, t := range []proto.Message{&actor.DeadLetterResponse{}, &actor.Terminated{}, &actor.Watch{}, &actor.Unwatch{}} {
+		m[string(t.ProtoReflect().Descriptor().FullName())] = true
+	}
+	for _, t := range extra {
+		m[t] = true
+	}
+	return m
+}
+
+// guardStream is the gRPC stream interceptor installed on the server: it
+// counts inbound streams and sanitizes every message protoactor receives.
+func (r *Remote) guardStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	r.streams.Add(1)
+	return handler(srv, &guardedStream{ServerStream: ss, r: r})
+}
+
+type guardedStream struct {
+	grpc.ServerStream
+	r *Remote
+}
+
+// RecvMsg implements grpc.ServerStream.
+func (g *guardedStream) RecvMsg(m any) error {
+	if err := g.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if rm, ok := m.(*remote.RemoteMessage); ok {
+		for _, u := range sanitizeBatch(rm.GetMessageBatch(), g.r.allowed) {
+			g.r.surface(u, "stream guard")
+		}
+	}
+	return nil
+}
+
+// rejectUnary answers protoactor's unary RPCs (ListProcesses,
+// GetProcessDiagnostics), which panic at the pinned version.
+func rejectUnary(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+	return nil, status.Error(codes.Unimplemented, "not served")
+}
+
+// sanitizeBatch removes from b, in place, every envelope protoactor's
+// endpoint reader would crash or end the stream on, and returns them as
+// undecodable frames.
+func sanitizeBatch(b *remote.MessageBatch, allowed map[string]bool) []*wire.Undecodable {
+	if b == nil {
+		return nil
+	}
+	var dropped []*wire.Undecodable
+	kept := b.Envelopes[:0]
+	for _, e := range b.Envelopes {
+		if err := checkEnvelope(b, e, allowed); err != nil {
+			dropped = append(dropped, &wire.Undecodable{Type: guardLabel, Size: len(e.GetMessageData()), Err: fmt.Errorf("%w: %w", errGuard, err)})
+			continue
+		}
+		kept = append(kept, e)
+	}
+	for i := len(kept); i < len(b.Envelopes); i++ {
+		b.Envelopes[i] = nil
+	}
+	b.Envelopes = kept
+	return dropped
+}
+
+func checkEnvelope(b *remote.MessageBatch, e *remote.MessageEnvelope, allowed map[string]bool) error {
+	if e == nil {
+		return errors.New("nil envelope")
+	}
+	if e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames) {
+		return fmt.Errorf("type index %d of %d", e.TypeId, len(b.TypeNames))
+	}
+	if e.Target < 0 || int(e.Target) >= len(b.Targets) || b.Targets[e.Target] == nil {
+		return fmt.Errorf("target index %d of %d", e.Target, len(b.Targets))
+	}
+	if e.Sender < 0 || int(e.Sender) > len(b.Senders) || (e.Sender > 0 && b.Senders[e.Sender-1] == nil) {
+		return fmt.Errorf("sender index %d of %d", e.Sender, len(b.Senders))
+	}
+	if e.SerializerId != 0 {
+		return fmt.Errorf("serializer %d (only protobuf, 0, is accepted)", e.SerializerId)
+	}
+	name := b.TypeNames[e.TypeId]
+	if !allowed[name] {
+		return fmt.Errorf("protobuf type %q not accepted", truncateName(name))
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+	if err != nil {
+		return fmt.Errorf("protobuf type %q not linked in: %w", truncateName(name), err)
+	}
+	// The reader unmarshals the same way; a failure there ends the stream.
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(e.MessageData, m); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	// Fields protoactor dereferences without checking.
+	switch x := m.(type) {
+	case *actor.Terminated:
+		if x.Who == nil {
+			return errors.New("Terminated without Who")
+		}
+	case *actor.Watch:
+		if x.Watcher == nil {
+			return errors.New("Watch without Watcher")
+		}
+	case *actor.Unwatch:
+		if x.Watcher == nil {
+			return errors.New("Unwatch without Watcher")
+		}
+	}
+	return nil
+}
+
+func truncateName(s string) string {
+	if len(s) > wire.MaxTypeName {
+		return s[:wire.MaxTypeName] + "..."
+	}
+	return s
+}
