@@ -29,8 +29,23 @@ lint:
 	$(GO) vet ./...
 
 ## soak: long randomized runs: the property tests with many more cases
-## (SOAK_CHECKS, default 20000) and anything behind the soak build tag.
+## (SOAK_CHECKS, default 20000), the 5-node mesh simulation over many
+## seeds (SIM_SEEDS, default 300; reproduce one with SIM_SEED=<seed>),
+## and anything behind the soak build tag.
 SOAK_CHECKS ?= 20000
+SIM_SEEDS ?= 300
 soak:
 	$(GO) test -count=1 -timeout 90m -tags soak -run 'Property|Convergence|Canonical|Match' \
 		./actors/materialize ./runtime ./messages ./persistence/bolt -rapid.checks=$(SOAK_CHECKS)
+	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 90m -run 'TestSimulatedMeshConverges' ./runtime
+
+## proto: regenerate messages/wire/wire.pb.go (needs protoc: Debian's
+## protobuf-compiler; installs protoc-gen-go at go.mod's protobuf version).
+## The generated file is committed: builds and CI need no protoc.
+PROTOC_GEN_GO_VERSION ?= $(shell $(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
+proto:
+	@command -v protoc >/dev/null || { echo "protoc missing: apt-get install -y protobuf-compiler"; exit 1; }
+	@PATH="$$($(GO) env GOPATH)/bin:$$PATH"; command -v protoc-gen-go >/dev/null || \
+		$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --proto_path=messages/wire \
+		--go_out=messages/wire --go_opt=paths=source_relative messages/wire/wire.proto
