@@ -75,6 +75,11 @@ type Config struct {
 	// cursors, without skipping what peers' watermarks show they applied.
 	// Watermarks are an optimization (SSP/1 §14.2); this exists to show it.
 	IgnorePeerWatermarks bool
+
+	// Device turns on the delivery plane: end-to-end encrypted messages
+	// with a commit boundary, on the same actor system and storage. Nil:
+	// the node syncs tables only.
+	Device *DeviceConfig
 }
 
 // ConfigError names the Config field that is wrong.

@@ -43,6 +43,11 @@ type Network struct {
 	stale    map[[2]string][][]byte
 	sent     uint64 // encoded push bytes handed to receivers
 	received uint64 // encoded result bytes handed back
+
+	// The delivery plane (network_devices.go).
+	devices  map[messages.DeviceAddress]deviceEntry
+	links    map[linkKey]*envelopeLink
+	inflight int // envelopes handed over and not yet delivered or lost
 }
 
 // NewNetwork returns an empty network whose faults draw from seed.

@@ -22,6 +22,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
 	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/actors/syncgroup"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
@@ -79,6 +80,8 @@ type Node struct {
 	name       string
 	own        *delivery.OwnWrites
 	sync       *delivery.Service
+	device     *device.Device
+	dstore     persistence.DeliveryStore
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.
@@ -203,6 +206,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	// leaves groups held for a table that now exists: release them.
 	if err == nil {
 		err = n.releaseDefined(ctx, "")
+	}
+	if err == nil {
+		err = n.openDevice(ctx)
 	}
 	if err != nil {
 		if n.sync != nil {
@@ -351,6 +357,12 @@ func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closed)
+		var devErr error
+		if n.device != nil {
+			// Messages not yet handed to the application stay pending and
+			// are delivered again on the next Open.
+			devErr = n.device.Close()
+		}
 		n.sync.Close() // senders stop; the progress actor records what it holds
 		n.router.Stop(n.cfg.CloseTimeout)
 		close(n.stopped)
@@ -363,7 +375,10 @@ func (n *Node) Close() error {
 		n.subsMu.Unlock()
 		n.system.EventStream.Unsubscribe(n.dlSub)
 		n.shutdownSystem()
-		n.closeErr = n.closeStore()
+		if n.dstore != nil {
+			devErr = errors.Join(devErr, n.dstore.Close())
+		}
+		n.closeErr = errors.Join(devErr, n.closeStore())
 	})
 	return n.closeErr
 }

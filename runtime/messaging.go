@@ -1,0 +1,330 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/syncmesh/syncmesh/actors/device"
+	"github.com/syncmesh/syncmesh/actors/session"
+	"github.com/syncmesh/syncmesh/crypto/ratchet"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+	"github.com/syncmesh/syncmesh/persistence/memory"
+)
+
+// The delivery plane (application-delivery.md): end-to-end encrypted
+// device-to-device messages with a commit boundary. Types are those of
+// actors/device, re-exported so an application imports one package.
+type (
+	// DeviceAddress names a device: a user and a device number.
+	DeviceAddress = messages.DeviceAddress
+	// MessageID is a message's 16-byte logical id.
+	MessageID = messages.LogicalMessageID
+	// ReceivedMessage is a message pending the application's commit.
+	ReceivedMessage = device.ReceivedMessage
+	// ReceiveResult is what receiving one envelope did.
+	ReceiveResult = device.ReceiveResult
+	// CommitResult is the result of a commit or a discard.
+	CommitResult = device.CommitResult
+	// PendingPage is one page of pending received messages.
+	PendingPage = device.PendingPage
+	// SentMessage is a pending sent message (waiting for its ACK).
+	SentMessage = device.SentMessage
+	// SentPage is one page of pending sent messages.
+	SentPage = device.SentPage
+	// RetentionPolicy is the processed-ID retention of PruneProcessedMessages.
+	RetentionPolicy = device.RetentionPolicy
+	// RetryPolicy is the opt-in resend schedule of pending sent messages.
+	RetryPolicy = device.RetryPolicy
+	// PruneSchedule is the opt-in processed-ID prune schedule.
+	PruneSchedule = device.PruneSchedule
+	// DiscardReason is the closed set of reasons a message is discarded.
+	DiscardReason = device.DiscardReason
+	// ProcessedMessage is the local record of a finalized message.
+	ProcessedMessage = device.ProcessedMessage
+	// DeviceTransport fetches peers' prekey bundles and carries envelopes.
+	DeviceTransport = session.Transport
+)
+
+// Receive and commit outcomes (ReceiveResult.Kind, CommitResult.Status).
+const (
+	Delivery         = device.Delivery
+	AlreadyCommitted = device.AlreadyCommitted
+	AlreadyDiscarded = device.AlreadyDiscarded
+	Acknowledgement  = device.Acknowledgement
+	Committed        = device.Committed
+	Discarded        = device.Discarded
+)
+
+// Discard reasons (stored with the processed entry, never sent).
+const (
+	DiscardMalformed        = persistence.DiscardMalformed
+	DiscardUnsupported      = persistence.DiscardUnsupported
+	DiscardRejectedByPolicy = persistence.DiscardRejectedByPolicy
+	DiscardExpired          = persistence.DiscardExpired
+	DiscardOther            = persistence.DiscardOther
+)
+
+// RetentionInfinite keeps every processed entry.
+const RetentionInfinite = device.RetentionInfinite
+
+// ErrNoDevice is returned by the delivery-plane methods of a node opened
+// without Config.Device.
+var ErrNoDevice = fmt.Errorf("runtime: node has no device (Config.Device)")
+
+// DeviceConfig turns on the delivery plane of a node: the node is also
+// the device Address, on the same actor system and the same bbolt file as
+// its sync plane.
+type DeviceConfig struct {
+	// Address is this device's address (required).
+	Address DeviceAddress
+	// Transport fetches bundles and carries envelopes (required): a
+	// Network's DeviceTransport in one process, a Remote across them.
+	Transport DeviceTransport
+	// Handler is called with every Delivery (new messages, redeliveries,
+	// and on Open every message still pending), one at a time, in order.
+	Handler func(ctx context.Context, m ReceivedMessage)
+	// Buffer > 0 enables Node.Messages (used only without Handler).
+	Buffer int
+	// MaxPendingPerSender caps one sender's pending messages; past it new
+	// ones are refused before their ratchet step (the sender keeps them
+	// pending and retries). 0: no cap.
+	MaxPendingPerSender int
+	// Retry is the opt-in resend schedule of pending sent messages.
+	Retry RetryPolicy
+	// OnRetryExhausted is told about each pending sent message that
+	// reached Retry.MaxAttempts.
+	OnRetryExhausted func(SentMessage)
+	// Prune is the opt-in prune schedule (nothing prunes otherwise).
+	Prune PruneSchedule
+	// Session tweaks the session layer (ratchet limits, prekey schedule).
+	Session func(*session.Config)
+}
+
+func (n *Node) openDevice(ctx context.Context) error {
+	dc := n.cfg.Device
+	if dc == nil {
+		return nil
+	}
+	if err := dc.Address.Validate(); err != nil {
+		return &ConfigError{"Device.Address", err.Error()}
+	}
+	if dc.Transport == nil {
+		return &ConfigError{"Device.Transport", "required"}
+	}
+	var store persistence.DeliveryStore
+	if n.db != nil {
+		store = n.db.Delivery()
+	} else {
+		store = memory.NewDelivery()
+	}
+	n.dstore = store
+	var err error
+	n.device, err = device.Open(ctx, n.system, device.Config{
+		Store: store, Transport: dc.Transport, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
+		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, Handler: dc.Handler, Buffer: dc.Buffer,
+		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune,
+	})
+	if err != nil {
+		_ = store.Close()
+		n.dstore = nil
+	}
+	return err
+}
+
+func (n *Node) dev() (*device.Device, error) {
+	if n.isClosed() {
+		return nil, ErrClosed
+	}
+	if n.device == nil {
+		return nil, ErrNoDevice
+	}
+	return n.device, nil
+}
+
+// DeviceAddress returns the node's device address (zero without a device).
+func (n *Node) DeviceAddress() DeviceAddress {
+	if n.cfg.Device == nil {
+		return DeviceAddress{}
+	}
+	return n.cfg.Device.Address
+}
+
+// DeviceIdentity returns the device's public identity (what peers pin).
+func (n *Node) DeviceIdentity() (ratchet.IdentityPublic, error) {
+	d, err := n.dev()
+	if err != nil {
+		return ratchet.IdentityPublic{}, err
+	}
+	return d.Identity(), nil
+}
+
+// Bundle issues a prekey bundle of this device: what a transport serves
+// to a peer starting a session.
+func (n *Node) Bundle(ctx context.Context) (*messages.PrekeyBundle, error) {
+	d, err := n.dev()
+	if err != nil {
+		return nil, err
+	}
+	return d.Bundle(ctx)
+}
+
+// Send sends body to the device to under a new random logical id. It is
+// stored as pending (durably, before it is handed to the transport) and
+// stays pending until to's application commits or discards it and its ACK
+// arrives. When the error matches device.ErrNotHandedOff the message is
+// pending but was not handed over: Resend it later.
+func (n *Node) Send(ctx context.Context, to DeviceAddress, body []byte) (SentMessage, error) {
+	d, err := n.dev()
+	if err != nil {
+		return SentMessage{}, err
+	}
+	return d.Send(ctx, to, body)
+}
+
+// SendWithID is Send under the caller's logical id (the id ties together
+// the copies of one message: a retry with the same id and body is a
+// duplicate at the receiver).
+func (n *Node) SendWithID(ctx context.Context, to DeviceAddress, id MessageID, body []byte) (SentMessage, error) {
+	d, err := n.dev()
+	if err != nil {
+		return SentMessage{}, err
+	}
+	return d.SendWithID(ctx, to, id, body)
+}
+
+// Resend re-encrypts a pending sent message under the current ratchet
+// state (never a replay of old ciphertext) and hands it to the transport.
+func (n *Node) Resend(ctx context.Context, to DeviceAddress, id MessageID) error {
+	d, err := n.dev()
+	if err != nil {
+		return err
+	}
+	return d.Resend(ctx, to, id)
+}
+
+// Abandon gives up on a pending sent message and reports whether it was
+// pending.
+func (n *Node) Abandon(ctx context.Context, to DeviceAddress, id MessageID) (bool, error) {
+	d, err := n.dev()
+	if err != nil {
+		return false, err
+	}
+	return d.Abandon(ctx, to, id)
+}
+
+// PendingSentMessages pages the sent messages still waiting for their
+// ACK, in send order, after the cursor after (0: from the first).
+func (n *Node) PendingSentMessages(ctx context.Context, after uint64, limit int, to *DeviceAddress) (SentPage, error) {
+	d, err := n.dev()
+	if err != nil {
+		return SentPage{}, err
+	}
+	return d.PendingSentMessages(ctx, after, limit, to)
+}
+
+// ReceiveEnvelope handles one envelope from the device from: what a
+// transport calls. The ratchet step and the pending row are written in
+// one transaction; a Delivery is never acknowledged until the
+// application commits or discards it.
+func (n *Node) ReceiveEnvelope(ctx context.Context, from DeviceAddress, envelope []byte) (ReceiveResult, error) {
+	d, err := n.dev()
+	if err != nil {
+		return ReceiveResult{}, err
+	}
+	return d.Receive(ctx, from, envelope)
+}
+
+// CommitReceivedMessage records that the application durably applied the
+// message (sender, id), then sends the ACK (outside the transaction; an
+// ACK failure never undoes the commit: AckSent=false).
+func (n *Node) CommitReceivedMessage(ctx context.Context, sender DeviceAddress, id MessageID) (CommitResult, error) {
+	d, err := n.dev()
+	if err != nil {
+		return CommitResult{}, err
+	}
+	return d.CommitReceivedMessage(ctx, sender, id)
+}
+
+// CommitMessage commits a delivered message.
+func (n *Node) CommitMessage(ctx context.Context, m ReceivedMessage) (CommitResult, error) {
+	return n.CommitReceivedMessage(ctx, m.Sender, m.ID)
+}
+
+// DiscardReceivedMessage finalizes the message (sender, id) without
+// applying it; reason is stored with the entry, never sent to the sender.
+func (n *Node) DiscardReceivedMessage(ctx context.Context, sender DeviceAddress, id MessageID, reason DiscardReason) (CommitResult, error) {
+	d, err := n.dev()
+	if err != nil {
+		return CommitResult{}, err
+	}
+	return d.DiscardReceivedMessage(ctx, sender, id, reason)
+}
+
+// DiscardMessage discards a delivered message.
+func (n *Node) DiscardMessage(ctx context.Context, m ReceivedMessage, reason DiscardReason) (CommitResult, error) {
+	return n.DiscardReceivedMessage(ctx, m.Sender, m.ID, reason)
+}
+
+// PendingReceivedMessages pages the messages waiting for a commit or a
+// discard, in receive sequence order after the cursor after (limit at
+// most 100), only from sender when it is not nil.
+func (n *Node) PendingReceivedMessages(ctx context.Context, after uint64, limit int, sender *DeviceAddress) (PendingPage, error) {
+	d, err := n.dev()
+	if err != nil {
+		return PendingPage{}, err
+	}
+	return d.PendingReceivedMessages(ctx, after, limit, sender)
+}
+
+// PendingReceivedMessageCount counts pending received messages (from
+// sender only when it is not nil).
+func (n *Node) PendingReceivedMessageCount(ctx context.Context, sender *DeviceAddress) (int, error) {
+	d, err := n.dev()
+	if err != nil {
+		return 0, err
+	}
+	return d.PendingReceivedMessageCount(ctx, sender)
+}
+
+// ProcessedMessage returns the local record of a finalized message
+// (committed or discarded, when, its digest, the discard reason).
+func (n *Node) ProcessedMessage(ctx context.Context, sender DeviceAddress, id MessageID) (ProcessedMessage, bool, error) {
+	d, err := n.dev()
+	if err != nil {
+		return ProcessedMessage{}, false, err
+	}
+	return d.ProcessedMessage(ctx, sender, id)
+}
+
+// PruneProcessedMessages removes processed entries finalized at or before
+// now − policy.MaxAge. Nothing prunes implicitly.
+func (n *Node) PruneProcessedMessages(ctx context.Context, policy RetentionPolicy) (int, error) {
+	d, err := n.dev()
+	if err != nil {
+		return 0, err
+	}
+	return d.PruneProcessedMessages(ctx, policy)
+}
+
+// Messages returns the channel of deliveries (DeviceConfig.Buffer > 0 and
+// no Handler; else nil). It is closed by Close.
+func (n *Node) Messages() <-chan ReceivedMessage {
+	if n.device == nil {
+		return nil
+	}
+	return n.device.Messages()
+}
+
+// Sessions returns the device's session manager (identity pinning,
+// session resets); nil without a device.
+func (n *Node) Sessions() *session.Manager {
+	if n.device == nil {
+		return nil
+	}
+	return n.device.Sessions()
+}
+
+// MaxAgeRetention is a RetentionPolicy keeping processed entries for d.
+func MaxAgeRetention(d time.Duration) RetentionPolicy { return RetentionPolicy{MaxAge: d} }

@@ -1,0 +1,187 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// The delivery plane on the in-process Network: devices register with the
+// node name that hosts them, so partitions cut both planes alike. Each
+// link (from, to) delivers its envelopes in order on its own goroutine,
+// asynchronously, as a wire would: Send returns once the envelope is
+// handed over, and the faults (drop, duplicate, reorder, delay) apply.
+
+type deviceEntry struct {
+	name string
+	node *Node
+}
+
+type envelopeLink struct {
+	mu      sync.Mutex
+	queue   [][]byte
+	running bool
+}
+
+type linkKey struct{ from, to messages.DeviceAddress }
+
+// RegisterDevice makes n's device reachable at its address, hosted by the
+// network name name (as used by Partition and Cut).
+func (n *Network) RegisterDevice(name string, node *Node) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.devices == nil {
+		n.devices = map[messages.DeviceAddress]deviceEntry{}
+	}
+	n.devices[node.DeviceAddress()] = deviceEntry{name: name, node: node}
+}
+
+// UnregisterDevice makes the device at addr unreachable (its node crashed).
+func (n *Network) UnregisterDevice(addr messages.DeviceAddress) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.devices, addr)
+}
+
+// DeviceTransport returns the transport of the device self hosted by
+// the node named name.
+func (n *Network) DeviceTransport(name string, self messages.DeviceAddress) DeviceTransport {
+	return &deviceTransport{n: n, name: name, self: self}
+}
+
+// Flush waits until every envelope handed to the network was delivered or
+// lost (the delivery plane is asynchronous).
+func (n *Network) Flush(ctx context.Context) error {
+	for {
+		n.mu.Lock()
+		busy := n.inflight
+		n.mu.Unlock()
+		if busy == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+type deviceTransport struct {
+	n    *Network
+	name string
+	self messages.DeviceAddress
+}
+
+func (t *deviceTransport) target(peer messages.DeviceAddress) (deviceEntry, error) {
+	t.n.mu.Lock()
+	defer t.n.mu.Unlock()
+	e, ok := t.n.devices[peer]
+	if !ok {
+		return deviceEntry{}, fmt.Errorf("%w: device %s is not on the network", delivery.ErrUnreachable, peer)
+	}
+	if t.n.cut[pair(t.name, e.name)] {
+		return deviceEntry{}, fmt.Errorf("%w: %s and %s are partitioned", delivery.ErrUnreachable, t.name, e.name)
+	}
+	return e, nil
+}
+
+func (t *deviceTransport) FetchBundle(ctx context.Context, peer messages.DeviceAddress) (*messages.PrekeyBundle, error) {
+	e, err := t.target(peer)
+	if err != nil {
+		return nil, err
+	}
+	b, err := e.node.Bundle(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", delivery.ErrUnreachable, err)
+	}
+	// As on a wire: the caller gets its own copy.
+	raw, err := messages.EncodePrekeyBundle(b)
+	if err != nil {
+		return nil, err
+	}
+	return messages.DecodePrekeyBundle(raw)
+}
+
+func (t *deviceTransport) Send(ctx context.Context, peer messages.DeviceAddress, envelope []byte) error {
+	if _, err := t.target(peer); err != nil {
+		return err
+	}
+	n := t.n
+	n.mu.Lock()
+	f := n.faults
+	drop := n.rng.Float64() < f.Drop
+	dup := n.rng.Float64() < f.Duplicate
+	reorder := n.rng.Float64() < f.Reorder
+	var delay time.Duration
+	if f.Delay > 0 {
+		delay = time.Duration(n.rng.Int64N(int64(f.Delay) + 1))
+	}
+	k := linkKey{t.self, peer}
+	if n.links == nil {
+		n.links = map[linkKey]*envelopeLink{}
+	}
+	l := n.links[k]
+	if l == nil {
+		l = &envelopeLink{}
+		n.links[k] = l
+	}
+	copies := 1
+	if dup {
+		copies = 2
+	}
+	if drop {
+		copies = 0
+	}
+	n.inflight += copies
+	n.mu.Unlock()
+	if copies == 0 {
+		return nil // handed over, then lost on the way
+	}
+	env := append([]byte(nil), envelope...)
+	l.mu.Lock()
+	for i := 0; i < copies; i++ {
+		if reorder && len(l.queue) > 0 {
+			l.queue = append([][]byte{env}, l.queue...)
+		} else {
+			l.queue = append(l.queue, env)
+		}
+	}
+	start := !l.running
+	l.running = true
+	l.mu.Unlock()
+	if start {
+		go t.drain(l, peer, delay)
+	}
+	return nil
+}
+
+// drain delivers a link's envelopes in queue order until it is empty.
+func (t *deviceTransport) drain(l *envelopeLink, peer messages.DeviceAddress, delay time.Duration) {
+	for {
+		l.mu.Lock()
+		if len(l.queue) == 0 {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		env := l.queue[0]
+		l.queue = l.queue[1:]
+		l.mu.Unlock()
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		// Looked up at delivery: a restarted node is registered anew; a
+		// partition or a stopped node loses the envelope.
+		if to, err := t.target(peer); err == nil {
+			_, _ = to.node.ReceiveEnvelope(context.Background(), t.self, env)
+		}
+		t.n.mu.Lock()
+		t.n.inflight--
+		t.n.mu.Unlock()
+	}
+}
