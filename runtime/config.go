@@ -76,6 +76,11 @@ type Config struct {
 	// Watermarks are an optimization (SSP/1 §14.2); this exists to show it.
 	IgnorePeerWatermarks bool
 
+	// Remote, when set, starts protoactor-go's remote (gRPC) transport on
+	// the node's actor system and serves this node's sync pushes on it
+	// (Node.Remote). Nil: no network listener.
+	Remote *RemoteConfig
+
 	// Device turns on the delivery plane: end-to-end encrypted messages
 	// with a commit boundary, on the same actor system and storage. Nil:
 	// the node syncs tables only.

@@ -190,3 +190,8 @@ func (n *Node) LastSeq(ctx context.Context) (uint64, error) {
 	})
 	return seq, err
 }
+
+// Remote returns the node's remote transport (Config.Remote), nil when
+// none was configured. Add peers with Remote().AddPeer(name, address)
+// and AddPeer(name, n.Remote(), "remote").
+func (n *Node) Remote() *Remote { return n.remote }

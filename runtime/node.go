@@ -82,6 +82,7 @@ type Node struct {
 	sync       *delivery.Service
 	device     *device.Device
 	dstore     persistence.DeliveryStore
+	remote     *Remote
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.
@@ -210,7 +211,23 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err == nil {
 		err = n.openDevice(ctx)
 	}
+	if err == nil && cfg.Remote != nil {
+		rc := *cfg.Remote
+		if rc.Logger == nil {
+			rc.Logger = n.log
+		}
+		if rc.Registerer == nil {
+			rc.Registerer = n.registerer
+		}
+		if n.remote, err = StartRemote(n.system, rc); err == nil {
+			n.remote.Serve(n)
+		}
+	}
 	if err != nil {
+		if n.device != nil {
+			_ = n.device.Close()
+			_ = n.dstore.Close()
+		}
 		if n.sync != nil {
 			n.sync.Close()
 		}
@@ -358,10 +375,13 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closed)
 		var devErr error
+		if n.remote != nil {
+			devErr = n.remote.Close()
+		}
 		if n.device != nil {
 			// Messages not yet handed to the application stay pending and
 			// are delivered again on the next Open.
-			devErr = n.device.Close()
+			devErr = errors.Join(devErr, n.device.Close())
 		}
 		n.sync.Close() // senders stop; the progress actor records what it holds
 		n.router.Stop(n.cfg.CloseTimeout)

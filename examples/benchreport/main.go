@@ -34,18 +34,26 @@ func main() {
 	writers := flag.Int("writers", 4, "concurrent ApplySignedBatch callers")
 	batch := flag.Int("batch", 2000, "events per ApplySignedBatch call")
 	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
-	only := flag.String("only", "", "run one section only: sync or sessions (default: all)")
+	only := flag.String("only", "", "run one section only: sync, catchup or sessions (default: all)")
+	catchupEvents := flag.Int("catchup-events", 100000, "events the joining node catches up on")
+	pushBatch := flag.Int("push-batch", 2000, "events per push in the catch-up run")
 	rounds := flag.Int("session-rounds", 20000, "round trips per sessions measurement")
 	idle := flag.Int("idle-sessions", 100000, "idle sessions measured (persisted and live)")
 	flag.Parse()
-	if *only != "" && *only != "sync" && *only != "sessions" {
-		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync or sessions\n", *only)
+	if *only != "" && *only != "sync" && *only != "catchup" && *only != "sessions" {
+		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup or sessions\n", *only)
 		os.Exit(2)
 	}
 	if *only == "" || *only == "sync" {
 		if err := syncReport(*events, *writers, *batch, *sites); err != nil {
 			fmt.Fprintln(os.Stderr, "benchreport:", err)
 			pprof.StopCPUProfile()
+			os.Exit(1)
+		}
+	}
+	if *only == "" || *only == "catchup" {
+		if err := catchupReport(*catchupEvents, *sites, *writers, *batch, *pushBatch); err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
 			os.Exit(1)
 		}
 	}
@@ -261,6 +269,8 @@ func syncReport(events, writers, batch, sites int) error {
 	fmt.Printf("GOMAXPROCS=1 with GOGC=200 (an operator setting): apply %6.0f ev/s  apply/bare = %.2f\n", g1, g1/b1)
 	return nil
 }
+
+func goruntimeProcs() int { return goruntime.GOMAXPROCS(0) }
 
 func gcPercent() int {
 	p := debug.SetGCPercent(100)

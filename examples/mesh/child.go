@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/runtime"
+)
+
+// status is the line a child prints every 200 ms.
+type status struct {
+	Node    string    `json:"node"`
+	Events  uint64    `json:"events"`  // local log size
+	Rows    int       `json:"rows"`    // live rows of app.items
+	Digest  string    `json:"digest"`  // SHA-256 of the table's materialized state
+	Written bool      `json:"written"` // this node finished its own writes
+	Peers   []peerLag `json:"peers"`
+	Inbound []inbound `json:"inbound"`
+}
+
+type peerLag struct {
+	Peer     string `json:"peer"`
+	Backlog  uint64 `json:"backlog"` // our log entries past the peer's cursor
+	Retry    int    `json:"retry"`
+	BehindMS int64  `json:"behind_ms"` // our watermark minus the peer's, worst group
+	Err      string `json:"err,omitempty"`
+}
+
+type inbound struct {
+	From    string `json:"from"`
+	Through uint64 `json:"through"`
+	Tail    uint64 `json:"tail"`
+}
+
+var items = runtime.TableDef{Schema: "app", Table: "items", KeyColumns: []string{"id"}, Columns: []string{"owner", "n"}}
+
+func runChild(o options) error {
+	ctx := context.Background()
+	b, err := os.ReadFile(filepath.Join(o.dir, "mesh.json"))
+	if err != nil {
+		return err
+	}
+	var mf meshFile
+	if err := json.Unmarshal(b, &mf); err != nil {
+		return err
+	}
+	var me *member
+	for i := range mf.Members {
+		if mf.Members[i].Name == o.name {
+			me = &mf.Members[i]
+		}
+	}
+	if me == nil {
+		return fmt.Errorf("%s is not in mesh.json", o.name)
+	}
+	rc := runtime.RemoteConfig{Host: "127.0.0.1", Plaintext: mf.Plaintext}
+	if _, err := fmt.Sscanf(me.Address, "127.0.0.1:%d", &rc.Port); err != nil {
+		return fmt.Errorf("address %q: %w", me.Address, err)
+	}
+	if !mf.Plaintext {
+		if rc.TLS, rc.ClientTLS, err = nodeTLS(filepath.Join(o.dir, "tls"), o.name); err != nil {
+			return err
+		}
+	}
+	// The node starts the remote transport and serves its pushes on it.
+	n, err := runtime.Open(ctx, runtime.Config{Dir: filepath.Join(o.dir, o.name), MeshID: meshID, Name: o.name, SyncInterval: o.interval, Remote: &rc})
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	if err := n.DefineTable(ctx, items); err != nil {
+		return err
+	}
+	rem := n.Remote()
+	for _, m := range mf.Members {
+		if m.Name == o.name {
+			continue
+		}
+		var site messages.SiteID
+		copy(site[:], m.Site)
+		if err := n.Trust(ctx, runtime.PeerKey{Kid: m.Kid, Site: site, PublicKey: m.PublicKey}); err != nil {
+			return err
+		}
+		rem.AddPeer(m.Name, m.Address)
+		if err := n.AddPeer(m.Name, rem, "remote"); err != nil {
+			return err
+		}
+	}
+	var written sync.WaitGroup
+	written.Add(1)
+	done := make(chan struct{})
+	go func() {
+		defer written.Done()
+		if err := write(ctx, n, o); err != nil {
+			fmt.Fprintf(os.Stderr, "[%s] write: %v\n", o.name, err)
+		}
+	}()
+	go func() { written.Wait(); close(done) }()
+	stop := make(chan struct{})
+	go func() { // the parent closes our stdin to stop us
+		_, _ = bufio.NewReader(os.Stdin).ReadString(0)
+		close(stop)
+	}()
+	enc := json.NewEncoder(os.Stdout)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return nil
+		case <-tick.C:
+		}
+		st, err := report(ctx, n, o.name)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-done:
+			st.Written = true
+		default:
+		}
+		if err := enc.Encode(st); err != nil {
+			return err
+		}
+	}
+}
+
+// write makes this node's own rows, a contended row every node writes,
+// and, on node-0 with -join, a bulk of updates for the joiner to catch up
+// on (written by several goroutines: the node group-commits them).
+func write(ctx context.Context, n *runtime.Node, o options) error {
+	if o.name == "joiner" {
+		return nil
+	}
+	var idx int
+	fmt.Sscanf(o.name, "node-%d", &idx)
+	for k := 0; k < o.rows; k++ {
+		if _, err := n.Upsert(ctx, "app", "items", map[string]any{"id": idx*1_000_000 + k}, map[string]any{"owner": o.name, "n": k}); err != nil {
+			return err
+		}
+	}
+	if _, err := n.Upsert(ctx, "app", "items", map[string]any{"id": -1}, map[string]any{"owner": o.name}); err != nil {
+		return err
+	}
+	if idx != 0 || o.join == 0 {
+		return nil
+	}
+	const writers = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for k := w; k < o.join; k += writers {
+				if _, err := n.Upsert(ctx, "app", "items", map[string]any{"id": 500_000_000 + k%1000}, map[string]any{"owner": o.name, "n": k}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func report(ctx context.Context, n *runtime.Node, name string) (status, error) {
+	st := status{Node: name}
+	h := sha256.New()
+	err := n.Scan(ctx, "app", "items", runtime.ScanOptions{IncludeDeleted: true}, func(r runtime.Row) bool {
+		if r.Exists {
+			st.Rows++
+		}
+		fmt.Fprintf(h, "%x %v %v %v|", r.Key.Encode(), r.Exists, r.Existence, r.Tomb)
+		for _, c := range items.Columns {
+			cell := r.Cells[c]
+			fmt.Fprintf(h, "%s %v %x %v|", c, cell.State, []byte(cell.Value), cell.Clock)
+		}
+		return true
+	})
+	if err != nil {
+		return st, err
+	}
+	st.Digest = hex.EncodeToString(h.Sum(nil))
+	ours := map[runtime.GroupKey]messages.HLC{}
+	ws, err := n.Watermarks(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, w := range ws {
+		ours[w.Group] = w.HLC
+	}
+	peers, err := n.Peers(ctx)
+	if err != nil {
+		return st, err
+	}
+	if st.Events, err = n.LastSeq(ctx); err != nil {
+		return st, err
+	}
+	for _, p := range peers {
+		pl := peerLag{Peer: p.Peer, Backlog: p.Tail - p.Cursor, Retry: p.Retry}
+		if p.LastErr != nil {
+			pl.Err = p.LastErr.Error()
+		}
+		for g, h := range ours {
+			theirs := p.Watermarks[g]
+			if d := int64(h.Physical()) - int64(theirs.Physical()); d > pl.BehindMS && theirs != 0 {
+				pl.BehindMS = d
+			}
+		}
+		st.Peers = append(st.Peers, pl)
+	}
+	in, err := n.Inbound(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, i := range in {
+		st.Inbound = append(st.Inbound, inbound{From: i.From, Through: i.Through, Tail: i.Tail})
+	}
+	return st, nil
+}
