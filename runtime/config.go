@@ -76,6 +76,12 @@ type Config struct {
 	// Watermarks are an optimization (SSP/1 §14.2); this exists to show it.
 	IgnorePeerWatermarks bool
 
+	// MetricsAddr, when set (host:port; port 0 picks one), serves the
+	// node's Prometheus metrics on /metrics and its health on /healthz
+	// (200 while open with storage answering, 503 otherwise). See
+	// Node.MetricsAddr.
+	MetricsAddr string
+
 	// Remote, when set, starts protoactor-go's remote (gRPC) transport on
 	// the node's actor system and serves this node's sync pushes on it
 	// (Node.Remote). Nil: no network listener.

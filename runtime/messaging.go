@@ -120,9 +120,10 @@ func (n *Node) openDevice(ctx context.Context) error {
 		store = memory.NewDelivery()
 	}
 	n.dstore = store
+	timed := timedDelivery{DeliveryStore: store, update: n.txLatency.WithLabelValues("delivery", "update"), view: n.txLatency.WithLabelValues("delivery", "view")}
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
-		Store: store, Transport: dc.Transport, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
+		Store: timed, Transport: dc.Transport, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
 		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, Handler: dc.Handler, Buffer: dc.Buffer,
 		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune,
 	})

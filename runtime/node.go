@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,9 @@ type Node struct {
 	device     *device.Device
 	dstore     persistence.DeliveryStore
 	remote     *Remote
+	txLatency  *prometheus.HistogramVec
+	httpSrv    *http.Server
+	httpAddr   string
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.
@@ -138,6 +142,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.openStore(ctx); err != nil {
 		return nil, err
 	}
+	if n.txLatency, err = newTxLatency(reg); err != nil {
+		_ = n.closeStore()
+		return nil, fmt.Errorf("runtime: metrics: %w", err)
+	}
+	n.store = timedSync{SyncStore: n.store, update: n.txLatency.WithLabelValues("sync", "update"), view: n.txLatency.WithLabelValues("sync", "view")}
 	ok := false
 	defer func() {
 		if !ok {
@@ -211,6 +220,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err == nil {
 		err = n.openDevice(ctx)
 	}
+	if err == nil && cfg.MetricsAddr != "" {
+		err = n.startHTTP(cfg.MetricsAddr)
+	}
 	if err == nil && cfg.Remote != nil {
 		rc := *cfg.Remote
 		if rc.Logger == nil {
@@ -224,6 +236,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	if err != nil {
+		_ = n.stopHTTP()
 		if n.device != nil {
 			_ = n.device.Close()
 			_ = n.dstore.Close()
@@ -374,9 +387,9 @@ func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closed)
-		var devErr error
+		devErr := n.stopHTTP()
 		if n.remote != nil {
-			devErr = n.remote.Close()
+			devErr = errors.Join(devErr, n.remote.Close())
 		}
 		if n.device != nil {
 			// Messages not yet handed to the application stay pending and

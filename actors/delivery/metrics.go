@@ -15,6 +15,7 @@ type Metrics struct {
 	skipped *prometheus.CounterVec // peer
 	backlog *prometheus.GaugeVec   // peer
 	retry   *prometheus.GaugeVec   // peer
+	lag     *prometheus.GaugeVec   // peer
 	recv    *prometheus.CounterVec // from, verdict
 }
 
@@ -31,6 +32,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Local log entries past the peer's cursor at the last cycle (how far behind the peer is)."}, []string{"peer"}),
 		retry: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "syncmesh_sync_peer_retry_events",
 			Help: "Events the peer held or rejected, waiting to be offered again."}, []string{"peer"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "syncmesh_sync_peer_watermark_lag_seconds",
+			Help: "How far the peer's reported watermarks trail this node's, worst group (SSP/1 §14.2), at the last push."}, []string{"peer"}),
 		recv: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_events_received_total",
 			Help: "Events received in pushes, by sender and verdict (done: applied, duplicate or dropped; retry: held or rejected)."}, []string{"from", "verdict"}),
 	}
@@ -43,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	for _, g := range []**prometheus.GaugeVec{&m.backlog, &m.retry} {
+	for _, g := range []**prometheus.GaugeVec{&m.backlog, &m.retry, &m.lag} {
 		if *g, err = register(reg, *g); err != nil {
 			return nil, err
 		}
@@ -87,3 +90,5 @@ func (m *Metrics) received(from string, r *messages.PushResult) {
 	m.recv.WithLabelValues(from, "done").Add(float64(r.Applied))
 	m.recv.WithLabelValues(from, "retry").Add(float64(len(r.Retry)))
 }
+
+func (m *Metrics) peerLag(peer string, seconds float64) { m.lag.WithLabelValues(peer).Set(seconds) }

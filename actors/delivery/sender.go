@@ -325,6 +325,9 @@ func (a *senderActor) finish(ctx actor.Context, m *pushDone) {
 		}
 	}
 	rep.Retry = len(a.cursor.Retry)
+	if rep.Err == nil {
+		a.s.deps.Metrics.peerLag(a.key, a.lagSeconds())
+	}
 	a.lastPush, a.lastErr = time.Now(), rep.Err
 	a.s.deps.Metrics.pushed(a.key, rep)
 	if rep.Err != nil {
@@ -357,4 +360,21 @@ func mergeRetry(a, b []uint64) []uint64 {
 	out := append(slices.Clone(a), b...)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// lagSeconds is how far the peer's reported watermarks trail this node's
+// own, over the groups this node has a watermark for (worst group).
+func (a *senderActor) lagSeconds() float64 {
+	ws, err := a.s.Watermarks(context.Background())
+	if err != nil {
+		return 0
+	}
+	var worst uint64
+	for _, w := range ws {
+		theirs := a.peerW[w.Group]
+		if ours := w.HLC.Physical(); ours > theirs.Physical() && ours-theirs.Physical() > worst {
+			worst = ours - theirs.Physical()
+		}
+	}
+	return float64(worst) / 1000
 }
