@@ -79,8 +79,9 @@ var ErrNoDevice = fmt.Errorf("runtime: node has no device (Config.Device)")
 type DeviceConfig struct {
 	// Address is this device's address (required).
 	Address DeviceAddress
-	// Transport fetches bundles and carries envelopes (required): a
-	// Network's DeviceTransport in one process, a Remote across them.
+	// Transport fetches bundles and carries envelopes: a Network's
+	// DeviceTransport in one process. Nil with Config.Remote: the node's
+	// remote carries them (Remote.AddDevice names where peers are).
 	Transport DeviceTransport
 	// Handler is called with every Delivery (new messages, redeliveries,
 	// and on Open every message still pending), one at a time, in order.
@@ -110,8 +111,12 @@ func (n *Node) openDevice(ctx context.Context) error {
 	if err := dc.Address.Validate(); err != nil {
 		return &ConfigError{"Device.Address", err.Error()}
 	}
-	if dc.Transport == nil {
-		return &ConfigError{"Device.Transport", "required"}
+	transport := dc.Transport
+	if transport == nil && n.remote != nil {
+		transport = n.remote.DeviceTransport(dc.Address)
+	}
+	if transport == nil {
+		return &ConfigError{"Device.Transport", "required unless Config.Remote is set"}
 	}
 	var store persistence.DeliveryStore
 	if n.db != nil {
@@ -123,7 +128,7 @@ func (n *Node) openDevice(ctx context.Context) error {
 	timed := timedDelivery{DeliveryStore: store, update: n.txLatency.WithLabelValues("delivery", "update"), view: n.txLatency.WithLabelValues("delivery", "view")}
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
-		Store: timed, Transport: dc.Transport, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
+		Store: timed, Transport: transport, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
 		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, Handler: dc.Handler, Buffer: dc.Buffer,
 		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune,
 	})

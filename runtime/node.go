@@ -217,9 +217,6 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err == nil {
 		err = n.releaseDefined(ctx, "")
 	}
-	if err == nil {
-		err = n.openDevice(ctx)
-	}
 	if err == nil && cfg.MetricsAddr != "" {
 		err = n.startHTTP(cfg.MetricsAddr)
 	}
@@ -235,8 +232,17 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			n.remote.Serve(n)
 		}
 	}
+	if err == nil {
+		err = n.openDevice(ctx)
+	}
+	if err == nil && n.remote != nil && n.device != nil {
+		n.remote.ServeDevice(n)
+	}
 	if err != nil {
 		_ = n.stopHTTP()
+		if n.remote != nil {
+			_ = n.remote.Close()
+		}
 		if n.device != nil {
 			_ = n.device.Close()
 			_ = n.dstore.Close()

@@ -201,6 +201,8 @@ type Remote struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	dev remoteDevices // the delivery plane (remote_device.go)
+
 	bytesSent, bytesRecv   atomic.Uint64
 	pushesSent, pushesRecv atomic.Uint64
 	undecodable, streams   atomic.Uint64
@@ -557,7 +559,11 @@ func (a *syncActor) Receive(c actor.Context) {
 		}
 		a.r.surface(m, from)
 		a.r.reply(c.Sender(), &wire.Rejected{Reason: m.Error()})
-	case *wire.Result, *wire.Rejected:
+	case *wire.DeviceEnvelope:
+		a.r.deliverDevice(m)
+	case *wire.BundleRequest:
+		a.r.answerBundle(c.Sender(), m)
+	case *wire.Result, *wire.Rejected, *wire.Bundle:
 		a.r.log.Warn("unexpected message on the sync actor", "type", fmt.Sprintf("%T", m))
 	}
 }

@@ -6,25 +6,32 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
 )
 
 // status is the line a child prints every 200 ms.
 type status struct {
-	Node    string    `json:"node"`
-	Events  uint64    `json:"events"`  // local log size
-	Rows    int       `json:"rows"`    // live rows of app.items
-	Digest  string    `json:"digest"`  // SHA-256 of the table's materialized state
-	Written bool      `json:"written"` // this node finished its own writes
-	Peers   []peerLag `json:"peers"`
-	Inbound []inbound `json:"inbound"`
+	Node    string `json:"node"`
+	Events  uint64 `json:"events"`  // local log size
+	Rows    int    `json:"rows"`    // live rows of app.items
+	Digest  string `json:"digest"`  // SHA-256 of the table's materialized state
+	Written bool   `json:"written"` // this node finished its own writes
+	// The delivery plane: messages this node received and committed, and
+	// its sent messages still waiting for the receiver's ACK.
+	Committed   int       `json:"committed"`
+	PendingSent int       `json:"pending_sent"`
+	Peers       []peerLag `json:"peers"`
+	Inbound     []inbound `json:"inbound"`
 }
 
 type peerLag struct {
@@ -72,7 +79,12 @@ func runChild(o options) error {
 		}
 	}
 	// The node starts the remote transport and serves its pushes on it.
-	n, err := runtime.Open(ctx, runtime.Config{Dir: filepath.Join(o.dir, o.name), MeshID: meshID, Name: o.name, SyncInterval: o.interval, Remote: &rc})
+	// The node is also a device; the same remote carries its envelopes.
+	self := runtime.DeviceAddress{User: o.name, Device: 1}
+	n, err := runtime.Open(ctx, runtime.Config{Dir: filepath.Join(o.dir, o.name), MeshID: meshID, Name: o.name, SyncInterval: o.interval, Remote: &rc,
+		Device: &runtime.DeviceConfig{Address: self, Buffer: 64,
+			// Resend until the receiver's ACK: it may not be up yet.
+			Retry: runtime.RetryPolicy{Interval: 300 * time.Millisecond, Backoff: 1.5, MaxInterval: 2 * time.Second}}})
 	if err != nil {
 		return err
 	}
@@ -91,10 +103,20 @@ func runChild(o options) error {
 			return err
 		}
 		rem.AddPeer(m.Name, m.Address)
+		rem.AddDevice(runtime.DeviceAddress{User: m.Name, Device: 1}, m.Address)
 		if err := n.AddPeer(m.Name, rem, "remote"); err != nil {
 			return err
 		}
 	}
+	// Commit every message delivered (after "applying" it: printing).
+	var committed atomic.Int64
+	go func() {
+		for m := range n.Messages() {
+			if res, err := n.CommitMessage(ctx, m); err == nil && (res.Status == runtime.Committed || res.Status == runtime.AlreadyCommitted) {
+				committed.Add(1)
+			}
+		}
+	}()
 	var written sync.WaitGroup
 	written.Add(1)
 	done := make(chan struct{})
@@ -102,6 +124,13 @@ func runChild(o options) error {
 		defer written.Done()
 		if err := write(ctx, n, o); err != nil {
 			fmt.Fprintf(os.Stderr, "[%s] write: %v\n", o.name, err)
+		}
+		if to := nextNode(mf, o.name); to != "" {
+			// ErrNotHandedOff (the peer is not up yet) leaves it pending:
+			// the retry schedule resends it until the ACK arrives.
+			if _, err := n.Send(ctx, runtime.DeviceAddress{User: to, Device: 1}, []byte("hello from "+o.name)); err != nil && !errors.Is(err, device.ErrNotHandedOff) {
+				fmt.Fprintf(os.Stderr, "[%s] send: %v\n", o.name, err)
+			}
 		}
 	}()
 	go func() { written.Wait(); close(done) }()
@@ -128,10 +157,31 @@ func runChild(o options) error {
 			st.Written = true
 		default:
 		}
+		st.Committed = int(committed.Load())
+		if p, err := n.PendingSentMessages(ctx, 0, 100, nil); err == nil {
+			st.PendingSent = len(p.Messages)
+		}
 		if err := enc.Encode(st); err != nil {
 			return err
 		}
 	}
+}
+
+// nextNode is the node name sends to: the next one in mesh.json among
+// the nodes started at once (the joiner sends and receives nothing).
+func nextNode(mf meshFile, name string) string {
+	var ring []string
+	for _, m := range mf.Members {
+		if m.Name != "joiner" {
+			ring = append(ring, m.Name)
+		}
+	}
+	for i, m := range ring {
+		if m == name {
+			return ring[(i+1)%len(ring)]
+		}
+	}
+	return ""
 }
 
 // write makes this node's own rows, a contended row every node writes,

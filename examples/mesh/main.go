@@ -252,7 +252,7 @@ func runParent(o options) error {
 	if err := waitConverged(kids, want, deadline, nil); err != nil {
 		return err
 	}
-	fmt.Println("\nconverged: every node holds the same rows (same digest)")
+	fmt.Println("\nconverged: every node holds the same rows (same digest), and each node's message to the next was committed and acknowledged")
 	printLag(kids)
 	if o.join == 0 {
 		return nil
@@ -305,6 +305,9 @@ func waitConverged(kids []*child, want uint64, deadline time.Time, progress func
 			if !seen || !st.Written || st.Events != want || (digest != "" && st.Digest != digest) {
 				ok = false
 			}
+			if c.name != "joiner" && (st.Committed < 1 || st.PendingSent != 0) {
+				ok = false // its message not yet committed by the next node and ACKed
+			}
 			digest = st.Digest
 			for _, p := range st.Peers {
 				if !started[p.Peer] {
@@ -352,7 +355,7 @@ func firstExit(kids []*child) chan error {
 }
 
 func printStatus(kids []*child) {
-	fmt.Printf("%-8s %8s %6s  %-16s %s\n", "node", "events", "rows", "digest", "backlog per peer")
+	fmt.Printf("%-8s %8s %6s  %-16s %5s %5s  %s\n", "node", "events", "rows", "digest", "recv", "unack", "backlog per peer")
 	for _, c := range kids {
 		st, seen := c.status()
 		if !seen {
@@ -367,7 +370,7 @@ func printStatus(kids []*child) {
 			}
 			parts = append(parts, s)
 		}
-		fmt.Printf("%-8s %8d %6d  %-16s %s\n", c.name, st.Events, st.Rows, short(st.Digest), strings.Join(parts, " "))
+		fmt.Printf("%-8s %8d %6d  %-16s %5d %5d  %s\n", c.name, st.Events, st.Rows, short(st.Digest), st.Committed, st.PendingSent, strings.Join(parts, " "))
 	}
 }
 

@@ -263,3 +263,30 @@ func FuzzEnvelopeDeserialize(f *testing.F) {
 		}
 	})
 }
+
+func TestDeviceTypesRoundTripAndRejectBadInput(t *testing.T) {
+	from, to := messages.DeviceAddress{User: "a", Device: 1}, messages.DeviceAddress{User: "b", Device: 2}
+	env, err := EnvelopeOf(&DeviceEnvelope{From: from, To: to, Envelope: []byte{1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := env.Deserialize()
+	de, ok := got.(*DeviceEnvelope)
+	if !ok || de.From != from || de.To != to || string(de.Envelope) != "\x01\x02\x03" {
+		t.Fatalf("round trip: %#v", got)
+	}
+	if _, err := EnvelopeOf(&DeviceEnvelope{From: from, To: to}); err == nil {
+		t.Fatal("empty envelope serialized")
+	}
+	env, err = EnvelopeOf(&BundleRequest{To: to})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := env.Deserialize(); got.(*BundleRequest).To != to {
+		t.Fatalf("bundle request: %#v", got)
+	}
+	bad := &Envelope{Type: TypeDeviceEnvelope, Cbor: []byte{0x83, 0x60, 0x60, 0x40}}
+	if got, _ := bad.Deserialize(); func() bool { _, ok := got.(*Undecodable); return !ok }() {
+		t.Fatalf("malformed device envelope decoded: %#v", got)
+	}
+}
