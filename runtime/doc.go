@@ -3,13 +3,15 @@
 //
 // # Planes
 //
-// syncmesh gives an application two planes over one mesh. The sync plane
-// (SSP/1) is here: replicated tables where every local write becomes a
+// syncmesh gives an application two planes over one mesh, both carried by
+// one Node: one actor system, one bbolt file, one transport. The sync
+// plane (SSP/1): replicated tables where every local write becomes a
 // signed event, events flow between peers at least once, and every peer
 // materializes the same rows from the same events whatever the order,
-// duplication or interleaving of delivery. The delivery plane (end-to-end
-// encrypted device-to-device messages with a commit boundary) gets its
-// API in a later release.
+// duplication or interleaving of delivery. The delivery plane
+// (Config.Device): end-to-end encrypted device-to-device messages with a
+// commit boundary — a received message stays pending until the
+// application commits or discards it, and only then is it acknowledged.
 //
 // # Lifecycle
 //
@@ -101,6 +103,46 @@
 // null, not a zero, not a default). Row.Value decodes a cell and reports
 // its state.
 //
+// # Syncing with peers
+//
+// AddPeer starts a sender actor toward a peer over a Transport: every
+// Config.SyncInterval it pushes what lies in this node's log past its
+// durable cursor for that peer (its own events and those it received, so
+// nodes not directly connected converge through the ones between them).
+// The cursor starts at genesis, moves only after a push succeeded and
+// never from anything the peer says (SSP/1 §14.1); SyncNow runs one cycle
+// on demand. HandlePush is the receiving end every transport calls. A
+// push result names the groups held for a missing table and the events
+// rejected for clock skew: the sender offers exactly those again.
+//
+// Watermarks (SSP/1 §14.2) say, per (site, schema, table), up to which
+// HLC everything was demonstrably applied; they are monotonic, persisted
+// and fail closed. Peers reports, per peer, the cursor, the backlog, the
+// re-offers waiting and the peer's reported watermarks: how far behind it
+// is. Inbound reports what senders pushed here (a joining node's
+// catch-up progress).
+//
+// Transports: NewNetwork is an in-process network with seeded faults
+// (drop, lost results, duplicate, reorder, delay, partitions) for tests
+// and embedding; Config.Remote (or StartRemote) is protoactor-go's gRPC
+// remote with mutual TLS, carrying both planes. The package meshtest
+// starts a whole in-process mesh for tests.
+//
+// # Messages between devices
+//
+// With Config.Device the node is also a device. Send stores a message as
+// pending (durably, before it is handed to the transport) and keeps it
+// pending until the recipient's ACK arrives; Resend re-encrypts it under
+// the current ratchet state, Abandon gives up, PendingSentMessages pages
+// what waits. On the receiving side the ratchet step and the pending row
+// are written in one transaction; the application gets each message
+// through DeviceConfig.Handler, Messages or PendingReceivedMessages, and
+// finalizes it with CommitMessage or DiscardMessage (a reason kept
+// locally). The ACK is sent after that transaction, and an ACK failure
+// never undoes it. Processed ids with body digests suppress duplicates
+// until PruneProcessedMessages removes them; nothing prunes implicitly.
+// Messages pending at a crash are delivered again on the next Open.
+//
 // # Notices and custom actors
 //
 // The node surfaces what an application should know as notices
@@ -114,17 +156,24 @@
 //
 // # Metrics
 //
-// The node registers Prometheus counters (syncmesh_sync_events_total by
-// outcome and reason, ignored-column events, resurrections, partial
-// rebuilds, released held events, actor dead letters) with
-// Config.Registerer, or with a private registry that Gatherer returns.
+// The node registers Prometheus metrics with Config.Registerer, or with a
+// private registry that Gatherer returns: events by outcome and reason,
+// ignored columns, resurrections, partial rebuilds, released held events,
+// pushes, per-peer backlog, re-offers and watermark lag, pending inbound
+// and outbound messages, commits, discards, prunes, ACKs sent and failed,
+// storage transaction latency, remote bytes and undecodable frames, and
+// actor dead letters. Config.MetricsAddr serves them on /metrics with a
+// health check on /healthz.
 //
 // # Errors
 //
 // Config problems are a *ConfigError naming the field. Node methods
 // return the sentinels ErrClosed, ErrMeshMismatch, ErrUnknownTable,
-// ErrUnknownColumn, ErrTableConflict and ErrInvalidKey, wrapped: match
-// them with errors.Is.
+// ErrUnknownColumn, ErrTableConflict, ErrInvalidKey, ErrUnknownPeer,
+// ErrPeerExists and ErrNoDevice, and those of the layers below
+// (delivery.ErrUnreachable, ErrPushRejected, device.ErrNotHandedOff,
+// inbound.ErrLogicalMessageConflict, …), wrapped: match them with
+// errors.Is.
 //
 // # Concurrency
 //
