@@ -94,11 +94,12 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 	}
 	n.sync, err = delivery.NewService(n.system, delivery.Deps{
 		Store: n.store, Self: n.signer.Site(), Name: n.name, LogID: logID,
-		Apply:   n.apply.ApplyBatch,
-		InScope: scope.Contains,
-		Own:     n.own,
-		Logger:  n.log,
-		Metrics: m,
+		Apply:     n.apply.ApplyBatch,
+		InScope:   scope.Contains,
+		Own:       n.own,
+		Logger:    n.log,
+		Metrics:   m,
+		Mailboxes: n.mailboxes,
 	}, delivery.Config{Interval: interval, Batch: n.cfg.PushBatch, Timeout: n.cfg.PushTimeout, IgnorePeerWatermarks: n.cfg.IgnorePeerWatermarks})
 	return err
 }

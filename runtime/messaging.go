@@ -130,7 +130,7 @@ func (n *Node) openDevice(ctx context.Context) error {
 	n.device, err = device.Open(ctx, n.system, device.Config{
 		Store: timed, Transport: transport, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
 		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, Handler: dc.Handler, Buffer: dc.Buffer,
-		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune,
+		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
 	})
 	if err != nil {
 		_ = store.Close()

@@ -24,6 +24,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/clock"
 	"github.com/syncmesh/syncmesh/actors/delivery"
 	"github.com/syncmesh/syncmesh/actors/device"
+	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/actors/syncgroup"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
@@ -85,6 +86,7 @@ type Node struct {
 	dstore     persistence.DeliveryStore
 	remote     *Remote
 	txLatency  *prometheus.HistogramVec
+	mailboxes  *mailbox.Depths
 	httpSrv    *http.Server
 	httpAddr   string
 
@@ -141,6 +143,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if err := n.openStore(ctx); err != nil {
 		return nil, err
+	}
+	if n.mailboxes, err = mailbox.NewDepths(reg); err != nil {
+		_ = n.closeStore()
+		return nil, fmt.Errorf("runtime: metrics: %w", err)
 	}
 	if n.txLatency, err = newTxLatency(reg); err != nil {
 		_ = n.closeStore()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -51,6 +52,8 @@ type Deps struct {
 	Own     *OwnWrites
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// Mailboxes measures the senders' and the progress actor's mailboxes.
+	Mailboxes *mailbox.Depths
 }
 
 // Config tunes the senders.
@@ -107,7 +110,7 @@ func NewService(system *actor.ActorSystem, deps Deps, cfg Config) (*Service, err
 		deps.Metrics = noMetrics()
 	}
 	s := &Service{system: system, deps: &deps, cfg: cfg, peers: map[string]*actor.PID{}, done: make(chan struct{})}
-	s.progress = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &progressActor{deps: s.deps} }))
+	s.progress = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &progressActor{deps: s.deps} }, deps.Mailboxes.Option("sync_progress")))
 	return s, nil
 }
 
@@ -142,7 +145,7 @@ func (s *Service) AddPeer(peer, path string, t Transport) error {
 		return fmt.Errorf("%w: %s", ErrPeerExists, key)
 	}
 	sa := &senderActor{s: s, peer: peer, path: path, key: key, t: t, peerW: map[persistence.GroupKey]messages.HLC{}}
-	s.peers[key] = s.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sa }))
+	s.peers[key] = s.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sa }, s.deps.Mailboxes.Option("sync_sender")))
 	return nil
 }
 

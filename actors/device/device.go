@@ -29,9 +29,11 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncmesh/syncmesh/actors/inbound"
+	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/actors/outbound"
 	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
@@ -168,6 +170,8 @@ type Config struct {
 	OnRetryExhausted func(SentMessage)
 	// Prune is the opt-in prune schedule (zero: off).
 	Prune PruneSchedule
+	// Mailboxes measures the device's actors' mailboxes (nil: not measured).
+	Mailboxes *mailbox.Depths
 }
 
 // Device is one local device's delivery plane. Methods are safe for
@@ -217,17 +221,17 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	if cfg.Session != nil {
 		cfg.Session(&scfg)
 	}
-	scfg.Store, scfg.Transport, scfg.Now, scfg.Logger = cfg.Store, cfg.Transport, cfg.Now, cfg.Logger
+	scfg.Store, scfg.Transport, scfg.Now, scfg.Logger, scfg.Mailboxes = cfg.Store, cfg.Transport, cfg.Now, cfg.Logger, cfg.Mailboxes
 	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
 		return nil, fmt.Errorf("device: %w", err)
 	}
 	d.in, err = inbound.New(sys, inbound.Config{Store: cfg.Store, Now: cfg.Now, MaxPendingPerSender: cfg.MaxPendingPerSender,
-		MaxBatch: cfg.MaxBatch, Logger: cfg.Logger, Observe: d.observe})
+		MaxBatch: cfg.MaxBatch, Logger: cfg.Logger, Observe: d.observe, Mailboxes: cfg.Mailboxes})
 	if err != nil {
 		_ = d.sessions.Close()
 		return nil, fmt.Errorf("device: %w", err)
 	}
-	d.out, err = outbound.New(sys, outbound.Config{Store: cfg.Store, Now: cfg.Now, Retry: cfg.Retry, Logger: cfg.Logger,
+	d.out, err = outbound.New(sys, outbound.Config{Store: cfg.Store, Now: cfg.Now, Retry: cfg.Retry, Logger: cfg.Logger, Mailboxes: cfg.Mailboxes,
 		Resend:      func(ctx context.Context, sm SentMessage) error { return d.Resend(ctx, sm.Recipient, sm.ID) },
 		OnExhausted: cfg.OnRetryExhausted,
 		OnChange:    func(n int) { d.metrics.pendingOut.Set(float64(n)) }})

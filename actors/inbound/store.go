@@ -25,6 +25,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -73,6 +74,8 @@ type Config struct {
 	Observe func(Stats)
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Mailboxes measures the store actor's mailbox (nil: not measured).
+	Mailboxes *mailbox.Depths
 }
 
 // ReceivedMessage is a message delivered to the application: pending
@@ -152,7 +155,7 @@ func New(sys *actor.ActorSystem, cfg Config) (*Store, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{cfg: cfg, sys: sys}
-	s.pid = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &storeActor{s: s} }))
+	s.pid = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &storeActor{s: s} }, cfg.Mailboxes.Option("inbound")))
 	return s, nil
 }
 

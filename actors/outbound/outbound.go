@@ -22,6 +22,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -134,6 +135,8 @@ type Config struct {
 	OnChange func(pending int)
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Mailboxes measures the outbound actor's mailbox (nil: not measured).
+	Mailboxes *mailbox.Depths
 }
 
 // Outbox is the outbound actor's handle; safe for concurrent use.
@@ -172,7 +175,7 @@ func New(sys *actor.ActorSystem, cfg Config) (*Outbox, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	o := &Outbox{cfg: cfg, sys: sys, stop: make(chan struct{}), exhausted: make(map[msgKey]bool)}
-	o.pid = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &outActor{o: o} }))
+	o.pid = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &outActor{o: o} }, cfg.Mailboxes.Option("outbound")))
 	if cfg.Retry.Enabled() {
 		o.loop.Add(1)
 		go o.retryLoop()

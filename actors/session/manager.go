@@ -36,6 +36,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -64,6 +65,9 @@ type Config struct {
 	// applied to an existing store at start; zero value:
 	// ratchet.DefaultPrekeyConfig (rotation 7 days, grace 30 days).
 	Prekeys ratchet.PrekeyConfig
+	// Mailboxes measures the session and prekey actors' mailboxes (nil:
+	// not measured).
+	Mailboxes *mailbox.Depths
 	// RefreshInterval is how often the prekey actor applies the schedule
 	// (rotation, expiry, one-time replenishment); 0: DefaultRefreshInterval,
 	// negative: never (call RefreshPrekeys).
@@ -197,7 +201,7 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 		return nil, fmt.Errorf("session: start: %w", err)
 	}
 	m.pub = m.local.Public()
-	m.prekeys = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &prekeyActor{m: m} }))
+	m.prekeys = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &prekeyActor{m: m} }, m.cfg.Mailboxes.Option("prekeys")))
 	if cfg.RefreshInterval > 0 {
 		m.ticker.Add(1)
 		go m.refreshLoop(cfg.RefreshInterval)
@@ -442,7 +446,7 @@ func (m *Manager) route(peer messages.DeviceAddress, msg any) error {
 	if e == nil {
 		e = &peerEntry{}
 		a := &peerActor{m: m, peer: peer, entry: e}
-		e.pid = m.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+		e.pid = m.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }, m.cfg.Mailboxes.Option("session")))
 		m.peers[peer] = e
 	}
 	e.pending++
