@@ -14,6 +14,16 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
+// pendingRange is a push recorded before the push covering the log just
+// before it: its range and the gaps it left.
+type pendingRange struct {
+	after, through uint64
+	gaps           []persistence.PeerGap
+}
+
+// maxPendingRanges bounds the out-of-order pushes remembered per sender.
+const maxPendingRanges = 64
+
 // maxGaps bounds the gaps remembered per sender. Past it the oldest are
 // kept and the receive progress stops advancing (fail closed) until they
 // fill: a sender cannot grow a receiver's state without bound.
@@ -40,7 +50,8 @@ type progressActor struct {
 	deps    *Deps
 	pending []*recordWork
 	queued  bool
-	senders map[string]InboundStatus // last push seen per sender (memory only)
+	senders map[string]InboundStatus  // last push seen per sender (memory only)
+	ranges  map[string][]pendingRange // per sender, pushes waiting for the one before them
 }
 
 // InboundStatus is what this node last heard from one sender: how far
@@ -89,16 +100,30 @@ func (p *progressActor) commit() {
 	p.pending = nil
 	results := make([]*messages.PushResult, len(works))
 	progress := make([]persistence.PeerProgress, len(works))
+	ranges := map[string][]pendingRange{} // this transaction's view; kept only if it commits
 	err := p.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
+		clear(ranges)
 		for i, w := range works {
-			r, prog, err := recordPush(tx, p.deps, w.push, w.outs)
+			rs, ok := ranges[w.push.From]
+			if !ok {
+				rs = clonePending(p.ranges[w.push.From])
+			}
+			r, prog, rs, err := recordPush(tx, p.deps, w.push, w.outs, rs)
 			if err != nil {
 				return err
 			}
-			results[i], progress[i] = r, prog
+			results[i], progress[i], ranges[w.push.From] = r, prog, rs
 		}
 		return nil
 	})
+	if err == nil {
+		if p.ranges == nil {
+			p.ranges = map[string][]pendingRange{}
+		}
+		for from, rs := range ranges {
+			p.ranges[from] = rs
+		}
+	}
 	if p.senders == nil {
 		p.senders = map[string]InboundStatus{}
 	}
@@ -114,6 +139,14 @@ func (p *progressActor) commit() {
 		}
 		w.reply <- recordReply{res: results[i], err: err}
 	}
+}
+
+func clonePending(rs []pendingRange) []pendingRange {
+	out := make([]pendingRange, len(rs))
+	for i, r := range rs {
+		out[i] = pendingRange{after: r.after, through: r.through, gaps: slices.Clone(r.gaps)}
+	}
+	return out
 }
 
 func groupOf(o messages.Outcome) persistence.GroupKey {
@@ -138,14 +171,15 @@ func storeGroup(g messages.Group) persistence.GroupKey {
 // raises the watermark of G to h only when this node demonstrably applied
 // all of that: Through ≥ seq and no gap of G at or below seq. Nothing else
 // moves a watermark, so it fails closed.
-func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []messages.Outcome) (res *messages.PushResult, prog persistence.PeerProgress, err error) {
+func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []messages.Outcome, ranges []pendingRange) (res *messages.PushResult, prog persistence.PeerProgress, _ []pendingRange, err error) {
 	prog, _, err = tx.PeerProgress(push.From)
 	if err != nil {
-		return nil, prog, err
+		return nil, prog, ranges, err
 	}
 	if !bytes.Equal(prog.Log, push.Log) {
 		// A new log at the sender: nothing known about it yet.
 		prog = persistence.PeerProgress{Log: push.Log}
+		ranges = nil
 	}
 	res = &messages.PushResult{V: messages.SyncVersion}
 	touched := map[persistence.GroupKey]bool{}
@@ -156,6 +190,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		newThrough = push.Through
 	}
 	gaps := prog.Gaps
+	var later []persistence.PeerGap // gaps of a push that does not extend the progress (yet)
 	for i, ev := range push.Events {
 		o := outs[i]
 		if o.Kind == messages.Dropped && o.Site == (messages.SiteID{}) {
@@ -166,7 +201,11 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		}
 		g := groupOf(o)
 		touched[g] = true
-		gaps = slices.DeleteFunc(gaps, func(x persistence.PeerGap) bool { return x.Seq == ev.Seq })
+		filled := func(x persistence.PeerGap) bool { return x.Seq == ev.Seq }
+		gaps = slices.DeleteFunc(gaps, filled)
+		for j := range ranges {
+			ranges[j].gaps = slices.DeleteFunc(ranges[j].gaps, filled)
+		}
 		if o.AdvancesWatermark() {
 			res.Applied++
 			continue
@@ -178,11 +217,43 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		case messages.Held:
 			held[g] = true
 		}
-		if ev.Seq <= newThrough && len(gaps) < maxGaps {
-			gaps = append(gaps, persistence.PeerGap{Seq: ev.Seq, Group: g})
-		} else if ev.Seq <= newThrough {
+		gap := persistence.PeerGap{Seq: ev.Seq, Group: g}
+		switch {
+		case ev.Seq > newThrough:
+			later = append(later, gap)
+		case len(gaps) < maxGaps:
+			gaps = append(gaps, gap)
+		default:
 			// Too many gaps: do not claim progress past this one.
 			newThrough = ev.Seq - 1
+		}
+	}
+	if !extends && push.Through > newThrough {
+		// A push that arrived before the one covering (Through, After]
+		// (several pushes are in flight while a peer catches up): kept in
+		// memory until that range is recorded. Lost on a restart, which
+		// only fails closed: the sender offers from its cursor again.
+		ranges = append(ranges, pendingRange{after: push.After, through: push.Through, gaps: later})
+		if len(ranges) > maxPendingRanges {
+			ranges = ranges[len(ranges)-maxPendingRanges:]
+		}
+	}
+	for merged := true; merged; {
+		merged = false
+		for j := 0; j < len(ranges); j++ {
+			r := ranges[j]
+			if r.through <= newThrough {
+				ranges = slices.Delete(ranges, j, j+1)
+				j--
+				continue
+			}
+			if r.after <= newThrough && len(gaps)+len(r.gaps) <= maxGaps {
+				gaps = append(gaps, r.gaps...)
+				newThrough = r.through
+				ranges = slices.Delete(ranges, j, j+1)
+				merged = true
+				break
+			}
 		}
 	}
 	slices.SortFunc(gaps, func(a, b persistence.PeerGap) int {
@@ -196,11 +267,11 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 	})
 	prog.Through, prog.Gaps = newThrough, gaps
 	if err := tx.PutPeerProgress(push.From, prog); err != nil {
-		return nil, prog, err
+		return nil, prog, ranges, err
 	}
 	tail, err := tx.LastSeq()
 	if err != nil {
-		return nil, prog, err
+		return nil, prog, ranges, err
 	}
 	for _, c := range push.Claims {
 		g := storeGroup(c.Group)
@@ -213,7 +284,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		}
 		cur, ok, err := tx.Watermark(g)
 		if err != nil {
-			return nil, prog, err
+			return nil, prog, ranges, err
 		}
 		if ok && cur.HLC >= c.HLC {
 			continue
@@ -222,7 +293,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		// node's log at or below its tail, so the node can state the
 		// same to its own peers.
 		if err := tx.PutWatermark(g, persistence.Watermark{HLC: c.HLC, Seq: tail}); err != nil {
-			return nil, prog, err
+			return nil, prog, ranges, err
 		}
 	}
 	for g := range held {
@@ -237,7 +308,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		}
 		return len(res.Watermarks) < messages.MaxPushEvents/2, nil
 	}); err != nil {
-		return nil, prog, err
+		return nil, prog, ranges, err
 	}
 	for g := range touched {
 		if g.Site != d.Self {
@@ -248,7 +319,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 		}
 	}
 	slices.SortFunc(res.Watermarks, func(a, b messages.GroupWatermark) int { return compareGroups(a.Group, b.Group) })
-	return res, prog, nil
+	return res, prog, ranges, nil
 }
 
 func compareGroups(a, b messages.Group) int {

@@ -51,7 +51,7 @@ func record(t *testing.T, st persistence.SyncStore, p *messages.SyncPush, outs .
 	var res *messages.PushResult
 	if err := st.Update(context.Background(), func(tx persistence.SyncTx) error {
 		var err error
-		res, _, err = recordPush(tx, testDeps(), p, outs)
+		res, _, _, err = recordPush(tx, testDeps(), p, outs, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -178,5 +178,44 @@ func TestOwnWritesSafeStaysBelowInFlightAndNeverDecreases(t *testing.T) {
 	o2.End(gT, h3, true)
 	if h, ok := o2.Safe(gT); !ok || h != h3 {
 		t.Fatalf("all durable: %v %v", h, ok)
+	}
+}
+
+// Pushes in flight together may be recorded out of order: the later one
+// waits (in memory) until the earlier one is recorded, then both count.
+func TestOutOfOrderPushesMergeOnceContiguous(t *testing.T) {
+	st := memory.New()
+	var ranges []pendingRange
+	rec := func(p *messages.SyncPush, outs ...messages.Outcome) map[persistence.GroupKey]messages.HLC {
+		t.Helper()
+		if err := st.Update(context.Background(), func(tx persistence.SyncTx) error {
+			var err error
+			_, _, ranges, err = recordPush(tx, testDeps(), p, outs, ranges)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wm := map[persistence.GroupKey]messages.HLC{}
+		_ = st.View(context.Background(), func(tx persistence.SyncReader) error {
+			return tx.Watermarks(func(g persistence.GroupKey, w persistence.Watermark) (bool, error) { wm[g] = w.HLC; return true, nil })
+		})
+		return wm
+	}
+	// The second push (4..6, with a held event at 5) arrives first.
+	if wm := rec(push(3, 6, []uint64{4, 5, 6}, claim(gT, 90, 6)), applied(gT), held(gU), applied(gT)); len(wm) != 0 {
+		t.Fatalf("claim accepted before the range before it: %v", wm)
+	}
+	wm := rec(push(0, 3, []uint64{1, 2, 3}, claim(gT, 40, 3)), applied(gT), applied(gT), applied(gT))
+	if wm[gT] != 40 {
+		t.Fatalf("after the first push: %v", wm)
+	}
+	var p persistence.PeerProgress
+	_ = st.View(context.Background(), func(tx persistence.SyncReader) error { p, _, _ = tx.PeerProgress("a"); return nil })
+	if p.Through != 6 || len(p.Gaps) != 1 || p.Gaps[0].Seq != 5 || len(ranges) != 0 {
+		t.Fatalf("progress after merging: %+v, pending %v", p, ranges)
+	}
+	// The held event's gap blocks u, not t.
+	if wm := rec(push(6, 6, nil, claim(gT, 90, 6), claim(gU, 95, 6))); wm[gT] != 90 || wm[gU] != 0 {
+		t.Fatalf("after merging: %v", wm)
 	}
 }

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -18,7 +19,7 @@ type (
 	statusReq struct{ reply chan PeerStatus }
 	// pushDone carries a finished push back into the sender's mailbox.
 	pushDone struct {
-		batch  *batch
+		f      *flight
 		result *messages.PushResult
 		err    error
 	}
@@ -28,9 +29,18 @@ type (
 type batch struct {
 	push    *messages.SyncPush
 	skipped int
-	// unsent are retry sequences not carried by this push (over the batch
-	// size); they stay in the retry set.
-	unsent []uint64
+	// retried are the re-offer sequences this push consumed (carried, or
+	// left out because the peer's watermark covers them, or reclaimed);
+	// the others stay in the retry set.
+	retried []uint64
+}
+
+// flight is one push handed to the transport and not yet finished.
+type flight struct {
+	b      *batch
+	done   bool
+	result *messages.PushResult
+	err    error
 }
 
 // senderActor pushes the local log to one peer over one transport path
@@ -42,15 +52,25 @@ type senderActor struct {
 	key        string
 	t          Transport
 
-	cursor   persistence.SenderCursor
-	loaded   bool
-	peerW    map[persistence.GroupKey]messages.HLC // the peer's reported watermarks
-	inflight bool
-	cancel   context.CancelFunc
-	waiters  []chan CycleReport // answered by the cycle in flight
-	next     []chan CycleReport // SyncNow calls that arrived during it
+	cursor persistence.SenderCursor
+	loaded bool
+	peerW  map[persistence.GroupKey]messages.HLC // the peer's reported watermarks
+
+	// Pushes in flight, oldest first. While catching up several are in
+	// flight (Config.Window): push k+1 covers the log after push k. The
+	// cursor moves in order, push by push, only past pushes that
+	// succeeded with every earlier one; after a failure the rest of the
+	// window is discarded and the next cycle starts at the cursor again.
+	flights  []*flight
+	next     uint64 // the log position the next push starts after
+	broken   bool   // a push of the current window failed
+	ctx      context.Context
+	cancel   context.CancelFunc // cancels the pushes in flight when the actor stops
+	waiters  []chan CycleReport // answered when the window drains
+	queued   []chan CycleReport // SyncNow calls that arrived meanwhile
 	timer    *time.Timer
 	stopping bool
+	last     CycleReport
 
 	tail     uint64
 	lastPush time.Time
@@ -60,20 +80,22 @@ type senderActor struct {
 func (a *senderActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		a.ctx, a.cancel = context.WithCancel(context.Background())
 		a.schedule(ctx, a.s.cfg.Interval)
 	case tick:
-		if !a.inflight {
-			a.start(ctx)
+		if len(a.flights) == 0 {
+			a.fill(ctx, a.window())
 		}
 	case *syncNow:
-		if a.inflight {
-			a.next = append(a.next, m.reply)
+		if len(a.flights) > 0 {
+			a.queued = append(a.queued, m.reply)
 		} else {
 			a.waiters = append(a.waiters, m.reply)
-			a.start(ctx)
+			a.fill(ctx, 1)
 		}
 	case *pushDone:
-		a.finish(ctx, m)
+		m.f.done, m.f.result, m.f.err = true, m.result, m.err
+		a.drain(ctx)
 	case *statusReq:
 		m.reply <- a.status()
 	case *actor.Stopping:
@@ -84,11 +106,19 @@ func (a *senderActor) Receive(ctx actor.Context) {
 		if a.cancel != nil {
 			a.cancel()
 		}
-		for _, w := range append(a.waiters, a.next...) {
+		for _, w := range append(a.waiters, a.queued...) {
 			w <- CycleReport{Err: ErrStopped}
 		}
-		a.waiters, a.next = nil, nil
+		a.waiters, a.queued = nil, nil
 	}
+}
+
+// window is how many pushes may be in flight when cycles run on their own.
+func (a *senderActor) window() int {
+	if a.s.cfg.Interval <= 0 {
+		return 1 // SyncNow-driven: one push per cycle, deterministic
+	}
+	return a.s.cfg.Window
 }
 
 // schedule sends the next tick after d (no timer when d ≤ 0).
@@ -112,26 +142,52 @@ func (a *senderActor) status() PeerStatus {
 		Watermarks: w, LastPush: a.lastPush, LastErr: a.lastErr}
 }
 
-// start prepares a push and hands it to the transport off the actor's
-// goroutine; its result comes back as pushDone.
-func (a *senderActor) start(ctx actor.Context) {
-	b, err := a.prepare()
-	if err != nil {
-		a.complete(ctx, CycleReport{Err: err})
-		return
-	}
-	a.inflight = true
-	pctx, cancel := context.WithTimeout(context.Background(), a.s.cfg.Timeout)
-	a.cancel = cancel
-	self, sys, t, peer := ctx.Self(), ctx.ActorSystem(), a.t, a.peer
-	go func() {
-		defer cancel()
-		res, err := t.Push(pctx, peer, b.push)
-		if err == nil {
-			err = checkResult(b.push, res)
+// fill prepares pushes and hands them to the transport, off the actor's
+// goroutine, until max are in flight or the log is exhausted; results come
+// back as pushDone.
+func (a *senderActor) fill(ctx actor.Context, max int) {
+	if !a.loaded {
+		err := a.s.deps.Store.View(context.Background(), func(tx persistence.SyncReader) error {
+			c, _, err := tx.Cursor(a.key)
+			a.cursor = c
+			return err
+		})
+		if err != nil {
+			a.finishWindow(ctx, CycleReport{Err: err})
+			return
 		}
-		sys.Root.Send(self, &pushDone{batch: b, result: res, err: err})
-	}()
+		a.loaded = true
+	}
+	for len(a.flights) < max && !a.broken && !a.stopping {
+		if len(a.flights) == 0 {
+			a.next = a.cursor.Seq
+		} else if a.next >= a.tail {
+			return // the window reached the end of the log
+		}
+		b, err := a.prepare(len(a.flights) == 0)
+		if err != nil {
+			if len(a.flights) == 0 {
+				a.finishWindow(ctx, CycleReport{Err: err})
+			}
+			return
+		}
+		f := &flight{b: b}
+		a.flights = append(a.flights, f)
+		a.next = b.push.Through
+		pctx, cancel := context.WithTimeout(a.ctx, a.s.cfg.Timeout)
+		self, sys, t, peer := ctx.Self(), ctx.ActorSystem(), a.t, a.peer
+		go func() {
+			defer cancel()
+			res, err := t.Push(pctx, peer, f.b.push)
+			if err == nil {
+				err = checkResult(f.b.push, res)
+			}
+			sys.Root.Send(self, &pushDone{f: f, result: res, err: err})
+		}()
+		if b.push.Through >= b.push.Tail {
+			return
+		}
+	}
 }
 
 // checkResult refuses a result that does not answer the push.
@@ -161,7 +217,7 @@ func checkResult(p *messages.SyncPush, r *messages.PushResult) error {
 // prepare reads the next batch from the log: the re-offers first, then
 // the events past the cursor, leaving out what the peer's watermarks show
 // it applied (SSP/1 §14.2).
-func (a *senderActor) prepare() (*batch, error) {
+func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 	d := a.s.deps
 	limit := a.s.cfg.Batch
 	b := &batch{push: &messages.SyncPush{V: messages.SyncVersion, From: d.Name, Log: d.LogID}}
@@ -188,26 +244,19 @@ func (a *senderActor) prepare() (*batch, error) {
 		return nil, err
 	}
 	err = d.Store.View(context.Background(), func(tx persistence.SyncReader) error {
-		if !a.loaded {
-			c, _, err := tx.Cursor(a.key)
-			if err != nil {
-				return err
-			}
-			a.cursor, a.loaded = c, true
-		}
 		tail, err := tx.LastSeq()
 		if err != nil {
 			return err
 		}
 		a.tail = tail
 		p := b.push
-		p.After, p.Tail = a.cursor.Seq, tail
+		p.After, p.Tail = a.next, tail
 		var evs []messages.PushedEvent
-		for i, seq := range a.cursor.Retry {
-			if len(evs) >= limit/2 {
-				b.unsent = append(b.unsent, a.cursor.Retry[i:]...)
+		for _, seq := range a.cursor.Retry {
+			if !withRetries || len(evs) >= limit/2 {
 				break
 			}
+			b.retried = append(b.retried, seq)
 			err := tx.EventsAfter(seq-1, 1, func(se persistence.StoredEvent) (bool, error) {
 				if se.Seq != seq {
 					return false, nil // reclaimed below a horizon: nothing to re-offer
@@ -225,8 +274,8 @@ func (a *senderActor) prepare() (*batch, error) {
 		}
 		room := limit - len(evs)
 		visited := 0
-		last := a.cursor.Seq
-		err = tx.EventsAfter(a.cursor.Seq, room, func(se persistence.StoredEvent) (bool, error) {
+		last := a.next
+		err = tx.EventsAfter(a.next, room, func(se persistence.StoredEvent) (bool, error) {
 			visited++
 			last = se.Seq
 			if a.applied(se) {
@@ -301,52 +350,79 @@ func (a *senderActor) claims(tx persistence.SyncReader, own map[persistence.Grou
 	return out, err
 }
 
-// finish handles a push's outcome: on success the cursor moves to the
-// push's Through and the re-offer set becomes what the peer asked to be
-// re-offered, durably, before anything else happens (SSP/1 §14.1).
-func (a *senderActor) finish(ctx actor.Context, m *pushDone) {
-	a.inflight, a.cancel = false, nil
-	p := m.batch.push
-	rep := CycleReport{Offered: len(p.Events), Skipped: m.batch.skipped, After: p.After, Through: p.Through, Tail: p.Tail, Err: m.err}
-	if m.err == nil {
-		next := persistence.SenderCursor{Seq: p.Through, Retry: mergeRetry(m.result.Retry, m.batch.unsent)}
-		err := a.s.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error { return tx.PutCursor(a.key, next) })
-		if err != nil {
-			rep.Err = fmt.Errorf("delivery: store cursor: %w", err)
-		} else {
+// drain handles the finished pushes at the head of the window, in order:
+// a success (with every earlier push of the window successful) moves the
+// cursor to its Through and updates the re-offer set, durably, before
+// anything else happens (SSP/1 §14.1); a failure leaves the cursor and
+// discards what the rest of the window achieved (offered again next
+// cycle; the receiver's apply is idempotent).
+func (a *senderActor) drain(ctx actor.Context) {
+	for len(a.flights) > 0 && a.flights[0].done {
+		f := a.flights[0]
+		a.flights = a.flights[1:]
+		p := f.b.push
+		rep := CycleReport{Offered: len(p.Events), Skipped: f.b.skipped, After: p.After, Through: p.Through, Tail: p.Tail, Err: f.err}
+		switch {
+		case f.err != nil:
+			a.broken = true
+		case a.broken:
+			rep.Err = errWindowBroken
+		default:
+			next := persistence.SenderCursor{Seq: p.Through, Retry: mergeRetry(without(a.cursor.Retry, f.b.retried), f.result.Retry)}
+			err := a.s.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error { return tx.PutCursor(a.key, next) })
+			if err != nil {
+				rep.Err = fmt.Errorf("delivery: store cursor: %w", err)
+				a.broken = true
+				break
+			}
 			a.cursor = next
-			rep.Result = m.result
-			for _, w := range m.result.Watermarks {
+			rep.Result = f.result
+			for _, w := range f.result.Watermarks {
 				g := storeGroup(w.Group)
 				if w.HLC > a.peerW[g] {
 					a.peerW[g] = w.HLC
 				}
 			}
 		}
+		rep.Retry = len(a.cursor.Retry)
+		if rep.Err == nil {
+			a.s.deps.Metrics.peerLag(a.key, a.lagSeconds())
+		}
+		a.lastPush, a.lastErr = time.Now(), rep.Err
+		a.s.deps.Metrics.pushed(a.key, rep)
+		if f.err != nil {
+			a.s.deps.Logger.Debug("delivery: push failed", "peer", a.key, "err", f.err)
+		}
+		a.last = rep
 	}
-	rep.Retry = len(a.cursor.Retry)
-	if rep.Err == nil {
-		a.s.deps.Metrics.peerLag(a.key, a.lagSeconds())
+	if len(a.flights) > 0 {
+		if !a.broken && len(a.waiters) == 0 {
+			a.fill(ctx, a.window()) // keep the window full while catching up
+		}
+		return
 	}
-	a.lastPush, a.lastErr = time.Now(), rep.Err
-	a.s.deps.Metrics.pushed(a.key, rep)
-	if rep.Err != nil {
-		a.s.deps.Logger.Debug("delivery: push failed", "peer", a.key, "err", rep.Err)
-	}
-	a.complete(ctx, rep)
+	a.finishWindow(ctx, a.last)
 }
 
-// complete answers the waiters and decides when the next cycle runs: at
-// once while the log has more past the cursor (catching up), otherwise
-// after the interval.
-func (a *senderActor) complete(ctx actor.Context, rep CycleReport) {
+// errWindowBroken reports a push that succeeded after an earlier push of
+// the same window failed: its range is offered again.
+var errWindowBroken = errors.New("delivery: an earlier push in flight failed; offered again next cycle")
+
+// finishWindow answers the waiters once nothing is in flight and decides
+// when the next cycle runs: at once while the log has more past the
+// cursor (catching up), otherwise after the interval.
+func (a *senderActor) finishWindow(ctx actor.Context, rep CycleReport) {
+	a.broken = false
 	for _, w := range a.waiters {
 		w <- rep
 	}
 	a.waiters = nil
-	if len(a.next) > 0 && !a.stopping {
-		a.waiters, a.next = a.next, nil
-		a.start(ctx)
+	if a.stopping {
+		return
+	}
+	if len(a.queued) > 0 {
+		a.waiters, a.queued = a.queued, nil
+		a.fill(ctx, 1)
 		return
 	}
 	if rep.Err == nil && rep.Through < rep.Tail && a.s.cfg.Interval > 0 {
@@ -354,6 +430,20 @@ func (a *senderActor) complete(ctx actor.Context, rep CycleReport) {
 		return
 	}
 	a.schedule(ctx, a.s.cfg.Interval)
+}
+
+// without returns s minus the values in drop.
+func without(s, drop []uint64) []uint64 {
+	if len(drop) == 0 {
+		return s
+	}
+	out := make([]uint64, 0, len(s))
+	for _, v := range s {
+		if !slices.Contains(drop, v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func mergeRetry(a, b []uint64) []uint64 {

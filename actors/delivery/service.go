@@ -67,6 +67,10 @@ type Config struct {
 	Batch int
 	// Timeout bounds one push (default 30 s).
 	Timeout time.Duration
+	// Window is how many pushes to one peer may be in flight while it
+	// catches up on timer-driven cycles (default 4; SyncNow pushes one at
+	// a time): the receiver verifies one batch while it commits another.
+	Window int
 	// IgnorePeerWatermarks: offer everything past the cursor, never
 	// skipping what the peer reported applied (watermarks are an
 	// optimization, SSP/1 §14.2; this shows it).
@@ -102,6 +106,9 @@ func NewService(system *actor.ActorSystem, deps Deps, cfg Config) (*Service, err
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 4
 	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
