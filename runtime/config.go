@@ -71,6 +71,9 @@ type Config struct {
 	PushBatch int
 	// PushTimeout bounds one push. Zero: 30 s.
 	PushTimeout time.Duration
+	// PushWindow is how many pushes to one peer may be in flight while it
+	// catches up (timer-driven cycles). Zero: 4.
+	PushWindow int
 	// IgnorePeerWatermarks makes senders offer everything past their
 	// cursors, without skipping what peers' watermarks show they applied.
 	// Watermarks are an optimization (SSP/1 §14.2); this exists to show it.
@@ -108,6 +111,9 @@ func (c *Config) validate() error {
 	}
 	if len(c.Name) > 256 {
 		return &ConfigError{"Name", "at most 256 bytes"}
+	}
+	if c.PushWindow < 0 || c.PushWindow > 64 {
+		return &ConfigError{"PushWindow", "between 0 and 64"}
 	}
 	if c.PushBatch < 0 || c.PushBatch > messages.MaxPushEvents {
 		return &ConfigError{"PushBatch", fmt.Sprintf("between 0 and %d", messages.MaxPushEvents)}

@@ -100,7 +100,7 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 		Logger:    n.log,
 		Metrics:   m,
 		Mailboxes: n.mailboxes,
-	}, delivery.Config{Interval: interval, Batch: n.cfg.PushBatch, Timeout: n.cfg.PushTimeout, IgnorePeerWatermarks: n.cfg.IgnorePeerWatermarks})
+	}, delivery.Config{Interval: interval, Batch: n.cfg.PushBatch, Timeout: n.cfg.PushTimeout, Window: n.cfg.PushWindow, IgnorePeerWatermarks: n.cfg.IgnorePeerWatermarks})
 	return err
 }
 
