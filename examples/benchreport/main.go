@@ -34,14 +34,16 @@ func main() {
 	writers := flag.Int("writers", 4, "concurrent ApplySignedBatch callers")
 	batch := flag.Int("batch", 2000, "events per ApplySignedBatch call")
 	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
-	only := flag.String("only", "", "run one section only: sync, catchup or sessions (default: all)")
+	only := flag.String("only", "", "run one section only: sync, catchup, sessions or hosting (default: all)")
 	catchupEvents := flag.Int("catchup-events", 100000, "events the joining node catches up on")
 	pushBatch := flag.Int("push-batch", 2000, "events per push in the catch-up run")
 	rounds := flag.Int("session-rounds", 20000, "round trips per sessions measurement")
 	idle := flag.Int("idle-sessions", 100000, "idle sessions measured (persisted and live)")
+	hostingDevices := flag.Int("hosting-devices", 10000, "device nodes hosted on one actor system (even)")
+	hostingMessages := flag.Int("hosting-messages", 20000, "messages the hosted devices exchange (a multiple of -hosting-devices)")
 	flag.Parse()
-	if *only != "" && *only != "sync" && *only != "catchup" && *only != "sessions" {
-		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup or sessions\n", *only)
+	if *only != "" && *only != "sync" && *only != "catchup" && *only != "sessions" && *only != "hosting" {
+		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup, sessions or hosting\n", *only)
 		os.Exit(2)
 	}
 	if *only == "" || *only == "sync" {
@@ -59,6 +61,12 @@ func main() {
 	}
 	if *only == "" || *only == "sessions" {
 		if err := sessionsReport(*rounds, *idle); err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
+			os.Exit(1)
+		}
+	}
+	if *only == "" || *only == "hosting" {
+		if err := hostingReport(*hostingDevices, *hostingMessages); err != nil {
 			fmt.Fprintln(os.Stderr, "benchreport:", err)
 			os.Exit(1)
 		}
