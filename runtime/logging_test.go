@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // captureStd redirects stdout and stderr while fn runs.
@@ -93,4 +94,35 @@ func TestProtoactorLogsRoutedAndQuietByDefault(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("protoactor's dead-letter log did not reach the node's logger; got %q", rec.msgs)
+}
+
+// Nodes sharing an actor system do not each count its dead letters; the
+// host counts them once with CountDeadLetters.
+func TestSharedSystemCountsDeadLettersOnce(t *testing.T) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	reg := prometheus.NewRegistry()
+	var nodes []*Node
+	for i := 0; i < 3; i++ {
+		n, err := Open(context.Background(), Config{InMemory: true, MeshID: testMesh, System: sys, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		nodes = append(nodes, n)
+	}
+	stop, err := CountDeadLetters(sys, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	deadLetter(nodes[0])
+	tn := &testNode{Node: nodes[0], t: t}
+	deadline := time.Now().Add(5 * time.Second)
+	for counterValue(t, tn, "syncmesh_actor_dead_letters_total") < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := counterValue(t, tn, "syncmesh_actor_dead_letters_total"); got != 1 {
+		t.Fatalf("one dead letter counted %v times", got)
+	}
 }

@@ -3,6 +3,8 @@ package runtime
 import (
 	"errors"
 
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncmesh/syncmesh/messages"
@@ -85,4 +87,24 @@ func (m *metrics) notice(n messages.Notice) {
 	case messages.GroupReleased:
 		m.released.Add(float64(x.Events))
 	}
+}
+
+func subscribeDeadLetters(sys *actor.ActorSystem, c prometheus.Counter) *eventstream.Subscription {
+	return sys.EventStream.SubscribeWithPredicate(func(any) { c.Inc() }, func(evt any) bool {
+		_, isDL := evt.(*actor.DeadLetterEvent)
+		return isDL
+	})
+}
+
+// CountDeadLetters counts sys's dead letters in syncmesh_actor_dead_letters_total
+// on reg, once per actor system: for a host running many nodes on one
+// system it owns (Config.System), where the nodes do not count them. The
+// returned stop ends the counting.
+func CountDeadLetters(sys *actor.ActorSystem, reg prometheus.Registerer) (stop func(), err error) {
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	sub := subscribeDeadLetters(sys, m.deadLetters)
+	return func() { sys.EventStream.Unsubscribe(sub) }, nil
 }

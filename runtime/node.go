@@ -190,11 +190,13 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 		n.ownSys = true
 	}
-	n.dlSub = n.system.EventStream.Subscribe(func(evt any) {
-		if _, isDL := evt.(*actor.DeadLetterEvent); isDL {
-			n.metrics.deadLetters.Inc()
-		}
-	})
+	if n.ownSys {
+		// Dead letters are the actor system's: counted by the node that owns
+		// it. A host sharing one system among many nodes counts them once
+		// with CountDeadLetters (a subscription per node would count each
+		// dead letter once per node and slow every publish).
+		n.dlSub = subscribeDeadLetters(n.system, n.metrics.deadLetters)
+	}
 	n.router = syncgroup.NewRouter(n.system, n.signer.Site().String()[:8], syncgroup.Deps{
 		Store:   n.store,
 		Notify:  n.publish,
@@ -418,7 +420,9 @@ func (n *Node) Close() error {
 		}
 		n.subs = nil
 		n.subsMu.Unlock()
-		n.system.EventStream.Unsubscribe(n.dlSub)
+		if n.dlSub != nil {
+			n.system.EventStream.Unsubscribe(n.dlSub)
+		}
 		n.shutdownSystem()
 		if n.dstore != nil {
 			devErr = errors.Join(devErr, n.dstore.Close())
