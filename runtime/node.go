@@ -99,7 +99,8 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 	subsMu    sync.Mutex
-	subs      map[*eventstream.Subscription]*actor.PID
+	subs      map[uint64]noticeSub
+	subSeq    uint64
 	dlSub     *eventstream.Subscription
 }
 
@@ -112,7 +113,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, closed: make(chan struct{}), stopped: make(chan struct{}), subs: map[*eventstream.Subscription]*actor.PID{}}
+	n := &Node{cfg: cfg, log: cfg.Logger, closed: make(chan struct{}), stopped: make(chan struct{}), subs: map[uint64]noticeSub{}}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -414,9 +415,10 @@ func (n *Node) Close() error {
 		n.router.Stop(n.cfg.CloseTimeout)
 		close(n.stopped)
 		n.subsMu.Lock()
-		for sub, pid := range n.subs {
-			n.system.EventStream.Unsubscribe(sub)
-			n.system.Root.Stop(pid)
+		for _, sub := range n.subs {
+			if sub.owns {
+				n.system.Root.Stop(sub.pid)
+			}
 		}
 		n.subs = nil
 		n.subsMu.Unlock()
