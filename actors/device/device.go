@@ -186,6 +186,8 @@ type Device struct {
 	feed     chan ReceivedMessage // to the application (Messages); nil without Buffer
 	queue    *deliveryQueue
 	stop     chan struct{}
+	ctx      context.Context // cancelled by Close: ends a handler's wait
+	cancel   context.CancelFunc
 	loops    sync.WaitGroup
 	mu       sync.Mutex
 	closed   bool
@@ -217,6 +219,7 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		return nil, fmt.Errorf("device: metrics: %w", err)
 	}
 	d := &Device{cfg: cfg, metrics: m, stop: make(chan struct{})}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
 	scfg := session.Config{}
 	if cfg.Session != nil {
 		cfg.Session(&scfg)
@@ -248,9 +251,13 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		if cfg.Handler == nil {
 			d.feed = make(chan ReceivedMessage, cfg.Buffer)
 		}
-		d.queue = newDeliveryQueue()
+		// The dispatcher runs only while there is something to hand over
+		// (an idle device costs no goroutine); it starts now with the
+		// messages still pending from before.
+		d.queue = newDeliveryQueue(func() { d.loops.Add(1); go d.dispatch(false) })
+		d.queue.running = true
 		d.loops.Add(1)
-		go d.dispatch()
+		go d.dispatch(true)
 	}
 	if cfg.Prune.Interval > 0 {
 		d.loops.Add(1)
@@ -297,7 +304,7 @@ func (d *Device) Close() error {
 	}
 	d.closed = true
 	d.mu.Unlock()
-	d.stopOnce.Do(func() { close(d.stop) })
+	d.stopOnce.Do(func() { close(d.stop); d.cancel() })
 	if d.queue != nil {
 		d.queue.close()
 	}
@@ -579,42 +586,42 @@ func (d *Device) pruneLoop() {
 	}
 }
 
-// dispatch hands deliveries to the application: first every message
-// still pending (persisted before a crash or a restart), then each new
-// Delivery, in order.
-func (d *Device) dispatch() {
+// dispatch hands deliveries to the application, in order: with
+// redeliver, first every message still pending (persisted before a crash
+// or a restart); then what the queue holds, returning when it is empty
+// (the next push starts it again).
+func (d *Device) dispatch(redeliver bool) {
 	defer d.loops.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-d.stop
-		cancel()
-	}()
-	var after uint64
-	for {
-		page, err := d.in.Pending(ctx, after, MaxPageSize, nil)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.cfg.Logger.Warn("device: redelivery of pending messages failed", "err", err)
+	ctx := d.ctx
+	if redeliver {
+		var after uint64
+		for {
+			page, err := d.in.Pending(ctx, after, MaxPageSize, nil)
+			if err != nil {
+				if ctx.Err() == nil {
+					d.cfg.Logger.Warn("device: redelivery of pending messages failed", "err", err)
+				}
+				break
 			}
-			break
-		}
-		for _, m := range page.Messages {
-			if !d.hand(ctx, m) {
-				return
+			for _, m := range page.Messages {
+				if !d.hand(ctx, m) {
+					d.queue.stopped()
+					return
+				}
 			}
+			if !page.More {
+				break
+			}
+			after = page.Next
 		}
-		if !page.More {
-			break
-		}
-		after = page.Next
 	}
 	for {
-		m, ok := d.queue.pop()
+		m, ok := d.queue.take()
 		if !ok {
 			return
 		}
 		if !d.hand(ctx, m) {
+			d.queue.stopped()
 			return
 		}
 	}
@@ -634,19 +641,17 @@ func (d *Device) hand(ctx context.Context, m ReceivedMessage) bool {
 }
 
 // deliveryQueue is an unbounded FIFO between Receive and dispatch, so a
-// slow application never blocks the receive path.
+// slow application never blocks the receive path. A dispatcher runs only
+// while it holds messages: push starts one when none is running.
 type deliveryQueue struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	items  []ReceivedMessage
-	closed bool
+	mu      sync.Mutex
+	items   []ReceivedMessage
+	closed  bool
+	running bool
+	start   func() // starts a dispatcher (called with mu held)
 }
 
-func newDeliveryQueue() *deliveryQueue {
-	q := &deliveryQueue{}
-	q.cond = sync.NewCond(&q.mu)
-	return q
-}
+func newDeliveryQueue(start func()) *deliveryQueue { return &deliveryQueue{start: start} }
 
 func (q *deliveryQueue) push(m ReceivedMessage) {
 	q.mu.Lock()
@@ -655,16 +660,19 @@ func (q *deliveryQueue) push(m ReceivedMessage) {
 		return
 	}
 	q.items = append(q.items, m)
-	q.cond.Signal()
+	if !q.running {
+		q.running = true
+		q.start()
+	}
 }
 
-func (q *deliveryQueue) pop() (ReceivedMessage, bool) {
+// take returns the next message, or false when the queue is empty (the
+// dispatcher then stops) or closed.
+func (q *deliveryQueue) take() (ReceivedMessage, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.items) == 0 && !q.closed {
-		q.cond.Wait()
-	}
-	if q.closed {
+	if q.closed || len(q.items) == 0 {
+		q.running = false
 		return ReceivedMessage{}, false
 	}
 	m := q.items[0]
@@ -672,9 +680,15 @@ func (q *deliveryQueue) pop() (ReceivedMessage, bool) {
 	return m, true
 }
 
+// stopped records that the dispatcher gave up (the device is closing).
+func (q *deliveryQueue) stopped() {
+	q.mu.Lock()
+	q.running = false
+	q.mu.Unlock()
+}
+
 func (q *deliveryQueue) close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
-	q.cond.Broadcast()
 }

@@ -127,11 +127,12 @@ type Manager struct {
 
 	prekeys *actor.PID
 
-	mu      sync.Mutex
-	peers   map[messages.DeviceAddress]*peerEntry
-	closed  bool
-	closing chan struct{}
-	ticker  sync.WaitGroup
+	mu        sync.Mutex
+	peers     map[messages.DeviceAddress]*peerEntry
+	closed    bool
+	closing   chan struct{}
+	refreshMu sync.Mutex
+	refresh   *time.Timer
 }
 
 // peerEntry is the routing entry of one live session actor. pending counts
@@ -203,8 +204,8 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 	m.pub = m.local.Public()
 	m.prekeys = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &prekeyActor{m: m} }, m.cfg.Mailboxes.Option("prekeys")))
 	if cfg.RefreshInterval > 0 {
-		m.ticker.Add(1)
-		go m.refreshLoop(cfg.RefreshInterval)
+		m.sys.Root.Send(m.prekeys, &refreshReq{ctx: context.Background()})
+		m.armRefresh(cfg.RefreshInterval)
 	}
 	return m, nil
 }
@@ -221,19 +222,20 @@ func corrupt(what string, err error) error {
 	return fmt.Errorf("session: stored %s: %w: %w", what, persistence.ErrCorrupt, err)
 }
 
-// refreshLoop applies the prekey schedule every interval (and once at start).
-func (m *Manager) refreshLoop(interval time.Duration) {
-	defer m.ticker.Done()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		m.sys.Root.Send(m.prekeys, &refreshReq{ctx: context.Background()})
-		select {
-		case <-m.closing:
-			return
-		case <-t.C:
-		}
+// armRefresh applies the prekey schedule after interval, and again after
+// each interval until Close: a timer, not a goroutine per device.
+func (m *Manager) armRefresh(interval time.Duration) {
+	m.refreshMu.Lock()
+	defer m.refreshMu.Unlock()
+	select {
+	case <-m.closing:
+		return
+	default:
 	}
+	m.refresh = time.AfterFunc(interval, func() {
+		m.sys.Root.Send(m.prekeys, &refreshReq{ctx: context.Background()})
+		m.armRefresh(interval)
+	})
 }
 
 // Identity returns the local device's public identity.
@@ -419,7 +421,11 @@ func (m *Manager) Close() error {
 	}
 	pids = append(pids, m.prekeys)
 	m.mu.Unlock()
-	m.ticker.Wait()
+	m.refreshMu.Lock()
+	if m.refresh != nil {
+		m.refresh.Stop()
+	}
+	m.refreshMu.Unlock()
 	var wg sync.WaitGroup
 	for _, pid := range pids {
 		wg.Add(1)
