@@ -1,0 +1,106 @@
+// Package hosting runs hosted devices and sync groups when one machine is
+// not enough (issue 6, scale-out): each is a unit — a runtime.Node with its
+// own bbolt file — placed on one member of a cluster by its identity, and
+// reached from any member through one interface, Placement.
+//
+// # Units
+//
+// A unit is a virtual actor (a protoactor-go cluster grain) of one of two
+// kinds:
+//
+//   - KindDevice, identity = the device address (DeviceIdentity:
+//     "user.device"): a node with the delivery plane. Requests: OpSend
+//     (under the caller's logical id), OpCommit, OpPending, OpPendingSent,
+//     OpProcessed; OpBundle and OpDeliver are what hosted devices use to
+//     reach each other: a device's session transport goes through the
+//     Placement, so sender and recipient may live on different members.
+//   - KindGroup, identity = the group's name (a tenant's replicated
+//     tables): a node with the sync plane only. Requests: OpTrust,
+//     OpDefineTable, OpApply (signed events, ApplySignedBatch), OpGet,
+//     OpScan, OpEvents, OpDigest.
+//
+// A grain opens its unit's node (Config.Root/<kind>/<hex(identity)>) when
+// it is activated and closes it when it stops: passivation after
+// ClusterConfig.IdleTimeout without requests, a topology change moving it,
+// or its member's Close.
+//
+// Client wraps a Placement with typed methods. Requests and replies are
+// CBOR inside messages/wire's one protobuf envelope (DESIGN.md,
+// "protoactor-go at the pinned version"), registered as TypeRequest and
+// TypeReply.
+//
+// # Placement implementations
+//
+// Placement is our seam over the cluster layer, so the layer can be
+// swapped:
+//
+//   - NewCluster: one member of a protoactor-go cluster. Units are grains
+//     of the kinds "device" and "group", placed by the identity lookup
+//     (disthash: rendezvous hashing over the members that are up).
+//     Membership comes from a cluster provider: clusterproviders/test with
+//     a shared InMemAgent in one process (tests), clusterproviders/etcd or
+//     clusterproviders/consul in production.
+//   - NewLocal: every unit in this process (the embedded deployment). With
+//     WithRouter and WithMemberName several Locals can be the shards of a
+//     placement of one's own; this package's tests build one that way.
+//
+// # Guarantees
+//
+//   - At least once. A request may reach its unit more than once:
+//     cluster.Request retries on timeout, and Placement.Request retries
+//     while the unit is unavailable (ErrUnavailable: its member is
+//     stopping, its storage is still locked by a previous host). Every
+//     mutating operation is therefore idempotent: OpApply by event id (a
+//     repeat is a Duplicate outcome), OpSend by (recipient, logical id) (a
+//     repeat while pending re-encrypts and hands off the stored message
+//     again, Message.Duplicate; the recipient recognizes the copy by its
+//     id), OpCommit (a repeat is ALREADY_COMMITTED), OpTrust and
+//     OpDefineTable (same value, no change). OpDeliver hands over one
+//     ratchet envelope; a repeated envelope never delivers a message twice
+//     (the ratchet refuses a replayed envelope; a new copy under the same
+//     logical id is recognized by the inbound store), and the sender's
+//     message stays pending until its ACK.
+//   - Acknowledged means durable. A successful reply is sent after the
+//     unit's node committed the effect to its bbolt file (the runtime's
+//     rule), so a member lost after the reply loses nothing acknowledged.
+//     A request without a reply may or may not have taken effect: repeat
+//     it (idempotent).
+//   - One host at a time. A unit's bbolt file is locked by the member that
+//     has it open; a second host waits (Config.LockTimeout) and answers
+//     ErrUnavailable until the first released it, so two members never
+//     write one unit's state at once, whatever the cluster's view of the
+//     topology (consensus is not relied on: protoactor's did not converge
+//     here).
+//
+// # Take-over
+//
+// A unit's whole state — events, rows, sessions, pending and processed
+// messages, pending sent messages — is its node's files under
+// Config.Root/<kind>/<hex(identity)>. When a member leaves (Close: its
+// units are closed first, releasing their files, then it deregisters from
+// the provider; or its process dies, its file locks go with it, and the
+// provider expires it — etcd's lease TTL, Consul's TTL check; the test
+// provider never expires a member, only Close removes one), the identity
+// lookup places its identities on the survivors; the next request for one
+// activates it there, and the new host opens the same files: pending
+// messages are pending again, processed ones processed, every applied
+// event retained. A moved unit is not otherwise rebuilt; nothing but its
+// files carries over.
+//
+// This needs every member to see the same files at Config.Root: on one
+// machine (tests, several processes) a local directory; across machines a
+// shared or replicated volume that moves with the unit and honours flock
+// (for example a network block device attached to the new host, or a
+// cluster filesystem with POSIX locks). Without such storage, run one
+// member per data directory and do not expect take-over.
+//
+// # Cost of protoactor's cluster at the pinned version
+//
+// StartMember sleeps 1 s and a graceful Shutdown 2 s per member; a request
+// to a lost member's cached grain waits until it fails over (the remote is
+// configured with one dial attempt, so that is quick); several remotes in
+// one process trip -race inside protoactor's remote, so the cluster test
+// (TestClusterMemberLoss) runs the cluster in a child process built
+// without -race (internal/clusterdemo), while the same scenario runs
+// under -race on in-process shards (TestShardedMemberLoss).
+package hosting

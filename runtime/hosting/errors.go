@@ -1,0 +1,86 @@
+package hosting
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/syncmesh/syncmesh/actors/device"
+	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/runtime"
+)
+
+// Errors of the package. Errors from a unit's host arrive as *ReplyError,
+// which matches the sentinel of its Code with errors.Is.
+var (
+	// ErrUnavailable: the unit could not be reached or is not available
+	// on its host right now (member stopping, storage still locked by a
+	// previous host, request timed out). Nothing is known to have been
+	// done; every operation is idempotent, so the request may be retried.
+	ErrUnavailable = errors.New("hosting: unit unavailable")
+	// ErrBadRequest: the request is malformed or does not fit the unit's
+	// kind.
+	ErrBadRequest = errors.New("hosting: bad request")
+	// ErrClosed: the placement was closed.
+	ErrClosed = errors.New("hosting: placement closed")
+	// ErrInvalidConfig: a Config or ClusterConfig is incomplete or wrong.
+	ErrInvalidConfig = errors.New("hosting: invalid config")
+	// ErrInvalidIdentity: an identity is empty, too long, not UTF-8, or (for
+	// a device) not a device address.
+	ErrInvalidIdentity = errors.New("hosting: invalid identity")
+	// ErrFailed: the operation failed on the unit's host (ReplyError.Message
+	// says why).
+	ErrFailed = errors.New("hosting: operation failed")
+)
+
+// ReplyError is a failure reported by the member hosting a unit.
+type ReplyError struct {
+	Code    Code   // the reply's code
+	Member  string // the member that reported it
+	Message string // the failure, readable
+}
+
+// Error implements the error interface.
+func (e *ReplyError) Error() string {
+	return fmt.Sprintf("hosting: %s (code %d, member %q)", e.Message, e.Code, e.Member)
+}
+
+// Is maps the code to its sentinel: CodeUnavailable → ErrUnavailable,
+// CodeBadRequest → ErrBadRequest, CodeFailed → ErrFailed,
+// CodeNotHandedOff → device.ErrNotHandedOff, CodeNotPending →
+// outbound.ErrNotPending, CodeUnknownTable → runtime.ErrUnknownTable.
+func (e *ReplyError) Is(target error) bool {
+	switch e.Code {
+	case CodeUnavailable:
+		return target == ErrUnavailable
+	case CodeBadRequest:
+		return target == ErrBadRequest
+	case CodeFailed:
+		return target == ErrFailed
+	case CodeNotHandedOff:
+		return target == device.ErrNotHandedOff
+	case CodeNotPending:
+		return target == outbound.ErrNotPending
+	case CodeUnknownTable:
+		return target == runtime.ErrUnknownTable
+	}
+	return false
+}
+
+// codeOf classifies a runtime error for a Reply.
+func codeOf(err error) Code {
+	switch {
+	case err == nil:
+		return CodeOK
+	case errors.Is(err, runtime.ErrClosed), errors.Is(err, device.ErrClosed), errors.Is(err, runtime.ErrLocked), errors.Is(err, ErrUnavailable):
+		return CodeUnavailable
+	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrInvalidIdentity), errors.Is(err, runtime.ErrNoDevice):
+		return CodeBadRequest
+	case errors.Is(err, device.ErrNotHandedOff):
+		return CodeNotHandedOff
+	case errors.Is(err, outbound.ErrNotPending):
+		return CodeNotPending
+	case errors.Is(err, runtime.ErrUnknownTable):
+		return CodeUnknownTable
+	}
+	return CodeFailed
+}

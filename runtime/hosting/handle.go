@@ -1,0 +1,279 @@
+package hosting
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/runtime"
+)
+
+// Page limits of the reading operations.
+const (
+	// MaxScanRows bounds the rows of one OpScan reply.
+	MaxScanRows = 1000
+	// MaxEventIDs bounds the ids of one OpEvents reply.
+	MaxEventIDs = 10000
+	// MaxPendingPage bounds the messages of one OpPending or OpPendingSent
+	// reply (the runtime's own page limit).
+	MaxPendingPage = 100
+)
+
+// serve runs req on the open unit u and answers it. An error on a unit
+// closed meanwhile (its member stopping or the grain passivated) is
+// CodeUnavailable: the caller retries and reaches the unit's next host.
+func (h *host) serve(ctx context.Context, u *unit, req *Request) *Reply {
+	if req == nil {
+		return h.fail(fmt.Errorf("%w: nil request", ErrBadRequest))
+	}
+	if u.closed.Load() {
+		return h.fail(fmt.Errorf("%w: %s %q is closing on %s", ErrUnavailable, u.key.kind, u.key.identity, h.member()))
+	}
+	rep, err := h.dispatch(ctx, u, req)
+	if err != nil {
+		if u.closed.Load() && !errors.Is(err, ErrBadRequest) {
+			err = fmt.Errorf("%w: %s %q closed on %s: %w", ErrUnavailable, u.key.kind, u.key.identity, h.member(), err)
+		}
+		return h.fail(fmt.Errorf("%s %s %q: %w", req.Op, u.key.kind, u.key.identity, err))
+	}
+	rep.Member = h.member()
+	return rep
+}
+
+func (h *host) dispatch(ctx context.Context, u *unit, req *Request) (*Reply, error) {
+	n := u.node
+	if req.Op == OpInfo {
+		return &Reply{}, nil
+	}
+	group := req.Op >= OpDefineTable && req.Op <= OpDigest
+	dev := req.Op >= OpSend && req.Op <= OpProcessed
+	switch {
+	case group && u.key.kind != KindGroup, dev && u.key.kind != KindDevice:
+		return nil, fmt.Errorf("%w: %s is not an operation of a %s", ErrBadRequest, req.Op, u.key.kind)
+	case !group && !dev:
+		return nil, fmt.Errorf("%w: unknown operation %s", ErrBadRequest, req.Op)
+	}
+	switch req.Op {
+	case OpDefineTable:
+		if req.Table == nil {
+			return nil, fmt.Errorf("%w: no table", ErrBadRequest)
+		}
+		t := req.Table
+		return &Reply{}, n.DefineTable(ctx, runtime.TableDef{Schema: t.Schema, Table: t.Table, KeyColumns: t.KeyColumns, Columns: t.Columns})
+	case OpTrust:
+		s := req.Signer
+		if s == nil || len(s.Site) != len(messages.SiteID{}) {
+			return nil, fmt.Errorf("%w: no signer or a bad site id", ErrBadRequest)
+		}
+		k := runtime.PeerKey{Kid: s.Kid, PublicKey: s.PublicKey, Cutoff: messages.HLC(s.Cutoff)}
+		copy(k.Site[:], s.Site)
+		return &Reply{}, n.Trust(ctx, k)
+	case OpApply:
+		if len(req.Events) == 0 || len(req.Events) > messages.MaxPushEvents {
+			return nil, fmt.Errorf("%w: 1..%d events per apply", ErrBadRequest, messages.MaxPushEvents)
+		}
+		outs, err := n.ApplySignedBatch(ctx, req.Events)
+		if err != nil {
+			return nil, err
+		}
+		rep := &Reply{Outcomes: make([]Outcome, len(outs))}
+		for i, o := range outs {
+			rep.Outcomes[i] = Outcome{Kind: uint8(o.Kind), Reason: uint8(o.Reason), ID: append([]byte(nil), o.ID[:]...)}
+		}
+		return rep, nil
+	case OpGet:
+		key := make(map[string]any, len(req.RowKey))
+		for c, v := range req.RowKey {
+			key[c] = v
+		}
+		row, found, err := n.Get(ctx, req.Schema, req.TableName, key)
+		if err != nil {
+			return nil, err
+		}
+		rep := &Reply{Found: found}
+		if row.Key != nil {
+			rep.Rows = []Row{rowOf(row)}
+		}
+		return rep, nil
+	case OpScan:
+		limit := req.Limit
+		if limit <= 0 || limit > MaxScanRows {
+			limit = MaxScanRows
+		}
+		rep := &Reply{}
+		err := n.Scan(ctx, req.Schema, req.TableName, runtime.ScanOptions{After: req.After}, func(r runtime.Row) bool {
+			if len(rep.Rows) == limit {
+				rep.More = true
+				return false
+			}
+			rep.Rows = append(rep.Rows, rowOf(r))
+			return true
+		})
+		return rep, err
+	case OpEvents:
+		limit := req.Limit
+		if limit <= 0 || limit > MaxEventIDs {
+			limit = MaxEventIDs
+		}
+		log, err := n.Log(ctx, req.Seq, limit+1)
+		if err != nil {
+			return nil, err
+		}
+		rep := &Reply{Next: req.Seq}
+		if len(log) > limit {
+			log, rep.More = log[:limit], true
+		}
+		for _, e := range log {
+			rep.IDs = append(rep.IDs, e.ID[:])
+			rep.Next = e.Seq
+		}
+		return rep, nil
+	case OpDigest:
+		var ids [][]byte
+		var after uint64
+		for {
+			log, err := n.Log(ctx, after, 1000)
+			if err != nil {
+				return nil, err
+			}
+			if len(log) == 0 {
+				break
+			}
+			for _, e := range log {
+				ids = append(ids, e.ID[:])
+				after = e.Seq
+			}
+		}
+		return &Reply{Count: uint64(len(ids)), Hash: digestOf(ids)}, nil
+	case OpSend:
+		to, id, err := peerAndID(req)
+		if err != nil {
+			return nil, err
+		}
+		sm, err := n.SendWithID(ctx, to, id, req.Body)
+		dup := false
+		if errors.Is(err, outbound.ErrAlreadyPending) {
+			// A repeat of this request (cluster retry, caller retry): the
+			// message is stored; hand it off again (a fresh encryption
+			// the recipient recognizes by its logical id).
+			dup = true
+			err = n.Resend(ctx, to, id)
+			if errors.Is(err, outbound.ErrNotPending) {
+				err = nil // acknowledged meanwhile
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &Reply{Messages: []Message{{Peer: to, ID: id[:], Seq: sm.Sequence, Duplicate: dup}}}, nil
+	case OpDeliver:
+		if req.Peer == nil || len(req.Envelope) == 0 {
+			return nil, fmt.Errorf("%w: deliver needs a peer and an envelope", ErrBadRequest)
+		}
+		res, err := n.ReceiveEnvelope(ctx, *req.Peer, req.Envelope)
+		if err != nil {
+			return nil, err
+		}
+		return &Reply{Kind: uint8(res.Kind)}, nil
+	case OpBundle:
+		b, err := n.Bundle(ctx)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := messages.EncodePrekeyBundle(b)
+		if err != nil {
+			return nil, err
+		}
+		return &Reply{Bundle: raw}, nil
+	case OpCommit:
+		from, id, err := peerAndID(req)
+		if err != nil {
+			return nil, err
+		}
+		res, err := n.CommitReceivedMessage(ctx, from, id)
+		if err != nil {
+			return nil, err
+		}
+		return &Reply{Messages: []Message{{Peer: from, ID: id[:], Status: uint8(res.Status), AckSent: res.AckSent}}}, nil
+	case OpPending:
+		page, err := n.PendingReceivedMessages(ctx, req.Seq, pageLimit(req.Limit), req.Peer)
+		if err != nil {
+			return nil, err
+		}
+		rep := &Reply{Next: page.Next, More: page.More}
+		for _, m := range page.Messages {
+			rep.Messages = append(rep.Messages, Message{Peer: m.Sender, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Plaintext})
+		}
+		return rep, nil
+	case OpPendingSent:
+		page, err := n.PendingSentMessages(ctx, req.Seq, pageLimit(req.Limit), req.Peer)
+		if err != nil {
+			return nil, err
+		}
+		rep := &Reply{Next: page.Next, More: page.More}
+		for _, m := range page.Messages {
+			rep.Messages = append(rep.Messages, Message{Peer: m.Recipient, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Body})
+		}
+		return rep, nil
+	case OpProcessed:
+		from, id, err := peerAndID(req)
+		if err != nil {
+			return nil, err
+		}
+		p, ok, err := n.ProcessedMessage(ctx, from, id)
+		if err != nil {
+			return nil, err
+		}
+		rep := &Reply{Found: ok}
+		if ok {
+			rep.Messages = []Message{{Peer: p.Sender, ID: bytesOf(p.ID), Status: uint8(p.Finalization)}}
+		}
+		return rep, nil
+	}
+	return nil, fmt.Errorf("%w: unknown operation %s", ErrBadRequest, req.Op)
+}
+
+func bytesOf(id messages.LogicalMessageID) []byte { return append([]byte(nil), id[:]...) }
+
+func pageLimit(l int) int {
+	if l <= 0 || l > MaxPendingPage {
+		return MaxPendingPage
+	}
+	return l
+}
+
+func peerAndID(req *Request) (messages.DeviceAddress, messages.LogicalMessageID, error) {
+	var id messages.LogicalMessageID
+	if req.Peer == nil || len(req.ID) != len(id) {
+		return messages.DeviceAddress{}, id, fmt.Errorf("%w: needs a peer and a %d-byte message id", ErrBadRequest, len(id))
+	}
+	if err := req.Peer.Validate(); err != nil {
+		return messages.DeviceAddress{}, id, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	copy(id[:], req.ID)
+	return *req.Peer, id, nil
+}
+
+func rowOf(r runtime.Row) Row {
+	out := Row{Key: r.Key, Exists: r.Exists, Cells: make(map[string]Cell, len(r.Cells))}
+	for c, v := range r.Cells {
+		out.Cells[c] = Cell{State: uint8(v.State), Value: []byte(v.Value)}
+	}
+	return out
+}
+
+// digestOf is SHA-256 over the sorted 32-byte event ids: equal sets of
+// retained events give equal digests whatever their log order.
+func digestOf(ids [][]byte) []byte {
+	s := slices.Clone(ids)
+	slices.SortFunc(s, func(a, b []byte) int { return slices.Compare(a, b) })
+	h := sha256.New()
+	for _, id := range s {
+		h.Write(id)
+	}
+	return h.Sum(nil)
+}

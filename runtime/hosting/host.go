@@ -1,0 +1,314 @@
+package hosting
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/runtime"
+)
+
+// Kinds of hosted units.
+const (
+	// KindDevice is a hosted device: identity = the device address in the
+	// form of DeviceIdentity ("user.device"). Its node carries the delivery
+	// plane (runtime.Config.Device).
+	KindDevice = "device"
+	// KindGroup is a hosted sync group (a tenant's replicated tables):
+	// identity = the group name. Its node carries the sync plane only.
+	KindGroup = "group"
+)
+
+// MaxIdentity bounds an identity (it is also the hosted node's Name).
+const MaxIdentity = 256
+
+// Config configures the hosting of units on one member; it is shared by
+// every Placement implementation.
+type Config struct {
+	// Root is the data root shared by every member: a unit's node lives in
+	// Root/<kind>/<hex(identity)> (runtime.Config.Dir). Every member must
+	// see the same files at Root (one machine, or storage that moves with
+	// the unit); see the package documentation. Required.
+	Root string
+	// MeshID is every hosted node's mesh id. Required.
+	MeshID []byte
+	// Logger receives hosting logs and the hosted nodes' logs. Nil:
+	// discarded.
+	Logger *slog.Logger
+	// LockTimeout bounds how long an activation waits for a unit's bbolt
+	// file still held by its previous host; past it the request fails with
+	// ErrUnavailable and is retried. Zero: 2 s.
+	LockTimeout time.Duration
+	// NoSync skips fsync in the hosted nodes' bbolt files. Tests only.
+	NoSync bool
+	// Node, when set, adjusts each hosted node's configuration before it
+	// is opened (scope, storage key, metrics, device options...). Dir,
+	// MeshID, System and Device.Address/Transport are set by the host.
+	Node func(kind, identity string, cfg *runtime.Config)
+}
+
+func (c *Config) validate() error {
+	if c.Root == "" {
+		return fmt.Errorf("%w: Root is required", ErrInvalidConfig)
+	}
+	if len(c.MeshID) == 0 || len(c.MeshID) > 64 {
+		return fmt.Errorf("%w: MeshID must be 1..64 bytes", ErrInvalidConfig)
+	}
+	if c.LockTimeout < 0 {
+		return fmt.Errorf("%w: LockTimeout must not be negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// DeviceIdentity is the identity of the device grain at a:
+// a.String() ("user.device", the user quoted when needed).
+func DeviceIdentity(a messages.DeviceAddress) string { return a.String() }
+
+// ParseDeviceIdentity parses an identity made by DeviceIdentity.
+func ParseDeviceIdentity(s string) (messages.DeviceAddress, error) {
+	i := strings.LastIndexByte(s, '.')
+	if i <= 0 {
+		return messages.DeviceAddress{}, fmt.Errorf("%w: %q is not user.device", ErrInvalidIdentity, s)
+	}
+	user, num := s[:i], s[i+1:]
+	if strings.HasPrefix(user, `"`) {
+		u, err := strconv.Unquote(user)
+		if err != nil {
+			return messages.DeviceAddress{}, fmt.Errorf("%w: %q: bad quoted user", ErrInvalidIdentity, s)
+		}
+		user = u
+	}
+	d, err := strconv.ParseUint(num, 10, 32)
+	if err != nil || (len(num) > 1 && num[0] == '0') || num[0] == '+' {
+		return messages.DeviceAddress{}, fmt.Errorf("%w: %q: bad device number", ErrInvalidIdentity, s)
+	}
+	a := messages.DeviceAddress{User: user, Device: uint32(d)}
+	if err := a.Validate(); err != nil {
+		return messages.DeviceAddress{}, fmt.Errorf("%w: %q: %w", ErrInvalidIdentity, s, err)
+	}
+	if a.String() != s {
+		return messages.DeviceAddress{}, fmt.Errorf("%w: %q is not in canonical form %q", ErrInvalidIdentity, s, a.String())
+	}
+	return a, nil
+}
+
+func checkUnit(kind, identity string) error {
+	if identity == "" || len(identity) > MaxIdentity || !utf8.ValidString(identity) {
+		return fmt.Errorf("%w: identity must be 1..%d bytes of UTF-8", ErrInvalidIdentity, MaxIdentity)
+	}
+	switch kind {
+	case KindGroup:
+		return nil
+	case KindDevice:
+		_, err := ParseDeviceIdentity(identity)
+		return err
+	}
+	return fmt.Errorf("%w: unknown kind %q", ErrBadRequest, kind)
+}
+
+// unitDir is where the unit's node keeps its files.
+func unitDir(root, kind, identity string) string {
+	return filepath.Join(root, kind, hex.EncodeToString([]byte(identity)))
+}
+
+type unitKey struct{ kind, identity string }
+
+// unit is one open hosted node.
+type unit struct {
+	key    unitKey
+	ready  chan struct{} // closed once node/err are set
+	node   *runtime.Node
+	err    error
+	closed atomic.Bool
+}
+
+// host opens, serves and closes the units of one member. Its methods are
+// safe for concurrent use.
+type host struct {
+	cfg       Config
+	name      atomic.Pointer[string]
+	system    *actor.ActorSystem
+	log       *slog.Logger
+	transport func(self messages.DeviceAddress) runtime.DeviceTransport
+
+	mu      sync.Mutex
+	units   map[unitKey]*unit
+	closing bool
+}
+
+func newHost(cfg Config, member string, sys *actor.ActorSystem, transport func(messages.DeviceAddress) runtime.DeviceTransport) *host {
+	if cfg.LockTimeout == 0 {
+		cfg.LockTimeout = 2 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &host{cfg: cfg, system: sys, log: log, transport: transport, units: map[unitKey]*unit{}}
+	h.setMember(member)
+	return h
+}
+
+// member names the member in replies and logs.
+func (h *host) member() string { return *h.name.Load() }
+
+func (h *host) setMember(m string) { h.name.Store(&m) }
+
+// acquire returns the open unit (kind, identity), opening its node from
+// the shared root if needed. Concurrent callers share one open.
+func (h *host) acquire(ctx context.Context, kind, identity string) (*unit, error) {
+	if err := checkUnit(kind, identity); err != nil {
+		return nil, err
+	}
+	k := unitKey{kind, identity}
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("%w: member %s is stopping", ErrUnavailable, h.member())
+	}
+	if u, ok := h.units[k]; ok {
+		h.mu.Unlock()
+		select {
+		case <-u.ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
+		if u.err != nil {
+			return nil, u.err
+		}
+		return u, nil
+	}
+	u := &unit{key: k, ready: make(chan struct{})}
+	h.units[k] = u
+	h.mu.Unlock()
+
+	u.node, u.err = h.open(ctx, kind, identity)
+	if u.err != nil {
+		h.mu.Lock()
+		delete(h.units, k)
+		h.mu.Unlock()
+		h.log.Warn("hosting: activation failed", "kind", kind, "identity", identity, "member", h.member(), "err", u.err)
+	} else {
+		h.log.Debug("hosting: activated", "kind", kind, "identity", identity, "member", h.member())
+	}
+	close(u.ready)
+	if u.err != nil {
+		return nil, u.err
+	}
+	return u, nil
+}
+
+func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, error) {
+	cfg := runtime.Config{
+		Dir:          unitDir(h.cfg.Root, kind, identity),
+		MeshID:       h.cfg.MeshID,
+		Name:         identity,
+		Logger:       h.log,
+		System:       h.system,
+		NoSync:       h.cfg.NoSync,
+		LockTimeout:  h.cfg.LockTimeout,
+		SyncInterval: -1,
+	}
+	var addr messages.DeviceAddress
+	if kind == KindDevice {
+		var err error
+		if addr, err = ParseDeviceIdentity(identity); err != nil {
+			return nil, err
+		}
+		cfg.Device = &runtime.DeviceConfig{}
+	}
+	if h.cfg.Node != nil {
+		h.cfg.Node(kind, identity, &cfg)
+	}
+	cfg.Dir, cfg.MeshID, cfg.System = unitDir(h.cfg.Root, kind, identity), h.cfg.MeshID, h.system
+	if kind == KindDevice {
+		if cfg.Device == nil {
+			cfg.Device = &runtime.DeviceConfig{}
+		}
+		dc := *cfg.Device
+		dc.Address, dc.Transport = addr, h.transport(addr)
+		cfg.Device = &dc
+	} else {
+		cfg.Device = nil
+	}
+	n, err := runtime.Open(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, runtime.ErrLocked) {
+			return nil, fmt.Errorf("%w: %s %q still held by its previous host: %w", ErrUnavailable, kind, identity, err)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return nil, fmt.Errorf("hosting: open %s %q: %w", kind, identity, err)
+	}
+	return n, nil
+}
+
+// release closes the unit's node (releasing its bbolt lock) and forgets it.
+func (h *host) release(u *unit) error {
+	if u == nil {
+		return nil
+	}
+	h.mu.Lock()
+	if h.units[u.key] == u {
+		delete(h.units, u.key)
+	}
+	h.mu.Unlock()
+	<-u.ready
+	if u.node == nil || u.closed.Swap(true) {
+		return nil
+	}
+	err := u.node.Close()
+	h.log.Debug("hosting: deactivated", "kind", u.key.kind, "identity", u.key.identity, "member", h.member(), "err", err)
+	return err
+}
+
+// close refuses new activations and closes every open unit.
+func (h *host) close() error {
+	h.mu.Lock()
+	h.closing = true
+	us := make([]*unit, 0, len(h.units))
+	for _, u := range h.units {
+		us = append(us, u)
+	}
+	h.mu.Unlock()
+	var errs []error
+	for _, u := range us {
+		errs = append(errs, h.release(u))
+	}
+	return errors.Join(errs...)
+}
+
+// hosted lists the open units (kind, identity).
+func (h *host) hosted() []Unit {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Unit, 0, len(h.units))
+	for k := range h.units {
+		out = append(out, Unit{Kind: k.kind, Identity: k.identity})
+	}
+	return out
+}
+
+// Unit names a hosted unit.
+type Unit struct {
+	Kind     string // KindDevice or KindGroup
+	Identity string // device identity or group name
+}
+
+// fail builds an error reply.
+func (h *host) fail(err error) *Reply {
+	return &Reply{Member: h.member(), Code: codeOf(err), Error: err.Error()}
+}
