@@ -1,12 +1,11 @@
 package runtime
 
 import (
-	"errors"
-
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -48,28 +47,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// Nodes sharing one Registerer share the collectors.
 	var err error
-	if m.outcomes, err = register(reg, m.outcomes); err != nil {
+	if m.outcomes, err = promreg.Register(reg, m.outcomes); err != nil {
 		return nil, err
 	}
 	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters} {
-		if *c, err = register(reg, *c); err != nil {
+		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }
 
 func (m *metrics) count(o messages.Outcome) {

@@ -21,10 +21,41 @@ type deviceEntry struct {
 	node *Node
 }
 
+// envelopeLink is one (from, to) queue of envelopes, delivered in order
+// by one drainer goroutine that runs only while the queue holds some.
 type envelopeLink struct {
 	mu      sync.Mutex
 	queue   [][]byte
 	running bool
+}
+
+// add queues env (first, with front) and reports whether the caller must
+// start the drainer.
+func (l *envelopeLink) add(env []byte, front bool) (start bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if front && len(l.queue) > 0 {
+		l.queue = append([][]byte{env}, l.queue...)
+	} else {
+		l.queue = append(l.queue, env)
+	}
+	start = !l.running
+	l.running = true
+	return start
+}
+
+// next returns the next envelope, or false when the queue is empty (the
+// drainer then stops).
+func (l *envelopeLink) next() ([]byte, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.queue) == 0 {
+		l.running = false
+		return nil, false
+	}
+	env := l.queue[0]
+	l.queue = l.queue[1:]
+	return env, true
 }
 
 type linkKey struct{ from, to messages.DeviceAddress }
@@ -143,17 +174,10 @@ func (t *deviceTransport) Send(ctx context.Context, peer messages.DeviceAddress,
 		return nil // handed over, then lost on the way
 	}
 	env := append([]byte(nil), envelope...)
-	l.mu.Lock()
+	start := false
 	for i := 0; i < copies; i++ {
-		if reorder && len(l.queue) > 0 {
-			l.queue = append([][]byte{env}, l.queue...)
-		} else {
-			l.queue = append(l.queue, env)
-		}
+		start = l.add(env, reorder) || start
 	}
-	start := !l.running
-	l.running = true
-	l.mu.Unlock()
 	if start {
 		go t.drain(l, peer, delay)
 	}
@@ -163,15 +187,10 @@ func (t *deviceTransport) Send(ctx context.Context, peer messages.DeviceAddress,
 // drain delivers a link's envelopes in queue order until it is empty.
 func (t *deviceTransport) drain(l *envelopeLink, peer messages.DeviceAddress, delay time.Duration) {
 	for {
-		l.mu.Lock()
-		if len(l.queue) == 0 {
-			l.running = false
-			l.mu.Unlock()
+		env, ok := l.next()
+		if !ok {
 			return
 		}
-		env := l.queue[0]
-		l.queue = l.queue[1:]
-		l.mu.Unlock()
 		if delay > 0 {
 			time.Sleep(delay)
 		}

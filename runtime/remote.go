@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 )
@@ -643,16 +644,9 @@ func newRemoteMetrics(reg prometheus.Registerer) (*remoteMetrics, error) {
 		return m, nil
 	}
 	for _, c := range []**prometheus.CounterVec{&m.undecodable, &m.bytes, &m.pushes} {
-		if err := reg.Register(*c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			existing, ok := (*prometheus.CounterVec)(nil), false
-			if errors.As(err, &are) {
-				existing, ok = are.ExistingCollector.(*prometheus.CounterVec)
-			}
-			if !ok {
-				return nil, fmt.Errorf("runtime: remote metrics: %w", err)
-			}
-			*c = existing // remotes sharing a Registerer share the counters
+		var err error
+		if *c, err = promreg.Register(reg, *c); err != nil { // remotes sharing a Registerer share the counters
+			return nil, fmt.Errorf("runtime: remote metrics: %w", err)
 		}
 	}
 	return m, nil

@@ -162,27 +162,17 @@ func (r *Remote) deliverDevice(m *wire.DeviceEnvelope) {
 		r.dev.queues[k] = l
 	}
 	r.dev.mu.Unlock()
-	l.mu.Lock()
-	l.queue = append(l.queue, m.Envelope)
-	start := !l.running
-	l.running = true
-	l.mu.Unlock()
-	if !start {
+	if !l.add(m.Envelope, false) {
 		return
 	}
 	r.inflight.Add(1)
 	go func() {
 		defer r.inflight.Done()
 		for {
-			l.mu.Lock()
-			if len(l.queue) == 0 {
-				l.running = false
-				l.mu.Unlock()
+			env, ok := l.next()
+			if !ok {
 				return
 			}
-			env := l.queue[0]
-			l.queue = l.queue[1:]
-			l.mu.Unlock()
 			ctx, cancel := context.WithTimeout(r.baseCtx, r.timeout)
 			if _, err := n.ReceiveEnvelope(ctx, m.From, env); err != nil && !errors.Is(err, context.Canceled) {
 				// The sender keeps the message pending and retries.

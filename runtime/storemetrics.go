@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
@@ -18,7 +19,7 @@ func newTxLatency(reg prometheus.Registerer) (*prometheus.HistogramVec, error) {
 		Help:    "Storage transaction latency (commit and fsync included for updates), by plane and kind.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
 	}, []string{"plane", "kind"})
-	return register(reg, h)
+	return promreg.Register(reg, h)
 }
 
 type timedSync struct {

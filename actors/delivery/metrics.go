@@ -1,10 +1,9 @@
 package delivery
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -42,31 +41,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	var err error
 	for _, c := range []**prometheus.CounterVec{&m.pushes, &m.offered, &m.skipped, &m.recv} {
-		if *c, err = register(reg, *c); err != nil {
+		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}
 	}
 	for _, g := range []**prometheus.GaugeVec{&m.backlog, &m.retry, &m.lag} {
-		if *g, err = register(reg, *g); err != nil {
+		if *g, err = promreg.Register(reg, *g); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// its name (several nodes in one process may share a registry).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if ex, ok := are.ExistingCollector.(C); ok {
-				return ex, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }
 
 func noMetrics() *Metrics {

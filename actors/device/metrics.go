@@ -1,9 +1,9 @@
 package device
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/actors/promreg"
 )
 
 // metrics are the delivery plane's Prometheus metrics. Devices sharing
@@ -41,27 +41,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	var err error
 	for _, g := range []*prometheus.Gauge{&m.pendingIn, &m.pendingOut} {
-		if *g, err = register(reg, *g); err != nil {
+		if *g, err = promreg.Register(reg, *g); err != nil {
 			return nil, err
 		}
 	}
 	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed} {
-		if *c, err = register(reg, *c); err != nil {
+		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }

@@ -6,10 +6,10 @@
 package mailbox
 
 import (
-	"errors"
-
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/actors/promreg"
 )
 
 // Depths is the syncmesh_actor_mailbox_depth gauge, by actor kind. A nil
@@ -19,22 +19,12 @@ type Depths struct{ vec *prometheus.GaugeVec }
 // NewDepths registers the gauge with reg (nodes sharing a registry share
 // it: the depth is then the sum over their actors of each kind).
 func NewDepths(reg prometheus.Registerer) (*Depths, error) {
-	vec := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	vec, err := promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "syncmesh", Subsystem: "actor", Name: "mailbox_depth",
 		Help: "Messages posted to the actors of a kind and not yet processed.",
-	}, []string{"kind"})
-	if reg != nil {
-		if err := reg.Register(vec); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			ex, ok := (*prometheus.GaugeVec)(nil), false
-			if errors.As(err, &are) {
-				ex, ok = are.ExistingCollector.(*prometheus.GaugeVec)
-			}
-			if !ok {
-				return nil, err
-			}
-			vec = ex
-		}
+	}, []string{"kind"}))
+	if err != nil {
+		return nil, err
 	}
 	return &Depths{vec: vec}, nil
 }
