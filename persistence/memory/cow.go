@@ -11,47 +11,72 @@ var seed = maphash.MakeSeed()
 func shardOf[K comparable](k K) int { return int(maphash.Comparable(seed, k) % nShards) }
 
 // cowMap is a copy-on-write sharded map. A committed cowMap is never
-// mutated: a transaction works on a value copy of it and clones a shard the
-// first time it writes to it (tracked by gen), so snapshots held by readers
-// stay unchanged.
+// mutated: a transaction works on a value copy of it, copies the shard
+// table the first time it writes to the map and clones a shard the first
+// time it writes to that shard (both tracked by gen), so snapshots held by
+// readers stay unchanged. A map never written has no table: an empty
+// store and a transaction's copy of the state cost a few words per map.
 type cowMap[K comparable, V any] struct {
+	t    *shardTable[K, V]
+	tgen uint64 // generation of the transaction that copied t
+	gen  uint64 // generation of the transaction writing this copy
+}
+
+type shardTable[K comparable, V any] struct {
 	shards [nShards]map[K]V
 	owner  [nShards]uint64 // generation of the transaction that cloned the shard
-	gen    uint64          // generation of the transaction writing this copy
 }
 
 func (c *cowMap[K, V]) begin(gen uint64) { c.gen = gen }
 
 func (c *cowMap[K, V]) get(k K) (V, bool) {
-	v, ok := c.shards[shardOf(k)][k]
+	if c.t == nil {
+		var zero V
+		return zero, false
+	}
+	v, ok := c.t.shards[shardOf(k)][k]
 	return v, ok
 }
 
 func (c *cowMap[K, V]) own(i int) map[K]V {
-	if c.owner[i] != c.gen || c.shards[i] == nil {
-		old := c.shards[i]
+	switch {
+	case c.t == nil:
+		c.t, c.tgen = &shardTable[K, V]{}, c.gen
+	case c.tgen != c.gen:
+		cp := *c.t
+		c.t, c.tgen = &cp, c.gen
+	}
+	t := c.t
+	if t.owner[i] != c.gen || t.shards[i] == nil {
+		old := t.shards[i]
 		n := make(map[K]V, len(old)+1)
 		for k, v := range old {
 			n[k] = v
 		}
-		c.shards[i] = n
-		c.owner[i] = c.gen
+		t.shards[i] = n
+		t.owner[i] = c.gen
 	}
-	return c.shards[i]
+	return t.shards[i]
 }
 
 func (c *cowMap[K, V]) put(k K, v V) { c.own(shardOf(k))[k] = v }
 
 func (c *cowMap[K, V]) del(k K) {
 	i := shardOf(k)
-	if _, ok := c.shards[i][k]; !ok {
+	if c.t == nil {
+		return
+	}
+	if _, ok := c.t.shards[i][k]; !ok {
 		return
 	}
 	delete(c.own(i), k)
 }
 
 func (c *cowMap[K, V]) each(fn func(K, V)) {
-	for _, s := range c.shards {
+	if c.t == nil {
+		return
+	}
+	for _, s := range c.t.shards {
 		for k, v := range s {
 			fn(k, v)
 		}
