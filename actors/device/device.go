@@ -593,7 +593,11 @@ func (d *Device) pruneLoop() {
 func (d *Device) dispatch(redeliver bool) {
 	defer d.loops.Done()
 	ctx := d.ctx
+	// A message received while the pending ones are read is both in the
+	// store and in the queue: hand it once.
+	var handed map[uint64]bool
 	if redeliver {
+		handed = map[uint64]bool{}
 		var after uint64
 		for {
 			page, err := d.in.Pending(ctx, after, MaxPageSize, nil)
@@ -604,6 +608,7 @@ func (d *Device) dispatch(redeliver bool) {
 				break
 			}
 			for _, m := range page.Messages {
+				handed[m.Sequence] = true
 				if !d.hand(ctx, m) {
 					d.queue.stopped()
 					return
@@ -619,6 +624,10 @@ func (d *Device) dispatch(redeliver bool) {
 		m, ok := d.queue.take()
 		if !ok {
 			return
+		}
+		if handed[m.Sequence] {
+			delete(handed, m.Sequence)
+			continue
 		}
 		if !d.hand(ctx, m) {
 			d.queue.stopped()
