@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -179,6 +180,8 @@ func (*nilDecoded) Serialize() (remote.RootSerialized, error) {
 	return &Envelope{Type: "test.nil"}, nil
 }
 
+var registerRun int
+
 func TestRegister(t *testing.T) {
 	if err := Register(TypeSyncPush, decodePush); !errors.Is(err, ErrDuplicateType) {
 		t.Fatalf("duplicate: %v", err)
@@ -192,20 +195,23 @@ func TestRegister(t *testing.T) {
 	if err := Register[*Push]("test.nil-decoder", nil); !errors.Is(err, ErrInvalidName) {
 		t.Fatalf("nil decoder: %v", err)
 	}
-	if err := Register("test.panicky", func([]byte) (panicky, error) { panic("boom") }); err != nil {
+	// The registry is process-wide: fresh names on every run (-count=N).
+	registerRun++
+	panickyName, nilName := fmt.Sprintf("test.panicky.%d", registerRun), fmt.Sprintf("test.nil.%d", registerRun)
+	if err := Register(panickyName, func([]byte) (panicky, error) { panic("boom") }); err != nil {
 		t.Fatal(err)
 	}
-	if !Registered("test.panicky") || Registered("test.absent") {
+	if !Registered(panickyName) || Registered("test.absent") {
 		t.Fatal("Registered is wrong")
 	}
-	v, err := (&Envelope{Type: "test.panicky", Cbor: []byte{1}}).Deserialize()
+	v, err := (&Envelope{Type: panickyName, Cbor: []byte{1}}).Deserialize()
 	if u, ok := v.(*Undecodable); err != nil || !ok || !errors.Is(u, ErrDecoderPanic) || !u.Known {
 		t.Fatalf("panicking decoder: %T %v %v", v, v, err)
 	}
-	if err := Register("test.nil", func([]byte) (*nilDecoded, error) { return nil, nil }); err != nil {
+	if err := Register(nilName, func([]byte) (*nilDecoded, error) { return nil, nil }); err != nil {
 		t.Fatal(err)
 	}
-	v, err = (&Envelope{Type: "test.nil"}).Deserialize()
+	v, err = (&Envelope{Type: nilName}).Deserialize()
 	if u, ok := v.(*Undecodable); err != nil || !ok || !errors.Is(u, ErrNilMessage) {
 		t.Fatalf("nil-returning decoder: %T %v %v", v, v, err)
 	}
