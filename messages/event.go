@@ -2,6 +2,7 @@ package messages
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/fxamacker/cbor/v2"
 )
@@ -128,6 +129,15 @@ func EncodeEvent(e *Event) ([]byte, error) {
 // an error matching ErrEmptyRowKey, so the apply path can drop and surface
 // it (SSP/1 §13.6).
 func DecodeEvent(b []byte) (*Event, error) {
+	if e, ok := decodeEventCanonical(b); ok {
+		return e, nil
+	}
+	return decodeEventStrict(b)
+}
+
+// decodeEventStrict is the general strict decoder: every input the fast
+// path leaves, and the fast path's reference.
+func decodeEventStrict(b []byte) (*Event, error) {
 	var w wireEvent
 	if err := Unmarshal("event", b, &w, maxEventSize); err != nil {
 		return nil, err
@@ -205,4 +215,232 @@ func (b *bstr) UnmarshalCBOR(data []byte) error {
 		return fmt.Errorf("cbor: expected a byte string")
 	}
 	return decMode.Unmarshal(data, (*[]byte)(b))
+}
+
+// The canonical fast path. DecodeEvent runs once per received event; the
+// reflective decoder costs microseconds and a dozen allocations. Almost
+// every event arrives exactly as EncodeEvent wrote it, so that one shape
+// is read by hand first. The fast path accepts only inputs the strict
+// decoder also accepts, with the same result (FuzzDecodeEventCanonical
+// cross-checks them); anything else — every error, every non-canonical
+// or unusual input — falls through to the strict decoder, which decides.
+
+// Encoded map keys of the wire event in Core Deterministic order (RFC 8949
+// §4.2.1: shorter first, then bytewise), as EncodeEvent writes them.
+var (
+	wireKeyV       = []byte{0x61, 'v'}
+	wireKeyHLC     = []byte{0x63, 'h', 'l', 'c'}
+	wireKeyKey     = []byte{0x63, 'k', 'e', 'y'}
+	wireKeySite    = []byte{0x64, 's', 'i', 't', 'e'}
+	wireKeyTable   = []byte{0x65, 't', 'a', 'b', 'l', 'e'}
+	wireKeySchema  = []byte{0x66, 's', 'c', 'h', 'e', 'm', 'a'}
+	wireKeyPayload = []byte{0x67, 'p', 'a', 'y', 'l', 'o', 'a', 'd'}
+)
+
+// canonReader reads shortest-form, definite-length CBOR. Any surprise sets
+// bad; the caller then abandons the fast path.
+type canonReader struct {
+	b   []byte
+	bad bool
+}
+
+// head reads a head of the given major type whose argument is in its
+// shortest form.
+func (r *canonReader) head(major byte) uint64 {
+	if r.bad || len(r.b) == 0 || r.b[0]>>5 != major {
+		r.bad = true
+		return 0
+	}
+	info := r.b[0] & 0x1f
+	if info < 24 {
+		r.b = r.b[1:]
+		return uint64(info)
+	}
+	var size int
+	var min uint64
+	switch info {
+	case 24:
+		size, min = 1, 24
+	case 25:
+		size, min = 2, 0x100
+	case 26:
+		size, min = 4, 0x10000
+	case 27:
+		size, min = 8, 0x100000000
+	default:
+		r.bad = true
+		return 0
+	}
+	if len(r.b) < 1+size {
+		r.bad = true
+		return 0
+	}
+	var n uint64
+	for _, c := range r.b[1 : 1+size] {
+		n = n<<8 | uint64(c)
+	}
+	if n < min {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[1+size:]
+	return n
+}
+
+// take returns the next n bytes.
+func (r *canonReader) take(n uint64) []byte {
+	if r.bad || n > uint64(len(r.b)) {
+		r.bad = true
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// literal consumes exactly lit.
+func (r *canonReader) literal(lit []byte) {
+	if r.bad || len(r.b) < len(lit) || string(r.b[:len(lit)]) != string(lit) {
+		r.bad = true
+		return
+	}
+	r.b = r.b[len(lit):]
+}
+
+// text reads a valid UTF-8 text string.
+func (r *canonReader) text() []byte {
+	t := r.take(r.head(3))
+	if !r.bad && !utf8.Valid(t) {
+		r.bad = true
+	}
+	return t
+}
+
+// scalar reads one data item of a kind that cannot nest — an integer, a
+// byte or text string, false, true, null or a float — and returns its
+// encoding. Arrays, maps, tags and anything rarer are left to the strict
+// decoder (its nesting and size limits count from the top of the event).
+func (r *canonReader) scalar() []byte {
+	start := r.b
+	if r.bad || len(r.b) == 0 {
+		r.bad = true
+		return nil
+	}
+	switch major := r.b[0] >> 5; major {
+	case 0, 1:
+		r.head(major)
+	case 2:
+		r.take(r.head(2))
+	case 3:
+		r.text()
+	case 7:
+		switch r.b[0] {
+		case 0xf4, 0xf5, 0xf6:
+			r.b = r.b[1:]
+		case 0xf9:
+			r.take(3)
+		case 0xfa:
+			r.take(5)
+		case 0xfb:
+			r.take(9)
+		default:
+			r.bad = true
+		}
+	default:
+		r.bad = true
+	}
+	if r.bad {
+		return nil
+	}
+	n := len(start) - len(r.b)
+	return start[:n:n]
+}
+
+// columns reads a non-empty map of column name → scalar value whose names
+// are valid, 1..maxNameLen bytes, and strictly in canonical order (so
+// unique). Values alias the reader's input.
+func (r *canonReader) columns() Columns {
+	n := r.head(5)
+	if r.bad || n == 0 || n > maxMapPairs || n > uint64(len(r.b))/2 {
+		r.bad = true
+		return nil
+	}
+	cols := make(Columns, n)
+	var prev []byte
+	for i := uint64(0); i < n && !r.bad; i++ {
+		name := r.text()
+		if r.bad || len(name) == 0 || len(name) > maxNameLen {
+			r.bad = true
+			return nil
+		}
+		if prev != nil && !shortlexLessBytes(prev, name) {
+			r.bad = true
+			return nil
+		}
+		prev = name
+		v := r.scalar()
+		if r.bad {
+			return nil
+		}
+		cols[string(name)] = Value(v)
+	}
+	return cols
+}
+
+func shortlexLessBytes(a, b []byte) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return string(a) < string(b)
+}
+
+// decodeEventCanonical decodes the canonical encoding of an event with a
+// non-empty key and a valid shape; ok is false for anything else.
+func decodeEventCanonical(in []byte) (*Event, bool) {
+	if len(in) > maxEventSize {
+		return nil, false
+	}
+	// One copy of the input backs every value, as the strict decoder's
+	// per-value copies would: the event never aliases the caller's bytes.
+	b := append([]byte(nil), in...)
+	r := canonReader{b: b}
+	if r.head(5) != 7 {
+		return nil, false
+	}
+	r.literal(wireKeyV)
+	if r.head(0) != EventVersion {
+		return nil, false
+	}
+	r.literal(wireKeyHLC)
+	hlc := r.head(0)
+	r.literal(wireKeyKey)
+	key := r.columns()
+	r.literal(wireKeySite)
+	site := r.take(r.head(2))
+	r.literal(wireKeyTable)
+	table := r.text()
+	r.literal(wireKeySchema)
+	schema := r.text()
+	r.literal(wireKeyPayload)
+	var payload Columns
+	del := false
+	switch {
+	case r.bad || len(r.b) == 0:
+		return nil, false
+	case r.b[0] == 0xf6:
+		r.b, del = r.b[1:], true
+	case r.b[0] == 0xa0:
+		r.b, payload = r.b[1:], Columns{}
+	default:
+		payload = r.columns()
+	}
+	if r.bad || len(r.b) != 0 || len(site) != len(SiteID{}) {
+		return nil, false
+	}
+	e := &Event{HLC: HLC(hlc), Schema: string(schema), Table: string(table), Key: key, Payload: payload, Delete: del}
+	copy(e.Site[:], site)
+	if validateNames(e.Schema, e.Table, nil) != nil {
+		return nil, false
+	}
+	return e, true
 }

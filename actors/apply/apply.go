@@ -65,11 +65,11 @@ type checked struct {
 
 // check runs §12 steps 1–3.
 func (c *Chokepoint) check(raw []byte) checked {
-	id := eventid.Of(raw)
-	out := messages.Outcome{ID: id}
 	// Step 1: signature first, so nothing later reads unauthenticated input.
 	v, err := sign.Verify(c.cfg.Keyring.Load(), raw, c.cfg.MeshID)
 	if err != nil {
+		id := eventid.Of(raw)
+		out := messages.Outcome{ID: id}
 		out.Kind, out.Detail = messages.Dropped, err.Error()
 		switch {
 		case sign.IsSignatureFailure(err):
@@ -87,7 +87,9 @@ func (c *Chokepoint) check(raw []byte) checked {
 		}
 		return checked{out: out, final: true}
 	}
-	e := v.Event
+	// Verify hashed raw once already: v.ID is eventid.Of(raw).
+	id, e := v.ID, v.Event
+	out := messages.Outcome{ID: id}
 	out.Site, out.Schema, out.Table, out.HLC = e.Site, e.Schema, e.Table, e.HLC
 	// Step 2: clock skew. Rejected events are not retained.
 	if now := c.cfg.Clock.WallMS(); e.HLC.Physical() > now+MaxSkewMS {
@@ -134,7 +136,10 @@ func (c *Chokepoint) Apply(ctx context.Context, raw []byte) (messages.Outcome, e
 // of one event's storage does not stop the others; the first such error
 // is returned beside the outcomes of the rest.
 func (c *Chokepoint) ApplyBatch(ctx context.Context, raws [][]byte) ([]messages.Outcome, error) {
-	checks := make([]checked, len(raws))
+	// Outcomes are written in place; only the requests to insert are kept
+	// beside them (no per-event copy of the outcome).
+	outs := make([]messages.Outcome, len(raws))
+	reqs := make([]*syncgroup.Apply, len(raws))
 	workers := runtime.GOMAXPROCS(0)
 	if workers > len(raws) {
 		workers = len(raws)
@@ -150,26 +155,25 @@ func (c *Chokepoint) ApplyBatch(ctx context.Context, raws [][]byte) ([]messages.
 				if i >= len(raws) {
 					return
 				}
-				checks[i] = c.check(raws[i])
+				ck := c.check(raws[i])
+				outs[i], reqs[i] = ck.out, ck.req
 			}
 		}()
 	}
 	wg.Wait()
 
 	// One reply channel and one message per group for the whole batch.
-	outs := make([]messages.Outcome, len(raws))
 	byGroup := map[persistence.GroupKey]syncgroup.ApplyMany{}
 	pending := 0
-	for i, ck := range checks {
-		outs[i] = ck.out
-		if ck.final {
-			c.finish(ck.out)
+	for i, req := range reqs {
+		if req == nil { // final: decided by the pure checks
+			c.finish(outs[i])
 			continue
 		}
-		e := ck.req.Event
+		e := req.Event
 		k := persistence.GroupKey{Site: e.Site, Schema: e.Schema, Table: e.Table}
-		ck.req.Index = i
-		byGroup[k] = append(byGroup[k], ck.req)
+		req.Index = i
+		byGroup[k] = append(byGroup[k], req)
 		pending++
 	}
 	reply := make(chan syncgroup.Result, pending)

@@ -2,6 +2,7 @@ package syncgroup
 
 import (
 	"context"
+	"runtime"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -32,6 +33,7 @@ type committer struct {
 	store   persistence.SyncStore
 	pending []*batchWork
 	queued  bool
+	yielded bool // the pending flush has yielded once already
 }
 
 func (c *committer) Receive(ctx actor.Context) {
@@ -43,7 +45,22 @@ func (c *committer) Receive(ctx actor.Context) {
 			ctx.Send(ctx.Self(), flush{})
 		}
 	case flush:
-		c.queued = false
+		if !c.yielded {
+			// Before committing, let the goroutines that are ready to run
+			// — typically the other groups of the caller batch that woke
+			// us — hand over their batches too: they land in the mailbox
+			// ahead of the flush sent again here, so they join this
+			// transaction. On one core the first group's batch would
+			// otherwise commit alone, and every transaction rewrites the
+			// pages of the randomly keyed indexes it touches (twice the
+			// commits, twice that work). The yield returns at once when
+			// nothing else is ready.
+			c.yielded = true
+			runtime.Gosched()
+			ctx.Send(ctx.Self(), flush{})
+			return
+		}
+		c.queued, c.yielded = false, false
 		c.commit(ctx)
 	case *actor.Stopping:
 		c.commit(ctx)

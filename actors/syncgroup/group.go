@@ -10,12 +10,12 @@
 package syncgroup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"sort"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -152,7 +152,7 @@ func (g *groupActor) send(ctx actor.Context) {
 	g.pending = nil
 	g.inflight = batch
 	// SSP/1 §13: materialize in HLC order within the batch.
-	sort.SliceStable(batch, func(i, j int) bool { return batch[i].Event.HLC < batch[j].Event.HLC })
+	slices.SortStableFunc(batch, func(a, b *Apply) int { return cmp.Compare(a.Event.HLC, b.Event.HLC) })
 	key := g.key
 	ctx.Send(g.committer, &batchWork{from: ctx.Self(), run: func(tx persistence.SyncTx) (batchResult, error) {
 		r := batchResult{outcomes: make([]messages.Outcome, len(batch))}
@@ -312,9 +312,22 @@ func RowLog(tx persistence.SyncReader, t persistence.TableKey, rowKey []byte) ma
 	}
 }
 
+// keyedRowReader is implemented by stores that can read a row without
+// decoding its key when the caller already holds the key columns (the
+// bolt store); others are read with Row.
+type keyedRowReader interface {
+	RowWithKey(t persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error)
+}
+
 func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages.HLC, e *messages.Event, rowKey []byte, id messages.EventID, ns *notices) error {
 	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
-	row, _, err := tx.Row(t, rowKey)
+	var row persistence.Row
+	var err error
+	if kr, ok := tx.(keyedRowReader); ok {
+		row, _, err = kr.RowWithKey(t, rowKey, e.Key) // rowKey is e.Key's encoding
+	} else {
+		row, _, err = tx.Row(t, rowKey)
+	}
 	if err != nil {
 		return err
 	}

@@ -34,20 +34,20 @@ const algEdDSA = -8
 // event ids (event_id is BLAKE3 of the bytes as received, DESIGN.md "Wire
 // formats") and letting a relay inject header parameters. Every failure
 // matches ErrMalformedSignature.
-func parseEnvelope(raw []byte) (*envelope, error) {
+func parseEnvelope(raw []byte) (envelope, error) {
 	if len(raw) == 0 {
-		return nil, malformed("empty input")
+		return envelope{}, malformed("empty input")
 	}
 	// COSE_Sign1_Tagged is required: tag 18 in its one-byte form (0xd2),
 	// then an array of exactly four items (0x84).
 	if raw[0] != 0xc0|coseTagSign1 {
 		if raw[0] == 0x84 {
-			return nil, malformed("untagged COSE_Sign1 (tag 18 required)")
+			return envelope{}, malformed("untagged COSE_Sign1 (tag 18 required)")
 		}
-		return nil, malformed("not COSE_Sign1_Tagged (tag 18)")
+		return envelope{}, malformed("not COSE_Sign1_Tagged (tag 18)")
 	}
 	if len(raw) < 2 || raw[1] != 0x84 {
-		return nil, malformed("COSE_Sign1 must be an array of 4 items")
+		return envelope{}, malformed("COSE_Sign1 must be an array of 4 items")
 	}
 	rest := raw[2:]
 
@@ -55,44 +55,44 @@ func parseEnvelope(raw []byte) (*envelope, error) {
 	protStart := rest
 	prot, rest, err := readBstr(rest, "protected header")
 	if err != nil {
-		return nil, err
+		return envelope{}, err
 	}
 	rawProtected := protStart[:len(protStart)-len(rest)]
 	kid, err := parseProtected(prot)
 	if err != nil {
-		return nil, err
+		return envelope{}, err
 	}
 
 	// [1] unprotected header: must be the empty map.
 	if len(rest) == 0 {
-		return nil, malformed("truncated before the unprotected header")
+		return envelope{}, malformed("truncated before the unprotected header")
 	}
 	if rest[0] != 0xa0 {
-		return nil, unprotectedError(rest)
+		return envelope{}, unprotectedError(rest)
 	}
 	rest = rest[1:]
 
 	// [2] payload: attached bstr (nil means detached, which events never are).
 	if len(rest) > 0 && rest[0] == 0xf6 {
-		return nil, malformed("detached (nil) payload")
+		return envelope{}, malformed("detached (nil) payload")
 	}
 	payload, rest, err := readBstr(rest, "payload")
 	if err != nil {
-		return nil, err
+		return envelope{}, err
 	}
 
 	// [3] signature: an Ed25519 signature is 64 bytes.
 	sig, rest, err := readBstr(rest, "signature")
 	if err != nil {
-		return nil, err
+		return envelope{}, err
 	}
 	if len(sig) != ed25519.SignatureSize {
-		return nil, malformed(fmt.Sprintf("signature must be %d bytes, got %d", ed25519.SignatureSize, len(sig)))
+		return envelope{}, malformed(fmt.Sprintf("signature must be %d bytes, got %d", ed25519.SignatureSize, len(sig)))
 	}
 	if len(rest) != 0 {
-		return nil, malformed(fmt.Sprintf("%d trailing bytes", len(rest)))
+		return envelope{}, malformed(fmt.Sprintf("%d trailing bytes", len(rest)))
 	}
-	return &envelope{rawProtected: rawProtected, kid: kid, payload: payload, signature: sig}, nil
+	return envelope{rawProtected: rawProtected, kid: kid, payload: payload, signature: sig}, nil
 }
 
 // parseProtected checks the serialized protected header: a map holding
@@ -107,6 +107,15 @@ func parseProtected(b []byte) ([]byte, error) {
 	if b[0]>>5 != 5 {
 		return nil, malformed("protected header is not a map")
 	}
+	if kid, ok := canonicalProtected(b); ok {
+		return kid, nil
+	}
+	return parseProtectedGeneral(b)
+}
+
+// parseProtectedGeneral is parseProtected for any encoding of the header
+// map, through the strict reflective decoder.
+func parseProtectedGeneral(b []byte) ([]byte, error) {
 	var m map[int64]cbor.RawMessage
 	if err := messages.Unmarshal("COSE protected header", b, &m, maxProtectedLen); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformedSignature, err)
@@ -142,6 +151,22 @@ func parseProtected(b []byte) ([]byte, error) {
 		return nil, malformed(fmt.Sprintf("kid must be 1..%d bytes, got %d", MaxKidLen, len(kid)))
 	}
 	return kid, nil
+}
+
+// canonicalProtected reads the protected header exactly as SignPayload
+// writes it (Core Deterministic: {1: -8, 4: h'kid'} with shortest heads)
+// without the reflective decoder, which costs more than the rest of the
+// envelope. It accepts a subset of what parseProtected's general path
+// accepts, with the same kid (oracle-tested); ok is false for anything else.
+func canonicalProtected(b []byte) (kid []byte, ok bool) {
+	if len(b) < 5 || b[0] != 0xa2 || b[1] != 0x01 || b[2] != 0x20|(-1-algEdDSA) || b[3] != 0x04 {
+		return nil, false
+	}
+	k, rest, err := readBstr(b[4:], "kid")
+	if err != nil || len(rest) != 0 || len(k) == 0 || len(k) > MaxKidLen {
+		return nil, false
+	}
+	return k, true
 }
 
 // unprotectedError explains why a non-empty unprotected header is refused.

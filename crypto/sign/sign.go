@@ -14,6 +14,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
+	"slices"
+	"sync"
 
 	cose "github.com/veraison/go-cose"
 
@@ -170,7 +172,14 @@ func Verify(kr *Keyring, raw []byte, meshID []byte) (v *Verified, err error) {
 	// the structure is written directly (go-cose would marshal it by
 	// reflection on every event); go-cose stays the signer and is this
 	// check's oracle in the tests.
-	if !ed25519.Verify(key.PublicKey, sigStructure(env.rawProtected, meshID, env.payload), env.signature) {
+	buf := sigBufs.Get().(*[]byte)
+	msg := appendSigStructure((*buf)[:0], env.rawProtected, meshID, env.payload)
+	ok = ed25519.Verify(key.PublicKey, msg, env.signature)
+	if cap(msg) <= maxPooledSigStructure {
+		*buf = msg
+		sigBufs.Put(buf)
+	}
+	if !ok {
 		return nil, fmt.Errorf("%w: kid %x", ErrBadSignature, env.kid)
 	}
 	// Authenticated: only now is the payload decoded.
@@ -219,10 +228,18 @@ func PeekKid(raw []byte) ([]byte, error) {
 	return bytes.Clone(env.kid), nil
 }
 
-// sigStructure encodes COSE_Sign1's Sig_structure (RFC 9052 §4.4) for an
-// already-encoded protected header bstr.
-func sigStructure(rawProtected, externalAAD, payload []byte) []byte {
-	b := make([]byte, 0, 1+11+len(rawProtected)+9+len(externalAAD)+9+len(payload))
+// sigBufs recycles Sig_structure buffers: one per verified event, dead
+// once ed25519.Verify returns (it keeps nothing).
+var sigBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledSigStructure caps the buffers kept in sigBufs, so one huge
+// event does not pin its buffer.
+const maxPooledSigStructure = 16 << 10
+
+// appendSigStructure appends COSE_Sign1's Sig_structure (RFC 9052 §4.4)
+// for an already-encoded protected header bstr to b.
+func appendSigStructure(b, rawProtected, externalAAD, payload []byte) []byte {
+	b = slices.Grow(b, 1+11+len(rawProtected)+9+len(externalAAD)+9+len(payload))
 	b = append(b, 0x84, 0x6a)
 	b = append(b, "Signature1"...)
 	b = append(b, rawProtected...)

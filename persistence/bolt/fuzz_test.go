@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"testing"
@@ -41,6 +42,18 @@ func FuzzDecodeRecords(f *testing.F) {
 		// what the reflective decoder accepts, and reads them the same.
 		if ferr == nil && (err != nil || !reflect.DeepEqual(ref, fast)) {
 			t.Fatalf("hand reader accepted what the codec reads differently:\n%+v\n%+v (%v)", fast, ref, err)
+		}
+		// ... and exactly the canonical records: what it accepts is what
+		// encodeRow writes for the row it read.
+		if ferr == nil {
+			if again, _ := encodeRow(&fast); !bytes.Equal(again, data) {
+				t.Fatalf("hand reader accepted a non-canonical row record %x (canonical %x)", data, again)
+			}
+		}
+		if err == nil && ferr != nil {
+			if again, _ := encodeRow(&ref); bytes.Equal(again, data) {
+				t.Fatalf("hand reader refused a canonical row record %x: %v", data, ferr)
+			}
 		}
 		_, err = decodeTable(data)
 		check("table", err)

@@ -1,7 +1,10 @@
 package bolt
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -122,7 +125,14 @@ func encodeRow(row *persistence.Row) ([]byte, error) {
 		return messages.AppendNull(b), nil
 	}
 	b = messages.AppendMapHeader(b, len(row.Cells))
-	for _, name := range messages.SortedKeys(row.Cells) {
+	// Sort the names on the stack when they fit (rows have few columns).
+	var stack [16]string
+	names := stack[:0]
+	for name := range row.Cells {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, shortlexCompare)
+	for _, name := range names {
 		c := row.Cells[name]
 		v := []byte(c.Value)
 		if v == nil {
@@ -194,4 +204,13 @@ func decodeRow(t persistence.TableKey, rowKey, b []byte) (persistence.Row, error
 		}
 	}
 	return row, nil
+}
+
+// shortlexCompare orders text map keys as Core Deterministic Encoding
+// does (RFC 8949 §4.2.1): shorter first, then bytewise.
+func shortlexCompare(a, b string) int {
+	if len(a) != len(b) {
+		return cmp.Compare(len(a), len(b))
+	}
+	return strings.Compare(a, b)
 }

@@ -114,6 +114,44 @@ type syncTx struct {
 	// search the id index again. Any append clears it.
 	missed    persistence.EventID
 	hasMissed bool
+
+	// Per-transaction scratch for the apply path (one Get, one Put and one
+	// AppendEvent per event): cursors reused for point lookups (Bucket.Get
+	// allocates a cursor and its stack every call), a key buffer (bbolt
+	// copies keys on Put and never keeps a lookup key) and an arena for
+	// small values bbolt must keep until commit.
+	idsCur, rowsCur *bbolt.Cursor
+	keyBuf, idBuf   []byte
+	arena           []byte
+}
+
+// get is Bucket.Get through a reused cursor: the value stored at key, nil
+// when absent. Seek repositions from the root, so it is valid after writes.
+func get(cur **bbolt.Cursor, b *bbolt.Bucket, key []byte) []byte {
+	if *cur == nil {
+		*cur = b.Cursor()
+	}
+	// As Bucket.Get: Seek yields a nil value for a nested bucket.
+	k, v := (*cur).Seek(key)
+	if !bytes.Equal(k, key) {
+		return nil
+	}
+	return v
+}
+
+// own returns a copy of b in memory that lives until the transaction ends
+// (bbolt keeps Put values by reference until commit). Small values share
+// chunks of one arena.
+func (t *syncTx) own(b []byte) []byte {
+	if len(b) > 64 {
+		return clone(b)
+	}
+	if cap(t.arena)-len(t.arena) < len(b) {
+		t.arena = make([]byte, 0, 4096)
+	}
+	n := len(t.arena)
+	t.arena = append(t.arena, b...)
+	return t.arena[n : n+len(b) : n+len(b)]
 }
 
 func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
@@ -294,7 +332,7 @@ func (t *syncTx) Event(id persistence.EventID) (persistence.StoredEvent, bool, e
 	if err := t.check(); err != nil {
 		return persistence.StoredEvent{}, false, err
 	}
-	v := t.ids.Get(id[:])
+	v := get(&t.idsCur, t.ids, id[:])
 	if v == nil {
 		t.missed, t.hasMissed = id, true
 		return persistence.StoredEvent{}, false, nil
@@ -370,14 +408,24 @@ func (t *syncTx) LastSeq() (uint64, error) {
 }
 
 func (t *syncTx) Row(k persistence.TableKey, rowKey []byte) (persistence.Row, bool, error) {
+	return t.RowWithKey(k, rowKey, nil)
+}
+
+// RowWithKey is Row for a caller that already holds the row's key columns
+// (the apply path has the event's key, whose encoding is rowKey): the
+// returned row's Key is key instead of a fresh decoding of rowKey. A nil
+// key decodes rowKey as Row does. The caller vouches that
+// key.Encode() equals rowKey.
+func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error) {
 	if err := t.check(); err != nil {
 		return persistence.Row{}, false, err
 	}
-	v := t.rows.Get(append(tablePrefix(nil, k), rowKey...))
+	t.keyBuf = append(tablePrefix(t.keyBuf[:0], k), rowKey...)
+	v := get(&t.rowsCur, t.rows, t.keyBuf)
 	if v == nil {
 		return persistence.Row{}, false, nil
 	}
-	row, err := readRow(k, rowKey, v)
+	row, err := readRowKeyed(k, rowKey, key, v)
 	return row, err == nil, err
 }
 
@@ -535,7 +583,7 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	}
 	knownAbsent := t.hasMissed && t.missed == ev.ID
 	t.hasMissed = false
-	if !knownAbsent && t.ids.Get(ev.ID[:]) != nil {
+	if !knownAbsent && get(&t.idsCur, t.ids, ev.ID[:]) != nil {
 		return 0, fmt.Errorf("bolt: append event %s: %w", ev.ID, persistence.ErrDuplicate)
 	}
 	last, err := t.loadSeq()
@@ -543,29 +591,36 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 		return 0, err
 	}
 	seq := last + 1
+	tk := tableKeyOf(ev.Schema, ev.Table)
+	// The id as a slice of per-transaction memory: slicing ev.ID itself
+	// for the Sealer (an interface) would move all of ev to the heap.
+	t.idBuf = append(t.idBuf[:0], ev.ID[:]...)
 	raw := ev.Raw
 	if s := t.d.opts.Sealer; s != nil {
-		if raw, err = s.Seal(persistence.RecordEvent, ev.ID[:], ev.Raw); err != nil {
+		if raw, err = s.Seal(persistence.RecordEvent, t.idBuf, ev.Raw); err != nil {
 			return 0, fmt.Errorf("bolt: seal event %s: %w", ev.ID, err)
 		}
 	}
 	v := encodeEvent(&eventRecord{
-		V: recordVersion, ID: ev.ID[:], Site: ev.Site[:], HLC: uint64(ev.HLC),
+		V: recordVersion, ID: t.idBuf, Site: ev.Site[:], HLC: uint64(ev.HLC),
 		Schema: ev.Schema, Table: ev.Table, RowKey: ev.RowKey, Raw: raw,
 	})
-	tk := tableKeyOf(ev.Schema, ev.Table)
-	seqKey := u64(seq)
-	id := ev.ID // bbolt keeps keys until commit: give it memory it owns
-	if err := t.events.Put(seqKey, v); err != nil {
+	// bbolt copies keys on Put but keeps values until commit: the keys
+	// come from the scratch buffer, the seq value from the arena.
+	t.keyBuf = binary.BigEndian.AppendUint64(t.keyBuf[:0], seq)
+	seqVal := t.own(t.keyBuf)
+	if err := t.events.Put(t.keyBuf, v); err != nil {
 		return 0, err
 	}
-	if err := t.ids.Put(id[:], seqKey); err != nil {
+	if err := t.ids.Put(t.idBuf, seqVal); err != nil {
 		return 0, err
 	}
-	if err := t.rowIdx.Put(rowIdxKey(nil, tk, ev.RowKey, seq), empty); err != nil {
+	t.keyBuf = rowIdxKey(t.keyBuf[:0], tk, ev.RowKey, seq)
+	if err := t.rowIdx.Put(t.keyBuf, empty); err != nil {
 		return 0, err
 	}
-	if err := t.tableIdx.Put(tableIdxKey(nil, tk, ev.HLC, seq), empty); err != nil {
+	t.keyBuf = tableIdxKey(t.keyBuf[:0], tk, ev.HLC, seq)
+	if err := t.tableIdx.Put(t.keyBuf, empty); err != nil {
 		return 0, err
 	}
 	t.lastSeq, t.seqDirty = seq, true
@@ -635,7 +690,8 @@ func (t *syncTx) PutRow(row persistence.Row) error {
 	if err != nil {
 		return fmt.Errorf("bolt: encode row: %w", err)
 	}
-	return t.rows.Put(append(tablePrefix(nil, tableKeyOf(row.Schema, row.Table)), row.Key.Encode()...), v)
+	t.keyBuf = row.Key.AppendEncode(tablePrefix(t.keyBuf[:0], tableKeyOf(row.Schema, row.Table)))
+	return t.rows.Put(t.keyBuf, v)
 }
 
 func (t *syncTx) SetHorizon(k persistence.TableKey, h messages.HLC) error {
