@@ -199,11 +199,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.dlSub = subscribeDeadLetters(n.system, n.metrics.deadLetters)
 	}
 	n.router = syncgroup.NewRouter(n.system, n.signer.Site().String()[:8], syncgroup.Deps{
-		Store:   n.store,
-		Notify:  n.publish,
-		Observe: n.clock.Observe,
-		Count:   n.metrics.count,
-		Logger:  n.log,
+		Store:     n.store,
+		Notify:    n.publish,
+		Observe:   n.clock.Observe,
+		Count:     n.metrics.count,
+		Logger:    n.log,
+		Mailboxes: n.mailboxes,
 	})
 	n.apply = apply.New(apply.Config{
 		MeshID:  n.meshID,

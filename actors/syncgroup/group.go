@@ -19,6 +19,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/actors/materialize"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
@@ -76,6 +77,8 @@ type Deps struct {
 	Observe func(messages.HLC)     // HLC observe (SSP/1 §12 step 5)
 	Count   func(messages.Outcome) // metrics
 	Logger  *slog.Logger
+	// Mailboxes measures the group actors' and the committer's mailboxes.
+	Mailboxes *mailbox.Depths
 }
 
 // groupActor serializes one group's events: it drains its mailbox into a

@@ -30,7 +30,7 @@ type Router struct {
 func NewRouter(system *actor.ActorSystem, prefix string, deps Deps) *Router {
 	c := &committer{store: deps.Store}
 	return &Router{system: system, deps: deps, prefix: prefix, groups: make(map[persistence.GroupKey]*actor.PID),
-		committer: system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }))}
+		committer: system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }, deps.Mailboxes.Option("sync_committer")))}
 }
 
 // PID returns the group's actor, spawning it on first use. ok is false
@@ -45,7 +45,7 @@ func (r *Router) PID(key persistence.GroupKey) (*actor.PID, bool) {
 		return pid, true
 	}
 	g := newGroupActor(key, r.deps, r.committer)
-	props := actor.PropsFromProducer(func() actor.Actor { return g })
+	props := actor.PropsFromProducer(func() actor.Actor { return g }, r.deps.Mailboxes.Option("sync_group"))
 	pid := r.system.Root.Spawn(props)
 	r.groups[key] = pid
 	return pid, true
