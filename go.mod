@@ -3,6 +3,7 @@ module github.com/syncmesh/syncmesh
 go 1.26.0
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	github.com/fxamacker/cbor/v2 v2.10.0
 	github.com/prometheus/client_golang v1.25.0

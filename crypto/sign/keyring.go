@@ -59,13 +59,24 @@ func (k Key) validate() error {
 // return a new Keyring, leaving the old one unchanged (copy-on-write).
 // The zero value and nil are empty keyrings.
 type Keyring struct {
-	keys map[string]Key // by string(kid); entries are private copies
+	keys map[string]entry // by string(kid); entries are private copies
+}
+
+// entry is a trusted key and its decoded verification key.
+type entry struct {
+	Key
+	vk *verifyKey
+}
+
+func newEntry(k Key) entry {
+	k = k.clone()
+	return entry{Key: k, vk: newVerifyKey(k.PublicKey)}
 }
 
 // NewKeyring returns a keyring holding keys. It fails with ErrInvalidKey on
 // a key of the wrong size, an empty or over-long kid, or a kid given twice.
 func NewKeyring(keys ...Key) (*Keyring, error) {
-	kr := &Keyring{keys: make(map[string]Key, len(keys))}
+	kr := &Keyring{keys: make(map[string]entry, len(keys))}
 	for _, k := range keys {
 		if err := k.validate(); err != nil {
 			return nil, err
@@ -73,7 +84,7 @@ func NewKeyring(keys ...Key) (*Keyring, error) {
 		if _, dup := kr.keys[string(k.Kid)]; dup {
 			return nil, fmt.Errorf("%w: duplicate kid %x", ErrInvalidKey, k.Kid)
 		}
-		kr.keys[string(k.Kid)] = k.clone()
+		kr.keys[string(k.Kid)] = newEntry(k)
 	}
 	return kr, nil
 }
@@ -84,15 +95,15 @@ func (k *Keyring) With(key Key) (*Keyring, error) {
 	if err := key.validate(); err != nil {
 		return nil, err
 	}
-	var old map[string]Key
+	var old map[string]entry
 	if k != nil {
 		old = k.keys
 	}
-	next := &Keyring{keys: make(map[string]Key, len(old)+1)}
+	next := &Keyring{keys: make(map[string]entry, len(old)+1)}
 	for kid, e := range old {
 		next.keys[kid] = e
 	}
-	next.keys[string(key.Kid)] = key.clone()
+	next.keys[string(key.Kid)] = newEntry(key)
 	return next, nil
 }
 
@@ -102,13 +113,13 @@ func (k *Keyring) Lookup(kid []byte) (Key, bool) {
 	if !ok {
 		return Key{}, false
 	}
-	return e.clone(), true
+	return e.Key.clone(), true
 }
 
 // lookup returns the shared entry; callers must not modify it.
-func (k *Keyring) lookup(kid []byte) (Key, bool) {
+func (k *Keyring) lookup(kid []byte) (entry, bool) {
 	if k == nil {
-		return Key{}, false
+		return entry{}, false
 	}
 	e, ok := k.keys[string(kid)]
 	return e, ok
@@ -121,7 +132,7 @@ func (k *Keyring) Keys() []Key {
 	}
 	out := make([]Key, 0, len(k.keys))
 	for _, e := range k.keys {
-		out = append(out, e.clone())
+		out = append(out, e.Key.clone())
 	}
 	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].Kid, out[j].Kid) < 0 })
 	return out

@@ -174,7 +174,7 @@ func Verify(kr *Keyring, raw []byte, meshID []byte) (v *Verified, err error) {
 	// check's oracle in the tests.
 	buf := sigBufs.Get().(*[]byte)
 	msg := appendSigStructure((*buf)[:0], env.rawProtected, meshID, env.payload)
-	ok = ed25519.Verify(key.PublicKey, msg, env.signature)
+	ok = key.vk.verify(msg, env.signature)
 	if cap(msg) <= maxPooledSigStructure {
 		*buf = msg
 		sigBufs.Put(buf)
