@@ -306,15 +306,20 @@ func TestMetrics(t *testing.T) {
 	if n, err := b.d.PruneProcessedMessages(bg, device.RetentionPolicy{MaxAge: time.Minute}); err != nil || n != 2 {
 		t.Fatalf("prune = %d, %v", n, err)
 	}
+	sentAt := b.ms.clock.Now()
 	b.send(a, "out")
+	b.ms.clock.Advance(time.Minute)
+	b.send(a, "later")
 	for name, want := range map[string]float64{
-		"syncmesh_delivery_pending_inbound":        0,
-		"syncmesh_delivery_pending_outbound":       1,
-		"syncmesh_delivery_commits_total":          1,
-		"syncmesh_delivery_discards_total":         1,
-		"syncmesh_delivery_processed_pruned_total": 2,
-		"syncmesh_delivery_acks_sent_total":        1,
-		"syncmesh_delivery_acks_failed_total":      1,
+		"syncmesh_delivery_pending_inbound":  0,
+		"syncmesh_delivery_pending_outbound": 2,
+		"syncmesh_delivery_commits_total":    1,
+		// The oldest waiting message's send time, not the latest's.
+		"syncmesh_delivery_oldest_pending_outbound_created_timestamp_seconds": float64(sentAt.UnixMilli()) / 1000,
+		"syncmesh_delivery_discards_total":                                    1,
+		"syncmesh_delivery_processed_pruned_total":                            2,
+		"syncmesh_delivery_acks_sent_total":                                   1,
+		"syncmesh_delivery_acks_failed_total":                                 1,
 	} {
 		if got := metric(t, reg, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)

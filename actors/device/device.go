@@ -237,7 +237,7 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	d.out, err = outbound.New(sys, outbound.Config{Store: cfg.Store, Now: cfg.Now, Retry: cfg.Retry, Logger: cfg.Logger, Mailboxes: cfg.Mailboxes,
 		Resend:      func(ctx context.Context, sm SentMessage) error { return d.Resend(ctx, sm.Recipient, sm.ID) },
 		OnExhausted: cfg.OnRetryExhausted,
-		OnChange:    func(n int) { d.metrics.pendingOut.Set(float64(n)) }})
+		OnChange:    d.outboundChanged})
 	if err != nil {
 		_ = d.in.Close()
 		_ = d.sessions.Close()
@@ -281,6 +281,18 @@ func (d *Device) refreshGauges(ctx context.Context) error {
 		d.metrics.pendingOut.Set(float64(out))
 		return nil
 	})
+}
+
+// outboundChanged updates the pending outbound gauges. The oldest one is
+// exported as its creation time (a timestamp gauge: its age is time() −
+// the value, always current without a timer); 0 when none is pending.
+func (d *Device) outboundChanged(n int, oldest time.Time) {
+	d.metrics.pendingOut.Set(float64(n))
+	if oldest.IsZero() {
+		d.metrics.oldestOut.Set(0)
+		return
+	}
+	d.metrics.oldestOut.Set(float64(oldest.UnixMilli()) / 1000)
 }
 
 func (d *Device) observe(s inbound.Stats) {

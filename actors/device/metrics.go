@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	pendingIn  prometheus.Gauge
 	pendingOut prometheus.Gauge
+	oldestOut  prometheus.Gauge
 	commits    prometheus.Counter
 	discards   prometheus.Counter
 	pruned     prometheus.Counter
@@ -25,6 +26,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "pending_inbound", Help: "Received messages pending application commit or discard."}),
 		pendingOut: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "pending_outbound", Help: "Sent messages pending the recipient's ACK."}),
+		oldestOut: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "oldest_pending_outbound_created_timestamp_seconds",
+			Help: "When the oldest sent message still waiting for its ACK was sent (Unix seconds; its age is time() minus this); 0 when none waits."}),
 		commits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "commits_total", Help: "Received messages committed by the application (COMMITTED)."}),
 		discards: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
@@ -40,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	for _, g := range []*prometheus.Gauge{&m.pendingIn, &m.pendingOut} {
+	for _, g := range []*prometheus.Gauge{&m.pendingIn, &m.pendingOut, &m.oldestOut} {
 		if *g, err = promreg.Register(reg, *g); err != nil {
 			return nil, err
 		}

@@ -131,8 +131,9 @@ type Config struct {
 	// OnExhausted is told once per process about each message that
 	// reached Retry.MaxAttempts.
 	OnExhausted func(m SentMessage)
-	// OnChange, when set, receives the pending count after each write.
-	OnChange func(pending int)
+	// OnChange, when set, receives the pending count after each write and
+	// when the oldest pending message was created (zero when none is).
+	OnChange func(pending int, oldest time.Time)
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Mailboxes measures the outbound actor's mailbox (nil: not measured).
@@ -216,16 +217,23 @@ func (a *outActor) Receive(c actor.Context) {
 		return
 	}
 	n := -1
+	var oldest time.Time
 	err := a.o.cfg.Store.Update(r.ctx, func(tx persistence.DeliveryTx) error {
 		if err := r.fn(tx); err != nil {
 			return err
 		}
 		var err error
-		n, err = tx.PendingOutboundCount()
-		return err
+		if n, err = tx.PendingOutboundCount(); err != nil || a.o.cfg.OnChange == nil || n == 0 {
+			return err
+		}
+		// In send order: the first is the oldest.
+		return tx.PendingOutboundAfter(0, nil, func(p persistence.PendingOutbound) (bool, error) {
+			oldest = time.UnixMilli(p.CreatedAt)
+			return false, nil
+		})
 	})
 	if err == nil && n >= 0 && a.o.cfg.OnChange != nil {
-		a.o.cfg.OnChange(n)
+		a.o.cfg.OnChange(n, oldest)
 	}
 	r.reply <- err
 }

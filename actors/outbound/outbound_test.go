@@ -58,7 +58,7 @@ func TestStoreMarkAbandonPage(t *testing.T) {
 	c := &clock{now: time.UnixMilli(1000)}
 	var counts []int
 	var mu sync.Mutex
-	o, err := New(newSystem(t), Config{Store: memory.NewDelivery(), Now: c.Now, OnChange: func(n int) { mu.Lock(); counts = append(counts, n); mu.Unlock() }})
+	o, err := New(newSystem(t), Config{Store: memory.NewDelivery(), Now: c.Now, OnChange: func(n int, _ time.Time) { mu.Lock(); counts = append(counts, n); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
