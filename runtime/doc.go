@@ -160,9 +160,10 @@
 // private registry that Gatherer returns: events by outcome and reason,
 // ignored columns, resurrections, partial rebuilds, released held events,
 // pushes, per-peer backlog, re-offers and watermark lag, pending inbound
-// and outbound messages, commits, discards, prunes, ACKs sent and failed,
-// storage transaction latency, remote bytes and undecodable frames, and
-// actor dead letters. Config.MetricsAddr serves them on /metrics with a
+// and outbound messages and the oldest pending outbound's send time,
+// commits, discards, prunes, ACKs sent and failed, storage transaction
+// latency, mailbox depth per actor kind, remote bytes and undecodable
+// frames, and actor dead letters. Config.MetricsAddr serves them on /metrics with a
 // health check on /healthz.
 //
 // # Errors
