@@ -69,11 +69,12 @@ type GroupWatermark struct {
 // receiver held or rejected before). Events are in ascending Seq order.
 type SyncPush struct {
 	V       uint64           `cbor:"v"`
-	From    string           `cbor:"from"`    // the sender's peer name as the receiver knows it
-	Log     []byte           `cbor:"log"`     // the sender's log id (16 bytes): a new id means a new log
-	After   uint64           `cbor:"after"`   // the sender's cursor for this receiver
-	Through uint64           `cbor:"through"` // the last sequence covered
-	Tail    uint64           `cbor:"tail"`    // the sender's last log sequence (for progress display)
+	From    string           `cbor:"from"`         // the sender's peer name as the receiver knows it
+	To      string           `cbor:"to,omitempty"` // the receiver's name as the sender knows it (routes it on a shared transport)
+	Log     []byte           `cbor:"log"`          // the sender's log id (16 bytes): a new id means a new log
+	After   uint64           `cbor:"after"`        // the sender's cursor for this receiver
+	Through uint64           `cbor:"through"`      // the last sequence covered
+	Tail    uint64           `cbor:"tail"`         // the sender's last log sequence (for progress display)
 	Events  []PushedEvent    `cbor:"events"`
 	Claims  []WatermarkClaim `cbor:"claims"`
 }
@@ -126,8 +127,8 @@ func (p *SyncPush) Validate() error {
 	if p.V != SyncVersion {
 		return decodeErr("sync push", ErrUnsupportedVersion, fmt.Errorf("version %d", p.V))
 	}
-	if p.From == "" || len(p.From) > maxPeerName {
-		return fmt.Errorf("%w: peer name of %d bytes", ErrSyncInvalid, len(p.From))
+	if p.From == "" || len(p.From) > maxPeerName || len(p.To) > maxPeerName {
+		return fmt.Errorf("%w: peer names of %d and %d bytes", ErrSyncInvalid, len(p.From), len(p.To))
 	}
 	if len(p.Log) != 16 {
 		return fmt.Errorf("%w: log id of %d bytes", ErrSyncInvalid, len(p.Log))

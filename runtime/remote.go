@@ -204,6 +204,9 @@ type Remote struct {
 
 	dev remoteDevices // the delivery plane (remote_device.go)
 
+	named  sync.RWMutex
+	hosted map[string]*receiverBox // nodes served by name (Host)
+
 	bytesSent, bytesRecv   atomic.Uint64
 	pushesSent, pushesRecv atomic.Uint64
 	undecodable, streams   atomic.Uint64
@@ -573,7 +576,7 @@ func (a *syncActor) Receive(c actor.Context) {
 // MaxConcurrentPushes handlers are running it waits (holding the mailbox:
 // backpressure) until one finishes or the transport closes.
 func (r *Remote) handle(sender *actor.PID, p *messages.SyncPush) {
-	box := r.recv.Load()
+	box := r.receiverFor(p.To)
 	if box == nil {
 		r.reply(sender, &wire.Rejected{Reason: "no receiver"})
 		return

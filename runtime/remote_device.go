@@ -206,3 +206,45 @@ func (r *Remote) answerBundle(sender *actor.PID, m *wire.BundleRequest) {
 		r.reply(sender, &wire.Bundle{Bundle: b})
 	}()
 }
+
+// Host serves node n on this remote: its sync pushes (routed by the name
+// peers push to, n.Name()) and its device's envelopes. Many nodes on one
+// actor system share its one remote this way (multi-tenant hosting):
+// open them with Config.System set and DeviceConfig.Transport =
+// r.DeviceTransport(address), then Host each.
+func (r *Remote) Host(n *Node) {
+	r.named.Lock()
+	if r.hosted == nil {
+		r.hosted = map[string]*receiverBox{}
+	}
+	r.hosted[n.Name()] = &receiverBox{r: n}
+	r.named.Unlock()
+	if n.DeviceAddress() != (messages.DeviceAddress{}) {
+		r.ServeDevice(n)
+	}
+}
+
+// Unhost stops serving node n (its pushes then go to Serve's receiver, or
+// are rejected).
+func (r *Remote) Unhost(n *Node) {
+	r.named.Lock()
+	delete(r.hosted, n.Name())
+	r.named.Unlock()
+	r.dev.mu.Lock()
+	delete(r.dev.local, n.DeviceAddress())
+	r.dev.mu.Unlock()
+}
+
+// receiverFor picks the receiver of a push addressed to name: a hosted
+// node of that name, else the one given to Serve.
+func (r *Remote) receiverFor(name string) *receiverBox {
+	if name != "" {
+		r.named.RLock()
+		box := r.hosted[name]
+		r.named.RUnlock()
+		if box != nil {
+			return box
+		}
+	}
+	return r.recv.Load()
+}

@@ -220,7 +220,7 @@ func checkResult(p *messages.SyncPush, r *messages.PushResult) error {
 func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 	d := a.s.deps
 	limit := a.s.cfg.Batch
-	b := &batch{push: &messages.SyncPush{V: messages.SyncVersion, From: d.Name, Log: d.LogID}}
+	b := &batch{push: &messages.SyncPush{V: messages.SyncVersion, From: d.Name, To: a.peer, Log: d.LogID}}
 	// Own groups' safe HLCs are taken BEFORE the snapshot the push is read
 	// from: every own event at or below them was durable before the
 	// snapshot began, so it lies at or below the snapshot's tail. Taken
