@@ -233,6 +233,11 @@ func FuzzEnvelopeDeserialize(f *testing.F) {
 	f.Add(TypeSyncPush, []byte{0xbf, 0xff})
 	f.Add("unknown", push)
 	f.Add("", []byte{})
+	dev, _ := messages.Marshal(&DeviceEnvelope{From: messages.DeviceAddress{User: "a", Device: 1}, To: messages.DeviceAddress{User: "b", Device: 2}, Envelope: []byte{1}})
+	breq, _ := messages.Marshal(&BundleRequest{To: messages.DeviceAddress{User: "b", Device: 2}})
+	f.Add(TypeDeviceEnvelope, dev)
+	f.Add(TypeBundleRequest, breq)
+	f.Add(TypeBundle, []byte{0x83, 0x01, 0x02, 0x03})
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {
 		env := &Envelope{Type: typ, Cbor: data}
 		v, err := env.Deserialize()

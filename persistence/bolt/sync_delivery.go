@@ -87,11 +87,16 @@ func (t *syncTx) Cursor(peer string) (persistence.SenderCursor, bool, error) {
 	if v == nil {
 		return persistence.SenderCursor{}, false, nil
 	}
+	c, err := decodeCursor(v)
+	return c, err == nil, err
+}
+
+func decodeCursor(v []byte) (persistence.SenderCursor, error) {
 	var rec cursorRecord
 	if err := decodeRecord("cursor", v, &rec, &rec.V); err != nil {
-		return persistence.SenderCursor{}, false, err
+		return persistence.SenderCursor{}, err
 	}
-	return persistence.SenderCursor{Seq: rec.Seq, Retry: rec.Retry}, true, nil
+	return persistence.SenderCursor{Seq: rec.Seq, Retry: rec.Retry}, nil
 }
 
 func (t *syncTx) PutCursor(peer string, c persistence.SenderCursor) error {
@@ -192,19 +197,24 @@ func (t *syncTx) PeerProgress(peer string) (persistence.PeerProgress, bool, erro
 	if v == nil {
 		return persistence.PeerProgress{}, false, nil
 	}
+	p, err := decodeProgress(v)
+	return p, err == nil, err
+}
+
+func decodeProgress(v []byte) (persistence.PeerProgress, error) {
 	var rec progressRecord
 	if err := decodeRecord("peer progress", v, &rec, &rec.V); err != nil {
-		return persistence.PeerProgress{}, false, err
+		return persistence.PeerProgress{}, err
 	}
 	p := persistence.PeerProgress{Log: rec.Log, Through: rec.Through}
 	for _, g := range rec.Gaps {
 		site, err := siteFrom(g.Site)
 		if err != nil {
-			return persistence.PeerProgress{}, false, corrupt("peer progress", err)
+			return persistence.PeerProgress{}, corrupt("peer progress", err)
 		}
 		p.Gaps = append(p.Gaps, persistence.PeerGap{Seq: g.Seq, Group: persistence.GroupKey{Site: site, Schema: g.Schema, Table: g.Table}})
 	}
-	return p, true, nil
+	return p, nil
 }
 
 func (t *syncTx) PutPeerProgress(peer string, p persistence.PeerProgress) error {
