@@ -346,3 +346,27 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not found", name)
 	return 0
 }
+
+// Devices sharing a registry add up in the pending gauges; a closed
+// device no longer counts.
+func TestPendingGaugesSumOverDevicesSharingARegistry(t *testing.T) {
+	ms := newMesh(t)
+	reg := prometheus.NewRegistry()
+	a := ms.add(aliceAddr, nil)
+	b := ms.add(bobAddr, func(c *device.Config) { c.Registerer = reg })
+	c := ms.add(carolAddr, func(c *device.Config) { c.Registerer = reg })
+	a.send(b, "1")
+	a.send(c, "2")
+	a.send(c, "3")
+	b.pump()
+	c.pump()
+	if v := metric(t, reg, "syncmesh_delivery_pending_inbound"); v != 3 {
+		t.Fatalf("pending_inbound = %v, want 3 (1 at bob + 2 at carol)", v)
+	}
+	if err := c.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := metric(t, reg, "syncmesh_delivery_pending_inbound"); v != 1 {
+		t.Fatalf("pending_inbound after carol closed = %v, want 1", v)
+	}
+}

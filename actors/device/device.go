@@ -322,6 +322,9 @@ func (d *Device) Close() error {
 	}
 	d.loops.Wait()
 	errs := []error{d.out.Close(), d.in.Close(), d.sessions.Close()}
+	// A closed device no longer counts in the shared gauges.
+	d.metrics.pendingIn.Set(0)
+	d.metrics.pendingOut.Set(0)
 	if d.feed != nil {
 		close(d.feed)
 	}

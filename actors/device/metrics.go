@@ -1,17 +1,20 @@
 package device
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncmesh/syncmesh/actors/promreg"
 )
 
 // metrics are the delivery plane's Prometheus metrics. Devices sharing
-// one Registerer share the collectors (the gauges then show the last
-// device that reported).
+// one Registerer share the collectors: counters and the pending gauges
+// add up over the devices; the oldest-pending timestamp shows the last
+// device that reported.
 type metrics struct {
-	pendingIn  prometheus.Gauge
-	pendingOut prometheus.Gauge
+	pendingIn  *share
+	pendingOut *share
 	oldestOut  prometheus.Gauge
 	commits    prometheus.Counter
 	discards   prometheus.Counter
@@ -22,10 +25,10 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		pendingIn: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
-			Name: "pending_inbound", Help: "Received messages pending application commit or discard."}),
-		pendingOut: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
-			Name: "pending_outbound", Help: "Sent messages pending the recipient's ACK."}),
+		pendingIn: &share{g: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "pending_inbound", Help: "Received messages pending application commit or discard (summed over the devices sharing the registry)."})},
+		pendingOut: &share{g: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "pending_outbound", Help: "Sent messages pending the recipient's ACK (summed over the devices sharing the registry)."})},
 		oldestOut: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "oldest_pending_outbound_created_timestamp_seconds",
 			Help: "When the oldest sent message still waiting for its ACK was sent (Unix seconds; its age is time() minus this); 0 when none waits."}),
@@ -44,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	for _, g := range []*prometheus.Gauge{&m.pendingIn, &m.pendingOut, &m.oldestOut} {
+	for _, g := range []*prometheus.Gauge{&m.pendingIn.g, &m.pendingOut.g, &m.oldestOut} {
 		if *g, err = promreg.Register(reg, *g); err != nil {
 			return nil, err
 		}
@@ -55,4 +58,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// share is one device's part of a gauge shared by the devices on one
+// registry: Set moves the gauge by the change of this device's value, so
+// the gauge is the sum over the devices.
+type share struct {
+	g  prometheus.Gauge
+	mu sync.Mutex
+	v  float64
+}
+
+// Set sets this device's value.
+func (s *share) Set(v float64) {
+	s.mu.Lock()
+	d := v - s.v
+	s.v = v
+	s.mu.Unlock()
+	s.g.Add(d)
 }
