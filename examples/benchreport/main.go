@@ -25,6 +25,7 @@ import (
 )
 
 var (
+	preload    int
 	mesh       = []byte("bench-mesh")
 	cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the one-core apply run here")
 )
@@ -34,6 +35,7 @@ func main() {
 	writers := flag.Int("writers", 4, "concurrent ApplySignedBatch callers")
 	batch := flag.Int("batch", 2000, "events per ApplySignedBatch call")
 	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
+	flag.IntVar(&preload, "preload", 0, "events applied (untimed) to each apply run's store before the measured ones: apply cost grows with the store (DESIGN.md asks for ≥ 1 000 000)")
 	only := flag.String("only", "", "run one section only: sync, catchup, sessions or hosting (default: all)")
 	catchupEvents := flag.Int("catchup-events", 100000, "events the joining node catches up on")
 	pushBatch := flag.Int("push-batch", 2000, "events per push in the catch-up run")
@@ -155,6 +157,9 @@ func applyRate(peers []*peer, raws [][]byte, procs, writers, batch int) (float64
 			return 0, err
 		}
 	}
+	if err := preloadStore(ctx, n, peers, batch); err != nil {
+		return 0, err
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var failed atomic.Value
@@ -237,6 +242,9 @@ func syncReport(events, writers, batch, sites int) error {
 		return err
 	}
 	fmt.Printf("== sync plane: ApplySigned into bbolt (fsync on, durable before the outcome), %d events, %d sites, %d concurrent callers of ApplySignedBatch(%d)\n", events, sites, writers, batch)
+	if preload > 0 {
+		fmt.Printf("  each apply run's store first holds %d other events (untimed; -preload)\n", preload)
+	}
 	pubs := map[string]ed25519.PublicKey{}
 	for _, p := range peers {
 		pubs[string(p.signer.Kid())] = p.signer.PublicKey()
@@ -284,4 +292,57 @@ func gcPercent() int {
 	p := debug.SetGCPercent(100)
 	debug.SetGCPercent(p)
 	return p
+}
+
+// preloadStore applies -preload events (signed by the same sites, older
+// HLCs, other rows) before a measured run, untimed, at full parallelism.
+func preloadStore(ctx context.Context, n *runtime.Node, peers []*peer, batch int) error {
+	if preload <= 0 {
+		return nil
+	}
+	prev := goruntime.GOMAXPROCS(goruntime.NumCPU())
+	defer goruntime.GOMAXPROCS(prev)
+	base := uint64(time.Now().Add(-time.Hour).UnixMilli())
+	const chunk = 20000
+	raws := make([][]byte, chunk)
+	for done := 0; done < preload; done += chunk {
+		m := min(chunk, preload-done)
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		var failed atomic.Value
+		for w := 0; w < goruntime.NumCPU(); w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= m {
+						return
+					}
+					k := done + i
+					p := peers[k%len(peers)]
+					h, _ := messages.NewHLC(base+uint64(k/len(peers))>>16, uint16(k/len(peers)))
+					e := &messages.Event{Site: p.signer.Site(), HLC: h, Schema: "bench", Table: "t",
+						Key:     messages.Columns{"id": messages.MustValue(1_000_000 + k%200_000)},
+						Payload: messages.Columns{"a": messages.MustValue(fmt.Sprintf("preload-%d", k)), "b": messages.MustValue(k)}}
+					raw, err := p.signer.Sign(e, mesh)
+					if err != nil {
+						failed.Store(err)
+						return
+					}
+					raws[i] = raw
+				}
+			}()
+		}
+		wg.Wait()
+		if f := failed.Load(); f != nil {
+			return f.(error)
+		}
+		for i := 0; i < m; i += batch {
+			if _, err := n.ApplySignedBatch(ctx, raws[i:min(i+batch, m)]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
