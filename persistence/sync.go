@@ -74,8 +74,13 @@ type SyncReader interface {
 	// Tables lists every defined table.
 	Tables() ([]TableDef, error)
 
-	// Event looks up a retained event by id.
-	Event(id EventID) (ev StoredEvent, ok bool, err error)
+	// Event looks up a retained event by id. site and h are the event's
+	// own (from its signed payload, known once its signature is verified):
+	// the id index is keyed by (site, HLC, id), so a site's events, which
+	// arrive roughly in HLC order, are inserted next to each other instead
+	// of at random places of a large index. An id stored with another site
+	// or HLC is not found.
+	Event(site messages.SiteID, h messages.HLC, id EventID) (ev StoredEvent, ok bool, err error)
 	// EventsAfter calls fn for retained events with Seq > after, in Seq
 	// order, until fn returns false or limit events were visited (limit ≤ 0: no limit).
 	EventsAfter(after uint64, limit int, fn func(StoredEvent) (bool, error)) error
@@ -119,7 +124,8 @@ type SyncTx interface {
 	PutTable(def TableDef) error
 	// AppendEvent adds an event to the log, assigning ev.Seq (the assigned
 	// value is returned). An id already present returns ErrDuplicate and
-	// changes nothing.
+	// changes nothing. An id determines its site and HLC (it hashes the
+	// signed bytes that hold them); the store relies on it (see Event).
 	AppendEvent(ev StoredEvent) (seq uint64, err error)
 	// DeleteEventsBelow removes the table's retained events whose HLC is
 	// strictly below h (reclamation below an eviction horizon) and returns

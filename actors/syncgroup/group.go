@@ -234,7 +234,7 @@ func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, r
 	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
 
 	// §12 step 4: idempotent insert keyed on the event id.
-	if se, ok, err := tx.Event(req.ID); err != nil {
+	if se, ok, err := tx.Event(e.Site, e.HLC, req.ID); err != nil {
 		return out, err
 	} else if ok {
 		held, err := tx.HeldEvents(key)

@@ -141,7 +141,7 @@ func TestSealedRecordMovedToAnotherIDIsCorrupt(t *testing.T) {
 				t.Fatal(err)
 			}
 			err := db.Sync().View(ctx, func(r persistence.SyncReader) error {
-				_, ok, err := r.Event(b.ID)
+				_, ok, err := r.Event(b.Site, b.HLC, b.ID)
 				if ok {
 					t.Fatal("tampered event reported found")
 				}
@@ -385,7 +385,8 @@ func TestOpenFixtureV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Sync().View(ctx, func(r persistence.SyncReader) error {
-		ev, ok, err := r.Event(testEvent(1, fixtureTable).ID)
+		want := testEvent(1, fixtureTable)
+		ev, ok, err := r.Event(want.Site, want.HLC, want.ID) // found through the index layout 5 rebuilt
 		if err != nil || !ok || ev.Seq != 1 || string(ev.Raw) != string(testEvent(1, fixtureTable).Raw) {
 			t.Fatalf("fixture event: %+v, %v, %v", ev, ok, err)
 		}

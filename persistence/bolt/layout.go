@@ -19,8 +19,10 @@ import (
 // state — sender cursors, applied watermarks, per-sender receive progress
 // (createSyncDeliveryV1, sync_delivery.go). Version 4: the delivery plane's
 // commit-boundary records — pending inbound, processed inbound, pending
-// outbound and their indexes (createInboundV1, inbound.go).
-const LayoutVersion = 4
+// outbound and their indexes (createInboundV1, inbound.go). Version 5: the
+// event-id index keyed by (site, HLC, id) (migrateEventKeysV1,
+// event_keys.go).
+const LayoutVersion = 5
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -28,7 +30,7 @@ var (
 
 	bucketSyncTables   = []byte("sync.tables")     // lp(schema)|lp(table) → tableRecord
 	bucketSyncEvents   = []byte("sync.events")     // seq(8, big-endian) → eventRecord (Raw sealed)
-	bucketSyncEventIDs = []byte("sync.event_ids")  // event id(32) → seq(8)
+	bucketSyncEventIDs = []byte("sync.event_ids")  // layouts 1–4: event id(32) → seq(8); replaced by bucketSyncEventKeys
 	bucketSyncRowIdx   = []byte("sync.row_events") // lp(schema)|lp(table)|lp(rowkey)|seq(8) → ∅
 	bucketSyncTableIdx = []byte("sync.table_hlc")  // lp(schema)|lp(table)|hlc(8)|seq(8) → ∅
 	bucketSyncRows     = []byte("sync.rows")       // lp(schema)|lp(table)|rowkey → rowRecord
@@ -59,6 +61,7 @@ var migrations = []migration{
 	{from: 1, to: 2, fn: createDeliveryV1},
 	{from: 2, to: 3, fn: createSyncDeliveryV1},
 	{from: 3, to: 4, fn: createInboundV1},
+	{from: 4, to: 5, fn: migrateEventKeysV1},
 }
 
 // createV1 creates the initial layout.

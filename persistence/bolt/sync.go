@@ -161,7 +161,7 @@ func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
 		name []byte
 	}{
 		{&t.meta, bucketMeta}, {&t.tables, bucketSyncTables}, {&t.events, bucketSyncEvents},
-		{&t.ids, bucketSyncEventIDs}, {&t.rowIdx, bucketSyncRowIdx}, {&t.tableIdx, bucketSyncTableIdx},
+		{&t.ids, bucketSyncEventKeys}, {&t.rowIdx, bucketSyncRowIdx}, {&t.tableIdx, bucketSyncTableIdx},
 		{&t.rows, bucketSyncRows}, {&t.horizons, bucketSyncHorizons}, {&t.held, bucketSyncHeld},
 		{&t.smeta, bucketSyncMeta}, {&t.sealed, bucketSyncSealed}, {&t.keys, bucketSyncKeys},
 	} {
@@ -328,11 +328,12 @@ func (t *syncTx) event(seq uint64, want *persistence.EventID) (persistence.Store
 	return ev, nil
 }
 
-func (t *syncTx) Event(id persistence.EventID) (persistence.StoredEvent, bool, error) {
+func (t *syncTx) Event(site messages.SiteID, h messages.HLC, id persistence.EventID) (persistence.StoredEvent, bool, error) {
 	if err := t.check(); err != nil {
 		return persistence.StoredEvent{}, false, err
 	}
-	v := get(&t.idsCur, t.ids, id[:])
+	t.keyBuf = eventKey(t.keyBuf[:0], site, h, id)
+	v := get(&t.idsCur, t.ids, t.keyBuf)
 	if v == nil {
 		t.missed, t.hasMissed = id, true
 		return persistence.StoredEvent{}, false, nil
@@ -583,7 +584,8 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	}
 	knownAbsent := t.hasMissed && t.missed == ev.ID
 	t.hasMissed = false
-	if !knownAbsent && get(&t.idsCur, t.ids, ev.ID[:]) != nil {
+	t.keyBuf = eventKey(t.keyBuf[:0], ev.Site, ev.HLC, ev.ID)
+	if !knownAbsent && get(&t.idsCur, t.ids, t.keyBuf) != nil {
 		return 0, fmt.Errorf("bolt: append event %s: %w", ev.ID, persistence.ErrDuplicate)
 	}
 	last, err := t.loadSeq()
@@ -612,7 +614,8 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	if err := t.events.Put(t.keyBuf, v); err != nil {
 		return 0, err
 	}
-	if err := t.ids.Put(t.idBuf, seqVal); err != nil {
+	t.keyBuf = eventKey(t.keyBuf[:0], ev.Site, ev.HLC, ev.ID)
+	if err := t.ids.Put(t.keyBuf, seqVal); err != nil {
 		return 0, err
 	}
 	t.keyBuf = rowIdxKey(t.keyBuf[:0], tk, ev.RowKey, seq)
@@ -655,7 +658,7 @@ func (t *syncTx) DeleteEventsBelow(k persistence.TableKey, h messages.HLC) (int,
 			b   *bbolt.Bucket
 			key []byte
 		}{
-			{t.events, seqKey}, {t.ids, ev.ID[:]}, {t.rowIdx, rowIdxKey(nil, k, ev.RowKey, ev.Seq)}, {t.tableIdx, key},
+			{t.events, seqKey}, {t.ids, eventKey(nil, ev.Site, ev.HLC, ev.ID)}, {t.rowIdx, rowIdxKey(nil, k, ev.RowKey, ev.Seq)}, {t.tableIdx, key},
 		} {
 			if err := del.b.Delete(del.key); err != nil {
 				return 0, err

@@ -282,7 +282,7 @@ func (t *txn) Tables() ([]persistence.TableDef, error) {
 	return out, nil
 }
 
-func (t *txn) Event(id persistence.EventID) (persistence.StoredEvent, bool, error) {
+func (t *txn) Event(site messages.SiteID, h messages.HLC, id persistence.EventID) (persistence.StoredEvent, bool, error) {
 	if err := t.check(false); err != nil {
 		return persistence.StoredEvent{}, false, err
 	}
@@ -293,6 +293,9 @@ func (t *txn) Event(id persistence.EventID) (persistence.StoredEvent, bool, erro
 	ev, ok := t.st.events.get(seq)
 	if !ok {
 		return persistence.StoredEvent{}, false, fmt.Errorf("memory: event index points at missing seq %d: %w", seq, persistence.ErrCorrupt)
+	}
+	if ev.Site != site || ev.HLC != h {
+		return persistence.StoredEvent{}, false, nil // the bolt index is keyed by (site, HLC, id)
 	}
 	return cloneEvent(*ev), true, nil
 }

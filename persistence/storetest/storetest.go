@@ -78,6 +78,7 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"CursorsPerPeerFromGenesis", testCursors},
 		{"WatermarksMonotonicAndFailClosed", testWatermarks},
 		{"PeerProgressWithGaps", testPeerProgress},
+		{"EventKeyedBySiteAndHLC", testEventKeyedBySiteAndHLC},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
@@ -148,7 +149,7 @@ func sameEvent(a, b persistence.StoredEvent) bool {
 
 func checkEvent(t *testing.T, r persistence.SyncReader, want persistence.StoredEvent) {
 	t.Helper()
-	got, ok, err := r.Event(want.ID)
+	got, ok, err := r.Event(want.Site, want.HLC, want.ID)
 	if err != nil || !ok {
 		t.Fatalf("Event(%d): ok=%v err=%v", want.Seq, ok, err)
 	}
@@ -159,7 +160,17 @@ func checkEvent(t *testing.T, r persistence.SyncReader, want persistence.StoredE
 
 func checkNoEvent(t *testing.T, r persistence.SyncReader, id persistence.EventID) {
 	t.Helper()
-	if _, ok, err := r.Event(id); err != nil || ok {
+	// Absent under any site and HLC: no retained event has this id.
+	err := r.EventsAfter(0, 0, func(ev persistence.StoredEvent) (bool, error) {
+		if ev.ID == id {
+			t.Fatalf("event %s still retained at seq %d", id, ev.Seq)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := r.Event(siteA, 0, id); err != nil || ok {
 		t.Fatalf("Event(%s): ok=%v err=%v, want absent", id, ok, err)
 	}
 }
@@ -366,7 +377,9 @@ func testAppendDuplicate(t *testing.T, open OpenFunc) {
 	orig := mkEvent(1, tblX, []byte("r1"), 10)
 	appendAll(t, s, orig)
 	orig.Seq = 1
-	dup := mkEvent(1, tblAB, []byte("other"), 99)
+	// Same id, hence (by construction: the id hashes the signed bytes,
+	// which hold the site and HLC) the same site and HLC.
+	dup := mkEvent(1, tblAB, []byte("other"), 10)
 	dup.Raw = []byte("different bytes")
 	update(t, s, func(tx persistence.SyncTx) error {
 		_, err := tx.AppendEvent(dup)
@@ -784,7 +797,7 @@ func testCopies(t *testing.T, open OpenFunc) {
 	wantEv.Seq = 1
 	wantRow := sampleRow(tblX, 1)
 	mutate := func(r persistence.SyncReader) {
-		e, _, _ := r.Event(wantEv.ID)
+		e, _, _ := r.Event(wantEv.Site, wantEv.HLC, wantEv.ID)
 		e.Raw[0], e.RowKey[0] = 'Y', 'Y'
 		_ = r.EventsAfter(0, 0, func(e persistence.StoredEvent) (bool, error) { e.Raw[0] = 'Y'; return true, nil })
 		_ = r.RowEvents(tblX, []byte("r1"), func(e persistence.StoredEvent) (bool, error) { e.Raw[0] = 'Y'; return true, nil })

@@ -123,3 +123,24 @@ func testPeerProgress(t *testing.T, open OpenFunc) {
 		return nil
 	})
 }
+
+// testEventKeyedBySiteAndHLC: Event finds an event under its own site and
+// HLC only (the index is keyed by them; SSP/1 §12 step 4 keys the insert
+// on the id, which determines both).
+func testEventKeyedBySiteAndHLC(t *testing.T, open OpenFunc) {
+	s, _ := open(t)
+	ev := mkEvent(7, tblX, []byte("r"), 42)
+	appendAll(t, s, ev)
+	view(t, s, func(r persistence.SyncReader) error {
+		if got, ok, err := r.Event(ev.Site, ev.HLC, ev.ID); err != nil || !ok || got.Seq != 1 {
+			t.Fatalf("Event under its own site and HLC: %+v %v %v", got, ok, err)
+		}
+		if _, ok, err := r.Event(siteB, ev.HLC, ev.ID); err != nil || ok {
+			t.Fatalf("Event under another site: %v %v", ok, err)
+		}
+		if _, ok, err := r.Event(ev.Site, ev.HLC+1, ev.ID); err != nil || ok {
+			t.Fatalf("Event under another HLC: %v %v", ok, err)
+		}
+		return nil
+	})
+}
