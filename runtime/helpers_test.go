@@ -10,22 +10,18 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
 var testMesh = []byte("test-mesh")
 
-// wall is an injectable wall clock.
-type wall struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// wall is an injectable wall clock that also reads in Unix milliseconds.
+type wall struct{ *actortest.Clock }
 
-func newWall() *wall                    { return &wall{t: time.UnixMilli(1_800_000_000_000)} }
-func (w *wall) Now() time.Time          { w.mu.Lock(); defer w.mu.Unlock(); return w.t }
-func (w *wall) Advance(d time.Duration) { w.mu.Lock(); w.t = w.t.Add(d); w.mu.Unlock() }
-func (w *wall) MS() uint64              { return uint64(w.Now().UnixMilli()) }
+func newWall() *wall       { return &wall{actortest.NewClock(time.UnixMilli(1_800_000_000_000))} }
+func (w *wall) MS() uint64 { return uint64(w.Now().UnixMilli()) }
 
 type testNode struct {
 	*Node

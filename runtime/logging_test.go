@@ -13,6 +13,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/actors/actortest"
 )
 
 // captureStd redirects stdout and stderr while fn runs.
@@ -99,7 +101,7 @@ func TestProtoactorLogsRoutedAndQuietByDefault(t *testing.T) {
 // Nodes sharing an actor system do not each count its dead letters; the
 // host counts them once with CountDeadLetters.
 func TestSharedSystemCountsDeadLettersOnce(t *testing.T) {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	sys := actortest.System(t)
 	reg := prometheus.NewRegistry()
 	var nodes []*Node
 	for i := 0; i < 3; i++ {

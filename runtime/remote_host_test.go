@@ -2,11 +2,10 @@ package runtime
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
+	"github.com/syncmesh/syncmesh/actors/actortest"
 )
 
 // Several nodes on one actor system share its one remote: pushes are
@@ -16,7 +15,7 @@ import (
 func TestRemoteHostsSeveralNodesOnOneSystem(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	sys := actortest.System(t)
 	rem, err := StartRemote(sys, RemoteConfig{Plaintext: true, RequestTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)

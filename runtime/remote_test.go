@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 )
@@ -52,7 +52,7 @@ func TestRemoteConfigValidation(t *testing.T) {
 		{"timeout", RemoteConfig{Plaintext: true, RequestTimeout: -1}, "RemoteConfig.RequestTimeout"},
 		{"advertised", RemoteConfig{Plaintext: true, AdvertisedAddress: "nohostport"}, "RemoteConfig.AdvertisedAddress"},
 	}
-	sys := quietActorSystem()
+	sys := actortest.QuietSystem()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := StartRemote(sys, c.cfg)
@@ -71,7 +71,7 @@ func TestRemotePortTakenIsAnErrorNotAPanic(t *testing.T) {
 	}
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
-	_, err = StartRemote(quietActorSystem(), RemoteConfig{Plaintext: true, Port: port})
+	_, err = StartRemote(actortest.QuietSystem(), RemoteConfig{Plaintext: true, Port: port})
 	if !errors.Is(err, ErrRemoteListen) {
 		t.Fatalf("got %v, want ErrRemoteListen", err)
 	}
@@ -412,10 +412,6 @@ func waitForLen[T any](t testing.TB, get func() []T, n int) []T {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-func quietActorSystem() *actor.ActorSystem {
-	return actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 }
 
 type (

@@ -3,16 +3,14 @@ package device_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/messages"
@@ -27,32 +25,6 @@ var (
 	bobAddr   = messages.DeviceAddress{User: "bob", Device: 1}
 	carolAddr = messages.DeviceAddress{User: "carol", Device: 1}
 )
-
-func newSystem(tb testing.TB) *actor.ActorSystem {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
-	tb.Cleanup(sys.Shutdown)
-	return sys
-}
-
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *testClock { return &testClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // lossyTransport wraps a transport; while dropAcks is set it fails every
 // hand-off of an envelope whose plaintext we cannot see, so tests flip it
@@ -76,11 +48,11 @@ type mesh struct {
 	tb    testing.TB
 	sys   *actor.ActorSystem
 	net   *session.InProcess
-	clock *testClock
+	clock *actortest.Clock
 }
 
 func newMesh(tb testing.TB) *mesh {
-	return &mesh{tb: tb, sys: newSystem(tb), net: session.NewInProcess(), clock: newClock()}
+	return &mesh{tb: tb, sys: actortest.System(tb), net: session.NewInProcess(), clock: actortest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 }
 
 // dev is one device of the mesh.

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 )
@@ -24,7 +25,7 @@ func BenchmarkDurableReceive(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer db.Close()
-			s, err := New(newSystem(b), Config{Store: db.Delivery()})
+			s, err := New(actortest.System(b), Config{Store: db.Delivery()})
 			if err != nil {
 				b.Fatal(err)
 			}

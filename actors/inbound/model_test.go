@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/memory"
@@ -32,7 +33,7 @@ func TestStoreMatchesModel(t *testing.T) {
 		body string
 	}
 	senders := []messages.DeviceAddress{{User: "a", Device: 1}, {User: "b", Device: 2}}
-	sys := newSystem(t)
+	sys := actortest.System(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		var mu sync.Mutex
 		now := int64(1000)

@@ -3,28 +3,18 @@ package inbound
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/memory"
 )
 
 var bg = context.Background()
-
-func newSystem(tb testing.TB) *actor.ActorSystem {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
-	tb.Cleanup(sys.Shutdown)
-	return sys
-}
 
 // gatedStore counts Updates; while gate is set, the first Update blocks
 // until it is closed (so requests pile up in the actor's mailbox), and
@@ -92,7 +82,7 @@ func newStore(t *testing.T, gs *gatedStore, tweak func(*Config)) *Store {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	s, err := New(newSystem(t), cfg)
+	s, err := New(actortest.System(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +283,7 @@ func TestCancelledContextSkipsRequest(t *testing.T) {
 }
 
 func TestCloseAnswersQueuedRequestsThenRefuses(t *testing.T) {
-	s, err := New(newSystem(t), Config{Store: memory.NewDelivery()})
+	s, err := New(actortest.System(t), Config{Store: memory.NewDelivery()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,11 @@ package outbound
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence/memory"
 )
@@ -19,25 +16,6 @@ var (
 	bg  = context.Background()
 	bob = messages.DeviceAddress{User: "bob", Device: 1}
 )
-
-func newSystem(tb testing.TB) *actor.ActorSystem {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
-	tb.Cleanup(sys.Shutdown)
-	return sys
-}
-
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 func TestDelayBackoffAndCap(t *testing.T) {
 	p := RetryPolicy{Interval: time.Second, Backoff: 3, MaxInterval: 10 * time.Second}
@@ -55,10 +33,10 @@ func TestDelayBackoffAndCap(t *testing.T) {
 }
 
 func TestStoreMarkAbandonPage(t *testing.T) {
-	c := &clock{now: time.UnixMilli(1000)}
+	c := actortest.NewClock(time.UnixMilli(1000))
 	var counts []int
 	var mu sync.Mutex
-	o, err := New(newSystem(t), Config{Store: memory.NewDelivery(), Now: c.Now, OnChange: func(n int, _ time.Time) { mu.Lock(); counts = append(counts, n); mu.Unlock() }})
+	o, err := New(actortest.System(t), Config{Store: memory.NewDelivery(), Now: c.Now, OnChange: func(n int, _ time.Time) { mu.Lock(); counts = append(counts, n); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +52,7 @@ func TestStoreMarkAbandonPage(t *testing.T) {
 	if _, err := o.Store(bg, bob, id2, nil); err != nil {
 		t.Fatal(err)
 	}
-	c.Add(time.Second)
+	c.Advance(time.Second)
 	m, err := o.MarkAttempt(bg, bob, id1)
 	if err != nil || m.Attempts != 2 || string(m.Body) != "one" || !m.LastAttemptAt.Equal(time.UnixMilli(2000)) {
 		t.Fatalf("MarkAttempt = %+v %v", m, err)
@@ -113,11 +91,11 @@ func TestStoreMarkAbandonPage(t *testing.T) {
 }
 
 func TestRetryDueResendsWithBackoffAndReportsExhaustedOnce(t *testing.T) {
-	c := &clock{now: time.UnixMilli(0)}
+	c := actortest.NewClock(time.UnixMilli(0))
 	var o *Outbox
 	var resent []messages.LogicalMessageID
 	var exhausted []SentMessage
-	o, err := New(newSystem(t), Config{
+	o, err := New(actortest.System(t), Config{
 		Store: memory.NewDelivery(), Now: c.Now,
 		// An interval far longer than the test: the loop never fires; the
 		// test runs the passes itself.
@@ -147,19 +125,19 @@ func TestRetryDueResendsWithBackoffAndReportsExhaustedOnce(t *testing.T) {
 	if n, _ := pass(); n != 0 {
 		t.Fatal("resent before the interval")
 	}
-	c.Add(time.Hour)
+	c.Advance(time.Hour)
 	if n, _ := pass(); n != 1 {
 		t.Fatal("not resent after the interval")
 	}
-	c.Add(time.Hour) // attempts 2: delay 2h
+	c.Advance(time.Hour) // attempts 2: delay 2h
 	if n, _ := pass(); n != 0 {
 		t.Fatal("resent before the backoff delay")
 	}
-	c.Add(time.Hour)
+	c.Advance(time.Hour)
 	if n, _ := pass(); n != 1 {
 		t.Fatal("not resent after the backoff delay")
 	}
-	c.Add(24 * time.Hour)
+	c.Advance(24 * time.Hour)
 	if n, ex := pass(); n != 0 || ex != 1 {
 		t.Fatalf("at the cap: resent %d, exhausted %d", n, ex)
 	}
@@ -172,7 +150,7 @@ func TestRetryDueResendsWithBackoffAndReportsExhaustedOnce(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	sys := newSystem(t)
+	sys := actortest.System(t)
 	for _, cfg := range []Config{
 		{},
 		{Store: memory.NewDelivery(), Retry: RetryPolicy{Interval: time.Second}},

@@ -2,14 +2,12 @@ package session_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -22,33 +20,6 @@ var (
 	carolAddr = messages.DeviceAddress{User: "carol", Device: 2}
 )
 
-func newSystem(tb testing.TB) *actor.ActorSystem {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
-	tb.Cleanup(sys.Shutdown)
-	return sys
-}
-
-// testClock is an injectable clock.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *testClock { return &testClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // node is one device in a test mesh.
 type node struct {
 	addr  messages.DeviceAddress
@@ -60,11 +31,11 @@ type mesh struct {
 	tb    testing.TB
 	sys   *actor.ActorSystem
 	net   *session.InProcess
-	clock *testClock
+	clock *actortest.Clock
 }
 
 func newMesh(tb testing.TB) *mesh {
-	return &mesh{tb: tb, sys: newSystem(tb), net: session.NewInProcess(), clock: newClock()}
+	return &mesh{tb: tb, sys: actortest.System(tb), net: session.NewInProcess(), clock: actortest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 }
 
 // add starts a manager for addr on store (a new memory store when nil).

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/runtime"
 )
 
@@ -76,19 +77,10 @@ type Node struct {
 }
 
 // Clock is an injectable wall clock, safe for concurrent use.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type Clock = actortest.Clock
 
 // NewClock returns a clock reading start.
-func NewClock(start time.Time) *Clock { return &Clock{t: start} }
-
-// Now reads the clock.
-func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-// Advance moves the clock forward by d (backward for a negative d).
-func (c *Clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func NewClock(start time.Time) *Clock { return actortest.NewClock(start) }
 
 // MeshID is the mesh id of every meshtest node.
 var MeshID = []byte("meshtest")
