@@ -24,6 +24,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
+	"github.com/syncmesh/syncmesh/runtime/internal/panics"
 )
 
 // SyncActorName is the name of the actor that receives SSP/1 §14 pushes on
@@ -302,7 +303,7 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 	// (5 attempts) blocks every push to that peer for 10 s.
 	rc.MaxRetryCount = 1
 	r.rem = remote.NewRemote(sys, rc)
-	if err := startRemote(r.rem); err != nil {
+	if err := panics.Call(r.rem.Start); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRemoteListen, err)
 	}
 
@@ -330,22 +331,6 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 	r.pid = pid
 	r.log.Info("remote started", "address", r.Address(), "tls", cfg.TLS != nil)
 	return r, nil
-}
-
-// startRemote runs protoactor's Start, turning its listen panic into an
-// error (it panics before starting anything else).
-func startRemote(rem *remote.Remote) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			if e, ok := p.(error); ok {
-				err = e
-			} else {
-				err = fmt.Errorf("%v", p)
-			}
-		}
-	}()
-	rem.Start()
-	return nil
 }
 
 // Address returns the host:port peers reach this node at (the advertised

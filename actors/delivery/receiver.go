@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -256,15 +257,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 			}
 		}
 	}
-	slices.SortFunc(gaps, func(a, b persistence.PeerGap) int {
-		switch {
-		case a.Seq < b.Seq:
-			return -1
-		case a.Seq > b.Seq:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(gaps, func(a, b persistence.PeerGap) int { return cmp.Compare(a.Seq, b.Seq) })
 	prog.Through, prog.Gaps = newThrough, gaps
 	if err := tx.PutPeerProgress(push.From, prog); err != nil {
 		return nil, prog, ranges, err
@@ -323,22 +316,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, push *messages.SyncPush, outs []
 }
 
 func compareGroups(a, b messages.Group) int {
-	if c := bytes.Compare(a.Site[:], b.Site[:]); c != 0 {
-		return c
-	}
-	if a.Schema != b.Schema {
-		if a.Schema < b.Schema {
-			return -1
-		}
-		return 1
-	}
-	switch {
-	case a.Table < b.Table:
-		return -1
-	case a.Table > b.Table:
-		return 1
-	}
-	return 0
+	return cmp.Or(bytes.Compare(a.Site[:], b.Site[:]), strings.Compare(a.Schema, b.Schema), strings.Compare(a.Table, b.Table))
 }
 
 // handlePush applies a push through the node's apply path (signature

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -199,15 +200,7 @@ func checkResult(p *messages.SyncPush, r *messages.PushResult) error {
 		return err
 	}
 	for _, seq := range r.Retry {
-		if _, ok := slices.BinarySearchFunc(p.Events, seq, func(e messages.PushedEvent, s uint64) int {
-			switch {
-			case e.Seq < s:
-				return -1
-			case e.Seq > s:
-				return 1
-			}
-			return 0
-		}); !ok {
+		if _, ok := slices.BinarySearchFunc(p.Events, seq, func(e messages.PushedEvent, s uint64) int { return cmp.Compare(e.Seq, s) }); !ok {
 			return fmt.Errorf("%w: result asks to retry sequence %d the push did not carry", messages.ErrSyncInvalid, seq)
 		}
 	}
@@ -292,15 +285,7 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 		if visited >= room {
 			p.Through = last // the batch is full: more may follow
 		}
-		slices.SortFunc(evs, func(x, y messages.PushedEvent) int {
-			switch {
-			case x.Seq < y.Seq:
-				return -1
-			case x.Seq > y.Seq:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(evs, func(x, y messages.PushedEvent) int { return cmp.Compare(x.Seq, y.Seq) })
 		p.Events = evs
 		p.Claims, err = a.claims(tx, own, p.Through, tail)
 		return err

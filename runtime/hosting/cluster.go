@@ -19,6 +19,7 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 	"github.com/syncmesh/syncmesh/runtime"
+	"github.com/syncmesh/syncmesh/runtime/internal/panics"
 )
 
 // ClusterConfig configures one member of a protoactor-go cluster hosting
@@ -131,28 +132,12 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		return &placedTransport{p: c, self: self, timeout: 30 * time.Second}
 	})
 	c.cl = cluster.New(c.sys, ccfg)
-	if err := startMember(c.cl); err != nil {
+	if err := panics.Call(c.cl.StartMember); err != nil {
 		c.sys.Shutdown()
 		return nil, fmt.Errorf("hosting: start cluster member: %w", err)
 	}
 	c.h.setMember(c.sys.Address())
 	return c, nil
-}
-
-// startMember runs protoactor's StartMember, turning its panics (a taken
-// port, a provider failure) into an error.
-func startMember(cl *cluster.Cluster) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			if e, ok := p.(error); ok {
-				err = e
-			} else {
-				err = fmt.Errorf("%v", p)
-			}
-		}
-	}()
-	cl.StartMember()
-	return nil
 }
 
 // Member implements Placement: the member's remote address (host:port).

@@ -163,14 +163,7 @@ func (r *Request) Serialize() (remote.RootSerialized, error) {
 	if r == nil {
 		return nil, wire.ErrNilMessage
 	}
-	b, err := messages.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxFrame {
-		return nil, fmt.Errorf("%w: request of %d bytes, limit %d", messages.ErrTooLarge, len(b), MaxFrame)
-	}
-	return &wire.Envelope{Type: TypeRequest, Cbor: b}, nil
+	return frame(TypeRequest, "request", r)
 }
 
 // DecodeRequest decodes a Request with the strict codec; it never panics.
@@ -276,14 +269,20 @@ func (r *Reply) Serialize() (remote.RootSerialized, error) {
 	if r == nil {
 		return nil, wire.ErrNilMessage
 	}
-	b, err := messages.Marshal(r)
+	return frame(TypeReply, "reply", r)
+}
+
+// frame encodes v into an Envelope of type typ, refusing more than
+// MaxFrame bytes.
+func frame(typ, what string, v any) (remote.RootSerialized, error) {
+	b, err := messages.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
 	if len(b) > MaxFrame {
-		return nil, fmt.Errorf("%w: reply of %d bytes, limit %d", messages.ErrTooLarge, len(b), MaxFrame)
+		return nil, fmt.Errorf("%w: %s of %d bytes, limit %d", messages.ErrTooLarge, what, len(b), MaxFrame)
 	}
-	return &wire.Envelope{Type: TypeReply, Cbor: b}, nil
+	return &wire.Envelope{Type: typ, Cbor: b}, nil
 }
 
 // DecodeReply decodes a Reply with the strict codec; it never panics.
