@@ -55,17 +55,24 @@ func (n *Node) Name() string { return n.name }
 // fresh id tells receivers that this log's sequences are new to them.
 func (n *Node) loadLogID(ctx context.Context) ([]byte, error) {
 	var id []byte
-	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+	read := func(tx persistence.SyncReader) error {
 		v, ok, err := tx.Meta(metaLogID)
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
-		}
-		if ok && len(v) == 16 {
-			id = v
-			return nil
-		}
-		if ok {
+		case ok && len(v) != 16:
 			return fmt.Errorf("%w: log id of %d bytes", persistence.ErrCorrupt, len(v))
+		}
+		id = v
+		return nil
+	}
+	// Read first: a write transaction (an fsync) only for a new node.
+	if err := n.store.View(ctx, read); err != nil || id != nil {
+		return id, err
+	}
+	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+		if err := read(tx); err != nil || id != nil {
+			return err
 		}
 		id = make([]byte, 16)
 		if _, err := rand.Read(id); err != nil {
