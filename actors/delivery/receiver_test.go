@@ -48,10 +48,24 @@ func push(after, through uint64, seqs []uint64, claims ...messages.WatermarkClai
 // the watermarks afterwards.
 func record(t *testing.T, st persistence.SyncStore, p *messages.SyncPush, outs ...messages.Outcome) (*messages.PushResult, map[persistence.GroupKey]messages.HLC) {
 	t.Helper()
+	return recordWith(t, st, nil, p, outs...)
+}
+
+// recordWith is record threading the receiver's pending out-of-order
+// ranges through *ranges (nil: none kept).
+func recordWith(t *testing.T, st persistence.SyncStore, ranges *[]pendingRange, p *messages.SyncPush, outs ...messages.Outcome) (*messages.PushResult, map[persistence.GroupKey]messages.HLC) {
+	t.Helper()
 	var res *messages.PushResult
 	if err := st.Update(context.Background(), func(tx persistence.SyncTx) error {
-		var err error
-		res, _, _, err = recordPush(tx, testDeps(), p, outs, nil)
+		var in []pendingRange
+		if ranges != nil {
+			in = *ranges
+		}
+		r, _, out, err := recordPush(tx, testDeps(), p, outs, in)
+		if err == nil && ranges != nil {
+			*ranges = out
+		}
+		res = r
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -188,17 +202,7 @@ func TestOutOfOrderPushesMergeOnceContiguous(t *testing.T) {
 	var ranges []pendingRange
 	rec := func(p *messages.SyncPush, outs ...messages.Outcome) map[persistence.GroupKey]messages.HLC {
 		t.Helper()
-		if err := st.Update(context.Background(), func(tx persistence.SyncTx) error {
-			var err error
-			_, _, ranges, err = recordPush(tx, testDeps(), p, outs, ranges)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		wm := map[persistence.GroupKey]messages.HLC{}
-		_ = st.View(context.Background(), func(tx persistence.SyncReader) error {
-			return tx.Watermarks(func(g persistence.GroupKey, w persistence.Watermark) (bool, error) { wm[g] = w.HLC; return true, nil })
-		})
+		_, wm := recordWith(t, st, &ranges, p, outs...)
 		return wm
 	}
 	// The second push (4..6, with a held event at 5) arrives first.
