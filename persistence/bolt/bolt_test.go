@@ -439,3 +439,26 @@ func TestOpenLockedFileTimesOut(t *testing.T) {
 		t.Fatal("second Open of a locked file succeeded")
 	}
 }
+
+func TestCommitsCountsCommittedUpdatesPerPlane(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "n.db"), Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	s := d.Sync()
+	for i := 0; i < 3; i++ {
+		if err := s.Update(ctx, func(tx persistence.SyncTx) error { return tx.PutMeta("k", []byte{byte(i)}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A failed Update does not commit and is not counted.
+	_ = s.Update(ctx, func(tx persistence.SyncTx) error { return errors.New("abort") })
+	if err := d.Delivery().Update(ctx, func(tx persistence.DeliveryTx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Commits(); got != (CommitStats{Sync: 3, Delivery: 1}) {
+		t.Fatalf("Commits() = %+v, want {Sync:3 Delivery:1}", got)
+	}
+}

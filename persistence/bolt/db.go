@@ -59,6 +59,23 @@ type DB struct {
 	opts   Options
 	log    *slog.Logger
 	closed atomic.Bool
+
+	syncCommits, deliveryCommits atomic.Uint64
+}
+
+// CommitStats counts the read-write transactions a DB committed, per plane.
+// Benchmarks divide them by the work done (pushes received, messages
+// committed): one bbolt commit costs two fdatasyncs.
+type CommitStats struct {
+	// Sync counts committed sync-plane Updates.
+	Sync uint64
+	// Delivery counts committed delivery-plane Updates.
+	Delivery uint64
+}
+
+// Commits returns the read-write transactions committed since Open.
+func (d *DB) Commits() CommitStats {
+	return CommitStats{Sync: d.syncCommits.Load(), Delivery: d.deliveryCommits.Load()}
 }
 
 // Open opens (creating if needed) the file at path and migrates its layout

@@ -132,6 +132,7 @@ func (s *deliveryStore) Update(ctx context.Context, fn func(tx persistence.Deliv
 	if err != nil {
 		return mapErr("delivery update", err)
 	}
+	s.d.deliveryCommits.Add(1)
 	return s.d.failpoint(FailpointDeliveryUpdateAfterCommit)
 }
 

@@ -78,6 +78,7 @@ func (s *syncStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) e
 	if err != nil {
 		return mapErr("sync update", err)
 	}
+	s.d.syncCommits.Add(1)
 	return s.d.failpoint(FailpointSyncUpdateAfterCommit)
 }
 
