@@ -36,7 +36,7 @@ func main() {
 	batch := flag.Int("batch", 2000, "events per ApplySignedBatch call")
 	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
 	flag.IntVar(&preload, "preload", 0, "events applied (untimed) to each apply run's store before the measured ones: apply cost grows with the store (DESIGN.md asks for ≥ 1 000 000)")
-	only := flag.String("only", "", "run one section only: sync, catchup, sessions or hosting (default: all)")
+	only := flag.String("only", "", "run one section only: sync, catchup, sessions, hosting or delivery (default: all)")
 	catchupEvents := flag.Int("catchup-events", 100000, "events the joining node catches up on")
 	pushBatch := flag.Int("push-batch", 2000, "events per push in the catch-up run")
 	rounds := flag.Int("session-rounds", 20000, "round trips per sessions measurement")
@@ -44,8 +44,8 @@ func main() {
 	hostingDevices := flag.Int("hosting-devices", 10000, "device nodes hosted on one actor system (even)")
 	hostingMessages := flag.Int("hosting-messages", 20000, "messages the hosted devices exchange (a multiple of -hosting-devices)")
 	flag.Parse()
-	if *only != "" && *only != "sync" && *only != "catchup" && *only != "sessions" && *only != "hosting" {
-		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup, sessions or hosting\n", *only)
+	if *only != "" && *only != "sync" && *only != "catchup" && *only != "sessions" && *only != "hosting" && *only != "delivery" {
+		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup, sessions, hosting or delivery\n", *only)
 		os.Exit(2)
 	}
 	if *only == "" || *only == "sync" {
@@ -69,6 +69,12 @@ func main() {
 	}
 	if *only == "" || *only == "hosting" {
 		if err := hostingReport(*hostingDevices, *hostingMessages); err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
+			os.Exit(1)
+		}
+	}
+	if *only == "" || *only == "delivery" {
+		if err := deliveryReport(*deliveryMessages, *deliveryTrials, *deliveryStrace); err != nil {
 			fmt.Fprintln(os.Stderr, "benchreport:", err)
 			os.Exit(1)
 		}
