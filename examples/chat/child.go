@@ -27,7 +27,10 @@ type event struct {
 	AckSent bool          `json:"ack_sent,omitempty"`
 	Reason  string        `json:"reason,omitempty"`
 	Pending []pendingSent `json:"pending,omitempty"`
-	Err     string        `json:"err,omitempty"`
+	// PendingReceived is, on ready, how many received messages wait in
+	// the store for the application's commit or discard.
+	PendingReceived int    `json:"pending_received,omitempty"`
+	Err             string `json:"err,omitempty"`
 }
 
 // pendingSent is one entry of the sender's pending list.
@@ -130,8 +133,14 @@ func runDevice(o options) error {
 			}
 		}
 	}()
+	// Counted before the application reads its first delivery: after a
+	// crash, what the store kept for it.
+	waiting, err := n.PendingReceivedMessageCount(ctx, nil)
+	if err != nil {
+		return err
+	}
 	go receive(ctx, n, out, o.crash)
-	out.emit(event{Kind: "ready"})
+	out.emit(event{Kind: "ready", PendingReceived: waiting})
 	for {
 		select {
 		case <-stop:

@@ -226,7 +226,7 @@ func (p *proc) stop() error {
 func show(label string, ev event) {
 	switch ev.Kind {
 	case "ready":
-		fmt.Printf("[%s] ready\n", label)
+		fmt.Printf("[%s] ready; received messages pending the application's commit: %d\n", label, ev.PendingReceived)
 	case "sent":
 		fmt.Printf("[%s] sent id=%s seq=%d body=%q (stored as pending before the hand-off)\n", label, ev.ID, ev.Seq, ev.Body)
 	case "pending":
@@ -344,6 +344,13 @@ func runParent(o options) (err error) {
 		return err
 	}
 	running = append(running, bob2)
+	ready, err := bob2.await(o.timeout, "ready", func(ev event) bool { return ev.Kind == "ready" })
+	if err != nil {
+		return err
+	}
+	if ready.PendingReceived != 1 {
+		return fmt.Errorf("bob#2 found %d pending received messages in his store, want 1", ready.PendingReceived)
+	}
 	again, err := bob2.await(o.timeout, "redelivery", func(ev event) bool { return ev.Kind == "delivered" && ev.ID == sent.ID })
 	if err != nil {
 		return err

@@ -61,6 +61,8 @@ func checkChatOutput(t *testing.T, s string) {
 		t.Fatalf("bob#1 finalized something before it was killed:\n%s", s)
 	}
 	// After the kill, before bob restarts: alice's one pending message.
+	find(`\[bob#1\] ready; received messages pending the application's commit: 0`)
+	find(`\[bob#2\] ready; received messages pending the application's commit: 1`)
 	afterKill := s[strings.Index(s, "exited: signal: killed"):strings.Index(s, "[bob#2] ready")]
 	if !regexp.MustCompile(`\[alice\] pending sent messages: 1\n\[alice\]   id=` + id + ` seq=` + sent[2]).MatchString(afterKill) {
 		t.Fatalf("alice's pending list after the kill does not hold %s:\n%s", id, afterKill)
