@@ -527,8 +527,8 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 	return res, nil
 }
 
-// The strace counts: fsync and fdatasync calls of a whole process (every
-// thread: strace -f -c), in a run of m messages minus a run of none (the
+// The strace counts: durable-write calls of a whole process (every
+// thread: strace -f), in a run of m messages minus a run of none (the
 // setup: opening stores, establishing sessions), divided by m. The
 // syncmesh flow runs in a child re-executed from this binary
 // (deliveryChildEnv), sender and receiver in that one process, so its
@@ -565,77 +565,94 @@ func init() {
 	os.Exit(0)
 }
 
-// straceCalls runs argv under strace -f -c and returns its fsync +
-// fdatasync calls.
-func straceCalls(env []string, argv ...string) (int, error) {
+// syncCalls counts a process's durable-write system calls: fsync,
+// fdatasync, and files opened with O_SYNC or O_DSYNC (nats-server writes
+// its state files that way under SyncAlways: each such write is a device
+// flush that no fsync call shows).
+type syncCalls struct{ fsync, fdatasync, osync int }
+
+func (c syncCalls) total() int { return c.fsync + c.fdatasync + c.osync }
+
+func (c syncCalls) minus(d syncCalls) syncCalls {
+	return syncCalls{c.fsync - d.fsync, c.fdatasync - d.fdatasync, c.osync - d.osync}
+}
+
+// straceCalls runs argv under strace -f (every thread) tracing fsync,
+// fdatasync and openat, and counts them.
+func straceCalls(env []string, argv ...string) (syncCalls, error) {
 	out, err := os.CreateTemp("", "syncmesh-strace-")
 	if err != nil {
-		return 0, err
+		return syncCalls{}, err
 	}
 	out.Close()
 	defer os.Remove(out.Name())
-	cmd := exec.Command("strace", append([]string{"-f", "-c", "--seccomp-bpf", "-e", "trace=fsync,fdatasync", "-o", out.Name()}, argv...)...)
+	cmd := exec.Command("strace", append([]string{"-f", "--seccomp-bpf", "-e", "trace=fsync,fdatasync,openat", "-o", out.Name()}, argv...)...)
 	cmd.Env = append(os.Environ(), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, b)
+		return syncCalls{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, b)
 	}
 	b, err := os.ReadFile(out.Name())
 	if err != nil {
-		return 0, err
+		return syncCalls{}, err
 	}
-	return parseStraceCount(string(b))
+	return parseStrace(string(b)), nil
 }
 
-// parseStraceCount sums the calls column of the fsync and fdatasync rows
-// of a strace -c summary (strace writes none when no call was traced).
-func parseStraceCount(summary string) (int, error) {
-	total, rows := 0, 0
-	for _, line := range strings.Split(summary, "\n") {
+// parseStrace counts the calls in strace -f output: one per call start
+// (a "<... resumed>" line continues a call already counted).
+func parseStrace(trace string) syncCalls {
+	var c syncCalls
+	for _, line := range strings.Split(trace, "\n") {
 		f := strings.Fields(line)
-		if len(f) < 5 || (f[len(f)-1] != "fsync" && f[len(f)-1] != "fdatasync") {
+		if len(f) < 2 {
 			continue
 		}
-		calls, err := strconv.Atoi(f[3])
-		if err != nil {
-			return 0, fmt.Errorf("strace summary line %q: %w", line, err)
+		call := f[1] // f[0] is the thread id
+		switch {
+		case strings.HasPrefix(call, "fsync("):
+			c.fsync++
+		case strings.HasPrefix(call, "fdatasync("):
+			c.fdatasync++
+		case strings.HasPrefix(call, "openat(") && (strings.Contains(line, "O_SYNC") || strings.Contains(line, "O_DSYNC")):
+			c.osync++
 		}
-		total += calls
-		rows++
 	}
-	if rows == 0 && strings.TrimSpace(summary) != "" && !strings.Contains(summary, "total") {
-		return 0, fmt.Errorf("no strace summary in %q", summary)
-	}
-	return total, nil
+	return c
 }
 
 func straceReport(js string, m int) error {
 	if _, err := exec.LookPath("strace"); err != nil {
-		fmt.Println("  fsyncs per message: strace not installed (apt-get install strace); skipped")
+		fmt.Println("  durable syncs per message: strace not installed (apt-get install strace); skipped")
 		return nil
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("  fsync+fdatasync per message, counted by strace -f -c (a run of %d messages minus a run of 0, untimed):\n", m)
+	fmt.Printf("  durable syncs per message, counted by strace -f (fsync + fdatasync + O_SYNC file writes; a run of %d messages minus a run of 0, untimed):\n", m)
+	show := func(name, who string, c [2]syncCalls) {
+		d := c[1].minus(c[0])
+		fmt.Printf("    %-62s %5.2f per message (%s: fsync %.2f, fdatasync %.2f, O_SYNC writes %.2f)\n", name, float64(d.total())/float64(m), who,
+			float64(d.fsync)/float64(m), float64(d.fdatasync)/float64(m), float64(d.osync)/float64(m))
+	}
 	for i, f := range smFlows {
-		var c [2]int
+		var c [2]syncCalls
 		for j, k := range []int{0, m} {
 			spec, _ := json.Marshal(deliveryChildSpec{Flow: i, N: k})
 			if c[j], err = straceCalls([]string{deliveryChildEnv + "=" + string(spec)}, self); err != nil {
 				return err
 			}
 		}
-		fmt.Printf("    %-62s %5.2f per message (senders + receiver)\n", f.name, float64(c[1]-c[0])/float64(m))
+		show(f.name, "senders + receiver", c)
 	}
 	for _, f := range jsFlows {
-		var c [2]int
+		var c [2]syncCalls
 		for j, k := range []int{0, m} {
 			if c[j], err = straceCalls(nil, append([]string{js}, jsArgs(f, k)...)...); err != nil {
 				return err
 			}
 		}
-		fmt.Printf("    %-62s %5.2f per message (the server)\n", f.name, float64(c[1]-c[0])/float64(m))
+		show(f.name, "the server", c)
 	}
 	return nil
 }

@@ -34,29 +34,26 @@ func TestDeliveryFlowsSmoke(t *testing.T) {
 	}
 }
 
-func TestParseStraceCount(t *testing.T) {
-	const summary = `% time     seconds  usecs/call     calls    errors syscall
------- ----------- ----------- --------- --------- ----------------
- 61.20    0.037110          72       515           fsync
- 38.80    0.023530          45       520         3 fdatasync
------- ----------- ----------- --------- --------- ----------------
-100.00    0.060640          58      1035         3 total
+// TestParseStrace counts call starts, not their resumptions, and only
+// the openat calls that ask for synchronous writes.
+func TestParseStrace(t *testing.T) {
+	const trace = `4242  openat(AT_FDCWD, "/tmp/js/msgs/1.blk", O_RDWR|O_CREAT|O_CLOEXEC, 0640) = 7
+4242  fsync(7)                          = 0
+4243  fdatasync(9 <unfinished ...>
+4244  fdatasync(9)                      = 0
+4243  <... fdatasync resumed>)          = 0
+4245  openat(AT_FDCWD, "/tmp/js/obs/work/o.dat.tmp", O_WRONLY|O_CREAT|O_TRUNC|O_SYNC|O_CLOEXEC, 0640) = 11
+4245  openat(AT_FDCWD, "/tmp/x", O_WRONLY|O_DSYNC|O_CLOEXEC, 0640 <unfinished ...>
+4245  +++ exited with 0 +++
 `
-	for _, tc := range []struct {
-		name, in string
-		want     int
-		bad      bool
-	}{
-		{"fsync and fdatasync rows", summary, 1035, false},
-		{"no call traced: strace writes nothing", "", 0, false},
-		{"not a summary", "strace: exec: No such file or directory\n", 0, true},
-		{"bad calls column", "100.00 0.1 1 many  fsync\ntotal\n", 0, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseStraceCount(tc.in)
-			if (err != nil) != tc.bad || got != tc.want {
-				t.Fatalf("parseStraceCount = %d, %v; want %d (error: %v)", got, err, tc.want, tc.bad)
-			}
-		})
+	got := parseStrace(trace)
+	if want := (syncCalls{fsync: 1, fdatasync: 2, osync: 2}); got != want {
+		t.Fatalf("parseStrace = %+v, want %+v", got, want)
+	}
+	if got.total() != 5 || got.minus(syncCalls{fsync: 1}).total() != 4 {
+		t.Fatalf("total %d, minus %+v", got.total(), got.minus(syncCalls{fsync: 1}))
+	}
+	if got := parseStrace(""); got != (syncCalls{}) {
+		t.Fatalf("empty trace: %+v", got)
 	}
 }
