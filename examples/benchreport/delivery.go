@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/syncmesh/syncmesh/messages"
@@ -72,14 +73,22 @@ type smResult struct {
 	Seconds         float64 `json:"seconds"`
 	SenderCommits   uint64  `json:"sender_commits"`   // read-write commits of every sender, timed part only
 	ReceiverCommits uint64  `json:"receiver_commits"` // the receiver's
+	CPUSeconds      float64 `json:"cpu_seconds"`      // the process's user+system CPU, timed part
+}
+
+func cpuTime() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 func (r smResult) rate() float64 { return float64(r.Messages) / r.Seconds }
 
 type jsResult struct {
-	Messages int     `json:"messages"`
-	Seconds  float64 `json:"seconds"`
-	Rate     float64 `json:"rate"`
+	Messages   int     `json:"messages"`
+	Seconds    float64 `json:"seconds"`
+	Rate       float64 `json:"rate"`
+	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 // deliveryReport runs the section: trials × (every syncmesh flow, every
@@ -122,21 +131,24 @@ func deliveryReport(n, trials, straceN int) error {
 	}
 	for i, f := range smFlows {
 		rates := make([]float64, len(sm[i]))
-		var snd, rcv []float64
+		var snd, rcv, cpu []float64
 		for j, r := range sm[i] {
 			rates[j] = r.rate()
+			cpu = append(cpu, r.CPUSeconds/float64(r.Messages)*1e6)
 			snd = append(snd, float64(r.SenderCommits)/float64(r.Messages))
 			rcv = append(rcv, float64(r.ReceiverCommits)/float64(r.Messages))
 		}
 		s, rc := median(snd), median(rcv)
-		fmt.Printf("  %-62s %s msg/s   commits/msg: senders %.2f receiver %.2f pair %.2f (fdatasync/msg = 2x: %.1f)\n", f.name, minMedMax(rates, "%7.0f"), s, rc, s+rc, 2*(s+rc))
+		fmt.Printf("  %-62s %s msg/s   CPU %4.0f µs/msg   commits/msg: senders %.2f receiver %.2f pair %.2f (fdatasync/msg = 2x: %.1f)\n", f.name, minMedMax(rates, "%7.0f"), median(cpu), s, rc, s+rc, 2*(s+rc))
 	}
 	for i, f := range jsFlows {
 		rates := make([]float64, len(jr[i]))
+		var cpu []float64
 		for j, r := range jr[i] {
 			rates[j] = r.Rate
+			cpu = append(cpu, r.CPUSeconds/float64(r.Messages)*1e6)
 		}
-		fmt.Printf("  %-62s %s msg/s\n", f.name, minMedMax(rates, "%7.0f"))
+		fmt.Printf("  %-62s %s msg/s   CPU %4.0f µs/msg\n", f.name, minMedMax(rates, "%7.0f"), median(cpu))
 	}
 	// Ratios per trial (the two sides of a ratio ran next to each other).
 	ratio := func(a []smResult, b func(int) float64) []float64 {
@@ -488,7 +500,7 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 	per := n / f.senders
 	var wg sync.WaitGroup
 	var first atomic.Pointer[error]
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for _, s := range senders {
 		var left atomic.Int64
 		left.Store(int64(per))
@@ -505,14 +517,14 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 		}
 	}
 	wg.Wait()
-	el := time.Since(start)
+	el, cpu := time.Since(start), cpuTime()-cpu0
 	if p := first.Load(); p != nil {
 		return smResult{}, *p
 	}
 	if p := net.failed.Load(); p != nil {
 		return smResult{}, *p
 	}
-	res := smResult{Messages: per * f.senders, Seconds: el.Seconds(), SenderCommits: commitsOf(senders) - s0, ReceiverCommits: commitsOf([]*runtime.Node{r}) - r0}
+	res := smResult{Messages: per * f.senders, Seconds: el.Seconds(), SenderCommits: commitsOf(senders) - s0, ReceiverCommits: commitsOf([]*runtime.Node{r}) - r0, CPUSeconds: cpu}
 	if got := committed.Load() - before; got != int64(res.Messages) {
 		return smResult{}, fmt.Errorf("%d messages committed, want %d", got, res.Messages)
 	}

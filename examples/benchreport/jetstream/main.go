@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -33,6 +34,14 @@ type result struct {
 	Messages int     `json:"messages"`
 	Seconds  float64 `json:"seconds"`
 	Rate     float64 `json:"rate"`
+	// CPUSeconds is the process's user+system CPU over the timed part.
+	CPUSeconds float64 `json:"cpu_seconds"`
+}
+
+func cpuTime() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 func main() {
@@ -107,7 +116,7 @@ func run(dir string, n, size int, syncMode, publish string, inflight, batch int,
 		close(allReceived) // a baseline run: setup only
 	}
 	var failed atomic.Pointer[error]
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if err := m.Ack(); err != nil {
 			failed.CompareAndSwap(nil, &err)
@@ -171,5 +180,5 @@ func run(dir string, n, size int, syncMode, publish string, inflight, batch int,
 		time.Sleep(200 * time.Microsecond)
 	}
 	el := time.Since(start)
-	return result{Messages: n, Seconds: el.Seconds(), Rate: float64(n) / el.Seconds()}, nil
+	return result{Messages: n, Seconds: el.Seconds(), Rate: float64(n) / el.Seconds(), CPUSeconds: cpuTime() - cpu0}, nil
 }
