@@ -48,7 +48,7 @@ type opts struct {
 	mode, root, out, tag string
 	etcd                 []string
 	ttl                  time.Duration
-	members              int
+	members, routers     int
 	groups, devices      int
 	verbose              bool
 }
@@ -62,7 +62,8 @@ func main() {
 	flag.DurationVar(&o.ttl, "ttl", 2*time.Second, "lease TTL")
 	flag.StringVar(&o.out, "out", "", "driver: reply records (JSON lines)")
 	flag.StringVar(&o.tag, "tag", "a", "driver: tag of its events and messages")
-	flag.IntVar(&o.members, "members", 3, "driver: hosting members to wait for")
+	flag.IntVar(&o.members, "members", 3, "driver: hosting members to wait for (and to spread units over)")
+	flag.IntVar(&o.routers, "routers", 1, "driver: router-only members to wait for, this one included")
 	flag.IntVar(&o.groups, "groups", 3, "driver: groups")
 	flag.IntVar(&o.devices, "devices", 6, "driver: devices")
 	flag.BoolVar(&o.verbose, "v", false, "debug logs on stderr")
@@ -197,7 +198,7 @@ func driver(o opts) error {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for len(c.Members()) < o.members+1 {
+	for len(c.Members()) < o.members+o.routers {
 		if ctx.Err() != nil {
 			return fmt.Errorf("members: %v", c.Members())
 		}
@@ -215,17 +216,15 @@ func driver(o opts) error {
 	defer d.w.Close()
 	written := make(chan struct{})
 	go func() {
-		bw := bufio.NewWriter(f)
-		enc := json.NewEncoder(bw)
+		// Unbuffered: the test reads the records while the load runs.
+		enc := json.NewEncoder(f)
 		for r := range d.recs {
 			_ = enc.Encode(r)
 		}
-		_ = bw.Flush()
 		close(written)
 	}()
 
 	groups := make([]string, o.groups)
-	devices := make([]messages.DeviceAddress, o.devices)
 	where := map[string]string{}
 	cl := hosting.Client{P: c}
 	for i := range groups {
@@ -242,13 +241,20 @@ func driver(o opts) error {
 		}
 		where[hosting.KindGroup+"/"+groups[i]] = rep.Member
 	}
-	for i := range devices {
-		devices[i] = messages.DeviceAddress{User: fmt.Sprintf("user%02d", i), Device: 1}
-		id := hosting.DeviceIdentity(devices[i])
+	// At least -devices devices, more until every hosting member hosts a
+	// unit (placement hashes the identities).
+	var devices []messages.DeviceAddress
+	for i := 0; ; i++ {
+		if len(devices) >= o.devices && spread(where) >= o.members || len(devices) >= 40 {
+			break
+		}
+		dev := messages.DeviceAddress{User: fmt.Sprintf("user%02d", i), Device: 1}
+		id := hosting.DeviceIdentity(dev)
 		rep, err := d.request(ctx, hosting.KindDevice, id, &hosting.Request{Op: hosting.OpInfo})
 		if err != nil {
 			return err
 		}
+		devices = append(devices, dev)
 		where[hosting.KindDevice+"/"+id] = rep.Member
 	}
 	emit(Event{Ev: "ready", Where: where, At: time.Now().UnixNano()})
@@ -274,6 +280,15 @@ func driver(o opts) error {
 	<-written
 	emit(Event{Ev: "report", Report: rep, At: time.Now().UnixNano()})
 	return nil
+}
+
+// spread counts the members hosting units.
+func spread(where map[string]string) int {
+	n := map[string]bool{}
+	for _, m := range where {
+		n[m] = true
+	}
+	return len(n)
 }
 
 // request sends req until it is acknowledged (every operation is
@@ -374,7 +389,7 @@ func (d *driverState) deviceLoad(ctx context.Context, i int, from, to messages.D
 		d.mu.Lock()
 		d.committed = append(d.committed, msg{from: from, to: to, id: id})
 		d.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
