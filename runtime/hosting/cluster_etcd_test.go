@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,83 +16,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/syncmesh/syncmesh/runtime/hosting/internal/etcdtest"
 )
 
 // etcdTTL is the lease TTL of the crash test's members (etcd's minimum
 // with its default timing).
 const etcdTTL = 2 * time.Second
-
-// startEtcd starts an etcd server on free loopback ports with a temporary
-// data directory and stops it when the test ends. Without an etcd binary
-// the test is skipped, except under CI (CI=true), where it fails: `make
-// test` installs Debian's etcd-server first (.ci/etcd.sh).
-func startEtcd(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("etcd not found under CI (make test installs Debian's etcd-server): %v", err)
-		}
-		t.Skipf("etcd not installed (apt-get install -y etcd-server, or run make test): %v", err)
-	}
-	free := func() int {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port
-	}
-	cport, pport := free(), free()
-	client := fmt.Sprintf("http://127.0.0.1:%d", cport)
-	peer := fmt.Sprintf("http://127.0.0.1:%d", pport)
-	dir := t.TempDir()
-	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--name", "n", "--data-dir", filepath.Join(dir, "data"),
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "n="+peer, "--logger", "zap", "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = logf.Close()
-	})
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		resp, err := http.Get(client + "/health")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if bytes.Contains(b, []byte(`"health":"true"`)) {
-				return client
-			}
-		}
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
-			t.Fatalf("etcd exited:\n%s", log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
-			t.Fatalf("etcd not healthy after 15 s: %v\n%s", err, log)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // childEvent mirrors internal/etcdcluster's stdout lines.
 type childEvent struct {
@@ -244,7 +172,7 @@ func TestClusterCrashEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and 5 processes")
 	}
-	endpoint := startEtcd(t)
+	endpoint := etcdtest.Start(t)
 	exe := filepath.Join(t.TempDir(), "etcdcluster")
 	goBin := filepath.Join(goruntime.GOROOT(), "bin", "go")
 	if out, err := exec.Command(goBin, "build", "-o", exe, "github.com/syncmesh/syncmesh/runtime/hosting/internal/etcdcluster").CombinedOutput(); err != nil {

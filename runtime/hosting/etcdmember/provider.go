@@ -84,11 +84,13 @@ type Config struct {
 
 // Provider implements cluster.ClusterProvider on etcd. One Provider serves
 // one member across its incarnations: each StartMember (a new actor system
-// and cluster after a fence) registers anew. Close releases the client.
+// and cluster after a fence) registers anew, on its own etcd client (made
+// after protoactor's remote.Start, which replaces gRPC's global logger:
+// an etcd client running meanwhile would race with it).
 type Provider struct {
-	cfg    Config
-	client *clientv3.Client
-	log    *slog.Logger
+	cfg  Config
+	ccfg clientv3.Config
+	log  *slog.Logger
 
 	mu  sync.Mutex
 	cur *registration
@@ -96,7 +98,7 @@ type Provider struct {
 
 var _ cluster.ClusterProvider = (*Provider)(nil)
 
-// New connects to etcd (lazily: the first request dials).
+// New checks the configuration; StartMember connects.
 func New(cfg Config) (*Provider, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, fmt.Errorf("%w: Endpoints are required", ErrInvalidConfig)
@@ -127,26 +129,21 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Client != nil {
 		cfg.Client(&ccfg)
 	}
-	client, err := clientv3.New(ccfg)
-	if err != nil {
-		return nil, fmt.Errorf("etcdmember: client: %w", err)
-	}
-	return &Provider{cfg: cfg, client: client, log: log}, nil
+	return &Provider{cfg: cfg, ccfg: ccfg, log: log}, nil
 }
 
 // TTL is the lease time to live.
 func (p *Provider) TTL() time.Duration { return p.cfg.TTL }
 
-// Close ends the current registration (its key is deleted) and closes the
-// etcd client.
+// Close ends the current registration gracefully (its key is deleted).
 func (p *Provider) Close() error {
-	_ = p.Shutdown(true)
-	return p.client.Close()
+	return p.Shutdown(true)
 }
 
 // registration is one incarnation of the member.
 type registration struct {
 	p       *Provider
+	client  *clientv3.Client
 	c       *cluster.Cluster
 	self    string // member id
 	key     string
@@ -192,17 +189,22 @@ func (p *Provider) start(c *cluster.Cluster, member bool) error {
 	if err != nil {
 		return err
 	}
+	client, err := clientv3.New(p.ccfg)
+	if err != nil {
+		return fmt.Errorf("etcdmember: client: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &registration{p: p, c: c, self: c.ActorSystem.ID, ctx: ctx, cancel: cancel, lost: make(chan struct{}), members: map[string]*cluster.Member{}}
+	r := &registration{p: p, client: client, c: c, self: c.ActorSystem.ID, ctx: ctx, cancel: cancel, lost: make(chan struct{}), members: map[string]*cluster.Member{}}
 	r.key = p.key(c.Config.Name, r.self)
 	fail := func(err error) error {
 		cancel()
+		_ = client.Close()
 		return fmt.Errorf("etcdmember: start: %w", err)
 	}
 	if member {
 		sent := time.Now()
 		opCtx, opCancel := context.WithTimeout(ctx, p.cfg.TTL)
-		g, err := p.client.Grant(opCtx, int64(p.cfg.TTL/time.Second))
+		g, err := r.client.Grant(opCtx, int64(p.cfg.TTL/time.Second))
 		opCancel()
 		if err != nil {
 			return fail(fmt.Errorf("grant lease: %w", err))
@@ -214,7 +216,7 @@ func (p *Provider) start(c *cluster.Cluster, member bool) error {
 			return fail(err)
 		}
 		opCtx, opCancel = context.WithTimeout(ctx, p.cfg.TTL)
-		_, err = p.client.Put(opCtx, r.key, string(val), clientv3.WithLease(r.lease))
+		_, err = r.client.Put(opCtx, r.key, string(val), clientv3.WithLease(r.lease))
 		opCancel()
 		if err != nil {
 			return fail(fmt.Errorf("register: %w", err))
@@ -332,7 +334,7 @@ func (r *registration) stop(graceful bool) {
 	r.wg.Wait()
 	if graceful && r.lease != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), r.p.cfg.TTL)
-		_, _ = r.p.client.Revoke(ctx, r.lease) // deletes the key
+		_, _ = r.client.Revoke(ctx, r.lease) // deletes the key
 		cancel()
 	}
 }
@@ -354,7 +356,7 @@ func (r *registration) renew() {
 		}
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(r.ctx, every)
-		resp, err := r.p.client.KeepAliveOnce(ctx, r.lease)
+		resp, err := r.client.KeepAliveOnce(ctx, r.lease)
 		cancel()
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -404,7 +406,7 @@ func (r *registration) expire() {
 func (r *registration) list() (int64, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.p.cfg.TTL)
 	defer cancel()
-	resp, err := r.p.client.Get(ctx, r.p.key(r.c.Config.Name)+"/", clientv3.WithPrefix())
+	resp, err := r.client.Get(ctx, r.p.key(r.c.Config.Name)+"/", clientv3.WithPrefix())
 	if err != nil {
 		return 0, fmt.Errorf("list members: %w", err)
 	}
@@ -446,7 +448,7 @@ func (r *registration) watch(rev int64) {
 	defer r.wg.Done()
 	prefix := r.p.key(r.c.Config.Name) + "/"
 	for r.ctx.Err() == nil {
-		wch := r.p.client.Watch(clientv3.WithRequireLeader(r.ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		wch := r.client.Watch(clientv3.WithRequireLeader(r.ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 		for resp := range wch {
 			if err := resp.Err(); err != nil {
 				r.p.log.Debug("etcdmember: watch failed", "member", r.self, "err", err)
