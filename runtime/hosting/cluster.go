@@ -442,6 +442,9 @@ func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Reque
 					return r, r.Err()
 				}
 				last = r.Err()
+				// The cached grain may be on a member that does not own
+				// the unit (any more): resolve it again next time.
+				inc.cl.PidCache.Remove(identity, kind)
 			case *wire.Undecodable:
 				return nil, fmt.Errorf("%w: undecodable reply: %w", ErrFailed, r)
 			case nil:
@@ -567,6 +570,12 @@ func (g *grain) Receive(ctx actor.Context) {
 				err = fmt.Errorf("%w: %s %q is not open on %s", ErrUnavailable, g.kind, g.id, h.member())
 			}
 			ctx.Respond(h.fail(err))
+			if errors.Is(err, ErrNotOwner) || errors.Is(err, ErrFenced) {
+				// Not ours: do not linger as the grain callers have
+				// cached; the next activation request asks the owner of
+				// the caller's (updated) view.
+				ctx.Stop(ctx.Self())
+			}
 			return
 		}
 		u, inc, sys := g.u, g.inc, g.inc.sys
