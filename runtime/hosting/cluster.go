@@ -134,6 +134,7 @@ type incarnation struct {
 	cl     *cluster.Cluster
 	self   string // address
 	fenced atomic.Bool
+	down   sync.Once // the protoactor member is shut down once (a second Shutdown panics)
 
 	mu      sync.Mutex
 	rdv     *cluster.Rendezvous
@@ -346,15 +347,28 @@ func (c *Cluster) fence(inc *incarnation, reason error) {
 	if c.cfg.OnMembership != nil {
 		c.cfg.OnMembership(MembershipChange{Member: inc.self, ID: inc.sys.ID, Reason: reason})
 	}
+	stop := func() {
+		if c.cur.Load() == inc {
+			inc.shutdown(false)
+		}
+	}
+	// Counted in wg only while Close has not begun waiting for it (Close
+	// sets closed under mu before wg.Wait).
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.life.Lock()
+		stop()
+		c.life.Unlock()
+		return
+	}
 	c.wg.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
 		c.life.Lock()
 		defer c.life.Unlock()
-		if c.cur.Load() == inc {
-			_ = c.cfg.Provider.Shutdown(false)
-			inc.cl.Shutdown(false)
-		}
+		stop()
 		for attempt := 0; ; attempt++ {
 			select {
 			case <-c.done:
@@ -377,6 +391,20 @@ func (c *Cluster) fence(inc *incarnation, reason error) {
 			}
 		}
 	}()
+}
+
+// shutdown shuts the protoactor member down, once: gracefully on Close
+// (deregistered, protoactor's 2 s hand-over), at once for a fenced member
+// (its registration is gone; the provider's is ended too).
+func (inc *incarnation) shutdown(graceful bool) {
+	inc.down.Do(func() {
+		if !graceful || inc.fenced.Load() {
+			_ = inc.c.cfg.Provider.Shutdown(false)
+			inc.cl.Shutdown(false)
+			return
+		}
+		inc.cl.Shutdown(true)
+	})
 }
 
 // Member implements Placement: the member's remote address (host:port).
@@ -514,10 +542,7 @@ func (c *Cluster) Close() error {
 	c.mu.Unlock()
 	err := c.h.close()
 	c.life.Lock()
-	inc := c.cur.Load()
-	if !inc.fenced.Load() {
-		inc.cl.Shutdown(true)
-	}
+	c.cur.Load().shutdown(true)
 	c.life.Unlock()
 	c.wg.Wait()
 	return err
