@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -28,9 +29,12 @@ type ClusterConfig struct {
 	Config
 	// Name is the cluster's name (the same on every member). Required.
 	Name string
-	// Provider is the membership provider: clusterproviders/test with a
-	// shared InMemAgent in one process (tests); clusterproviders/etcd or
-	// clusterproviders/consul in production. Required; one per member.
+	// Provider is the membership provider: etcdmember (etcd, with
+	// self-fencing: see Fencing) in production; clusterproviders/test with
+	// a shared InMemAgent in one process (tests: it never removes a member
+	// that crashed). Required; one per member. A provider that implements
+	// Fencing must accept StartMember again after a loss: the member
+	// rejoins on a new actor system (a new member id).
 	Provider cluster.ClusterProvider
 	// Lookup places identities on members. Nil: disthash (rendezvous
 	// hashing over the members, no storage).
@@ -53,26 +57,91 @@ type ClusterConfig struct {
 	// activates it again, possibly on another member. Zero: grains stay
 	// active until their member leaves or a topology change moves them.
 	IdleTimeout time.Duration
+	// NoUnits makes the member a router only: it registers no kinds, so
+	// no unit is ever placed on it, and it routes requests to the members
+	// that host them (a front end).
+	NoUnits bool
+	// OnMembership, when set, is told when this member joins (at start
+	// and after each rejoin) and when it fences itself. It must not block.
+	OnMembership func(MembershipChange)
 }
+
+// Fencing is what a membership provider offers for self-fencing
+// (etcdmember.Provider implements it). A member whose registration is
+// lost, or that no longer sees itself in its view, closes its units,
+// refuses activations and rejoins under a new member id: it never serves
+// a unit after other members may have placed it elsewhere.
+type Fencing interface {
+	// Lost is closed when the current registration is lost.
+	Lost() <-chan struct{}
+	// ValidUntil is the time until which the current registration is
+	// known to hold: no other member sees this one leave before it.
+	ValidUntil() time.Time
+}
+
+// MembershipChange reports a member joining or fencing itself.
+type MembershipChange struct {
+	Joined bool   // true: joined (or rejoined); false: fenced
+	Member string // the member's address
+	ID     string // the member id of the incarnation that joined or was fenced
+	Reason error  // why it fenced itself
+}
+
+// ErrFenced: the member lost its registration (or no longer sees itself)
+// and fenced itself; the unit is unavailable here until it rejoins under
+// a new member id. It matches ErrUnavailable: retry elsewhere.
+var ErrFenced = fmt.Errorf("%w: member fenced", ErrUnavailable)
+
+// ErrNotOwner: the member's own view of the membership places the unit
+// on another member, so it does not activate or serve it. It matches
+// ErrUnavailable: retry (the caller's view catches up).
+var ErrNotOwner = fmt.Errorf("%w: not the unit's owner", ErrUnavailable)
 
 // Cluster is the protoactor-go cluster Placement: this process is one
 // member of a cluster; units are grains of the kinds KindDevice and
 // KindGroup, placed by the identity lookup; a grain opens its unit's node
-// from the shared root when it is activated and closes it when it stops
-// (passivation, a topology change moving it, or Close).
+// from the shared root when it is activated — only if this member's own
+// view places the unit here — and closes it when it stops (passivation, a
+// topology change moving it, a fence, or Close).
+//
+// With a Fencing provider the member fences itself when its registration
+// is lost (a pause, a partition from etcd) or its view no longer holds it:
+// every unit is closed at once (releasing its file), the protoactor
+// member is shut down, and a new one (a new actor system: a new member
+// id and address when Port is 0) joins in its place.
 type Cluster struct {
 	cfg     ClusterConfig
-	sys     *actor.ActorSystem
-	cl      *cluster.Cluster
 	h       *host
 	timeout time.Duration
+	fencing Fencing // nil: the provider does not fence
 
+	cur atomic.Pointer[incarnation]
+	// life serializes starting and stopping incarnations (rejoin, Close).
+	life   sync.Mutex
 	mu     sync.Mutex
 	closed bool
 	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 var _ Placement = (*Cluster)(nil)
+
+// incarnation is one protoactor cluster member of this Cluster: its
+// actor system, its view of the topology and whether it is fenced.
+type incarnation struct {
+	c      *Cluster
+	sys    *actor.ActorSystem
+	cl     *cluster.Cluster
+	self   string // address
+	fenced atomic.Bool
+	down   sync.Once // the protoactor member is shut down once (a second Shutdown panics)
+
+	mu      sync.Mutex
+	rdv     *cluster.Rendezvous
+	addrs   map[string]bool
+	seen    bool          // this member has been in its own view
+	changed chan struct{} // closed (and replaced) on every topology change or fence
+}
 
 // NewCluster starts a cluster member (protoactor's StartMember: about 1 s)
 // and returns it once it has joined.
@@ -93,6 +162,26 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if c.timeout == 0 {
 		c.timeout = 5 * time.Second
 	}
+	c.fencing, _ = cfg.Provider.(Fencing)
+	// The host exists before the member joins: other members may route
+	// requests here as soon as it is registered. Until its address is
+	// known it answers as "starting".
+	c.h = newHost(cfg.Config, "starting", nil, func(self messages.DeviceAddress) runtime.DeviceTransport {
+		return &placedTransport{p: c, self: self, timeout: 30 * time.Second}
+	})
+	inc, err := c.start()
+	if err != nil {
+		return nil, err
+	}
+	c.cur.Store(inc)
+	c.joined(inc)
+	return c, nil
+}
+
+// start starts one incarnation: a new actor system, remote and protoactor
+// cluster member registered with the provider.
+func (c *Cluster) start() (*incarnation, error) {
+	cfg := c.cfg
 	// protoactor's Start panics on a taken port: try it first.
 	if cfg.Port != 0 {
 		l, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
@@ -105,7 +194,8 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	inc := &incarnation{c: c, changed: make(chan struct{}), rdv: cluster.NewRendezvous(), addrs: map[string]bool{}}
+	inc.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	opts := append([]remote.ConfigOption(nil), cfg.RemoteOptions...)
 	if cfg.AdvertisedHost != "" {
 		opts = append(opts, remote.WithAdvertisedHost(cfg.AdvertisedHost))
@@ -116,42 +206,231 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	// before the cluster re-places it (runtime/remote.go does the same).
 	rc.MaxRetryCount = 1
 	lookup := cfg.Lookup
-	if lookup == nil {
+	if lookup == nil || c.cur.Load() != nil {
+		// A rejoin needs a fresh lookup: the old one belongs to the
+		// previous actor system.
 		lookup = disthash.New()
 	}
 	props := func(kind string) *actor.Props {
-		return actor.PropsFromProducer(func() actor.Actor { return &grain{c: c, kind: kind} })
+		return actor.PropsFromProducer(func() actor.Actor { return &grain{inc: inc, kind: kind} })
 	}
-	ccfg := cluster.Configure(cfg.Name, cfg.Provider, lookup, rc,
-		cluster.WithKinds(cluster.NewKind(KindDevice, props(KindDevice)), cluster.NewKind(KindGroup, props(KindGroup))),
-		cluster.WithRequestTimeout(c.timeout))
-	// The host exists before the member joins: other members may route
-	// requests here as soon as it is registered. Until its address is
-	// known it answers as "starting".
-	c.h = newHost(cfg.Config, "starting", c.sys, func(self messages.DeviceAddress) runtime.DeviceTransport {
-		return &placedTransport{p: c, self: self, timeout: 30 * time.Second}
+	copts := []cluster.ConfigOption{cluster.WithRequestTimeout(c.timeout)}
+	if !cfg.NoUnits {
+		copts = append(copts, cluster.WithKinds(cluster.NewKind(KindDevice, props(KindDevice)), cluster.NewKind(KindGroup, props(KindGroup))))
+	}
+	ccfg := cluster.Configure(cfg.Name, cfg.Provider, lookup, rc, copts...)
+	inc.cl = cluster.New(inc.sys, ccfg)
+	// Our own view, from the same topology events as the identity lookup
+	// (published after protoactor filtered its block list).
+	inc.sys.EventStream.Subscribe(func(ev any) {
+		if t, ok := ev.(*cluster.ClusterTopology); ok {
+			inc.onTopology(t.Members)
+		}
 	})
-	c.cl = cluster.New(c.sys, ccfg)
-	if err := panics.Call(c.cl.StartMember); err != nil {
-		c.sys.Shutdown()
+	c.h.system.Store(inc.sys)
+	if err := panics.Call(inc.cl.StartMember); err != nil {
+		inc.sys.Shutdown()
 		return nil, fmt.Errorf("hosting: start cluster member: %w", err)
 	}
-	c.h.setMember(c.sys.Address())
-	return c, nil
+	inc.self = inc.sys.Address()
+	c.h.setMember(inc.self, inc.sys.ID)
+	if c.fencing != nil {
+		lost := c.fencing.Lost()
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			select {
+			case <-lost:
+				c.fence(inc, errors.New("membership registration lost"))
+			case <-c.done:
+			}
+		}()
+	}
+	return inc, nil
+}
+
+func (c *Cluster) joined(inc *incarnation) {
+	c.h.log.Info("hosting: member joined", "member", inc.self, "id", inc.sys.ID)
+	if c.cfg.OnMembership != nil {
+		c.cfg.OnMembership(MembershipChange{Joined: true, Member: inc.self, ID: inc.sys.ID})
+	}
+}
+
+// onTopology records the member's view (called by protoactor's event
+// stream with its member list locked: it must not call back into it).
+func (inc *incarnation) onTopology(ms []*cluster.Member) {
+	rdv := cluster.NewRendezvous()
+	rdv.UpdateMembers(ms)
+	addrs := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		addrs[m.Address()] = true
+	}
+	inc.mu.Lock()
+	inc.rdv, inc.addrs = rdv, addrs
+	self := inc.self
+	if self == "" {
+		self = inc.sys.Address()
+	}
+	in := addrs[self]
+	gone := inc.seen && !in
+	inc.seen = inc.seen || in
+	close(inc.changed)
+	inc.changed = make(chan struct{})
+	inc.mu.Unlock()
+	if gone && inc.c.fencing != nil {
+		go inc.c.fence(inc, errors.New("this member is no longer in its own view"))
+	}
+}
+
+// changes returns a channel closed at the next topology change or fence.
+func (inc *incarnation) changes() <-chan struct{} {
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	return inc.changed
+}
+
+func (inc *incarnation) hasMember(addr string) bool {
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	return inc.addrs[addr]
+}
+
+// owner is the member the view places (kind, identity) on ("" when none).
+func (inc *incarnation) owner(kind, identity string) string {
+	inc.mu.Lock()
+	rdv := inc.rdv
+	inc.mu.Unlock()
+	return rdv.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
+}
+
+// check allows activating or serving (kind, identity) here: the member
+// is not fenced, its registration holds (Fencing), and its own view
+// places the unit on it.
+func (inc *incarnation) check(kind, identity string) error {
+	if inc.fenced.Load() {
+		return fmt.Errorf("%w: %s", ErrFenced, inc.self)
+	}
+	if f := inc.c.fencing; f != nil && !time.Now().Before(f.ValidUntil()) {
+		go inc.c.fence(inc, errors.New("registration not renewed in time"))
+		return fmt.Errorf("%w: %s: registration expired", ErrFenced, inc.self)
+	}
+	if o := inc.owner(kind, identity); o != inc.self {
+		return fmt.Errorf("%w: %s %q is placed on %q in the view of %s", ErrNotOwner, kind, identity, o, inc.self)
+	}
+	return nil
+}
+
+// deadline bounds a request served here: the member's timeout, and the
+// end of its registration's validity (Fencing).
+func (inc *incarnation) deadline() time.Time {
+	d := time.Now().Add(inc.c.timeout)
+	if f := inc.c.fencing; f != nil {
+		if v := f.ValidUntil(); v.Before(d) {
+			d = v
+		}
+	}
+	return d
+}
+
+// fence closes every unit of the incarnation at once, shuts it down and
+// starts a new one (retrying until Close). It runs once per incarnation.
+func (c *Cluster) fence(inc *incarnation, reason error) {
+	if !inc.fenced.CompareAndSwap(false, true) {
+		return
+	}
+	inc.mu.Lock()
+	close(inc.changed)
+	inc.changed = make(chan struct{})
+	inc.mu.Unlock()
+	c.h.log.Warn("hosting: member fenced itself", "member", inc.self, "id", inc.sys.ID, "reason", reason)
+	_ = c.h.releaseAll(false)
+	if c.cfg.OnMembership != nil {
+		c.cfg.OnMembership(MembershipChange{Member: inc.self, ID: inc.sys.ID, Reason: reason})
+	}
+	stop := func() {
+		if c.cur.Load() == inc {
+			inc.shutdown(false)
+		}
+	}
+	// Counted in wg only while Close has not begun waiting for it (Close
+	// sets closed under mu before wg.Wait).
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.life.Lock()
+		stop()
+		c.life.Unlock()
+		return
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		c.life.Lock()
+		defer c.life.Unlock()
+		stop()
+		for attempt := 0; ; attempt++ {
+			select {
+			case <-c.done:
+				return
+			default:
+			}
+			next, err := c.start()
+			if err == nil {
+				c.cur.Store(next)
+				c.joined(next)
+				return
+			}
+			c.h.log.Warn("hosting: rejoin failed", "err", err)
+			t := time.NewTimer(min(time.Second<<min(attempt, 4), 10*time.Second))
+			select {
+			case <-c.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// shutdown shuts the protoactor member down, once: gracefully on Close
+// (deregistered, protoactor's 2 s hand-over), at once for a fenced member
+// (its registration is gone; the provider's is ended too).
+func (inc *incarnation) shutdown(graceful bool) {
+	inc.down.Do(func() {
+		if !graceful || inc.fenced.Load() {
+			_ = inc.c.cfg.Provider.Shutdown(false)
+			inc.cl.Shutdown(false)
+			return
+		}
+		inc.cl.Shutdown(true)
+	})
 }
 
 // Member implements Placement: the member's remote address (host:port).
 func (c *Cluster) Member() string { return c.h.member() }
 
+// MemberID is the member id of the current incarnation (it changes when
+// the member fenced itself and rejoined).
+func (c *Cluster) MemberID() string { return c.h.memberID() }
+
 // Hosted implements Placement.
 func (c *Cluster) Hosted() []Unit { return c.h.hosted() }
 
-// ActorSystem returns the member's actor system (for custom actors).
-func (c *Cluster) ActorSystem() *actor.ActorSystem { return c.sys }
+// ActorSystem returns the member's actor system (for custom actors). A
+// member that fenced itself rejoins on a new one.
+func (c *Cluster) ActorSystem() *actor.ActorSystem { return c.cur.Load().sys }
+
+type attempt struct {
+	res any
+	err error
+}
 
 // Request implements Placement: cluster.Request to the grain (kind,
 // identity), attempt after attempt (each bounded by RequestTimeout) while
-// the unit is unavailable or unreachable, until ctx ends.
+// the unit is unavailable or unreachable, until ctx ends. An attempt to a
+// member that leaves this member's view meanwhile is abandoned and
+// retried at once on the unit's new owner, not waited out.
 func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Request) (*Reply, error) {
 	if req == nil {
 		return nil, fmt.Errorf("%w: nil request", ErrBadRequest)
@@ -160,7 +439,7 @@ func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Reque
 		return nil, err
 	}
 	var last error
-	for attempt := 0; ; attempt++ {
+	for n := 0; ; n++ {
 		select {
 		case <-c.done:
 			return nil, ErrClosed
@@ -173,25 +452,76 @@ func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Reque
 		if t <= 0 {
 			return nil, fmt.Errorf("%w: %s %q: %w (last: %v)", ErrUnavailable, kind, identity, context.DeadlineExceeded, last)
 		}
-		res, err := c.cl.Request(identity, kind, req, cluster.WithTimeout(t))
-		switch r := res.(type) {
-		case *Reply:
-			if r.Code != CodeUnavailable {
-				return r, r.Err()
+		inc := c.cur.Load()
+		if inc.fenced.Load() {
+			last = fmt.Errorf("%w: %s is rejoining", ErrFenced, inc.self)
+		} else {
+			res, err, abandoned := c.attempt(ctx, inc, kind, identity, req, t)
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("%w: %s %q: %w (last: %v)", ErrUnavailable, kind, identity, err, last)
 			}
-			last = r.Err()
-		case *wire.Undecodable:
-			return nil, fmt.Errorf("%w: undecodable reply: %w", ErrFailed, r)
-		case nil:
-			last = err
-			if last == nil {
-				last = errors.New("no reply")
+			if abandoned != nil {
+				last = abandoned
+				continue
 			}
-		default:
-			return nil, fmt.Errorf("%w: unexpected reply %T", ErrFailed, res)
+			switch r := res.(type) {
+			case *Reply:
+				if r.Code != CodeUnavailable {
+					return r, r.Err()
+				}
+				last = r.Err()
+				// The cached grain may be on a member that does not own
+				// the unit (any more): resolve it again next time.
+				inc.cl.PidCache.Remove(identity, kind)
+			case *wire.Undecodable:
+				return nil, fmt.Errorf("%w: undecodable reply: %w", ErrFailed, r)
+			case nil:
+				last = err
+				if last == nil {
+					last = errors.New("no reply")
+				}
+			default:
+				return nil, fmt.Errorf("%w: unexpected reply %T", ErrFailed, res)
+			}
 		}
-		if err := sleepCtx(ctx, retryBackoff(attempt)); err != nil {
+		if err := sleepCtx(ctx, retryBackoff(n)); err != nil {
 			return nil, fmt.Errorf("%w: %s %q: %w (last: %v)", ErrUnavailable, kind, identity, err, last)
+		}
+	}
+}
+
+// attempt runs one cluster.Request and waits for it, unless ctx ends,
+// the member closes or fences, or the member the request went to (its
+// cached grain's or the unit's owner in this view) leaves the view: then
+// it returns a non-nil abandoned error, and the request still running in
+// protoactor ends by its own timeout.
+func (c *Cluster) attempt(ctx context.Context, inc *incarnation, kind, identity string, req *Request, t time.Duration) (any, error, error) {
+	target := inc.owner(kind, identity)
+	if pid, ok := inc.cl.PidCache.Get(identity, kind); ok && pid != nil {
+		target = pid.Address
+	}
+	ch := make(chan attempt, 1)
+	go func() {
+		res, err := inc.cl.Request(identity, kind, req, cluster.WithTimeout(t))
+		ch <- attempt{res, err}
+	}()
+	for {
+		changed := inc.changes()
+		if inc.fenced.Load() {
+			return nil, nil, fmt.Errorf("%w: %s fenced during the request", ErrFenced, inc.self)
+		}
+		if target != "" && !inc.hasMember(target) {
+			inc.cl.PidCache.Remove(identity, kind)
+			return nil, nil, fmt.Errorf("%w: %s left during the request", ErrUnavailable, target)
+		}
+		select {
+		case a := <-ch:
+			return a.res, a.err, nil
+		case <-ctx.Done():
+			return nil, ctx.Err(), nil
+		case <-c.done:
+			return nil, ErrClosed, nil
+		case <-changed:
 		}
 	}
 }
@@ -211,16 +541,20 @@ func (c *Cluster) Close() error {
 	close(c.done)
 	c.mu.Unlock()
 	err := c.h.close()
-	c.cl.Shutdown(true)
+	c.life.Lock()
+	c.cur.Load().shutdown(true)
+	c.life.Unlock()
+	c.wg.Wait()
 	return err
 }
 
 // grain is the virtual actor of one unit. Requests run concurrently (a
 // hosted node is safe for concurrent use, and a device's hand-off calls
 // other grains, which must not wait on this mailbox); activation and
-// deactivation run in the mailbox.
+// deactivation run in the mailbox. It activates its unit only while its
+// member's own view places the unit here (incarnation.check).
 type grain struct {
-	c    *Cluster
+	inc  *incarnation
 	kind string
 	id   string
 	u    *unit
@@ -229,14 +563,15 @@ type grain struct {
 
 // Receive implements actor.Actor.
 func (g *grain) Receive(ctx actor.Context) {
+	h := g.inc.c.h
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		if ci := cluster.GetClusterIdentity(ctx); ci != nil {
 			g.id = ci.Identity
 		}
 		g.activate()
-		if g.c.cfg.IdleTimeout > 0 {
-			ctx.SetReceiveTimeout(g.c.cfg.IdleTimeout)
+		if d := g.inc.c.cfg.IdleTimeout; d > 0 {
+			ctx.SetReceiveTimeout(d)
 		}
 	case *actor.ReceiveTimeout:
 		// Passivation: Stopping closes the node. Requests served
@@ -245,7 +580,7 @@ func (g *grain) Receive(ctx actor.Context) {
 		ctx.Stop(ctx.Self())
 	case *actor.Stopping:
 		if g.u != nil {
-			_ = g.c.h.release(g.u)
+			_ = h.release(g.u)
 			g.u = nil
 		}
 	case *Request:
@@ -257,37 +592,47 @@ func (g *grain) Receive(ctx actor.Context) {
 		if g.u == nil {
 			err := g.err
 			if err == nil {
-				err = fmt.Errorf("%w: %s %q is not open on %s", ErrUnavailable, g.kind, g.id, g.c.h.member())
+				err = fmt.Errorf("%w: %s %q is not open on %s", ErrUnavailable, g.kind, g.id, h.member())
 			}
-			ctx.Respond(g.c.h.fail(err))
+			ctx.Respond(h.fail(err))
+			if errors.Is(err, ErrNotOwner) || errors.Is(err, ErrFenced) {
+				// Not ours: do not linger as the grain callers have
+				// cached; the next activation request asks the owner of
+				// the caller's (updated) view.
+				ctx.Stop(ctx.Self())
+			}
 			return
 		}
-		u, h, sys, timeout := g.u, g.c.h, g.c.sys, g.c.timeout
+		u, inc, sys := g.u, g.inc, g.inc.sys
+		kind, id := g.kind, g.id
 		go func() {
-			rctx, cancel := context.WithTimeout(context.Background(), timeout)
+			rctx, cancel := context.WithDeadline(context.Background(), inc.deadline())
 			defer cancel()
-			rep := h.serve(rctx, u, m)
+			rep := h.serve(rctx, u, m, func() error { return inc.check(kind, id) })
 			if sender != nil {
 				sys.Root.Send(sender, rep)
 			}
 		}()
 	case *wire.Undecodable:
-		ctx.Respond(g.c.h.fail(fmt.Errorf("%w: %v", ErrBadRequest, m)))
+		ctx.Respond(h.fail(fmt.Errorf("%w: %v", ErrBadRequest, m)))
 	}
 }
 
 // activate opens the unit's node (bounded by LockTimeout when a previous
-// host still holds its file); on failure the next request tries again.
+// host still holds its file) if this member owns it; on failure the next
+// request tries again.
 func (g *grain) activate() {
-	ctx, cancel := context.WithTimeout(context.Background(), g.c.h.cfg.LockTimeout+g.c.timeout)
+	h := g.inc.c.h
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.LockTimeout+g.inc.c.timeout)
 	defer cancel()
-	g.u, g.err = g.c.h.acquire(ctx, g.kind, g.id)
+	inc, kind, id := g.inc, g.kind, g.id
+	g.u, g.err = h.acquire(ctx, kind, id, func() error { return inc.check(kind, id) })
 }
 
 // Members lists the addresses of the members this member currently sees
 // (its view of the topology; no consensus is implied).
 func (c *Cluster) Members() []string {
-	ms := c.cl.MemberList.Members().Members()
+	ms := c.cur.Load().cl.MemberList.Members().Members()
 	out := make([]string, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, m.Address())

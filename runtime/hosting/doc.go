@@ -37,9 +37,10 @@
 //   - NewCluster: one member of a protoactor-go cluster. Units are grains
 //     of the kinds "device" and "group", placed by the identity lookup
 //     (disthash: rendezvous hashing over the members that are up).
-//     Membership comes from a cluster provider: clusterproviders/test with
-//     a shared InMemAgent in one process (tests), clusterproviders/etcd or
-//     clusterproviders/consul in production.
+//     Membership comes from a cluster provider: etcdmember (etcd, with
+//     self-fencing) in production; clusterproviders/test with a shared
+//     InMemAgent in one process (tests: it only ever removes a member
+//     that leaves cleanly).
 //   - NewLocal: every unit in this process (the embedded deployment). With
 //     WithRouter and WithMemberName several Locals can be the shards of a
 //     placement of one's own; this package's tests build one that way.
@@ -65,12 +66,22 @@
 //     rule), so a member lost after the reply loses nothing acknowledged.
 //     A request without a reply may or may not have taken effect: repeat
 //     it (idempotent).
-//   - One host at a time. A unit's bbolt file is locked by the member that
-//     has it open; a second host waits (Config.LockTimeout) and answers
-//     ErrUnavailable until the first released it, so two members never
-//     write one unit's state at once, whatever the cluster's view of the
-//     topology (consensus is not relied on: protoactor's did not converge
-//     here).
+//   - One host at a time. A member activates and serves a unit only
+//     while its own view of the membership places the unit on it
+//     (otherwise ErrNotOwner, which matches ErrUnavailable: the caller
+//     retries) and, with a Fencing provider (etcdmember), while its
+//     registration is known to hold: a member that lost it, or no longer
+//     sees itself, fences itself (closes every unit, rejoins under a new
+//     member id; ErrFenced meanwhile). Each activation persists the next
+//     activation epoch of the unit, and every reply carries it with the
+//     serving member's id and when the activation began and the reply was
+//     produced (a success is reported only if the checks still pass after
+//     the operation), so overlapping activations would show in the
+//     replies (TestClusterCrashEtcd checks that none do). Underneath, the
+//     unit's bbolt file is locked by the member that has it open; a
+//     second host waits (Config.LockTimeout) and answers ErrUnavailable
+//     until the first released it (consensus is not relied on:
+//     protoactor's did not converge here).
 //
 // # Take-over
 //
@@ -97,10 +108,13 @@
 // # Cost of protoactor's cluster at the pinned version
 //
 // StartMember sleeps 1 s and a graceful Shutdown 2 s per member; a request
-// to a lost member's cached grain waits until it fails over (the remote is
-// configured with one dial attempt, so that is quick); several remotes in
+// in flight to a member that leaves the caller's view is abandoned and
+// retried at once on the unit's new owner (the remote is configured with
+// one dial attempt, so failing over is quick); several remotes in
 // one process trip -race inside protoactor's remote, so the cluster test
 // (TestClusterMemberLoss) runs the cluster in a child process built
 // without -race (internal/clusterdemo), while the same scenario runs
-// under -race on in-process shards (TestShardedMemberLoss).
+// under -race on in-process shards (TestShardedMemberLoss). The etcd
+// crash test (TestClusterCrashEtcd) runs each member in its own process
+// (internal/etcdcluster) so one can be SIGKILLed or SIGSTOPped.
 package hosting

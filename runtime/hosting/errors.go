@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/syncmesh/syncmesh/actors/delivery"
 	"github.com/syncmesh/syncmesh/actors/device"
+	"github.com/syncmesh/syncmesh/actors/inbound"
 	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/actors/session"
+	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/runtime"
 )
 
@@ -66,12 +70,38 @@ func (e *ReplyError) Is(target error) bool {
 	return false
 }
 
+// closedErrs are the "closed" sentinels of every component a hosted unit
+// is made of. A request that meets one reached a unit while it was being
+// closed (its member stopping or fencing itself, the grain passivating):
+// nothing is known to have been done, and the unit's next host can serve
+// it, so it is CodeUnavailable (retry elsewhere), never CodeFailed.
+// (Until the components share one base ErrClosed, each is listed here.)
+var closedErrs = []error{
+	runtime.ErrClosed, // = apply.ErrClosed
+	device.ErrClosed,
+	inbound.ErrClosed,
+	session.ErrClosed,
+	outbound.ErrClosed,
+	persistence.ErrClosed,
+	delivery.ErrStopped,
+}
+
+// isClosed reports whether err comes from a closed component.
+func isClosed(err error) bool {
+	for _, c := range closedErrs {
+		if errors.Is(err, c) {
+			return true
+		}
+	}
+	return false
+}
+
 // codeOf classifies a runtime error for a Reply.
 func codeOf(err error) Code {
 	switch {
 	case err == nil:
 		return CodeOK
-	case errors.Is(err, runtime.ErrClosed), errors.Is(err, device.ErrClosed), errors.Is(err, runtime.ErrLocked), errors.Is(err, ErrUnavailable):
+	case isClosed(err), errors.Is(err, runtime.ErrLocked), errors.Is(err, ErrUnavailable):
 		return CodeUnavailable
 	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrInvalidIdentity), errors.Is(err, runtime.ErrNoDevice):
 		return CodeBadRequest

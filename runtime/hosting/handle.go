@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/syncmesh/syncmesh/actors/outbound"
 	"github.com/syncmesh/syncmesh/messages"
@@ -26,12 +27,26 @@ const (
 // serve runs req on the open unit u and answers it. An error on a unit
 // closed meanwhile (its member stopping or the grain passivated) is
 // CodeUnavailable: the caller retries and reaches the unit's next host.
-func (h *host) serve(ctx context.Context, u *unit, req *Request) *Reply {
+//
+// gate, when set, must allow serving before the operation and again
+// after it (the member still owns the unit and its registration still
+// holds); a success is reported only if the second check passed, and
+// Reply.ServedAt is taken before it, so every successful reply was
+// produced inside its activation (before the unit was closed here and
+// before any other member could have activated it). A refused one is
+// CodeUnavailable: the effect may have happened (every operation is
+// idempotent) and the caller repeats it on the unit's next host.
+func (h *host) serve(ctx context.Context, u *unit, req *Request, gate func() error) *Reply {
 	if req == nil {
 		return h.fail(fmt.Errorf("%w: nil request", ErrBadRequest))
 	}
 	if u.closed.Load() {
 		return h.fail(fmt.Errorf("%w: %s %q is closing on %s", ErrUnavailable, u.key.kind, u.key.identity, h.member()))
+	}
+	if gate != nil {
+		if err := gate(); err != nil {
+			return h.fail(err)
+		}
 	}
 	rep, err := h.dispatch(ctx, u, req)
 	if err != nil {
@@ -40,7 +55,17 @@ func (h *host) serve(ctx context.Context, u *unit, req *Request) *Reply {
 		}
 		return h.fail(fmt.Errorf("%s %s %q: %w", req.Op, u.key.kind, u.key.identity, err))
 	}
-	rep.Member = h.member()
+	servedAt := time.Now()
+	if gate != nil {
+		if err := gate(); err != nil {
+			return h.fail(fmt.Errorf("%s %s %q: done, but %w", req.Op, u.key.kind, u.key.identity, err))
+		}
+	}
+	if u.closed.Load() {
+		return h.fail(fmt.Errorf("%w: %s %q closed on %s during %s", ErrUnavailable, u.key.kind, u.key.identity, h.member(), req.Op))
+	}
+	rep.Member, rep.MemberID = h.member(), h.memberID()
+	rep.Epoch, rep.ActivatedAt, rep.ServedAt = u.epoch, u.activatedAt.UnixNano(), servedAt.UnixNano()
 	return rep
 }
 

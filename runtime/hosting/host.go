@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -125,13 +126,21 @@ func unitDir(root, kind, identity string) string {
 
 type unitKey struct{ kind, identity string }
 
-// unit is one open hosted node.
+// unit is one open hosted node: one activation of the unit.
 type unit struct {
 	key    unitKey
 	ready  chan struct{} // closed once node/err are set
 	node   *runtime.Node
 	err    error
 	closed atomic.Bool
+	// epoch numbers this activation: one more than the previous
+	// activation's, persisted in the unit's directory while its bbolt
+	// file is locked, so no two activations of a unit share one (a
+	// fencing token replies carry).
+	epoch uint64
+	// activatedAt is when this activation began serving (after its epoch
+	// was persisted).
+	activatedAt time.Time
 }
 
 // host opens, serves and closes the units of one member. Its methods are
@@ -139,7 +148,8 @@ type unit struct {
 type host struct {
 	cfg       Config
 	name      atomic.Pointer[string]
-	system    *actor.ActorSystem
+	id        atomic.Pointer[string]
+	system    atomic.Pointer[actor.ActorSystem]
 	log       *slog.Logger
 	transport func(self messages.DeviceAddress) runtime.DeviceTransport
 
@@ -156,21 +166,32 @@ func newHost(cfg Config, member string, sys *actor.ActorSystem, transport func(m
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &host{cfg: cfg, system: sys, log: log, transport: transport, units: map[unitKey]*unit{}}
-	h.setMember(member)
+	h := &host{cfg: cfg, log: log, transport: transport, units: map[unitKey]*unit{}}
+	h.system.Store(sys)
+	h.setMember(member, member)
 	return h
 }
 
 // member names the member in replies and logs.
 func (h *host) member() string { return *h.name.Load() }
 
-func (h *host) setMember(m string) { h.name.Store(&m) }
+// memberID is the member's current incarnation (its cluster member id).
+func (h *host) memberID() string { return *h.id.Load() }
+
+func (h *host) setMember(m, id string) { h.name.Store(&m); h.id.Store(&id) }
 
 // acquire returns the open unit (kind, identity), opening its node from
-// the shared root if needed. Concurrent callers share one open.
-func (h *host) acquire(ctx context.Context, kind, identity string) (*unit, error) {
+// the shared root if needed. Concurrent callers share one open. gate, when
+// set, must allow the activation before and after the node is opened (the
+// member still owns the unit and is not fenced); nil allows it.
+func (h *host) acquire(ctx context.Context, kind, identity string, gate func() error) (*unit, error) {
 	if err := checkUnit(kind, identity); err != nil {
 		return nil, err
+	}
+	if gate != nil {
+		if err := gate(); err != nil {
+			return nil, err
+		}
 	}
 	k := unitKey{kind, identity}
 	h.mu.Lock()
@@ -195,13 +216,24 @@ func (h *host) acquire(ctx context.Context, kind, identity string) (*unit, error
 	h.mu.Unlock()
 
 	u.node, u.err = h.open(ctx, kind, identity)
+	if u.err == nil {
+		u.epoch, u.err = bumpEpoch(unitDir(h.cfg.Root, kind, identity), !h.cfg.NoSync)
+		if u.err == nil && gate != nil {
+			u.err = gate()
+		}
+		if u.err != nil {
+			_ = u.node.Close()
+			u.node = nil
+		}
+		u.activatedAt = time.Now()
+	}
 	if u.err != nil {
 		h.mu.Lock()
 		delete(h.units, k)
 		h.mu.Unlock()
 		h.log.Warn("hosting: activation failed", "kind", kind, "identity", identity, "member", h.member(), "err", u.err)
 	} else {
-		h.log.Debug("hosting: activated", "kind", kind, "identity", identity, "member", h.member())
+		h.log.Debug("hosting: activated", "kind", kind, "identity", identity, "member", h.member(), "epoch", u.epoch)
 	}
 	close(u.ready)
 	if u.err != nil {
@@ -216,7 +248,7 @@ func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, 
 		MeshID:       h.cfg.MeshID,
 		Name:         identity,
 		Logger:       h.log,
-		System:       h.system,
+		System:       h.system.Load(),
 		NoSync:       h.cfg.NoSync,
 		LockTimeout:  h.cfg.LockTimeout,
 		SyncInterval: -1,
@@ -232,7 +264,7 @@ func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, 
 	if h.cfg.Node != nil {
 		h.cfg.Node(kind, identity, &cfg)
 	}
-	cfg.Dir, cfg.MeshID, cfg.System = unitDir(h.cfg.Root, kind, identity), h.cfg.MeshID, h.system
+	cfg.Dir, cfg.MeshID, cfg.System = unitDir(h.cfg.Root, kind, identity), h.cfg.MeshID, h.system.Load()
 	if kind == KindDevice {
 		if cfg.Device == nil {
 			cfg.Device = &runtime.DeviceConfig{}
@@ -277,8 +309,15 @@ func (h *host) release(u *unit) error {
 
 // close refuses new activations and closes every open unit.
 func (h *host) close() error {
+	return h.releaseAll(true)
+}
+
+// releaseAll closes every open unit; closing also refuses activations from
+// now on (a fenced member only closes them: it activates again once it
+// rejoined).
+func (h *host) releaseAll(closing bool) error {
 	h.mu.Lock()
-	h.closing = true
+	h.closing = h.closing || closing
 	us := make([]*unit, 0, len(h.units))
 	for _, u := range h.units {
 		us = append(us, u)
@@ -310,5 +349,53 @@ type Unit struct {
 
 // fail builds an error reply.
 func (h *host) fail(err error) *Reply {
-	return &Reply{Member: h.member(), Code: codeOf(err), Error: err.Error()}
+	return &Reply{Member: h.member(), MemberID: h.memberID(), Code: codeOf(err), Error: err.Error()}
+}
+
+// epochFile holds a unit's last activation epoch (decimal), beside its
+// node's files.
+const epochFile = "hosting.epoch"
+
+// bumpEpoch reads the unit's last activation epoch, persists the next one
+// and returns it. It runs while the unit's bbolt file is locked by this
+// activation, so epochs of one unit are unique and increasing whatever
+// the members believe about the topology.
+func bumpEpoch(dir string, sync bool) (uint64, error) {
+	path := filepath.Join(dir, epochFile)
+	var e uint64
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if e, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err != nil {
+			return 0, fmt.Errorf("hosting: %s is damaged: %w", path, err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return 0, fmt.Errorf("hosting: read %s: %w", path, err)
+	}
+	e++
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("hosting: write %s: %w", tmp, err)
+	}
+	_, err = f.WriteString(strconv.FormatUint(e, 10) + "\n")
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil && sync {
+		if d, derr := os.Open(dir); derr == nil {
+			err = d.Sync()
+			_ = d.Close()
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("hosting: persist epoch in %s: %w", dir, err)
+	}
+	return e, nil
 }

@@ -143,11 +143,11 @@ func (l *Local) Request(ctx context.Context, kind, identity string, req *Request
 }
 
 func (l *Local) once(ctx context.Context, kind, identity string, req *Request) *Reply {
-	u, err := l.h.acquire(ctx, kind, identity)
+	u, err := l.h.acquire(ctx, kind, identity, nil)
 	if err != nil {
 		return l.h.fail(err)
 	}
-	return l.h.serve(ctx, u, req)
+	return l.h.serve(ctx, u, req, nil)
 }
 
 // Close closes every hosted unit (waiting for requests in progress) and,

@@ -261,6 +261,19 @@ type Reply struct {
 	Bundle   []byte    `cbor:"12,keyasint,omitempty"` // OpBundle: encoded prekey bundle
 	Messages []Message `cbor:"13,keyasint,omitempty"` // device operations
 	Kind     uint8     `cbor:"14,keyasint,omitempty"` // OpDeliver: the runtime receive outcome
+	// MemberID is the incarnation of the member that served the request
+	// (its cluster member id: a member that fenced itself rejoins under a
+	// new one).
+	MemberID string `cbor:"15,keyasint,omitempty"`
+	// Epoch is the activation epoch of the unit that served it (unique
+	// and increasing per unit, persisted with the unit's files).
+	Epoch uint64 `cbor:"16,keyasint,omitempty"`
+	// ActivatedAt is when that activation began serving (Unix ns).
+	ActivatedAt int64 `cbor:"17,keyasint,omitempty"`
+	// ServedAt is when the operation completed, inside the activation
+	// (Unix ns): every successful reply of an activation has ActivatedAt
+	// ≤ ServedAt < the next activation's ActivatedAt.
+	ServedAt int64 `cbor:"18,keyasint,omitempty"`
 }
 
 // Serialize implements remote.RootSerializable: the reply in an Envelope
