@@ -11,7 +11,7 @@ import (
 )
 
 // LayoutVersion is the layout this build writes. Open migrates older files
-// to it and refuses newer ones (DESIGN.md "Storage": one versioned layout
+// to it and refuses newer ones (docs/protocol.md, "At rest": one versioned layout
 // with an explicit migration list).
 //
 // Version 1: the sync plane (createV1). Version 2: the delivery plane's
