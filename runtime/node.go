@@ -47,8 +47,10 @@ var (
 	ErrTableConflict = errors.New("runtime: table already defined differently")
 	// ErrLocked: another process holds the node's bbolt file (Config.LockTimeout passed).
 	ErrLocked = errors.New("runtime: node is open in another process")
-	// ErrInvalidKey: a local write's key does not resolve against the table.
-	ErrInvalidKey = errors.New("runtime: row key does not match the table's key columns")
+	// ErrInvalidKey: a local write's or lookup's key is refused: a nil, empty or
+	// untyped component (see NormalizeKey), or columns that do not match the
+	// table's key columns.
+	ErrInvalidKey = errors.New("runtime: invalid row key")
 )
 
 const (
