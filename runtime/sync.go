@@ -146,7 +146,7 @@ func (n *Node) write(ctx context.Context, schema, table string, key, values map[
 	// One apply path for local and remote events (SSP/1 §12).
 	out, err := n.apply.Apply(ctx, raw)
 	n.own.End(g, e.HLC, err == nil)
-	return out, err
+	return out, localOutcome(schema, table, out, err)
 }
 
 // Sign encodes and signs an event with the node's key without applying
