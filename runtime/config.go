@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -58,6 +60,14 @@ type Config struct {
 	// CloseTimeout bounds how long Close waits for actors to drain.
 	// Zero: 30 s.
 	CloseTimeout time.Duration
+
+	// Trusted are peer signing keys added to the keyring (persisted, as
+	// Node.Trust would) when the node opens, before any transport serves:
+	// events pushed by these peers the moment the node listens are
+	// verified, never dropped for an unknown kid. An entry replaces a
+	// stored key of the same kid (its cutoff included); keys trusted
+	// earlier and not listed stay trusted.
+	Trusted []PeerKey
 
 	// Name is how this node's peers know it: the sender name of its pushes
 	// (SSP/1 §14). Empty: the site id in hex.
@@ -130,6 +140,14 @@ func (c *Config) validate() error {
 	for i, k := range c.PreviousStorageKeys {
 		if len(k) != 32 && len(k) != 64 {
 			return &ConfigError{fmt.Sprintf("PreviousStorageKeys[%d]", i), "32 raw bytes or 64 hex characters"}
+		}
+	}
+	for i, k := range c.Trusted {
+		if len(k.PublicKey) != ed25519.PublicKeySize {
+			return &ConfigError{fmt.Sprintf("Trusted[%d]", i), fmt.Sprintf("public key must be %d bytes", ed25519.PublicKeySize)}
+		}
+		if len(k.Kid) > sign.MaxKidLen {
+			return &ConfigError{fmt.Sprintf("Trusted[%d]", i), fmt.Sprintf("kid must be at most %d bytes", sign.MaxKidLen)}
 		}
 	}
 	if c.LockTimeout < 0 {

@@ -354,7 +354,23 @@ func (n *Node) loadIdentity(ctx context.Context) error {
 		n.signer = sign.NewSigner(site, ed25519.NewKeyFromSeed(seed))
 		// The node trusts itself: local writes take the same apply path.
 		self := n.signer.Key()
-		return tx.PutKey(persistence.KeyEntry{Kid: self.Kid, Site: self.Site, PublicKey: self.PublicKey})
+		if err := tx.PutKey(persistence.KeyEntry{Kid: self.Kid, Site: self.Site, PublicKey: self.PublicKey}); err != nil {
+			return err
+		}
+		// Config.Trusted goes into the keyring in this transaction, before
+		// the chokepoint and any transport exist: a push served the moment
+		// the remote listens is verified against these keys, so the
+		// ordinary start never drops a configured peer's events (SSP/1 §12
+		// drops unknown kids for good).
+		for _, k := range n.cfg.Trusted {
+			if len(k.Kid) == 0 {
+				k.Kid = sign.KidFor(k.PublicKey)
+			}
+			if err := tx.PutKey(persistence.KeyEntry{Kid: k.Kid, Site: k.Site, PublicKey: k.PublicKey, Cutoff: k.Cutoff}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
