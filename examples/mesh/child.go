@@ -17,6 +17,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
+	"github.com/syncmesh/syncmesh/runtime/meshtls"
 )
 
 // status is the line a child prints every 200 ms.
@@ -74,7 +75,7 @@ func runChild(o options) error {
 		return fmt.Errorf("address %q: %w", me.Address, err)
 	}
 	if !mf.Plaintext {
-		if rc.TLS, rc.ClientTLS, err = nodeTLS(filepath.Join(o.dir, "tls"), o.name); err != nil {
+		if rc.TLS, rc.ClientTLS, err = meshtls.LoadNodeTLS(filepath.Join(o.dir, "tls"), o.name); err != nil {
 			return err
 		}
 	}

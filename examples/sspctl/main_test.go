@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
+	"github.com/syncmesh/syncmesh/runtime/meshtls"
 )
 
 type result struct {
@@ -623,4 +627,35 @@ func FuzzParseEvent(f *testing.F) {
 			t.Fatalf("inconsistent event %+v", p)
 		}
 	})
+}
+
+// tls ca and tls node write a CA and a node certificate that meshtls loads
+// into a working mutual-TLS configuration naming the node.
+func TestTLSCAAndNode(t *testing.T) {
+	dir := t.TempDir()
+	if r := inProcess(t, "", "tls", "node", "--dir", dir, "--name", "a"); r.code != exitError || !strings.Contains(r.err, "no CA") {
+		t.Fatalf("node before ca: %+v", r)
+	}
+	mustRun(t, "", "tls", "ca", "--dir", dir)
+	if r := inProcess(t, "", "tls", "ca", "--dir", dir); r.code != exitError {
+		t.Fatalf("second ca replaced the first: %+v", r)
+	}
+	out := mustRun(t, "", "tls", "node", "--dir", dir, "--name", "node-a", "--host", "127.0.0.1,a.internal")
+	if !strings.Contains(out, "uri=syncmesh://node/node-a") || !strings.Contains(out, "pin-sha256=") {
+		t.Fatalf("tls node output: %q", out)
+	}
+	if r := inProcess(t, "", "tls", "node", "--dir", dir, "--name", "b@remote"); r.code != exitUsage {
+		t.Fatalf("invalid name: %+v", r)
+	}
+	server, client, err := meshtls.LoadNodeTLS(dir, "node-a")
+	if err != nil || server.ClientAuth != tls.RequireAndVerifyClientCert || len(client.Certificates) != 1 {
+		t.Fatalf("load: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(client.Certificates[0].Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := meshtls.NodeName(leaf); err != nil || name != "node-a" || !slices.Contains(leaf.DNSNames, "a.internal") || len(leaf.IPAddresses) != 1 {
+		t.Fatalf("certificate: %q %v %v %v", name, err, leaf.DNSNames, leaf.IPAddresses)
+	}
 }
