@@ -189,7 +189,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.System != nil {
 		n.system = cfg.System
 	} else {
-		logger := n.log
+		// protoactor's lifecycle and peer-shutdown noise go below INFO.
+		logger := ProtoactorLogger(n.log)
 		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 		n.ownSys = true
 	}
