@@ -44,6 +44,12 @@ type Config struct {
 	// Registerer receives the node's Prometheus metrics. Nil: a private
 	// registry, readable through Node.Gatherer.
 	Registerer prometheus.Registerer
+	// MetricsNode, when set, adds the constant label node="<MetricsNode>"
+	// to every metric of this node, so nodes sharing one Registerer can be
+	// told apart (otherwise their series add up). Set it on every node of
+	// a shared registry or on none: Prometheus refuses one metric name with
+	// two label sets.
+	MetricsNode string
 	// Wall is the wall clock. Nil: time.Now. Tests inject their own.
 	Wall func() time.Time
 	// System hosts the node's actors. Nil: the node creates and owns one.
@@ -149,6 +155,9 @@ func (c *Config) validate() error {
 		if len(k.Kid) > sign.MaxKidLen {
 			return &ConfigError{fmt.Sprintf("Trusted[%d]", i), fmt.Sprintf("kid must be at most %d bytes", sign.MaxKidLen)}
 		}
+	}
+	if len(c.MetricsNode) > 256 {
+		return &ConfigError{"MetricsNode", "at most 256 bytes"}
 	}
 	if c.LockTimeout < 0 {
 		return &ConfigError{"LockTimeout", "must not be negative"}

@@ -163,8 +163,13 @@
 // and outbound messages and the oldest pending outbound's send time,
 // commits, discards, prunes, ACKs sent and failed, storage transaction
 // latency, mailbox depth per actor kind, remote bytes and undecodable
-// frames, and actor dead letters. Config.MetricsAddr serves them on /metrics with a
-// health check on /healthz.
+// frames, and actor dead letters. Gauges carry their unit in the name
+// (_events, _messages, _seconds, _bytes); a private registry also holds the
+// go_ and process_ collectors; Config.MetricsNode labels every series of a
+// node with node="<name>" so nodes sharing a Registerer stay apart.
+// Config.MetricsAddr serves them on /metrics with a health check on
+// /healthz and the read-only admin endpoint under /admin/ (see
+// "Operating a running node").
 //
 // # Errors
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
@@ -130,10 +131,23 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	reg := cfg.Registerer
 	if reg == nil {
+		// A private registry is the process's only one: it also carries the
+		// Go runtime and process collectors a scrape expects.
 		r := prometheus.NewRegistry()
+		if err := r.Register(collectors.NewGoCollector()); err != nil {
+			return nil, fmt.Errorf("runtime: metrics: %w", err)
+		}
+		if err := r.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+			return nil, fmt.Errorf("runtime: metrics: %w", err)
+		}
 		reg, n.gather = r, r
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		n.gather = g
+	}
+	if cfg.MetricsNode != "" {
+		// Every series of this node carries node="<MetricsNode>", so nodes
+		// sharing a registry stay apart instead of adding up.
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": cfg.MetricsNode}, reg)
 	}
 	var err error
 	n.registerer = reg
