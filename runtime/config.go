@@ -96,10 +96,17 @@ type Config struct {
 	IgnorePeerWatermarks bool
 
 	// MetricsAddr, when set (host:port; port 0 picks one), serves the
-	// node's Prometheus metrics on /metrics and its health on /healthz
-	// (200 while open with storage answering, 503 otherwise). See
+	// node's Prometheus metrics on /metrics, its health on /healthz
+	// (200 while open with storage answering, 503 otherwise) and the
+	// read-only JSON admin endpoint under /admin/ (status, peers,
+	// watermarks, inbound, messages; see Node.Status). See
 	// Node.MetricsAddr.
 	MetricsAddr string
+	// AdminToken, when set, turns on the admin endpoint's state-changing
+	// actions (POST /admin/sync), which then need the header
+	// "Authorization: Bearer <AdminToken>". Empty: the admin endpoint is
+	// read-only. Use a long random value; the listener is plain HTTP.
+	AdminToken string
 
 	// Remote, when set, starts protoactor-go's remote (gRPC) transport on
 	// the node's actor system and serves this node's sync pushes on it
@@ -155,6 +162,12 @@ func (c *Config) validate() error {
 		if len(k.Kid) > sign.MaxKidLen {
 			return &ConfigError{fmt.Sprintf("Trusted[%d]", i), fmt.Sprintf("kid must be at most %d bytes", sign.MaxKidLen)}
 		}
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		return &ConfigError{"AdminToken", "at least 16 characters"}
+	}
+	if c.AdminToken != "" && c.MetricsAddr == "" {
+		return &ConfigError{"AdminToken", "needs MetricsAddr (the admin endpoint is served there)"}
 	}
 	if len(c.MetricsNode) > 256 {
 		return &ConfigError{"MetricsNode", "at most 256 bytes"}
