@@ -379,13 +379,17 @@ func printStatus(kids []*child) {
 }
 
 func printLag(kids []*child) {
-	fmt.Println("per-peer lag (from the watermarks each peer reported):")
+	fmt.Println("per-peer lag (events still to offer; time from the watermarks each peer reported):")
 	for _, c := range kids {
 		st, _ := c.status()
 		sort.Slice(st.Peers, func(i, j int) bool { return st.Peers[i].Peer < st.Peers[j].Peer })
 		var parts []string
 		for _, p := range st.Peers {
-			parts = append(parts, fmt.Sprintf("%s behind by %d ms, backlog %d", p.Peer, p.BehindMS, p.Backlog))
+			part := fmt.Sprintf("%s behind by %d events (backlog %d, re-offers %d), %d ms", p.Peer, p.BehindEvents, p.Backlog, p.Retry, p.BehindMS)
+			if p.NoWatermark > 0 {
+				part += fmt.Sprintf(", no watermark yet for %d groups", p.NoWatermark)
+			}
+			parts = append(parts, part)
 		}
 		fmt.Printf("  %-8s → %s\n", c.name, strings.Join(parts, "; "))
 	}

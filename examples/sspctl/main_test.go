@@ -428,7 +428,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 				t.Errorf("%s --help does not document -%s:\n%s", c.name, f.Name, r.out)
 			}
 		})
-		if n == 0 || !strings.Contains(r.out, "-dir") {
+		if n == 0 || !strings.Contains(r.out, "-dir") && !strings.Contains(r.out, "-addr") {
 			t.Errorf("%s has no flags?", c.name)
 		}
 	}
@@ -657,5 +657,56 @@ func TestTLSCAAndNode(t *testing.T) {
 	}
 	if name, err := meshtls.NodeName(leaf); err != nil || name != "node-a" || !slices.Contains(leaf.DNSNames, "a.internal") || len(leaf.IPAddresses) != 1 {
 		t.Fatalf("certificate: %q %v %v %v", name, err, leaf.DNSNames, leaf.IPAddresses)
+	}
+}
+
+// status, peers and watermarks read a running node's admin endpoint (the
+// node's directory is locked by it, so --dir commands cannot).
+func TestAdminCommandsAgainstARunningNode(t *testing.T) {
+	ctx := context.Background()
+	a, err := runtime.Open(ctx, runtime.Config{InMemory: true, MeshID: []byte("m"), Name: "a", SyncInterval: -1, MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := runtime.Open(ctx, runtime.Config{InMemory: true, MeshID: []byte("m"), Name: "b", SyncInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	def := runtime.TableDef{Schema: "app", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"v"}}
+	for _, n := range []*runtime.Node{a, b} {
+		if err := n.DefineTable(ctx, def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 7 {
+		if _, err := a.Upsert(ctx, "app", "t", map[string]any{"id": i}, map[string]any{"v": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	net := runtime.NewNetwork(1)
+	net.Register("b", b)
+	if err := a.AddPeer("b", net.Transport("a"), ""); err != nil {
+		t.Fatal(err)
+	}
+	addr := a.MetricsAddr()
+	if out := mustRun(t, "", "status", "--addr", addr); !strings.Contains(out, "name=a") || !strings.Contains(out, "last_seq=7") || !strings.Contains(out, "backlog_events=7") {
+		t.Fatalf("status: %q", out)
+	}
+	if out := mustRun(t, "", "peers", "--addr", addr); !strings.Contains(out, "peer=b") || !strings.Contains(out, "behind=7 events") || !strings.Contains(out, "no watermark yet") {
+		t.Fatalf("peers: %q", out)
+	}
+	if out := mustRun(t, "", "watermarks", "--addr", addr); !strings.Contains(out, "table=app.t") {
+		t.Fatalf("watermarks: %q", out)
+	}
+	if out := mustRun(t, "", "peers", "--addr", addr, "--json"); !strings.Contains(out, `"lag_events": 7`) {
+		t.Fatalf("peers --json: %q", out)
+	}
+	if r := inProcess(t, "", "status", "--addr", "127.0.0.1:1", "--timeout", "2s"); r.code != exitError {
+		t.Fatalf("status against nothing: %+v", r)
+	}
+	if r := inProcess(t, "", "status"); r.code != exitUsage {
+		t.Fatalf("status without --addr: %+v", r)
 	}
 }
