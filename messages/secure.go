@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// This file holds the wire formats of the delivery plane (DESIGN.md "Secure
+// This file holds the wire formats of the delivery plane (docs/protocol.md, "Secure
 // frames"): device addresses, the SecurePayload v1 frame carried inside a
 // ratchet message, the ratchet envelope with its optional PQXDH initiation
 // block, and the prekey bundle a device publishes. All of them are plain
@@ -102,7 +102,7 @@ func (a DeviceAddress) Compare(o DeviceAddress) int {
 }
 
 // LogicalMessageID is the sender-chosen 16-byte id tying together the copies
-// (retries) of one application message (application-delivery.md).
+// (retries) of one application message (docs/protocol.md, commit boundary).
 type LogicalMessageID [16]byte
 
 // String returns a readable form of the LogicalMessageID.

@@ -14,7 +14,7 @@ import (
 // (MarshalIdentity, MarshalPrekeyStore, MarshalState); a store only keeps
 // them. At rest they are sealed (bolt: RecordIdentity, RecordPrekey,
 // RecordSession, see each method); a damaged sealed record is an error
-// matching ErrCorrupt, never "missing" (DESIGN.md "Storage").
+// matching ErrCorrupt, never "missing" (docs/protocol.md, "At rest").
 //
 // Slices returned are owned by the caller (copies). An address that fails
 // messages.DeviceAddress.Validate is an error, never a silent miss.
@@ -49,7 +49,7 @@ type DeliveryReader interface {
 // see its own writes. The commit-boundary records (pending inbound,
 // processed inbound, pending outbound) are added to this same type, so a
 // ratchet step and the pending row it produced commit together
-// (application-delivery.md, "Transactions").
+// (docs/protocol.md, commit boundary, "Transactions").
 type DeliveryTx interface {
 	DeliveryReader
 	// PutLocalIdentity stores (or replaces) the marshalled local identity.

@@ -9,7 +9,7 @@ import (
 )
 
 // This file holds the commit-boundary records of the delivery plane
-// (application-delivery.md, "Storage"): pending inbound messages (accepted
+// (docs/protocol.md, commit boundary, "Storage"): pending inbound messages (accepted
 // by the ratchet, not yet finalized by the application), processed inbound
 // entries (committed or discarded; kept for duplicate suppression until
 // pruned) and pending outbound messages (sent, not yet acknowledged). They
@@ -93,7 +93,7 @@ func (r DiscardReason) String() string {
 // PendingInbound is a received application message that is waiting for the
 // application to commit or discard it. The pair (Sender, ID) is unique;
 // Sequence is assigned by the store, persistent, strictly increasing and
-// never reused (application-delivery.md, "Public API"). At rest Frame is
+// never reused (docs/protocol.md, commit boundary, "Public API"). At rest Frame is
 // sealed as RecordPendingFrame with identity
 // sealed.MessageIdentity(sender user, u32be sender device, id); Sequence,
 // the ids and ReceivedAt stay plaintext metadata.
@@ -145,7 +145,7 @@ type PendingOutbound struct {
 }
 
 // UnixMilli converts t to the stored millisecond precision, truncating
-// (application-delivery.md: received_at is whole milliseconds).
+// (docs/protocol.md, commit boundary: received_at is whole milliseconds).
 func UnixMilli(t time.Time) int64 { return t.UnixMilli() }
 
 // InboundReader is the read side of the commit-boundary records; it is

@@ -13,7 +13,7 @@ const (
 	RecordPrekey          RecordType = 4  // private prekey material; identity = prekey id
 	RecordIdentity        RecordType = 5  // local device identity private keys; identity = "device"
 	RecordOutboundBody    RecordType = 6  // pending outbound message body; identity = recipient user, device, logical id
-	RecordPendingFrame    RecordType = 11 // pending inbound SecurePayload frame; identity = sender user, device, logical id (application-delivery spec)
+	RecordPendingFrame    RecordType = 11 // pending inbound SecurePayload frame; identity = sender user, device, logical id (docs/protocol.md, commit boundary)
 	RecordProcessedDigest RecordType = 12 // processed inbound digest (version 1 | digest[32]); identity as RecordPendingFrame
 )
 

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -42,6 +44,12 @@ type Config struct {
 	// Registerer receives the node's Prometheus metrics. Nil: a private
 	// registry, readable through Node.Gatherer.
 	Registerer prometheus.Registerer
+	// MetricsNode, when set, adds the constant label node="<MetricsNode>"
+	// to every metric of this node, so nodes sharing one Registerer can be
+	// told apart (otherwise their series add up). Set it on every node of
+	// a shared registry or on none: Prometheus refuses one metric name with
+	// two label sets.
+	MetricsNode string
 	// Wall is the wall clock. Nil: time.Now. Tests inject their own.
 	Wall func() time.Time
 	// System hosts the node's actors. Nil: the node creates and owns one.
@@ -58,6 +66,14 @@ type Config struct {
 	// CloseTimeout bounds how long Close waits for actors to drain.
 	// Zero: 30 s.
 	CloseTimeout time.Duration
+
+	// Trusted are peer signing keys added to the keyring (persisted, as
+	// Node.Trust would) when the node opens, before any transport serves:
+	// events pushed by these peers the moment the node listens are
+	// verified, never dropped for an unknown kid. An entry replaces a
+	// stored key of the same kid (its cutoff included); keys trusted
+	// earlier and not listed stay trusted.
+	Trusted []PeerKey
 
 	// Name is how this node's peers know it: the sender name of its pushes
 	// (SSP/1 §14). Empty: the site id in hex.
@@ -80,10 +96,17 @@ type Config struct {
 	IgnorePeerWatermarks bool
 
 	// MetricsAddr, when set (host:port; port 0 picks one), serves the
-	// node's Prometheus metrics on /metrics and its health on /healthz
-	// (200 while open with storage answering, 503 otherwise). See
+	// node's Prometheus metrics on /metrics, its health on /healthz
+	// (200 while open with storage answering, 503 otherwise) and the
+	// read-only JSON admin endpoint under /admin/ (status, peers,
+	// watermarks, inbound, messages; see Node.Status). See
 	// Node.MetricsAddr.
 	MetricsAddr string
+	// AdminToken, when set, turns on the admin endpoint's state-changing
+	// actions (POST /admin/sync), which then need the header
+	// "Authorization: Bearer <AdminToken>". Empty: the admin endpoint is
+	// read-only. Use a long random value; the listener is plain HTTP.
+	AdminToken string
 
 	// Remote, when set, starts protoactor-go's remote (gRPC) transport on
 	// the node's actor system and serves this node's sync pushes on it
@@ -131,6 +154,23 @@ func (c *Config) validate() error {
 		if len(k) != 32 && len(k) != 64 {
 			return &ConfigError{fmt.Sprintf("PreviousStorageKeys[%d]", i), "32 raw bytes or 64 hex characters"}
 		}
+	}
+	for i, k := range c.Trusted {
+		if len(k.PublicKey) != ed25519.PublicKeySize {
+			return &ConfigError{fmt.Sprintf("Trusted[%d]", i), fmt.Sprintf("public key must be %d bytes", ed25519.PublicKeySize)}
+		}
+		if len(k.Kid) > sign.MaxKidLen {
+			return &ConfigError{fmt.Sprintf("Trusted[%d]", i), fmt.Sprintf("kid must be at most %d bytes", sign.MaxKidLen)}
+		}
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		return &ConfigError{"AdminToken", "at least 16 characters"}
+	}
+	if c.AdminToken != "" && c.MetricsAddr == "" {
+		return &ConfigError{"AdminToken", "needs MetricsAddr (the admin endpoint is served there)"}
+	}
+	if len(c.MetricsNode) > 256 {
+		return &ConfigError{"MetricsNode", "at most 256 bytes"}
 	}
 	if c.LockTimeout < 0 {
 		return &ConfigError{"LockTimeout", "must not be negative"}

@@ -163,14 +163,43 @@
 // and outbound messages and the oldest pending outbound's send time,
 // commits, discards, prunes, ACKs sent and failed, storage transaction
 // latency, mailbox depth per actor kind, remote bytes and undecodable
-// frames, and actor dead letters. Config.MetricsAddr serves them on /metrics with a
-// health check on /healthz.
+// frames, and actor dead letters. Gauges carry their unit in the name
+// (_events, _messages, _seconds, _bytes); a private registry also holds the
+// go_ and process_ collectors; Config.MetricsNode labels every series of a
+// node with node="<name>" so nodes sharing a Registerer stay apart.
+// Config.MetricsAddr serves them on /metrics with a health check on
+// /healthz and the read-only admin endpoint under /admin/ (see
+// "Operating a running node" above).
+//
+// # Keys
+//
+// Local writes and lookups normalize key values (NormalizeKey): every Go
+// integer type, an integral float (a number decoded from JSON) and a
+// json.Number name the same row; nil, empty, fractional and composite
+// components are a *KeyError matching ErrInvalidKey. Keys inside received
+// signed events are used exactly as signed. A local Upsert or Delete the
+// chokepoint does not apply (its table outside Config.Scope, for example)
+// is a *NotAppliedError matching ErrNotApplied, never a nil error.
+//
+// # Operating a running node
+//
+// Config.MetricsAddr serves /metrics, /healthz and a read-only JSON admin
+// endpoint: /admin/status (Status), /admin/peers (PeerReports: cursor,
+// backlog, lag in events and in time, last error), /admin/watermarks,
+// /admin/inbound and /admin/messages (pending message counts). Actions
+// that change state (POST /admin/sync) are off unless Config.AdminToken is
+// set, and then need it as a bearer token. examples/sspctl reads the
+// endpoint with "sspctl status|peers|watermarks --addr HOST:PORT".
+// Config.Trusted puts peer keys into the keyring before any transport
+// serves. Package meshtls creates a mesh CA and node certificates for
+// RemoteConfig.TLS and ClientTLS.
 //
 // # Errors
 //
 // Config problems are a *ConfigError naming the field. Node methods
 // return the sentinels ErrClosed, ErrMeshMismatch, ErrUnknownTable,
-// ErrUnknownColumn, ErrTableConflict, ErrInvalidKey, ErrUnknownPeer,
+// ErrUnknownColumn, ErrTableConflict, ErrInvalidKey, ErrNotApplied,
+// ErrOutOfScope, ErrUnknownPeer,
 // ErrPeerExists and ErrNoDevice, and those of the layers below
 // (delivery.ErrUnreachable, ErrPushRejected, device.ErrNotHandedOff,
 // inbound.ErrLogicalMessageConflict, …), wrapped: match them with

@@ -13,8 +13,9 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// startHTTP serves the node's Prometheus metrics on /metrics and its
-// health on /healthz (Config.MetricsAddr).
+// startHTTP serves the node's Prometheus metrics on /metrics, its health
+// on /healthz and the admin endpoint under /admin/ (Config.MetricsAddr;
+// admin.go).
 func (n *Node) startHTTP(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -29,6 +30,7 @@ func (n *Node) startHTTP(addr string) error {
 		})
 	}
 	mux.HandleFunc("/healthz", n.serveHealth)
+	n.adminRoutes(mux)
 	n.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	n.httpAddr = ln.Addr().String()
 	go func() {

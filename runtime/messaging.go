@@ -13,7 +13,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence/memory"
 )
 
-// The delivery plane (application-delivery.md): end-to-end encrypted
+// The delivery plane (docs/protocol.md, commit boundary): end-to-end encrypted
 // device-to-device messages with a commit boundary. Types are those of
 // actors/device, re-exported so an application imports one package.
 type (

@@ -40,10 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "syncmesh", Subsystem: "sync", Name: "held_events_released_total",
 			Help: "Held events materialized after their table was defined.",
 		}),
-		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "syncmesh", Subsystem: "actor", Name: "dead_letters_total",
-			Help: "Messages protoactor could not deliver.",
-		}),
+		deadLetters: newDeadLetters(),
 	}
 	// Nodes sharing one Registerer share the collectors.
 	var err error
@@ -87,10 +84,19 @@ func subscribeDeadLetters(sys *actor.ActorSystem, c prometheus.Counter) *eventst
 // system it owns (Config.System), where the nodes do not count them. The
 // returned stop ends the counting.
 func CountDeadLetters(sys *actor.ActorSystem, reg prometheus.Registerer) (stop func(), err error) {
-	m, err := newMetrics(reg)
+	// Only the dead-letter counter: the node families are registered by the
+	// nodes, possibly with a node label this registerer does not carry.
+	c, err := promreg.Register(reg, newDeadLetters())
 	if err != nil {
 		return nil, err
 	}
-	sub := subscribeDeadLetters(sys, m.deadLetters)
+	sub := subscribeDeadLetters(sys, c)
 	return func() { sys.EventStream.Unsubscribe(sub) }, nil
+}
+
+func newDeadLetters() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "syncmesh", Subsystem: "actor", Name: "dead_letters_total",
+		Help: "Messages protoactor could not deliver.",
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
@@ -47,8 +48,10 @@ var (
 	ErrTableConflict = errors.New("runtime: table already defined differently")
 	// ErrLocked: another process holds the node's bbolt file (Config.LockTimeout passed).
 	ErrLocked = errors.New("runtime: node is open in another process")
-	// ErrInvalidKey: a local write's key does not resolve against the table.
-	ErrInvalidKey = errors.New("runtime: row key does not match the table's key columns")
+	// ErrInvalidKey: a local write's or lookup's key is refused: a nil, empty or
+	// untyped component (see NormalizeKey), or columns that do not match the
+	// table's key columns.
+	ErrInvalidKey = errors.New("runtime: invalid row key")
 )
 
 const (
@@ -128,10 +131,23 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	reg := cfg.Registerer
 	if reg == nil {
+		// A private registry is the process's only one: it also carries the
+		// Go runtime and process collectors a scrape expects.
 		r := prometheus.NewRegistry()
+		if err := r.Register(collectors.NewGoCollector()); err != nil {
+			return nil, fmt.Errorf("runtime: metrics: %w", err)
+		}
+		if err := r.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+			return nil, fmt.Errorf("runtime: metrics: %w", err)
+		}
 		reg, n.gather = r, r
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		n.gather = g
+	}
+	if cfg.MetricsNode != "" {
+		// Every series of this node carries node="<MetricsNode>", so nodes
+		// sharing a registry stay apart instead of adding up.
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": cfg.MetricsNode}, reg)
 	}
 	var err error
 	n.registerer = reg
@@ -187,7 +203,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.System != nil {
 		n.system = cfg.System
 	} else {
-		logger := n.log
+		// protoactor's lifecycle and peer-shutdown noise go below INFO.
+		logger := ProtoactorLogger(n.log)
 		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 		n.ownSys = true
 	}
@@ -352,7 +369,23 @@ func (n *Node) loadIdentity(ctx context.Context) error {
 		n.signer = sign.NewSigner(site, ed25519.NewKeyFromSeed(seed))
 		// The node trusts itself: local writes take the same apply path.
 		self := n.signer.Key()
-		return tx.PutKey(persistence.KeyEntry{Kid: self.Kid, Site: self.Site, PublicKey: self.PublicKey})
+		if err := tx.PutKey(persistence.KeyEntry{Kid: self.Kid, Site: self.Site, PublicKey: self.PublicKey}); err != nil {
+			return err
+		}
+		// Config.Trusted goes into the keyring in this transaction, before
+		// the chokepoint and any transport exist: a push served the moment
+		// the remote listens is verified against these keys, so the
+		// ordinary start never drops a configured peer's events (SSP/1 §12
+		// drops unknown kids for good).
+		for _, k := range n.cfg.Trusted {
+			if len(k.Kid) == 0 {
+				k.Kid = sign.KidFor(k.PublicKey)
+			}
+			if err := tx.PutKey(persistence.KeyEntry{Kid: k.Kid, Site: k.Site, PublicKey: k.PublicKey, Cutoff: k.Cutoff}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

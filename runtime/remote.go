@@ -70,7 +70,7 @@ var (
 // RemoteConfig configures the protoactor-go remote (gRPC) transport of the
 // sync plane. Either TLS (with ClientTLS) or Plaintext must be set: events
 // are signed but not encrypted, so plaintext is only ever an explicit
-// choice (DESIGN.md, "Transport security").
+// choice (docs/protocol.md, "Transport security").
 type RemoteConfig struct {
 	// Host is the interface to listen on. Empty: 127.0.0.1.
 	Host string

@@ -56,7 +56,14 @@ func TestRestartKeepsEverything(t *testing.T) {
 	if id2 := n.Identity(); id2.Site != id1.Site || !bytes.Equal(id2.Kid, id1.Kid) {
 		t.Fatal("identity changed across restart")
 	}
-	// No HLC reuse although the wall clock is an hour behind.
+	// No HLC reuse although the wall clock is an hour behind: the clock
+	// issues past its persisted high-water mark, which is more than the
+	// skew bound ahead of this wall clock, so the node's own chokepoint
+	// rejects the write — loudly (ErrNotApplied), never a silent nil.
+	if out, err := n.Upsert(ctx, "app", "t", map[string]any{"id": 4}, map[string]any{"c": 2}); !errors.Is(err, ErrNotApplied) || out.Reason != messages.ReasonClockSkew {
+		t.Fatalf("write an hour ahead of the wall clock: %v, %v", out, err)
+	}
+	w.Advance(time.Hour) // back to the time the events were signed at
 	next, err := n.Upsert(ctx, "app", "t", map[string]any{"id": 4}, map[string]any{"c": 2})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +71,6 @@ func TestRestartKeepsEverything(t *testing.T) {
 	if next.HLC <= local.HLC {
 		t.Fatalf("HLC %v issued after restart is not above %v issued before", next.HLC, local.HLC)
 	}
-	w.Advance(time.Hour) // back to the time the events were signed at
 	after, ok := tn.get(1)
 	if !ok || !sameCell(after.Cells["a"], before.Cells["a"]) || after.Cells["b"].State != Written || !after.Cells["b"].Value.IsNull() || after.Cells["c"].State != Unmaterialized {
 		t.Fatalf("row changed across restart:\n%+v\n%+v", before, after)

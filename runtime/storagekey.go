@@ -17,7 +17,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 )
 
-// Storage key rotation (DESIGN.md "Storage"; requirement: "storage key
+// Storage key rotation (docs/protocol.md, "At rest"; requirement: "storage key
 // rotation re-encrypts every sealed column in one pass that is safe to
 // interrupt and resume").
 //

@@ -10,7 +10,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// storage transaction latency, per plane and kind (DESIGN.md: bbolt
+// storage transaction latency, per plane and kind (docs/architecture.md, "Costs": bbolt
 // transaction latency is a first-class metric: a slow disk shows here
 // before it shows anywhere else).
 func newTxLatency(reg prometheus.Registerer) (*prometheus.HistogramVec, error) {

@@ -91,8 +91,9 @@ func encodeColumns(m map[string]any) (messages.Columns, error) {
 
 // Upsert writes columns of one row as a new signed event and applies it
 // through the apply chokepoint. values may hold nil for an explicit null
-// cell; a messages.Value is taken as already encoded. It returns once the
-// event is durable.
+// cell; a messages.Value is taken as already encoded. Key values are
+// normalized (see NormalizeKey). It returns once the event is durable; an
+// event the chokepoint did not apply is an error matching ErrNotApplied.
 func (n *Node) Upsert(ctx context.Context, schema, table string, key, values map[string]any) (messages.Outcome, error) {
 	if values == nil {
 		values = map[string]any{}
@@ -113,7 +114,7 @@ func (n *Node) write(ctx context.Context, schema, table string, key, values map[
 	if err != nil {
 		return messages.Outcome{}, err
 	}
-	k, err := encodeColumns(key)
+	k, err := encodeKey(key)
 	if err != nil {
 		return messages.Outcome{}, err
 	}
@@ -145,7 +146,7 @@ func (n *Node) write(ctx context.Context, schema, table string, key, values map[
 	// One apply path for local and remote events (SSP/1 §12).
 	out, err := n.apply.Apply(ctx, raw)
 	n.own.End(g, e.HLC, err == nil)
-	return out, err
+	return out, localOutcome(schema, table, out, err)
 }
 
 // Sign encodes and signs an event with the node's key without applying
@@ -214,7 +215,7 @@ func requireTable(tx persistence.SyncReader, schema, table string) (persistence.
 // Get reads one row. ok is false when the row has no state or is
 // tombstoned.
 func (n *Node) Get(ctx context.Context, schema, table string, key map[string]any) (Row, bool, error) {
-	k, err := encodeColumns(key)
+	k, err := encodeKey(key)
 	if err != nil {
 		return Row{}, false, err
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/device"
 )
 
-// Concurrency (application-delivery.md, "Transactions": the receive and
+// Concurrency (docs/protocol.md, commit boundary, "Transactions": the receive and
 // commit steps are serialized, here by the inbound actor's mailbox). Run
 // with -race; each test repeats its race many times.
 

@@ -13,7 +13,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 )
 
-// The receiver crash-window table of application-delivery.md ("Crash
+// The receiver crash-window table of docs/protocol.md (commit boundary, "Crash
 // windows"), one test per row. The receiver runs on a bbolt file; a crash
 // is a failpoint at the named point (the transaction aborts there, or it
 // committed and the process "dies" before anything else happens),

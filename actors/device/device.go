@@ -1,6 +1,6 @@
 // Package device is the delivery plane's facade for one local device: it
 // wires the peer-session layer (actors/session), the inbound store
-// (actors/inbound: the commit boundary of application-delivery.md) and the
+// (actors/inbound: the commit boundary, docs/protocol.md) and the
 // outbound store (actors/outbound) over one persistence.DeliveryStore and
 // a transport, and is what the runtime embeds.
 //

@@ -1,6 +1,6 @@
 package device
 
-// # Guarantees (application-delivery.md)
+// # Guarantees (docs/protocol.md, commit boundary)
 //
 // At-least-once application delivery until an explicit commit or discard;
 // deduplicated protocol handling (one pending entry per (sender, logical
@@ -14,14 +14,14 @@ package device
 //
 // These are this project's choices, recorded here as its documentation:
 //
-//   - Discard (message-discard.md is summarized only): a discarded message
+//   - Discard (docs/protocol.md, commit boundary, "Discard"): a discarded message
 //     is ACKed exactly like a committed one, so the sender cannot tell
 //     them apart; its reason is one of persistence.DiscardReason's closed
 //     set, stored with the processed entry (ProcessedMessage) and never
 //     sent. Committing a discarded id answers ALREADY_DISCARDED and
 //     discarding a committed id ALREADY_COMMITTED: the first finalization
 //     wins and is never replaced.
-//   - Sender side (message-reliability.md is summarized only): Send stores
+//   - Sender side (docs/protocol.md, commit boundary, "Sender side"): Send stores
 //     the message before the hand-off with attempts = 1; a failed
 //     encryption or hand-off leaves it pending and returns ErrNotHandedOff.
 //     An ACK for an id that is not pending (abandoned, or a repeated ACK)

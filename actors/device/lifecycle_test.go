@@ -14,7 +14,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// The lifecycle table of application-delivery.md, one test per row and
+// The lifecycle table of the commit boundary (docs/protocol.md), one test per row and
 // column (tests named after the row they check), plus the ACK and commit
 // rules of "Public API" and "Transactions".
 

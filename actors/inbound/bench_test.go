@@ -15,7 +15,7 @@ import (
 // BenchmarkDurableReceive measures receives committed durably (bbolt with
 // fsync) by the inbound actor, from 1 and from 64 concurrent callers: with
 // group commit the concurrent rate is a multiple of the one-caller rate,
-// which is bounded by one fsync per transaction (DESIGN.md "Costs": ~2.2 k
+// which is bounded by one fsync per transaction (docs/architecture.md, "Costs": ~2.2 k
 // fsync'd transactions/s here).
 func BenchmarkDurableReceive(b *testing.B) {
 	for _, callers := range []int{1, 64} {

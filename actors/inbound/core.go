@@ -10,7 +10,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// This file is the deterministic core of the inbound store (DESIGN.md
+// This file is the deterministic core of the inbound store (docs/architecture.md,
 // "Practices": deterministic core, thin actor shell): pure functions of
 // (stored state of one (sender, id), input) → (outcome, effects). They do
 // no I/O; the actor reads the state inside its transaction, calls them and
@@ -21,8 +21,8 @@ type Outcome uint8
 
 // Outcomes. The receive path yields Delivery, AlreadyCommitted,
 // AlreadyDiscarded or Acknowledgement; a finalization yields Committed,
-// Discarded, AlreadyCommitted or AlreadyDiscarded (application-delivery.md,
-// "Public API"; message-discard for the discard equivalents).
+// Discarded, AlreadyCommitted or AlreadyDiscarded (docs/protocol.md, commit boundary,
+// "Public API" and "Discard").
 const (
 	OutcomeNone Outcome = iota
 	OutcomeDelivery
@@ -115,7 +115,7 @@ type ReceiveInput struct {
 	MaxPendingPerSender int
 }
 
-// DecideReceive decides an application message (application-delivery.md,
+// DecideReceive decides an application message (docs/protocol.md, commit boundary,
 // "Transactions", Receive; lifecycle table):
 //
 //   - processed: the body's digest must equal the stored one (a legacy
@@ -181,7 +181,7 @@ type FinalizeInput struct {
 	Now int64
 }
 
-// DecideFinalize decides a commit or discard (application-delivery.md,
+// DecideFinalize decides a commit or discard (docs/protocol.md, commit boundary,
 // "Transactions", Commit): a pending message is removed and its processed
 // entry (finalization, time, digest, reason) written → COMMITTED or
 // DISCARDED, then ACK; a finalized one → ALREADY_COMMITTED or
@@ -247,7 +247,7 @@ func StoredBody(p *persistence.PendingInbound) ([]byte, error) {
 const RetentionInfinite = time.Duration(1<<63 - 1)
 
 // RetentionPolicy says how long processed entries are kept for duplicate
-// suppression (application-delivery.md, "Processed-ID retention"). There
+// suppression (docs/protocol.md, commit boundary, "Processed-ID retention"). There
 // is no default: MaxAge must be positive; RetentionInfinite prunes nothing.
 type RetentionPolicy struct {
 	MaxAge time.Duration

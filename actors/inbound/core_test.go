@@ -12,7 +12,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// Direct tests of the pure decision core (DESIGN.md "Practices").
+// Direct tests of the pure decision core (docs/architecture.md, "Practices").
 
 var (
 	alice = messages.DeviceAddress{User: "alice", Device: 1}

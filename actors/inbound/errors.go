@@ -7,7 +7,7 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// Sentinel errors of the package (application-delivery.md names them
+// Sentinel errors of the package (the commit boundary, docs/protocol.md, names them
 // LogicalMessageConflict, ReceivedMessageNotPending). Store errors are
 // wrapped with %w, so errors.Is(err, persistence.ErrCorrupt) (a damaged
 // sealed record: the spec's StorageEncryptionException) and

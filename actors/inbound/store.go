@@ -1,10 +1,10 @@
 // Package inbound is the delivery plane's inbound store: the commit
-// boundary of application-delivery.md. A received message stays pending
+// boundary (docs/protocol.md). A received message stays pending
 // (sealed frame, persistent sequence, receive time) until the application
 // commits or discards it; only then is it acknowledged; processed ids are
 // kept for duplicate suppression until the application prunes them.
 //
-// The Store is an actor (DESIGN.md "Actor topology": inbound actor):
+// The Store is an actor (docs/architecture.md, "Actor topology": inbound actor):
 // receives, commits, discards, pages, counts and prunes of the node go
 // through its mailbox, so duplicate receives and racing commits converge
 // because the mailbox orders them. It group-commits: it drains the
@@ -31,7 +31,7 @@ import (
 )
 
 // MaxPageSize is the largest page of pending messages
-// (application-delivery.md: PendingReceivedMessagePage.MAX_SIZE = 100).
+// (docs/protocol.md, commit boundary: PendingReceivedMessagePage.MAX_SIZE = 100).
 const MaxPageSize = 100
 
 // DefaultMaxBatch is the default Config.MaxBatch.
@@ -242,7 +242,7 @@ func (s *Store) call(r *request) (response, error) {
 }
 
 // Receive runs the receive transaction for one decrypted frame from
-// sender (application-delivery.md, "Transactions", Receive): the decision
+// sender (docs/protocol.md, commit boundary, "Transactions", Receive): the decision
 // of DecideReceive (or DecideAck for an ACK frame), the ratchet step and
 // the pending row in ONE transaction. frame is the encoded payload (stored
 // as the pending frame). The Store releases step (Committed or Abort) in

@@ -12,7 +12,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/promreg"
 )
 
-// Depths is the syncmesh_actor_mailbox_depth gauge, by actor kind. A nil
+// Depths is the syncmesh_actor_mailbox_depth_messages gauge, by actor kind. A nil
 // *Depths measures nothing.
 type Depths struct{ vec *prometheus.GaugeVec }
 
@@ -20,7 +20,7 @@ type Depths struct{ vec *prometheus.GaugeVec }
 // it: the depth is then the sum over their actors of each kind).
 func NewDepths(reg prometheus.Registerer) (*Depths, error) {
 	vec, err := promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "syncmesh", Subsystem: "actor", Name: "mailbox_depth",
+		Namespace: "syncmesh", Subsystem: "actor", Name: "mailbox_depth_messages",
 		Help: "Messages posted to the actors of a kind and not yet processed.",
 	}, []string{"kind"}))
 	if err != nil {

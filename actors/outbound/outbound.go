@@ -2,7 +2,7 @@
 // a sent application message is stored (durably, before it is handed to
 // the transport) and stays pending until the recipient's ACK clears it
 // (inside the inbound store's receive transaction) or the application
-// abandons it (DESIGN.md "Actor topology": outbound actor).
+// abandons it (docs/architecture.md, "Actor topology": outbound actor).
 //
 // Writes go through one actor (its mailbox orders them); reads are plain
 // snapshots of the store. An opt-in retry schedule (RetryPolicy, off by

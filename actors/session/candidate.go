@@ -12,7 +12,7 @@ import (
 )
 
 // Candidate is a decrypted envelope whose new session state is not yet
-// persisted (application-delivery.md, "Transactions": the ratchet step is
+// persisted (docs/protocol.md, commit boundary, "Transactions": the ratchet step is
 // persisted only inside the receive transaction). Persist it inside the
 // caller's DeliveryTx, next to the caller's own rows, then release it with
 // Committed (the transaction committed) or Abort (it did not, or the

@@ -1,12 +1,12 @@
 // Package session is the delivery plane's peer-session layer: one actor per
 // remote device serializes that device's ratchet (encrypt and decrypt), a
 // prekey actor owns the local prekey store, and a Manager routes calls by
-// peer (DESIGN.md "Actor topology": session actor per remote device).
+// peer (docs/architecture.md, "Actor topology": session actor per remote device).
 //
 // Every state change is persisted before its result leaves the actor:
 // Encrypt writes the advanced record before returning the envelope; Decrypt
 // writes it before returning the plaintext. For the commit boundary
-// (application-delivery.md, "Transactions"), Open returns a Candidate — the
+// (docs/protocol.md, commit boundary, "Transactions"), Open returns a Candidate — the
 // plaintext and the new state, not persisted — which the caller writes in
 // its own persistence.DeliveryTx together with its pending row, then
 // releases. Until then the peer's actor accepts no other operation, so two

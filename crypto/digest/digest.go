@@ -1,15 +1,15 @@
 // Package digest implements ApplicationMessageDigest v1, the local storage
 // construction that a processed inbound entry keeps of the committed body
-// (application-delivery spec, "Same logical ID, other body"). It is never
+// (docs/protocol.md, commit boundary, "Same logical ID, other body"). It is never
 // sent on the wire.
 //
-// Construction (exact, frozen; spec/README.md):
+// Construction (exact, frozen; docs/protocol.md, "Processed-message digest"):
 //
 //	SHA-256( u32be(len(domain)) | domain | u32be(len(body)) | body )
 //	domain = "KSecureMessage-ProcessedMessage-v1"
 //
 // The stored form, sealed as record type 12 (persistence.RecordProcessedDigest),
-// is version:u8 = 1 | digest[32] (application-delivery spec, Storage).
+// is version:u8 = 1 | digest[32] (docs/protocol.md, commit boundary, Storage).
 package digest
 
 import (
@@ -31,7 +31,7 @@ const Size = sha256.Size
 const StoredSize = 1 + Size
 
 // domain is the v1 domain-separation string; it must never change, the
-// frozen vectors depend on it (spec/README.md).
+// frozen vectors depend on it (docs/protocol.md, "Processed-message digest").
 const domain = "KSecureMessage-ProcessedMessage-v1"
 
 // ErrStored is matched (errors.Is) by every DecodeStored failure.

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Frozen vectors (application-delivery spec: empty body 7d44197a…caa10,
+// Frozen vectors (docs/protocol.md, "Processed-message digest": empty body 7d44197a…caa10,
 // "hello" ff761c42…26e54). Never change these.
 const (
 	vectorEmpty = "7d44197a4b18d43f3b5e30289ec8d6c2b67b868a4fbaf426fe47cd39ec4caa10"

@@ -1,5 +1,5 @@
 // Package eventid derives SSP/1 event ids: the BLAKE3-256 of a signed event's
-// bytes exactly as received (DESIGN.md "Wire formats"; SSP/1 §12 step 4).
+// bytes exactly as received (docs/protocol.md, "Wire formats"; SSP/1 §12 step 4).
 //
 // The id is taken over the raw COSE_Sign1 bytes, never over a re-encoding, so
 // two different encodings of the same event are two different ids.

@@ -9,7 +9,7 @@
 // return new values; the inputs are never modified, so a caller that does
 // not persist the result has changed nothing. The session actor persists
 // the returned record in the same storage transaction as the pending
-// message (application-delivery.md, "Transactions"). Clocks are injected
+// message (docs/protocol.md, commit boundary, "Transactions"). Clocks are injected
 // as now parameters; randomness comes from crypto/rand (Go 1.26 ignores
 // caller-supplied readers in crypto/ecdh and crypto/mlkem anyway).
 //
@@ -48,7 +48,7 @@
 // lexicographically smaller id as current and archive the other (which
 // stays decryptable). Otherwise a fresh initiation from the pinned identity
 // replaces the current session, which is archived. This converges as long
-// as each direction is delivered in order (transport-ordering.md); an
+// as each direction is delivered in order (docs/protocol.md, commit boundary, "Ordering"); an
 // archived session always stays decryptable, so no message is lost even if
 // it is not.
 //

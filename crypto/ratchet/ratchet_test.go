@@ -535,7 +535,7 @@ func TestSimultaneousInitiation(t *testing.T) {
 				toA.envs = append(toA.envs, b.send(t, cfg, a, []byte(tag)))
 			}
 			// Each side sends during the race; delivery is FIFO per direction
-			// (transport-ordering.md) and randomly interleaved across directions.
+			// (docs/protocol.md, commit boundary, "Ordering") and randomly interleaved across directions.
 			for range 3 + rng.IntN(3) {
 				sendA(fmt.Sprint("a", n))
 				n++

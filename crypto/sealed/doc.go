@@ -1,6 +1,6 @@
 // Package sealed is syncmesh's storage cipher: it seals records at rest
-// under the node's storage key (DESIGN.md, Storage; application-delivery
-// spec, Storage/Encryption) and implements persistence.Sealer and
+// under the node's storage key (docs/protocol.md, "At rest" and commit
+// boundary, "Storage") and implements persistence.Sealer and
 // persistence.KeyRotator.
 //
 // # Format (version 1, frozen)
@@ -22,7 +22,7 @@
 //
 // The record type and the row's identity are bound in the associated data,
 // so a record copied to another row or another record type fails to open
-// (DESIGN.md, Storage). Every Open failure matches both ErrOpen and
+// (docs/protocol.md, "At rest"). Every Open failure matches both ErrOpen and
 // persistence.ErrCorrupt: a damaged record is an error, never "missing".
 //
 // # Identities per record type
@@ -42,7 +42,7 @@
 //
 // Types 11 and 12 share the identity of the (sender, logical id) row and
 // differ by record type, so the frame and the digest of one row cannot be
-// swapped (application-delivery spec, Storage).
+// swapped (docs/protocol.md, commit boundary, Storage).
 //
 // # Keys
 //

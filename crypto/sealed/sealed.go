@@ -267,7 +267,7 @@ func DeviceIdentity() []byte { return Identity([]byte("device")) }
 
 // MessageIdentity is the identity of a RecordOutboundBody (recipient user,
 // device, logical id) and of RecordPendingFrame and RecordProcessedDigest
-// (sender user, device, logical id; application-delivery spec, Storage).
+// (sender user, device, logical id; docs/protocol.md, commit boundary, Storage).
 func MessageIdentity(user, device, logicalID []byte) []byte {
 	return Identity(user, device, logicalID)
 }

@@ -31,7 +31,7 @@ const algEdDSA = -8
 // which the signature covers) must use the shortest encoding and the
 // unprotected header must be empty. Unsigned bytes could otherwise be
 // changed in transit without breaking the signature, giving one event many
-// event ids (event_id is BLAKE3 of the bytes as received, DESIGN.md "Wire
+// event ids (event_id is BLAKE3 of the bytes as received, docs/protocol.md, "Wire
 // formats") and letting a relay inject header parameters. Every failure
 // matches ErrMalformedSignature.
 func parseEnvelope(raw []byte) (envelope, error) {

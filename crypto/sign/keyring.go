@@ -24,7 +24,7 @@ func KidFor(pub ed25519.PublicKey) []byte {
 	return append([]byte(nil), sum[:kidLen]...)
 }
 
-// Key is one trusted signing key of the mesh (DESIGN.md "Keyring").
+// Key is one trusted signing key of the mesh (docs/protocol.md, "Keyring").
 type Key struct {
 	// Kid is the key id carried in the protected header (1..MaxKidLen bytes).
 	Kid []byte

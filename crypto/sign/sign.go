@@ -4,7 +4,7 @@
 // A signed event is COSE_Sign1_Tagged (CBOR tag 18) with protected header
 // {1: -8 (EdDSA), 4: kid}, an empty unprotected header, the event bytes
 // (messages.EncodeEvent) as attached payload and external_aad = the local
-// mesh id (DESIGN.md "Wire formats"). Verify implements SSP/1 §12 step 1:
+// mesh id (docs/protocol.md, "Wire formats"). Verify implements SSP/1 §12 step 1:
 // the COSE structure and the signature are checked before the payload is
 // decoded, so no later check consumes unauthenticated input.
 package sign

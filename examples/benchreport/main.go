@@ -35,7 +35,7 @@ func main() {
 	writers := flag.Int("writers", 4, "concurrent ApplySignedBatch callers")
 	batch := flag.Int("batch", 2000, "events per ApplySignedBatch call")
 	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
-	flag.IntVar(&preload, "preload", 0, "events applied (untimed) to each apply run's store before the measured ones: apply cost grows with the store (DESIGN.md asks for ≥ 1 000 000)")
+	flag.IntVar(&preload, "preload", 0, "events applied (untimed) to each apply run's store before the measured ones: apply cost grows with the store (the design asks for ≥ 1 000 000)")
 	only := flag.String("only", "", "run one section only: sync, catchup, sessions, hosting or delivery (default: all)")
 	catchupEvents := flag.Int("catchup-events", 100000, "events the joining node catches up on")
 	pushBatch := flag.Int("push-batch", 2000, "events per push in the catch-up run")

@@ -17,6 +17,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
+	"github.com/syncmesh/syncmesh/runtime/meshtls"
 )
 
 // status is the line a child prints every 200 ms.
@@ -35,11 +36,16 @@ type status struct {
 }
 
 type peerLag struct {
-	Peer     string `json:"peer"`
-	Backlog  uint64 `json:"backlog"` // our log entries past the peer's cursor
-	Retry    int    `json:"retry"`
-	BehindMS int64  `json:"behind_ms"` // our watermark minus the peer's, worst group
-	Err      string `json:"err,omitempty"`
+	Peer    string `json:"peer"`
+	Backlog uint64 `json:"backlog"` // our log entries past the peer's cursor
+	Retry   int    `json:"retry"`
+	// BehindEvents is Backlog + Retry: how many events the peer still
+	// lacks from us; BehindMS our watermark minus the peer's, worst group
+	// among those it reported (NoWatermark counts the others).
+	BehindEvents uint64 `json:"behind_events"`
+	BehindMS     int64  `json:"behind_ms"`
+	NoWatermark  int    `json:"no_watermark"`
+	Err          string `json:"err,omitempty"`
 }
 
 type inbound struct {
@@ -74,7 +80,7 @@ func runChild(o options) error {
 		return fmt.Errorf("address %q: %w", me.Address, err)
 	}
 	if !mf.Plaintext {
-		if rc.TLS, rc.ClientTLS, err = nodeTLS(filepath.Join(o.dir, "tls"), o.name); err != nil {
+		if rc.TLS, rc.ClientTLS, err = meshtls.LoadNodeTLS(filepath.Join(o.dir, "tls"), o.name); err != nil {
 			return err
 		}
 	}
@@ -242,33 +248,19 @@ func report(ctx context.Context, n *runtime.Node, name string) (status, error) {
 		return st, err
 	}
 	st.Digest = hex.EncodeToString(h.Sum(nil))
-	ours := map[runtime.GroupKey]messages.HLC{}
-	ws, err := n.Watermarks(ctx)
-	if err != nil {
-		return st, err
-	}
-	for _, w := range ws {
-		ours[w.Group] = w.HLC
-	}
-	peers, err := n.Peers(ctx)
-	if err != nil {
-		return st, err
-	}
 	if st.Events, err = n.LastSeq(ctx); err != nil {
 		return st, err
 	}
+	// Lag in events (what this node still has to offer the peer) and in
+	// time (watermarks): a joiner with a backlog reports no watermark yet,
+	// so its time lag alone would read 0.
+	peers, err := n.PeerReports(ctx)
+	if err != nil {
+		return st, err
+	}
 	for _, p := range peers {
-		pl := peerLag{Peer: p.Peer, Backlog: p.Tail - p.Cursor, Retry: p.Retry}
-		if p.LastErr != nil {
-			pl.Err = p.LastErr.Error()
-		}
-		for g, h := range ours {
-			theirs := p.Watermarks[g]
-			if d := int64(h.Physical()) - int64(theirs.Physical()); d > pl.BehindMS && theirs != 0 {
-				pl.BehindMS = d
-			}
-		}
-		st.Peers = append(st.Peers, pl)
+		st.Peers = append(st.Peers, peerLag{Peer: p.Peer, Backlog: p.BacklogEvents, Retry: p.RetryEvents,
+			BehindEvents: p.LagEvents, BehindMS: p.LagMS, NoWatermark: p.GroupsWithoutWatermark, Err: p.LastError})
 	}
 	in, err := n.Inbound(ctx)
 	if err != nil {

@@ -16,8 +16,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -32,6 +30,7 @@ import (
 	"time"
 
 	"github.com/syncmesh/syncmesh/runtime"
+	"github.com/syncmesh/syncmesh/runtime/meshtls"
 )
 
 var meshID = []byte("syncmesh-example-mesh")
@@ -104,11 +103,10 @@ func prepare(ctx context.Context, o options, names []string) error {
 			return err
 		}
 	}
-	var ca *x509.Certificate
-	var caKey *ecdsa.PrivateKey
+	var ca *meshtls.CA
 	if !o.plaintext {
 		var err error
-		if ca, caKey, err = makeCA(tlsDir); err != nil {
+		if ca, err = meshtls.LoadOrCreateCA(tlsDir, "syncmesh example mesh CA"); err != nil {
 			return err
 		}
 	}
@@ -129,7 +127,13 @@ func prepare(ctx context.Context, o options, names []string) error {
 		}
 		mf.Members = append(mf.Members, member{Name: name, Address: fmt.Sprintf("127.0.0.1:%d", port), Site: id.Site[:], Kid: id.Kid, PublicKey: id.PublicKey})
 		if !o.plaintext {
-			if err := issueNode(tlsDir, name, ca, caKey); err != nil {
+			// One certificate per node, to serve and to dial (mutual TLS),
+			// valid for the loopback address peers dial and naming the node.
+			nc, err := ca.Issue(name, meshtls.NodeOptions{Hosts: []string{"127.0.0.1"}})
+			if err != nil {
+				return err
+			}
+			if err := nc.Save(tlsDir); err != nil {
 				return err
 			}
 		}
@@ -375,13 +379,17 @@ func printStatus(kids []*child) {
 }
 
 func printLag(kids []*child) {
-	fmt.Println("per-peer lag (from the watermarks each peer reported):")
+	fmt.Println("per-peer lag (events still to offer; time from the watermarks each peer reported):")
 	for _, c := range kids {
 		st, _ := c.status()
 		sort.Slice(st.Peers, func(i, j int) bool { return st.Peers[i].Peer < st.Peers[j].Peer })
 		var parts []string
 		for _, p := range st.Peers {
-			parts = append(parts, fmt.Sprintf("%s behind by %d ms, backlog %d", p.Peer, p.BehindMS, p.Backlog))
+			part := fmt.Sprintf("%s behind by %d events (backlog %d, re-offers %d), %d ms", p.Peer, p.BehindEvents, p.Backlog, p.Retry, p.BehindMS)
+			if p.NoWatermark > 0 {
+				part += fmt.Sprintf(", no watermark yet for %d groups", p.NoWatermark)
+			}
+			parts = append(parts, part)
 		}
 		fmt.Printf("  %-8s → %s\n", c.name, strings.Join(parts, "; "))
 	}

@@ -46,7 +46,7 @@ func openAndRun(e env, cfg runtime.Config, fn func(n *runtime.Node) error) error
 	n, err := runtime.Open(e.ctx, cfg)
 	if errors.Is(err, runtime.ErrLocked) {
 		// bbolt holds an exclusive file lock while a node is open.
-		return fmt.Errorf("%s is locked by another process (an application or another sspctl has the node open); gave up after %s: %w",
+		return fmt.Errorf("%s is locked by another process (an application or another sspctl has the node open); gave up after %s (inspect a running node with sspctl status|peers|watermarks --addr against its Config.MetricsAddr): %w",
 			filepath.Join(cfg.Dir, "node.db"), e.lockTimeout, err)
 	}
 	if err != nil {

@@ -3,6 +3,9 @@
 // hand, apply signed events, set eviction horizons, and dump a table with
 // every cell's state and clock. It is a debugging tool for a mesh; every
 // subcommand opens the node with runtime.Open and closes it before exiting.
+// "sspctl tls ca" and "sspctl tls node" create a mesh CA and node
+// certificates (runtime/meshtls); "sspctl status|peers|watermarks --addr"
+// read a running node's admin endpoint (runtime.Config.MetricsAddr).
 //
 // Run "sspctl help" for the subcommands and "sspctl CMD --help" for the
 // flags of each.
@@ -72,6 +75,11 @@ func commands() []command {
 		{"horizon", "set (or show) a table's eviction horizon", "--dir DIR --schema S --table T [--hlc HLC]", horizonFlags},
 		{"sign", "sign JSON events with the node's key (does not apply them)", "--dir DIR [--in FILE|-] [--out FILE] [--hex]", signFlags},
 		{"apply", "apply signed events from files and print each outcome", "--dir DIR [--hex] FILE...", applyFlags},
+		{"status", "a running node's status from its admin endpoint", "--addr HOST:PORT [--json]", adminFlags("/admin/status", printStatus)},
+		{"peers", "a running node's peers: cursor, backlog and lag in events and time, last error", "--addr HOST:PORT [--json]", adminFlags("/admin/peers", printPeers)},
+		{"watermarks", "a running node's applied watermarks", "--addr HOST:PORT [--json]", adminFlags("/admin/watermarks", printWatermarks)},
+		{"tls ca", "create a mesh certificate authority (ca.pem, ca.key)", "--dir DIR [--name CN] [--days N]", tlsCAFlags},
+		{"tls node", "issue a node certificate from the mesh CA, to serve and dial with mutual TLS", "--dir DIR --name NAME [--host 127.0.0.1,host] [--days N]", tlsNodeFlags},
 		{"dump", "print a table as JSON: rows, existence, tombstones, cells with state and clock", "--dir DIR --schema S --table T [--all=false]", dumpFlags},
 	}
 }
@@ -79,7 +87,7 @@ func commands() []command {
 func topUsage(w io.Writer) {
 	fmt.Fprintf(w, "sspctl: inspect and drive a syncmesh node directory.\n\nUsage: sspctl COMMAND [flags]\n\nCommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nRun \"sspctl COMMAND --help\" for a command's flags.\n"+
 		"HLCs are written physical_ms.logical (e.g. 1700000000000.3) or as the raw packed integer.\n"+
@@ -101,6 +109,10 @@ func runEnv(e env, args []string) int {
 		return exitUsage
 	}
 	name := args[0]
+	if name == "tls" && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+		// Two-word commands: "tls ca", "tls node".
+		name, args = "tls "+args[1], args[1:]
+	}
 	switch name {
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
+	"github.com/syncmesh/syncmesh/runtime/meshtls"
 )
 
 type result struct {
@@ -424,7 +428,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 				t.Errorf("%s --help does not document -%s:\n%s", c.name, f.Name, r.out)
 			}
 		})
-		if n == 0 || !strings.Contains(r.out, "-dir") {
+		if n == 0 || !strings.Contains(r.out, "-dir") && !strings.Contains(r.out, "-addr") {
 			t.Errorf("%s has no flags?", c.name)
 		}
 	}
@@ -623,4 +627,86 @@ func FuzzParseEvent(f *testing.F) {
 			t.Fatalf("inconsistent event %+v", p)
 		}
 	})
+}
+
+// tls ca and tls node write a CA and a node certificate that meshtls loads
+// into a working mutual-TLS configuration naming the node.
+func TestTLSCAAndNode(t *testing.T) {
+	dir := t.TempDir()
+	if r := inProcess(t, "", "tls", "node", "--dir", dir, "--name", "a"); r.code != exitError || !strings.Contains(r.err, "no CA") {
+		t.Fatalf("node before ca: %+v", r)
+	}
+	mustRun(t, "", "tls", "ca", "--dir", dir)
+	if r := inProcess(t, "", "tls", "ca", "--dir", dir); r.code != exitError {
+		t.Fatalf("second ca replaced the first: %+v", r)
+	}
+	out := mustRun(t, "", "tls", "node", "--dir", dir, "--name", "node-a", "--host", "127.0.0.1,a.internal")
+	if !strings.Contains(out, "uri=syncmesh://node/node-a") || !strings.Contains(out, "pin-sha256=") {
+		t.Fatalf("tls node output: %q", out)
+	}
+	if r := inProcess(t, "", "tls", "node", "--dir", dir, "--name", "b@remote"); r.code != exitUsage {
+		t.Fatalf("invalid name: %+v", r)
+	}
+	server, client, err := meshtls.LoadNodeTLS(dir, "node-a")
+	if err != nil || server.ClientAuth != tls.RequireAndVerifyClientCert || len(client.Certificates) != 1 {
+		t.Fatalf("load: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(client.Certificates[0].Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := meshtls.NodeName(leaf); err != nil || name != "node-a" || !slices.Contains(leaf.DNSNames, "a.internal") || len(leaf.IPAddresses) != 1 {
+		t.Fatalf("certificate: %q %v %v %v", name, err, leaf.DNSNames, leaf.IPAddresses)
+	}
+}
+
+// status, peers and watermarks read a running node's admin endpoint (the
+// node's directory is locked by it, so --dir commands cannot).
+func TestAdminCommandsAgainstARunningNode(t *testing.T) {
+	ctx := context.Background()
+	a, err := runtime.Open(ctx, runtime.Config{InMemory: true, MeshID: []byte("m"), Name: "a", SyncInterval: -1, MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := runtime.Open(ctx, runtime.Config{InMemory: true, MeshID: []byte("m"), Name: "b", SyncInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	def := runtime.TableDef{Schema: "app", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"v"}}
+	for _, n := range []*runtime.Node{a, b} {
+		if err := n.DefineTable(ctx, def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 7 {
+		if _, err := a.Upsert(ctx, "app", "t", map[string]any{"id": i}, map[string]any{"v": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	net := runtime.NewNetwork(1)
+	net.Register("b", b)
+	if err := a.AddPeer("b", net.Transport("a"), ""); err != nil {
+		t.Fatal(err)
+	}
+	addr := a.MetricsAddr()
+	if out := mustRun(t, "", "status", "--addr", addr); !strings.Contains(out, "name=a") || !strings.Contains(out, "last_seq=7") || !strings.Contains(out, "backlog_events=7") {
+		t.Fatalf("status: %q", out)
+	}
+	if out := mustRun(t, "", "peers", "--addr", addr); !strings.Contains(out, "peer=b") || !strings.Contains(out, "behind=7 events") || !strings.Contains(out, "no watermark yet") {
+		t.Fatalf("peers: %q", out)
+	}
+	if out := mustRun(t, "", "watermarks", "--addr", addr); !strings.Contains(out, "table=app.t") {
+		t.Fatalf("watermarks: %q", out)
+	}
+	if out := mustRun(t, "", "peers", "--addr", addr, "--json"); !strings.Contains(out, `"lag_events": 7`) {
+		t.Fatalf("peers --json: %q", out)
+	}
+	if r := inProcess(t, "", "status", "--addr", "127.0.0.1:1", "--timeout", "2s"); r.code != exitError {
+		t.Fatalf("status against nothing: %+v", r)
+	}
+	if r := inProcess(t, "", "status"); r.code != exitUsage {
+		t.Fatalf("status without --addr: %+v", r)
+	}
 }

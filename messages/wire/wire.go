@@ -7,7 +7,7 @@
 // implements remote.RootSerializable (Serialize returns its Envelope) and
 // the Envelope implements remote.RootSerialized: Deserialize looks the type
 // name up in a registry and decodes the CBOR with the strict codec of
-// package messages (DESIGN.md, "protoactor-go at the pinned version").
+// package messages (docs/architecture.md, "protoactor-go at the pinned version").
 //
 // Deserialize never returns an error, because an error there tears down
 // the whole inbound gRPC stream and loses the rest of its batch: a frame

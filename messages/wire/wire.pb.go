@@ -1,5 +1,5 @@
 // The one protobuf message that crosses protoactor-go's remote (gRPC)
-// transport: every syncmesh message travels as CBOR inside it (DESIGN.md,
+// transport: every syncmesh message travels as CBOR inside it (docs/architecture.md,
 // "protoactor-go at the pinned version": the RootSerializable route).
 // Regenerate wire.pb.go with `make proto`.
 

@@ -40,7 +40,7 @@ func benchBatch(b *testing.B, s persistence.SyncStore, start, n int, raw []byte)
 }
 
 // BenchmarkAppendBatch measures group commit: 1000 AppendEvent + PutRow per
-// fsync'd Update (DESIGN.md "Costs": the event log is appended by sequence,
+// fsync'd Update (docs/architecture.md, "Costs": the event log is appended by sequence,
 // the id index and rows are batched many events to a transaction).
 func BenchmarkAppendBatch(b *testing.B) {
 	const batch = 1000

@@ -72,7 +72,7 @@ func testEvent(n byte, tk persistence.TableKey) persistence.StoredEvent {
 		Schema: tk.Schema, Table: tk.Table, RowKey: []byte{n}}
 }
 
-// TestSealedRecordMovedToAnotherIDIsCorrupt: DESIGN.md "Storage" — a record
+// TestSealedRecordMovedToAnotherIDIsCorrupt: docs/protocol.md, "At rest" — a record
 // moved to another row fails to open, and a damaged record is an error,
 // never "missing".
 func TestSealedRecordMovedToAnotherIDIsCorrupt(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package bolt implements the persistence contracts on bbolt: one file per
 // node, a versioned layout with an explicit migration list, the event log
-// sealed at rest (DESIGN.md "Storage"), and named failpoints for crash and
-// fault injection (DESIGN.md "Practices").
+// sealed at rest (docs/protocol.md, "At rest"), and named failpoints for crash and
+// fault injection (docs/architecture.md, "Practices").
 //
 // A DB owns the file; Sync returns the sync-plane store over it. Further
 // stores (the delivery plane) are added as new files of this package that
@@ -23,7 +23,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// Failpoint names passed to Options.Failpoint (DESIGN.md "Practices":
+// Failpoint names passed to Options.Failpoint (docs/architecture.md, "Practices":
 // a small storage seam where tests inject failures and crashes).
 const (
 	// FailpointSyncUpdateBeforeCommit runs inside a sync Update after fn

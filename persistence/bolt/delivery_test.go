@@ -92,7 +92,7 @@ func bytesCompare(a, b []byte) int {
 	return 0
 }
 
-// TestDeliveryDamagedRecordIsCorrupt: DESIGN.md "Storage" — a damaged
+// TestDeliveryDamagedRecordIsCorrupt: docs/protocol.md, "At rest" — a damaged
 // sealed record, or one moved to another row, is ErrCorrupt, never missing.
 func TestDeliveryDamagedRecordIsCorrupt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.db")

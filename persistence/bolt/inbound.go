@@ -13,7 +13,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// Commit-boundary buckets (application-delivery.md, "Storage"), added by
+// Commit-boundary buckets (docs/protocol.md, commit boundary, "Storage"), added by
 // layout 4. Names are part of the storage format. msgKey = addrKey(peer) |
 // logical id(16); seq = u64be; ts = u64be(Unix ms XOR 1<<63), so signed
 // times sort as bytes.

@@ -87,7 +87,7 @@ func readInbound(db *DB) error {
 }
 
 // Key rotation re-seals the pending frames, the processed digests and the
-// outbound bodies (application-delivery.md, Storage: "storage key rotation
+// outbound bodies (docs/protocol.md, commit boundary, Storage: "storage key rotation
 // re-encrypts both columns").
 func TestResealCoversCommitBoundaryRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.db")

@@ -11,7 +11,7 @@ import (
 )
 
 // LayoutVersion is the layout this build writes. Open migrates older files
-// to it and refuses newer ones (DESIGN.md "Storage": one versioned layout
+// to it and refuses newer ones (docs/protocol.md, "At rest": one versioned layout
 // with an explicit migration list).
 //
 // Version 1: the sync plane (createV1). Version 2: the delivery plane's
@@ -116,6 +116,7 @@ func migrateTo(db *bbolt.DB, log *slog.Logger, list []migration, target uint64) 
 		if err != nil {
 			return err
 		}
+		start := v
 		for _, mg := range list {
 			if mg.from != v || mg.to > target {
 				continue
@@ -123,11 +124,15 @@ func migrateTo(db *bbolt.DB, log *slog.Logger, list []migration, target uint64) 
 			if err := mg.fn(tx); err != nil {
 				return fmt.Errorf("migrate layout %d→%d: %w", mg.from, mg.to, err)
 			}
-			log.Info("bolt: migrated layout", "from", mg.from, "to", mg.to)
+			log.Debug("bolt: migrated layout", "from", mg.from, "to", mg.to)
 			v = mg.to
 		}
 		if v != target {
 			return fmt.Errorf("no migration path from layout %d to %d", v, target)
+		}
+		// One INFO line for an upgraded file; a new file is not news.
+		if start > 0 {
+			log.Info("bolt: upgraded layout", "from", start, "to", v)
 		}
 		return m.Put(metaLayoutVersion, u64(v))
 	})

@@ -16,8 +16,8 @@ import (
 // key: it returns the new value, or nil when v is already current.
 type resealer func(rot persistence.KeyRotator, k, v []byte) ([]byte, error)
 
-// sealedBucket is one bucket holding values sealed at rest (DESIGN.md
-// "Storage"), with how its values are re-sealed on key rotation.
+// sealedBucket is one bucket holding values sealed at rest (docs/protocol.md,
+// "At rest"), with how its values are re-sealed on key rotation.
 type sealedBucket struct {
 	name  []byte
 	redo  resealer
@@ -41,7 +41,7 @@ var sealedBuckets = []sealedBucket{
 }
 
 // plaintextBuckets lists the buckets holding no sealed value: indexes,
-// public keys, clocks and counters (nothing secret; DESIGN.md "Storage"
+// public keys, clocks and counters (nothing secret; docs/protocol.md, "At rest"
 // seals frames, digests, bodies, session state and the event log).
 var plaintextBuckets = [][]byte{
 	bucketMeta,

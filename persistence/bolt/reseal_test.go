@@ -294,7 +294,7 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 }
 
 // TestResealDamagedRecordIsCorrupt: a record Reseal cannot open stops it
-// with persistence.ErrCorrupt (DESIGN.md "Storage": a damaged record is an
+// with persistence.ErrCorrupt (docs/protocol.md, "At rest": a damaged record is an
 // error, never "missing"); the record is left as it was.
 func TestResealDamagedRecordIsCorrupt(t *testing.T) {
 	for _, tc := range []struct {

@@ -46,7 +46,7 @@ type demoReport struct {
 // The cluster runs in a child process built WITHOUT -race: several
 // protoactor remotes in one process trip the race detector inside
 // protoactor's remote (remote.Start replaces grpclog's global logger while
-// another remote runs; DESIGN.md, "protoactor-go at the pinned version").
+// another remote runs; docs/architecture.md, "protoactor-go at the pinned version").
 // Everything of ours that the child runs — the host, the grain handlers,
 // the Placement-routed device transport, the client — also runs under
 // -race in this package's Local tests. Wall time: ~10 s (StartMember

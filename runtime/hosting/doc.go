@@ -25,7 +25,7 @@
 // or its member's Close.
 //
 // Client wraps a Placement with typed methods. Requests and replies are
-// CBOR inside messages/wire's one protobuf envelope (DESIGN.md,
+// CBOR inside messages/wire's one protobuf envelope (docs/architecture.md,
 // "protoactor-go at the pinned version"), registered as TypeRequest and
 // TypeReply.
 //

@@ -10,7 +10,7 @@ import (
 )
 
 // Registered wire names of the hosting messages. They travel as CBOR
-// inside messages/wire's one protobuf Envelope (DESIGN.md, "protoactor-go
+// inside messages/wire's one protobuf Envelope (docs/architecture.md, "protoactor-go
 // at the pinned version": remote serialization).
 const (
 	// TypeRequest names an envelope holding a *Request.

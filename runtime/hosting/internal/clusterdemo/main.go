@@ -5,7 +5,7 @@
 // held, 1 otherwise.
 //
 // It is a separate program because several protoactor remotes in one
-// process trip -race inside protoactor's remote (DESIGN.md): the hosting
+// process trip -race inside protoactor's remote (docs/architecture.md): the hosting
 // package's test builds it without -race and runs it (TestClusterMemberLoss).
 package main
 
