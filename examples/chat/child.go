@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/syncmesh/syncmesh/runtime"
+	"github.com/syncmesh/syncmesh/runtime/meshtls"
 )
 
 // event is one line a device process prints on stdout (JSON): what it
@@ -96,7 +97,7 @@ func runDevice(o options) error {
 		return fmt.Errorf("address %q: %w", self, err)
 	}
 	if !cf.Plaintext {
-		if rc.TLS, rc.ClientTLS, err = deviceTLS(filepath.Join(o.dir, "tls"), o.child); err != nil {
+		if rc.TLS, rc.ClientTLS, err = meshtls.LoadNodeTLS(filepath.Join(o.dir, "tls"), o.child); err != nil {
 			return err
 		}
 	}

@@ -25,8 +25,6 @@ package main
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -38,6 +36,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/syncmesh/syncmesh/runtime/meshtls"
 )
 
 var meshID = []byte("syncmesh-example-chat")
@@ -99,15 +99,14 @@ func freePort() (int, error) {
 // certificate per device.
 func prepare(o options) error {
 	cf := chatFile{Plaintext: o.plaintext, Devices: map[string]string{}}
-	var ca *x509.Certificate
-	var caKey *ecdsa.PrivateKey
+	var ca *meshtls.CA
 	tlsDir := filepath.Join(o.dir, "tls")
 	if !o.plaintext {
 		if err := os.MkdirAll(tlsDir, 0o700); err != nil {
 			return err
 		}
 		var err error
-		if ca, caKey, err = makeCA(tlsDir); err != nil {
+		if ca, err = meshtls.LoadOrCreateCA(tlsDir, "syncmesh chat example CA"); err != nil {
 			return err
 		}
 	}
@@ -118,7 +117,11 @@ func prepare(o options) error {
 		}
 		cf.Devices[name] = fmt.Sprintf("127.0.0.1:%d", port)
 		if !o.plaintext {
-			if err := issueDevice(tlsDir, name, ca, caKey); err != nil {
+			nc, err := ca.Issue(name, meshtls.NodeOptions{Hosts: []string{"127.0.0.1"}})
+			if err != nil {
+				return err
+			}
+			if err := nc.Save(tlsDir); err != nil {
 				return err
 			}
 		}
