@@ -89,6 +89,7 @@ type Node struct {
 	mailboxes  *mailbox.Depths
 	httpSrv    *http.Server
 	httpAddr   string
+	recon      reconState // set reconciliation (reconcile.go)
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.

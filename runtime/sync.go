@@ -452,6 +452,7 @@ func (n *Node) Trust(ctx context.Context, k PeerKey) error {
 		return err
 	}
 	n.keyring.Store(next)
+	n.recon.forgetDrops() // a drop for an unknown kid may apply now (reconcile.go)
 	return nil
 }
 
