@@ -136,7 +136,7 @@ func (n *Node) AddPeer(peer string, t Transport, path string) error {
 	if err := n.sync.AddPeer(peer, path, t); err != nil {
 		return err
 	}
-	n.recon.addPeer(peer, t) // reconcile.go
+	n.peerAdded(peer, t) // reconcile.go
 	return nil
 }
 

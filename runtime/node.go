@@ -249,6 +249,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err == nil && n.remote != nil && n.device != nil {
 		n.remote.ServeDevice(n)
 	}
+	if err == nil {
+		err = n.startReconcile() // reconcile.go; last: starts nothing when it fails
+	}
 	if err != nil {
 		_ = n.stopHTTP()
 		if n.remote != nil {
@@ -404,6 +407,7 @@ func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closed)
+		n.stopReconcile() // reconcile.go: background runs end before the actors stop
 		devErr := n.stopHTTP()
 		if n.remote != nil {
 			devErr = errors.Join(devErr, n.remote.Close())

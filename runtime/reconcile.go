@@ -6,6 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/actors/promreg"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/reconcile"
@@ -139,9 +144,195 @@ type reconState struct {
 	mu      sync.Mutex
 	peers   map[string]Transport
 	dropped map[string]*droppedSet
-	running map[string]bool
+	running map[string]bool          // responder sessions per caller
+	turns   map[string]chan struct{} // one initiator session per peer at a time
+	pending map[string]bool          // background runs wanted (true: one more after the current)
 	scope   apply.Scope
 	scoped  bool
+
+	auto    bool // triggers and schedule on (Config.ReconcileInterval >= 0)
+	metrics *reconMetrics
+	wg      sync.WaitGroup // background runs; Close waits for them
+}
+
+// DefaultReconcileInterval is the schedule of background reconciliation
+// with every peer when Config.ReconcileInterval is zero.
+const DefaultReconcileInterval = 10 * time.Minute
+
+// reconMetrics are the reconciliation metrics, per peer (peers are the
+// ones added with AddPeer: the label is bounded by configuration).
+type reconMetrics struct {
+	runs    *prometheus.CounterVec // peer, result
+	rounds  *prometheus.CounterVec // peer
+	bytes   *prometheus.CounterVec // peer, direction
+	missing *prometheus.CounterVec // peer
+}
+
+func newReconMetrics(reg prometheus.Registerer) (*reconMetrics, error) {
+	m := &reconMetrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_total",
+			Help: "Reconciliations this node started, by peer and result (ok, error)."}, []string{"peer", "result"}),
+		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_round_trips_total",
+			Help: "Range-message round trips of reconciliations this node started, by peer."}, []string{"peer"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_bytes_total",
+			Help: "Encoded reconciliation bytes (range messages, fetches, fetched events), by peer and direction (sent, received)."}, []string{"peer", "direction"}),
+		missing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_events_missing_total",
+			Help: "Events reconciliation found the peer holds and this node lacked, by peer."}, []string{"peer"}),
+	}
+	var err error
+	for _, c := range []**prometheus.CounterVec{&m.runs, &m.rounds, &m.bytes, &m.missing} {
+		if *c, err = promreg.Register(reg, *c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *reconMetrics) record(rep ReconcileReport, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.runs.WithLabelValues(rep.Peer, result).Inc()
+	m.rounds.WithLabelValues(rep.Peer).Add(float64(rep.Rounds))
+	m.bytes.WithLabelValues(rep.Peer, "sent").Add(float64(rep.BytesSent))
+	m.bytes.WithLabelValues(rep.Peer, "received").Add(float64(rep.BytesReceived))
+	m.missing.WithLabelValues(rep.Peer).Add(float64(rep.Missing))
+}
+
+// startReconcile sets up metrics and, unless Config.ReconcileInterval is
+// negative, the schedule (Open calls it).
+func (n *Node) startReconcile() error {
+	m, err := newReconMetrics(n.registerer)
+	if err != nil {
+		return fmt.Errorf("runtime: metrics: %w", err)
+	}
+	interval := n.cfg.ReconcileInterval
+	if interval == 0 {
+		interval = DefaultReconcileInterval
+	}
+	n.recon.mu.Lock()
+	n.recon.metrics, n.recon.auto = m, interval > 0
+	n.recon.mu.Unlock()
+	if interval <= 0 {
+		return nil
+	}
+	n.recon.wg.Add(1)
+	go func() {
+		defer n.recon.wg.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-n.closed:
+				return
+			case <-tick.C:
+				n.reconcileAllInBackground()
+			}
+		}
+	}()
+	return nil
+}
+
+// stopReconcile waits for background reconciliations (Close calls it
+// after marking the node closed, before the actors stop).
+func (n *Node) stopReconcile() { n.recon.wg.Wait() }
+
+// reconcileAllInBackground reconciles with every added peer.
+func (n *Node) reconcileAllInBackground() {
+	n.recon.mu.Lock()
+	peers := make([]string, 0, len(n.recon.peers))
+	for p := range n.recon.peers {
+		peers = append(peers, p)
+	}
+	n.recon.mu.Unlock()
+	for _, p := range peers {
+		n.reconcileInBackground(p)
+	}
+}
+
+// reconcileInBackground runs a reconciliation with peer off the caller's
+// goroutine; asked again while one runs, it runs once more after it (a
+// Trust during a session must not be lost to that session's snapshot).
+func (n *Node) reconcileInBackground(peer string) {
+	r := &n.recon
+	r.mu.Lock()
+	if !r.auto || n.isClosed() {
+		r.mu.Unlock()
+		return
+	}
+	if r.pending == nil {
+		r.pending = map[string]bool{}
+	}
+	if _, running := r.pending[peer]; running {
+		r.pending[peer] = true
+		r.mu.Unlock()
+		return
+	}
+	r.pending[peer] = false
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-n.closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		for {
+			if _, err := n.Reconcile(ctx, peer); err != nil && !n.isClosed() {
+				n.log.Info("reconciliation failed", "peer", peer, "err", err)
+			}
+			r.mu.Lock()
+			again := r.pending[peer] && !n.isClosed()
+			if !again {
+				delete(r.pending, peer)
+			} else {
+				r.pending[peer] = false
+			}
+			r.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	}()
+}
+
+// trusted runs after Trust stored a key: drops remembered for an unknown
+// kid may apply now, so they are forgotten, and a new key starts a
+// reconciliation with every peer (events dropped before it come back).
+func (n *Node) trusted(newKey bool) {
+	n.recon.forgetDrops()
+	if newKey {
+		n.reconcileAllInBackground()
+	}
+}
+
+// turn waits for peer's initiator turn (one session per peer at a time).
+func (r *reconState) turn(ctx context.Context, peer string) (release func(), err error) {
+	r.mu.Lock()
+	if r.turns == nil {
+		r.turns = map[string]chan struct{}{}
+	}
+	c := r.turns[peer]
+	if c == nil {
+		c = make(chan struct{}, 1)
+		r.turns[peer] = c
+	}
+	r.mu.Unlock()
+	select {
+	case c <- struct{}{}:
+		return func() { <-c }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (r *reconState) addPeer(peer string, t Transport) {
@@ -151,6 +342,12 @@ func (r *reconState) addPeer(peer string, t Transport) {
 		r.peers = map[string]Transport{}
 	}
 	r.peers[peer] = t
+}
+
+// peerAdded runs after AddPeer: reconcile with the new peer.
+func (n *Node) peerAdded(peer string, t Transport) {
+	n.recon.addPeer(peer, t)
+	n.reconcileInBackground(peer)
 }
 
 func (r *reconState) transport(peer string) (Transport, bool) {
@@ -318,10 +515,20 @@ func (n *Node) Reconcile(ctx context.Context, peer string) (ReconcileReport, err
 	if !ok {
 		return rep, fmt.Errorf("%w: %s", ErrReconcileUnsupported, peer)
 	}
-	if err := n.recon.begin("initiator", peer); err != nil {
+	release, err := n.recon.turn(ctx, peer)
+	if err != nil {
 		return rep, err
 	}
-	defer n.recon.end("initiator", peer)
+	defer release()
+	n.recon.mu.Lock()
+	m := n.recon.metrics
+	n.recon.mu.Unlock()
+	rep, err = n.reconcile(ctx, rt, peer, rep)
+	m.record(rep, err)
+	return rep, err
+}
+
+func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string, rep ReconcileReport) (ReconcileReport, error) {
 	groups, err := n.syncedGroups(ctx)
 	if err != nil {
 		return rep, err

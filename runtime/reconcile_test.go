@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -13,10 +14,16 @@ import (
 // reconPair opens a and b on one network, with defT defined on both and
 // each added as the other's peer. b does not trust a unless trust is set.
 func reconPair(t *testing.T, trust bool) (a, b *testNode, net *Network) {
+	return reconPairAuto(t, trust, -1)
+}
+
+// reconPairAuto is reconPair with a reconciliation interval (negative:
+// manual only; zero: the default schedule and triggers).
+func reconPairAuto(t *testing.T, trust bool, interval time.Duration) (a, b *testNode, net *Network) {
 	t.Helper()
 	net = NewNetwork(1)
-	a = openTestNode(t, Config{Name: "a", SyncInterval: -1})
-	b = openTestNode(t, Config{Name: "b", SyncInterval: -1})
+	a = openTestNode(t, Config{Name: "a", SyncInterval: -1, ReconcileInterval: interval})
+	b = openTestNode(t, Config{Name: "b", SyncInterval: -1, ReconcileInterval: interval})
 	for _, n := range []*testNode{a, b} {
 		n.define(defT)
 		net.Register(n.Name(), n.Node)
@@ -226,7 +233,7 @@ func mustEncode(t *testing.T, m *messages.Reconcile) []byte {
 // undefined are left out of the answer, and a fetch naming another
 // table's key, or a table out of scope, gets nothing.
 func TestReconcileServesOnlySyncedGroups(t *testing.T) {
-	n := openTestNode(t, Config{Name: "n", SyncInterval: -1, Scope: []string{"app/t"}})
+	n := openTestNode(t, Config{Name: "n", SyncInterval: -1, ReconcileInterval: -1, Scope: []string{"app/t"}})
 	n.define(defT)
 	local := TableDef{Schema: "app", Table: "local", KeyColumns: []string{"id"}, Columns: []string{"a"}}
 	n.define(local)
