@@ -151,6 +151,7 @@ type reconState struct {
 	scoped  bool
 
 	auto    bool // triggers and schedule on (Config.ReconcileInterval >= 0)
+	stopped bool // Close began: no new background run (wg.Add never races wg.Wait)
 	metrics *reconMetrics
 	wg      sync.WaitGroup // background runs; Close waits for them
 }
@@ -239,7 +240,12 @@ func (n *Node) startReconcile() error {
 
 // stopReconcile waits for background reconciliations (Close calls it
 // after marking the node closed, before the actors stop).
-func (n *Node) stopReconcile() { n.recon.wg.Wait() }
+func (n *Node) stopReconcile() {
+	n.recon.mu.Lock()
+	n.recon.stopped = true
+	n.recon.mu.Unlock()
+	n.recon.wg.Wait()
+}
 
 // reconcileAllInBackground reconciles with every added peer.
 func (n *Node) reconcileAllInBackground() {
@@ -260,7 +266,7 @@ func (n *Node) reconcileAllInBackground() {
 func (n *Node) reconcileInBackground(peer string) {
 	r := &n.recon
 	r.mu.Lock()
-	if !r.auto || n.isClosed() {
+	if !r.auto || r.stopped {
 		r.mu.Unlock()
 		return
 	}
@@ -291,7 +297,7 @@ func (n *Node) reconcileInBackground(peer string) {
 				n.log.Info("reconciliation failed", "peer", peer, "err", err)
 			}
 			r.mu.Lock()
-			again := r.pending[peer] && !n.isClosed()
+			again := r.pending[peer] && !r.stopped
 			if !again {
 				delete(r.pending, peer)
 			} else {
