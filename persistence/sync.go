@@ -115,6 +115,7 @@ type SyncReader interface {
 	Keys() ([]KeyEntry, error)
 
 	SyncDeliveryReader
+	EventRangeReader
 }
 
 // SyncTx is a read-write sync transaction.

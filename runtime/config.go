@@ -83,6 +83,12 @@ type Config struct {
 	// (SSP/1 §14.1). Zero: 1 s. Negative: no timer; cycles run only through
 	// SyncNow (deterministic tests).
 	SyncInterval time.Duration
+	// ReconcileInterval is how often the node reconciles with every peer
+	// (set reconciliation repairs what cursors skipped); it also
+	// reconciles on AddPeer and on Trust of a new key. Zero:
+	// DefaultReconcileInterval (10 min). Negative: only Node.Reconcile
+	// (deterministic tests).
+	ReconcileInterval time.Duration
 	// PushBatch is the most events one push carries. Zero: 1 000.
 	PushBatch int
 	// PushTimeout bounds one push. Zero: 30 s.

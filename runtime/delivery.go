@@ -133,7 +133,11 @@ func (n *Node) AddPeer(peer string, t Transport, path string) error {
 	if path == "" {
 		path = DefaultPath
 	}
-	return n.sync.AddPeer(peer, path, t)
+	if err := n.sync.AddPeer(peer, path, t); err != nil {
+		return err
+	}
+	n.peerAdded(peer, t) // reconcile.go
+	return nil
 }
 
 // RemovePeer stops pushing to peer over path (empty: DefaultPath). Its

@@ -92,6 +92,7 @@ type Node struct {
 	mailboxes  *mailbox.Depths
 	httpSrv    *http.Server
 	httpAddr   string
+	recon      reconState // set reconciliation (reconcile.go)
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.
@@ -265,6 +266,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err == nil && n.remote != nil && n.device != nil {
 		n.remote.ServeDevice(n)
 	}
+	if err == nil {
+		err = n.startReconcile() // reconcile.go; last: starts nothing when it fails
+	}
 	if err != nil {
 		_ = n.stopHTTP()
 		if n.remote != nil {
@@ -436,6 +440,7 @@ func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		close(n.closed)
+		n.stopReconcile() // reconcile.go: background runs end before the actors stop
 		devErr := n.stopHTTP()
 		if n.remote != nil {
 			devErr = errors.Join(devErr, n.remote.Close())

@@ -443,6 +443,7 @@ func (n *Node) Trust(ctx context.Context, k PeerKey) error {
 	}
 	n.ddl.Lock()
 	defer n.ddl.Unlock()
+	_, known := n.keyring.Load().Lookup(k.Kid)
 	next, err := n.keyring.Load().With(k)
 	if err != nil {
 		return err
@@ -453,6 +454,7 @@ func (n *Node) Trust(ctx context.Context, k PeerKey) error {
 		return err
 	}
 	n.keyring.Store(next)
+	n.trusted(!known) // reconcile.go: forget drops; a new key reconciles with every peer
 	return nil
 }
 

@@ -606,3 +606,29 @@ func (t *txn) PutKey(k persistence.KeyEntry) error {
 	t.st.keys.put(string(k.Kid), cloneKey(k))
 	return nil
 }
+
+// TableEventKeys lists a table's event keys at or above min in (site,
+// HLC, id) order (reconciliation's range API).
+func (t *txn) TableEventKeys(k persistence.TableKey, min messages.HLC, fn func(persistence.EventKey) (bool, error)) error {
+	if err := t.check(false); err != nil {
+		return err
+	}
+	seqs, _ := t.st.tableEvents.get(k)
+	keys := make([]persistence.EventKey, 0, len(seqs))
+	for _, seq := range seqs {
+		ev, ok := t.st.events.get(seq)
+		if !ok {
+			return fmt.Errorf("memory: table index points at missing seq %d: %w", seq, persistence.ErrCorrupt)
+		}
+		if ev.HLC >= min {
+			keys = append(keys, persistence.EventKey{Site: ev.Site, HLC: ev.HLC, ID: ev.ID})
+		}
+	}
+	slices.SortFunc(keys, persistence.EventKey.Compare)
+	for _, key := range keys {
+		if more, err := fn(key); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,500 @@
+// Package reconcile finds which events two peers hold that the other
+// lacks: range-based set reconciliation (Meyer, "Range-Based Set
+// Reconciliation"; the Negentropy protocol) over the retained events of
+// each table, ordered by (site, HLC, id).
+//
+// The core is pure: a Session (the initiator) and Respond (the responder,
+// stateless) map (local set view, incoming message) to (outgoing message,
+// keys the peer lacks, keys we lack). Running the effects — loading sets
+// from the store, sending, fetching and applying events — is the runtime's
+// job. Reconciliation never reads or moves a cursor or a watermark (SSP/1
+// §14.1): what it finds goes to the apply chokepoint (§12) like any push.
+//
+// # Fingerprints
+//
+// A range's fingerprint is the first 16 bytes of SHA-256 over a domain
+// tag, the item count and the items' keys in order. A hostile peer that
+// can sign events (a holder of a trusted key) chooses event ids freely, so
+// an additive hash of the ids (sum mod 2^256, as in Negentropy) would let
+// it build, with Wagner's k-list algorithm, two different sets of its own
+// events with equal sums and counts, hand one to each of two honest nodes
+// and hide the difference from their reconciliation for good. Finding two
+// different key sequences with equal fingerprints here is a collision of
+// SHA-256 truncated to 128 bits: about 2^64 work, and the attacker must
+// sign every candidate. The price is that a fingerprint costs a pass over
+// the range's keys (56 bytes each, ~1 GB/s here) instead of an O(log n)
+// lookup in a tree of range sums; see docs/reconciliation.md.
+package reconcile
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// Key is one item: site | HLC | event id.
+type Key = messages.ReconcileKey
+
+// Group names a table being reconciled.
+type Group struct{ Schema, Table string }
+
+func (g Group) String() string { return g.Schema + "." + g.Table }
+
+// Tuning of the splitting. Four sub-ranges per split cost about as many
+// bytes per bit of the key space as two (four fingerprints per two
+// levels) in half the round trips; sixteen would cost twice the bytes.
+const (
+	// Branch is how many sub-ranges a differing range is split into.
+	Branch = 4
+	// LeafMax is the largest range sent as a list of keys instead of a
+	// fingerprint.
+	LeafMax = 6
+	// MaxRounds bounds the rounds of one session: a peer that never
+	// agrees cannot keep the initiator busy forever.
+	MaxRounds = 256
+	// MaxFound bounds the keys one session collects in each direction;
+	// a session that reaches it stops early (Truncated) and the next one
+	// continues.
+	MaxFound = 1 << 16
+)
+
+// Sentinel errors of the core. A peer's message that breaks the protocol
+// fails the session with ErrProtocol; nothing else is affected.
+var (
+	// ErrProtocol marks a peer's message the protocol does not allow.
+	ErrProtocol = errors.New("reconcile: protocol violation")
+	// ErrTooManyRounds marks a session that did not finish in MaxRounds.
+	ErrTooManyRounds = errors.New("reconcile: too many rounds")
+)
+
+func protocolErr(g Group, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrProtocol, g, fmt.Sprintf(format, args...))
+}
+
+// Set is a sorted view of one group's keys.
+type Set struct{ keys []Key }
+
+// NewSet returns the set of keys (sorted and deduplicated; keys is reused).
+func NewSet(keys []Key) *Set {
+	slices.SortFunc(keys, func(a, b Key) int { return bytes.Compare(a[:], b[:]) })
+	keys = slices.Compact(keys)
+	return &Set{keys: keys}
+}
+
+// Len returns the number of keys.
+func (s *Set) Len() int { return len(s.keys) }
+
+// Keys returns the keys in order (shared: do not modify).
+func (s *Set) Keys() []Key { return s.keys }
+
+// Has reports whether k is in the set.
+func (s *Set) Has(k Key) bool {
+	_, ok := slices.BinarySearchFunc(s.keys, k, func(a, b Key) int { return bytes.Compare(a[:], b[:]) })
+	return ok
+}
+
+// span returns the keys in [lower, upper) (upper nil: +∞).
+func (s *Set) span(lower, upper []byte) []Key {
+	i := sort.Search(len(s.keys), func(i int) bool { return bytes.Compare(s.keys[i][:], lower) >= 0 })
+	j := len(s.keys)
+	if upper != nil {
+		j = i + sort.Search(len(s.keys)-i, func(x int) bool { return bytes.Compare(s.keys[i+x][:], upper) >= 0 })
+	}
+	return s.keys[i:j]
+}
+
+var fpDomain = []byte("syncmesh/reconcile/fp/v1")
+
+// Fingerprint returns the fingerprint of a sorted run of keys.
+func Fingerprint(keys []Key) [messages.FingerprintSize]byte {
+	h := sha256.New()
+	h.Write(fpDomain)
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(keys)))])
+	for i := range keys {
+		h.Write(keys[i][:])
+	}
+	var out [messages.FingerprintSize]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// separator returns the shortest prefix p of next with prev < p ≤ next.
+func separator(prev, next Key) []byte {
+	i := 0
+	for i < len(prev) && prev[i] == next[i] {
+		i++
+	}
+	return bytes.Clone(next[:i+1])
+}
+
+// Source is the local side of a reconciliation: which groups the node
+// syncs, their horizons and their keys.
+type Source interface {
+	// Horizon reports whether the node reconciles g and g's eviction
+	// horizon (events below it are not part of the set).
+	Horizon(g Group) (h messages.HLC, ok bool, err error)
+	// Keys returns the keys of g's retained events with an HLC at or
+	// above min.
+	Keys(g Group, min messages.HLC) (*Set, error)
+}
+
+// Found is what one group's reconciliation found.
+type Found struct {
+	Group Group
+	// Have are keys we hold and the peer lacks.
+	Have []Key
+	// Need are keys the peer holds and we lack.
+	Need []Key
+}
+
+// builder accumulates one group's outgoing ranges, merging skips.
+type builder struct {
+	ranges []messages.ReconcileRange
+	keys   int
+}
+
+func (b *builder) add(r messages.ReconcileRange) {
+	if r.Mode == messages.RangeSkip && len(b.ranges) > 0 && b.ranges[len(b.ranges)-1].Mode == messages.RangeSkip {
+		b.ranges[len(b.ranges)-1].Upper = r.Upper
+		return
+	}
+	b.keys += len(r.Keys)
+	b.ranges = append(b.ranges, r)
+}
+
+// done reports whether the group needs no further round.
+func (b *builder) done() bool {
+	return len(b.ranges) == 0 || (len(b.ranges) == 1 && b.ranges[0].Mode == messages.RangeSkip)
+}
+
+// split describes items in [.., upper) as one id list or Branch
+// fingerprinted sub-ranges.
+func split(b *builder, items []Key, upper []byte) {
+	if len(items) <= LeafMax {
+		b.add(messages.ReconcileRange{Mode: messages.RangeIDList, Upper: upper, Keys: slices.Clone(items)})
+		return
+	}
+	for c := 0; c < Branch; c++ {
+		lo, hi := c*len(items)/Branch, (c+1)*len(items)/Branch
+		u := upper
+		if c < Branch-1 {
+			u = separator(items[hi-1], items[hi])
+		}
+		b.add(messages.ReconcileRange{Mode: messages.RangeFingerprint, Upper: u, FP: Fingerprint(items[lo:hi])})
+	}
+}
+
+// budget is what is left of one outgoing message's limits.
+type budget struct{ ranges, keys int }
+
+// newBudget keeps one range per group in reserve: a group reached after
+// the room ran out still gets its one fingerprint of the rest.
+func newBudget() budget {
+	return budget{ranges: messages.MaxReconcileRanges - messages.MaxReconcileGroups, keys: messages.MaxReconcileKeys}
+}
+
+// room reports whether one more range's answer surely fits.
+func (bu *budget) room() bool { return bu.ranges > Branch+1 && bu.keys > 2*LeafMax }
+
+// process answers one group's ranges. initiator says which side we are:
+// only the initiator collects what it finds (the responder is stateless).
+func process(g Group, set *Set, in []messages.ReconcileRange, initiator bool, bu *budget, f *Found) ([]messages.ReconcileRange, error) {
+	var b builder
+	var lower []byte
+	for i, r := range in {
+		if !bu.room() {
+			// Out of room: describe the rest by one fingerprint; the
+			// peer splits it again next round, so progress continues.
+			b.add(messages.ReconcileRange{Mode: messages.RangeFingerprint, FP: Fingerprint(set.span(lower, nil))})
+			break
+		}
+		items := set.span(lower, r.Upper)
+		mark := len(b.ranges)
+		switch r.Mode {
+		case messages.RangeSkip:
+			b.add(messages.ReconcileRange{Mode: messages.RangeSkip, Upper: r.Upper})
+		case messages.RangeFingerprint:
+			if Fingerprint(items) == r.FP {
+				b.add(messages.ReconcileRange{Mode: messages.RangeSkip, Upper: r.Upper})
+			} else {
+				split(&b, items, r.Upper)
+			}
+		case messages.RangeIDList:
+			if initiator {
+				diff(items, r.Keys, f)
+				b.add(messages.ReconcileRange{Mode: messages.RangeSkip, Upper: r.Upper})
+			} else if len(items) > LeafMax {
+				// We hold too many to list: narrow down instead.
+				split(&b, items, r.Upper)
+			} else {
+				b.add(reply(items, r.Keys, r.Upper))
+			}
+		case messages.RangeIDReply:
+			if !initiator {
+				return nil, protocolErr(g, "id reply sent to the responder")
+			}
+			// The reply answers the id list we sent for this range: our
+			// items in it, from the same snapshot.
+			if len(r.Need) != (len(items)+7)/8 {
+				return nil, protocolErr(g, "need bitmap of %d bytes for %d keys", len(r.Need), len(items))
+			}
+			for x, k := range items {
+				if r.Need[x/8]&(1<<(x%8)) != 0 {
+					f.Have = append(f.Have, k)
+				}
+			}
+			if pad := len(items) % 8; pad != 0 && r.Need[len(r.Need)-1]>>pad != 0 {
+				return nil, protocolErr(g, "need bitmap sets bits past its %d keys", len(items))
+			}
+			for _, k := range r.Keys {
+				if !set.Has(k) {
+					f.Need = append(f.Need, k)
+				}
+			}
+			b.add(messages.ReconcileRange{Mode: messages.RangeSkip, Upper: r.Upper})
+		default:
+			return nil, protocolErr(g, "range mode %d", r.Mode)
+		}
+		for _, o := range b.ranges[mark:] {
+			bu.ranges--
+			bu.keys -= len(o.Keys)
+		}
+		lower = r.Upper
+		if i == len(in)-1 && r.Upper != nil {
+			return nil, protocolErr(g, "ranges do not reach the end")
+		}
+	}
+	if b.done() {
+		return nil, nil
+	}
+	// The last range is unbounded (+∞), as the wire requires.
+	b.ranges[len(b.ranges)-1].Upper = nil
+	return b.ranges, nil
+}
+
+// diff records, from the peer's full list of a range, what each side lacks.
+func diff(items, theirs []Key, f *Found) {
+	i, j := 0, 0
+	for i < len(items) || j < len(theirs) {
+		switch {
+		case j == len(theirs) || (i < len(items) && bytes.Compare(items[i][:], theirs[j][:]) < 0):
+			f.Have = append(f.Have, items[i])
+			i++
+		case i == len(items) || bytes.Compare(items[i][:], theirs[j][:]) > 0:
+			f.Need = append(f.Need, theirs[j])
+			j++
+		default:
+			i, j = i+1, j+1
+		}
+	}
+}
+
+// reply answers a peer's id list: our keys it lacks and a bitmap of its
+// keys we lack.
+func reply(items, theirs []Key, upper []byte) messages.ReconcileRange {
+	r := messages.ReconcileRange{Mode: messages.RangeIDReply, Upper: upper, Need: make([]byte, (len(theirs)+7)/8)}
+	var f Found
+	diff(items, theirs, &f)
+	r.Keys = f.Have
+	mine := &Set{keys: items}
+	for x, k := range theirs {
+		if !mine.Has(k) {
+			r.Need[x/8] |= 1 << (x % 8)
+		}
+	}
+	return r
+}
+
+// initial describes a whole set as the first round does.
+func initial(set *Set) []messages.ReconcileRange {
+	// Always a fingerprint, even for a small set: agreement, the common
+	// case, then costs one range; a responder that differs and holds few
+	// keys answers with its list in the same round trip.
+	return []messages.ReconcileRange{{Mode: messages.RangeFingerprint, FP: Fingerprint(set.keys)}}
+}
+
+// bound returns the HLC bound both sides use for g: the higher of the
+// peer's and our horizon (SSP/1 §13.5: history below either horizon is
+// not comparable).
+func bound(peer, own messages.HLC) messages.HLC { return max(peer, own) }
+
+// Respond is the responder's side of one round: stateless, it answers a
+// peer's message from the local sets. Groups the node does not reconcile
+// are left out of the answer (the initiator takes that as finished), so a
+// peer cannot make the node enumerate anything outside them.
+func Respond(src Source, in *messages.Reconcile) (*messages.Reconcile, error) {
+	out := &messages.Reconcile{}
+	bu := newBudget()
+	for _, ig := range in.Groups {
+		g := Group{ig.Schema, ig.Table}
+		h, ok, err := src.Horizon(g)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		b := bound(ig.Bound, h)
+		set, err := src.Keys(g, b)
+		if err != nil {
+			return nil, err
+		}
+		var ranges []messages.ReconcileRange
+		if b != ig.Bound {
+			// Our horizon is higher: restart the group at it.
+			ranges = initial(set)
+			bu.ranges -= len(ranges)
+		} else if ranges, err = process(g, set, ig.Ranges, false, &bu, nil); err != nil {
+			return nil, err
+		}
+		if len(ranges) > 0 {
+			out.Groups = append(out.Groups, messages.ReconcileGroup{Schema: g.Schema, Table: g.Table, Bound: b, Ranges: ranges})
+		}
+	}
+	return out, nil
+}
+
+type groupState struct {
+	bound messages.HLC
+	set   *Set
+	found Found
+	done  bool
+}
+
+// Session is the initiator's side of one reconciliation. It keeps a
+// snapshot of each group's set for the whole session, so an id reply's
+// bitmap refers to the list it answers.
+type Session struct {
+	src       Source
+	groups    map[Group]*groupState
+	order     []Group
+	rounds    int
+	truncated bool
+	last      *messages.Reconcile
+}
+
+// NewSession starts a reconciliation of groups (deduplicated; groups the
+// source does not reconcile are skipped) and returns its first message.
+func NewSession(src Source, groups []Group) (*Session, *messages.Reconcile, error) {
+	s := &Session{src: src, groups: map[Group]*groupState{}}
+	slices.SortFunc(groups, func(a, b Group) int {
+		if a.Schema != b.Schema {
+			return cmpString(a.Schema, b.Schema)
+		}
+		return cmpString(a.Table, b.Table)
+	})
+	groups = slices.Compact(groups)
+	out := &messages.Reconcile{}
+	for _, g := range groups {
+		h, ok, err := src.Horizon(g)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			continue
+		}
+		set, err := src.Keys(g, h)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.groups[g] = &groupState{bound: h, set: set, found: Found{Group: g}}
+		s.order = append(s.order, g)
+		out.Groups = append(out.Groups, messages.ReconcileGroup{Schema: g.Schema, Table: g.Table, Bound: h, Ranges: initial(set)})
+		if len(out.Groups) == messages.MaxReconcileGroups {
+			break // the rest wait for the next session
+		}
+	}
+	if len(out.Groups) == 0 {
+		return s, nil, nil
+	}
+	s.rounds = 1
+	return s, out, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Step takes the responder's answer and returns the next message, or nil
+// when the session is finished. Groups absent from in are finished.
+func (s *Session) Step(in *messages.Reconcile) (*messages.Reconcile, error) {
+	if s.rounds >= MaxRounds {
+		return nil, ErrTooManyRounds
+	}
+	out := &messages.Reconcile{}
+	bu := newBudget()
+	seen := map[Group]bool{}
+	for _, ig := range in.Groups {
+		g := Group{ig.Schema, ig.Table}
+		st, ok := s.groups[g]
+		if !ok || st.done {
+			return nil, protocolErr(g, "answer for a group not under reconciliation")
+		}
+		seen[g] = true
+		if ig.Bound < st.bound {
+			return nil, protocolErr(g, "bound %v below the agreed %v", ig.Bound, st.bound)
+		}
+		if ig.Bound > st.bound {
+			// The peer's horizon is higher: reload at it and restart.
+			set, err := s.src.Keys(g, ig.Bound)
+			if err != nil {
+				return nil, err
+			}
+			st.bound, st.set, st.found = ig.Bound, set, Found{Group: g}
+		}
+		ranges, err := process(g, st.set, ig.Ranges, true, &bu, &st.found)
+		if err != nil {
+			return nil, err
+		}
+		if len(st.found.Have) > MaxFound || len(st.found.Need) > MaxFound {
+			s.truncated = true
+			ranges = nil
+		}
+		if len(ranges) == 0 {
+			st.done = true
+			continue
+		}
+		out.Groups = append(out.Groups, messages.ReconcileGroup{Schema: g.Schema, Table: g.Table, Bound: st.bound, Ranges: ranges})
+	}
+	for g, st := range s.groups {
+		if !seen[g] {
+			st.done = true // the peer has nothing more (or does not sync it)
+		}
+	}
+	if len(out.Groups) == 0 {
+		return nil, nil
+	}
+	s.rounds++
+	return out, nil
+}
+
+// Rounds returns the messages the initiator has sent.
+func (s *Session) Rounds() int { return s.rounds }
+
+// Truncated reports whether a group stopped at MaxFound.
+func (s *Session) Truncated() bool { return s.truncated }
+
+// Found returns what each group's reconciliation found, in group order.
+func (s *Session) Found() []Found {
+	out := make([]Found, 0, len(s.order))
+	for _, g := range s.order {
+		f := s.groups[g].found
+		if len(f.Have) > 0 || len(f.Need) > 0 {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,715 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/actors/promreg"
+
+	"github.com/syncmesh/syncmesh/actors/apply"
+	"github.com/syncmesh/syncmesh/actors/reconcile"
+	"github.com/syncmesh/syncmesh/crypto/eventid"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// Errors of reconciliation (match with errors.Is).
+var (
+	// ErrReconcilePeer: the peer's reconciliation message was malformed,
+	// oversized or broke the protocol. Only the session with that peer
+	// fails; nothing was applied from the offending message.
+	ErrReconcilePeer = errors.New("runtime: peer broke the reconciliation protocol")
+	// ErrReconcileUnsupported: the peer's transport does not carry
+	// reconciliation (the remote transport does not yet).
+	ErrReconcileUnsupported = errors.New("runtime: transport does not carry reconciliation")
+	// ErrReconcileBusy: a reconciliation with the same peer is running.
+	ErrReconcileBusy = errors.New("runtime: reconciliation with this peer already running")
+)
+
+// Bounds of the state reconciliation keeps per peer.
+const (
+	// maxDroppedPerPeer bounds the keys remembered as dropped for good
+	// per peer; past it the oldest are forgotten (they cost a re-fetch
+	// and a drop next round, nothing else).
+	maxDroppedPerPeer = 4096
+	// maxReconcilePeers bounds the peers whose dropped keys are kept.
+	maxReconcilePeers = 1024
+	// maxFetchReplyBytes keeps a fetch reply under the events limit with
+	// room for its framing.
+	maxFetchReplyBytes = messages.MaxReconcileEventBytes - 64<<10
+)
+
+// Kinds of reconciliation requests on a transport.
+const (
+	reconcileKindRange byte = 1 // messages.Reconcile → messages.Reconcile
+	reconcileKindFetch byte = 2 // messages.ReconcileFetch → messages.ReconcileEvents
+)
+
+// ReconcileReport describes one reconciliation with a peer.
+type ReconcileReport struct {
+	Peer string
+	// Rounds are the range messages this node sent (one per round trip).
+	Rounds int
+	// BytesSent and BytesReceived count the encoded reconciliation
+	// messages and fetch replies on the wire.
+	BytesSent, BytesReceived int
+	// Missing counts the events the peer holds that this node lacked.
+	Missing int
+	// PeerLacks counts the events this node holds that the peer lacks
+	// (the peer fetches them when it reconciles).
+	PeerLacks int
+	// Fetched counts the events received; Outcomes counts their verdicts
+	// at the apply chokepoint.
+	Fetched  int
+	Outcomes map[messages.OutcomeKind]int
+	// Truncated: the session stopped at its bound of found keys; the next
+	// reconciliation continues.
+	Truncated bool
+}
+
+// reconcileTransport is implemented by transports that carry
+// reconciliation requests: a request and its reply, attributed by the
+// transport to the calling node.
+type reconcileTransport interface {
+	reconcileCall(ctx context.Context, peer string, kind byte, req []byte) ([]byte, error)
+}
+
+// reconcileHandler is the receiving end (a Node).
+type reconcileHandler interface {
+	handleReconcile(ctx context.Context, from string, kind byte, req []byte) ([]byte, error)
+}
+
+// reconcileCall carries a reconciliation request over the in-process
+// network. The receiver learns the caller's name from the network, never
+// from the message; bytes are copied both ways, as on a wire.
+func (t *netTransport) reconcileCall(ctx context.Context, peer string, kind byte, req []byte) ([]byte, error) {
+	t.n.mu.Lock()
+	r, ok := t.n.nodes[peer]
+	cut := t.n.cut[pair(t.from, peer)]
+	t.n.mu.Unlock()
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("runtime: reconcile: %s is not on the network", peer)
+	case cut:
+		return nil, fmt.Errorf("runtime: reconcile: %s and %s are partitioned", t.from, peer)
+	}
+	h, ok := r.(reconcileHandler)
+	if !ok {
+		return nil, ErrReconcileUnsupported
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out, err := h.handleReconcile(ctx, t.from, kind, bytes.Clone(req))
+	return bytes.Clone(out), err
+}
+
+// droppedKey is one event dropped for good, as the peer's set names it.
+type droppedKey struct {
+	group reconcile.Group
+	key   reconcile.Key
+}
+
+// droppedSet remembers, per peer, the keys of events fetched from it that
+// the apply chokepoint dropped for good (SSP/1 §13.6), so the next
+// reconciliation counts them as held instead of fetching them again. It
+// is cleared when the keyring changes: a drop for an unknown kid may
+// apply after Trust.
+type droppedSet struct {
+	order []droppedKey
+	has   map[droppedKey]bool
+}
+
+func (d *droppedSet) add(k droppedKey) {
+	if d.has[k] {
+		return
+	}
+	if len(d.order) == maxDroppedPerPeer {
+		delete(d.has, d.order[0])
+		d.order = d.order[1:]
+	}
+	d.order = append(d.order, k)
+	d.has[k] = true
+}
+
+// reconState is the node's reconciliation state: the peers' transports
+// (from AddPeer), the dropped keys per peer and the sessions running.
+type reconState struct {
+	mu      sync.Mutex
+	peers   map[string]Transport
+	dropped map[string]*droppedSet
+	running map[string]bool          // responder sessions per caller
+	turns   map[string]chan struct{} // one initiator session per peer at a time
+	pending map[string]bool          // background runs wanted (true: one more after the current)
+	scope   apply.Scope
+	scoped  bool
+
+	auto    bool // triggers and schedule on (Config.ReconcileInterval >= 0)
+	stopped bool // Close began: no new background run (wg.Add never races wg.Wait)
+	metrics *reconMetrics
+	wg      sync.WaitGroup // background runs; Close waits for them
+}
+
+// DefaultReconcileInterval is the schedule of background reconciliation
+// with every peer when Config.ReconcileInterval is zero.
+const DefaultReconcileInterval = 10 * time.Minute
+
+// reconMetrics are the reconciliation metrics, per peer (peers are the
+// ones added with AddPeer: the label is bounded by configuration).
+type reconMetrics struct {
+	runs    *prometheus.CounterVec // peer, result
+	rounds  *prometheus.CounterVec // peer
+	bytes   *prometheus.CounterVec // peer, direction
+	missing *prometheus.CounterVec // peer
+}
+
+func newReconMetrics(reg prometheus.Registerer) (*reconMetrics, error) {
+	m := &reconMetrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_total",
+			Help: "Reconciliations this node started, by peer and result (ok, error)."}, []string{"peer", "result"}),
+		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_round_trips_total",
+			Help: "Range-message round trips of reconciliations this node started, by peer."}, []string{"peer"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_bytes_total",
+			Help: "Encoded reconciliation bytes (range messages, fetches, fetched events), by peer and direction (sent, received)."}, []string{"peer", "direction"}),
+		missing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_events_missing_total",
+			Help: "Events reconciliation found the peer holds and this node lacked, by peer."}, []string{"peer"}),
+	}
+	var err error
+	for _, c := range []**prometheus.CounterVec{&m.runs, &m.rounds, &m.bytes, &m.missing} {
+		if *c, err = promreg.Register(reg, *c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *reconMetrics) record(rep ReconcileReport, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.runs.WithLabelValues(rep.Peer, result).Inc()
+	m.rounds.WithLabelValues(rep.Peer).Add(float64(rep.Rounds))
+	m.bytes.WithLabelValues(rep.Peer, "sent").Add(float64(rep.BytesSent))
+	m.bytes.WithLabelValues(rep.Peer, "received").Add(float64(rep.BytesReceived))
+	m.missing.WithLabelValues(rep.Peer).Add(float64(rep.Missing))
+}
+
+// startReconcile sets up metrics and, unless Config.ReconcileInterval is
+// negative, the schedule (Open calls it).
+func (n *Node) startReconcile() error {
+	m, err := newReconMetrics(n.registerer)
+	if err != nil {
+		return fmt.Errorf("runtime: metrics: %w", err)
+	}
+	interval := n.cfg.ReconcileInterval
+	if interval == 0 {
+		interval = DefaultReconcileInterval
+	}
+	n.recon.mu.Lock()
+	n.recon.metrics, n.recon.auto = m, interval > 0
+	n.recon.mu.Unlock()
+	if interval <= 0 {
+		return nil
+	}
+	n.recon.wg.Add(1)
+	go func() {
+		defer n.recon.wg.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-n.closed:
+				return
+			case <-tick.C:
+				n.reconcileAllInBackground()
+			}
+		}
+	}()
+	return nil
+}
+
+// stopReconcile waits for background reconciliations (Close calls it
+// after marking the node closed, before the actors stop).
+func (n *Node) stopReconcile() {
+	n.recon.mu.Lock()
+	n.recon.stopped = true
+	n.recon.mu.Unlock()
+	n.recon.wg.Wait()
+}
+
+// reconcileAllInBackground reconciles with every added peer.
+func (n *Node) reconcileAllInBackground() {
+	n.recon.mu.Lock()
+	peers := make([]string, 0, len(n.recon.peers))
+	for p := range n.recon.peers {
+		peers = append(peers, p)
+	}
+	n.recon.mu.Unlock()
+	for _, p := range peers {
+		n.reconcileInBackground(p)
+	}
+}
+
+// reconcileInBackground runs a reconciliation with peer off the caller's
+// goroutine; asked again while one runs, it runs once more after it (a
+// Trust during a session must not be lost to that session's snapshot).
+func (n *Node) reconcileInBackground(peer string) {
+	r := &n.recon
+	r.mu.Lock()
+	if !r.auto || r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	if r.pending == nil {
+		r.pending = map[string]bool{}
+	}
+	if _, running := r.pending[peer]; running {
+		r.pending[peer] = true
+		r.mu.Unlock()
+		return
+	}
+	r.pending[peer] = false
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-n.closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		for {
+			if _, err := n.Reconcile(ctx, peer); err != nil && !n.isClosed() {
+				n.log.Info("reconciliation failed", "peer", peer, "err", err)
+			}
+			r.mu.Lock()
+			again := r.pending[peer] && !r.stopped
+			if !again {
+				delete(r.pending, peer)
+			} else {
+				r.pending[peer] = false
+			}
+			r.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	}()
+}
+
+// trusted runs after Trust stored a key: drops remembered for an unknown
+// kid may apply now, so they are forgotten, and a new key starts a
+// reconciliation with every peer (events dropped before it come back).
+func (n *Node) trusted(newKey bool) {
+	n.recon.forgetDrops()
+	if newKey {
+		n.reconcileAllInBackground()
+	}
+}
+
+// turn waits for peer's initiator turn (one session per peer at a time).
+func (r *reconState) turn(ctx context.Context, peer string) (release func(), err error) {
+	r.mu.Lock()
+	if r.turns == nil {
+		r.turns = map[string]chan struct{}{}
+	}
+	c := r.turns[peer]
+	if c == nil {
+		c = make(chan struct{}, 1)
+		r.turns[peer] = c
+	}
+	r.mu.Unlock()
+	select {
+	case c <- struct{}{}:
+		return func() { <-c }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (r *reconState) addPeer(peer string, t Transport) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.peers == nil {
+		r.peers = map[string]Transport{}
+	}
+	r.peers[peer] = t
+}
+
+// peerAdded runs after AddPeer: reconcile with the new peer.
+func (n *Node) peerAdded(peer string, t Transport) {
+	n.recon.addPeer(peer, t)
+	n.reconcileInBackground(peer)
+}
+
+func (r *reconState) transport(peer string) (Transport, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.peers[peer]
+	return t, ok
+}
+
+func (r *reconState) drop(peer string, k droppedKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dropped == nil {
+		r.dropped = map[string]*droppedSet{}
+	}
+	d := r.dropped[peer]
+	if d == nil {
+		if len(r.dropped) >= maxReconcilePeers {
+			for p := range r.dropped { // forget an arbitrary peer's set
+				delete(r.dropped, p)
+				break
+			}
+		}
+		d = &droppedSet{has: map[droppedKey]bool{}}
+		r.dropped[peer] = d
+	}
+	d.add(k)
+}
+
+// droppedIn returns the peer's dropped keys of g at or above min.
+func (r *reconState) droppedIn(peer string, g reconcile.Group, min messages.HLC) []reconcile.Key {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.dropped[peer]
+	if d == nil {
+		return nil
+	}
+	var out []reconcile.Key
+	for _, k := range d.order {
+		if k.group == g && k.key.HLC() >= min {
+			out = append(out, k.key)
+		}
+	}
+	return out
+}
+
+// forgetDrops clears every peer's dropped keys (the keyring changed).
+func (r *reconState) forgetDrops() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dropped = nil
+}
+
+// begin marks a session with peer running (one at a time per peer, in
+// each role, so a peer cannot make the node load its sets concurrently).
+func (r *reconState) begin(role, peer string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running == nil {
+		r.running = map[string]bool{}
+	}
+	if r.running[role+"\x00"+peer] {
+		return fmt.Errorf("%w: %s", ErrReconcileBusy, peer)
+	}
+	r.running[role+"\x00"+peer] = true
+	return nil
+}
+
+func (r *reconState) end(role, peer string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.running, role+"\x00"+peer)
+}
+
+func (n *Node) reconScope() apply.Scope {
+	n.recon.mu.Lock()
+	defer n.recon.mu.Unlock()
+	if !n.recon.scoped {
+		// Validated by Open; cannot fail here.
+		n.recon.scope, _ = apply.ParseScope(n.cfg.Scope)
+		n.recon.scoped = true
+	}
+	return n.recon.scope
+}
+
+// nodeSource is the node's side of a reconciliation with one peer: the
+// tables it defines and syncs (a peer cannot make it enumerate any
+// other), their horizons, and their retained event keys plus the keys
+// dropped for good from that peer.
+type nodeSource struct {
+	ctx   context.Context
+	n     *Node
+	peer  string
+	scope apply.Scope
+}
+
+func (s *nodeSource) Horizon(g reconcile.Group) (h messages.HLC, ok bool, err error) {
+	if !s.scope.Contains(g.Schema, g.Table) {
+		return 0, false, nil
+	}
+	err = s.n.store.View(s.ctx, func(tx persistence.SyncReader) error {
+		t := persistence.TableKey{Schema: g.Schema, Table: g.Table}
+		if _, ok, err = tx.Table(t); err != nil || !ok {
+			return err
+		}
+		h, err = tx.Horizon(t)
+		return err
+	})
+	return h, ok, err
+}
+
+func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, error) {
+	var keys []reconcile.Key
+	err := s.n.store.View(s.ctx, func(tx persistence.SyncReader) error {
+		return tx.TableEventKeys(persistence.TableKey{Schema: g.Schema, Table: g.Table}, min, func(k persistence.EventKey) (bool, error) {
+			keys = append(keys, messages.NewReconcileKey(k.Site, k.HLC, k.ID))
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	keys = append(keys, s.n.recon.droppedIn(s.peer, g, min)...)
+	return reconcile.NewSet(keys), nil
+}
+
+// syncedGroups lists the tables this node defines and syncs.
+func (n *Node) syncedGroups(ctx context.Context) ([]reconcile.Group, error) {
+	defs, err := n.Tables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	scope := n.reconScope()
+	var out []reconcile.Group
+	for _, d := range defs {
+		if scope.Contains(d.Schema, d.Table) {
+			out = append(out, reconcile.Group{Schema: d.Schema, Table: d.Table})
+		}
+	}
+	return out, nil
+}
+
+func peerErr(peer string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrReconcilePeer, peer, err)
+}
+
+// Reconcile finds, by range-based set reconciliation, the events peer
+// holds that this node lacks in the tables both sync (from the higher of
+// the two horizons up), fetches them and feeds them to the apply
+// chokepoint like any push: signatures checked, drops final, held groups
+// held (SSP/1 §12, §13.6). It never reads, initialises or advances a
+// cursor or a watermark (§14.1). peer must have been added with AddPeer;
+// events this node holds and peer lacks are counted, and peer fetches
+// them when it reconciles.
+func (n *Node) Reconcile(ctx context.Context, peer string) (ReconcileReport, error) {
+	rep := ReconcileReport{Peer: peer, Outcomes: map[messages.OutcomeKind]int{}}
+	if n.isClosed() {
+		return rep, ErrClosed
+	}
+	t, ok := n.recon.transport(peer)
+	if !ok {
+		return rep, fmt.Errorf("%w: %s", ErrUnknownPeer, peer)
+	}
+	rt, ok := t.(reconcileTransport)
+	if !ok {
+		return rep, fmt.Errorf("%w: %s", ErrReconcileUnsupported, peer)
+	}
+	release, err := n.recon.turn(ctx, peer)
+	if err != nil {
+		return rep, err
+	}
+	defer release()
+	n.recon.mu.Lock()
+	m := n.recon.metrics
+	n.recon.mu.Unlock()
+	rep, err = n.reconcile(ctx, rt, peer, rep)
+	m.record(rep, err)
+	return rep, err
+}
+
+func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string, rep ReconcileReport) (ReconcileReport, error) {
+	groups, err := n.syncedGroups(ctx)
+	if err != nil {
+		return rep, err
+	}
+	src := &nodeSource{ctx: ctx, n: n, peer: peer, scope: n.reconScope()}
+	sess, msg, err := reconcile.NewSession(src, groups)
+	if err != nil {
+		return rep, err
+	}
+	for msg != nil {
+		req, err := messages.EncodeReconcile(msg)
+		if err != nil {
+			return rep, err
+		}
+		rep.Rounds++
+		rep.BytesSent += len(req)
+		raw, err := rt.reconcileCall(ctx, peer, reconcileKindRange, req)
+		if err != nil {
+			return rep, err
+		}
+		rep.BytesReceived += len(raw)
+		in, err := messages.DecodeReconcile(raw)
+		if err != nil {
+			return rep, peerErr(peer, err)
+		}
+		if msg, err = sess.Step(in); err != nil {
+			if errors.Is(err, reconcile.ErrProtocol) || errors.Is(err, reconcile.ErrTooManyRounds) {
+				return rep, peerErr(peer, err)
+			}
+			return rep, err
+		}
+	}
+	rep.Truncated = sess.Truncated()
+	for _, f := range sess.Found() {
+		rep.Missing += len(f.Need)
+		rep.PeerLacks += len(f.Have)
+		for len(f.Need) > 0 {
+			chunk := f.Need[:min(len(f.Need), messages.MaxReconcileKeys)]
+			f.Need = f.Need[len(chunk):]
+			if err := n.fetchMissing(ctx, rt, peer, f.Group, chunk, &rep); err != nil {
+				return rep, err
+			}
+		}
+	}
+	n.log.Debug("reconciled", "peer", peer, "rounds", rep.Rounds, "missing", rep.Missing, "fetched", rep.Fetched)
+	return rep, nil
+}
+
+// fetchMissing asks peer for the events of keys (one group, sorted) and
+// applies what comes back. Every event must hash to a key asked for: a
+// reply with anything else is the peer's error and nothing of it applies.
+func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer string, g reconcile.Group, keys []reconcile.Key, rep *ReconcileReport) error {
+	keys = reconcile.NewSet(keys).Keys()
+	req, err := messages.EncodeReconcileFetch(&messages.ReconcileFetch{Groups: []messages.FetchGroup{{Schema: g.Schema, Table: g.Table, Keys: keys}}})
+	if err != nil {
+		return err
+	}
+	rep.BytesSent += len(req)
+	raw, err := rt.reconcileCall(ctx, peer, reconcileKindFetch, req)
+	if err != nil {
+		return err
+	}
+	rep.BytesReceived += len(raw)
+	evs, err := messages.DecodeReconcileEvents(raw)
+	if err != nil {
+		return peerErr(peer, err)
+	}
+	asked := make(map[messages.EventID]reconcile.Key, len(keys))
+	for _, k := range keys {
+		asked[k.ID()] = k
+	}
+	got := make([]reconcile.Key, len(evs.Events))
+	for i, e := range evs.Events {
+		k, ok := asked[eventid.Of(e)]
+		if !ok {
+			return peerErr(peer, fmt.Errorf("fetch reply holds an event not asked for (or twice)"))
+		}
+		delete(asked, k.ID())
+		got[i] = k
+	}
+	if len(evs.Events) == 0 {
+		return nil
+	}
+	outs, err := n.apply.ApplyBatch(ctx, evs.Events)
+	if err != nil {
+		return err
+	}
+	rep.Fetched += len(outs)
+	for i, o := range outs {
+		rep.Outcomes[o.Kind]++
+		if o.Kind == messages.Dropped {
+			n.recon.drop(peer, droppedKey{group: g, key: got[i]})
+		}
+	}
+	return nil
+}
+
+// handleReconcile answers a peer's reconciliation request. from is the
+// transport's attribution of the caller. A malformed or oversized request
+// is a typed error for that caller only and changes nothing.
+func (n *Node) handleReconcile(ctx context.Context, from string, kind byte, req []byte) ([]byte, error) {
+	if n.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := n.recon.begin("responder", from); err != nil {
+		return nil, err
+	}
+	defer n.recon.end("responder", from)
+	src := &nodeSource{ctx: ctx, n: n, peer: from, scope: n.reconScope()}
+	switch kind {
+	case reconcileKindRange:
+		in, err := messages.DecodeReconcile(req)
+		if err != nil {
+			return nil, peerErr(from, err)
+		}
+		out, err := reconcile.Respond(src, in)
+		if err != nil {
+			if errors.Is(err, reconcile.ErrProtocol) {
+				return nil, peerErr(from, err)
+			}
+			return nil, err
+		}
+		return messages.EncodeReconcile(out)
+	case reconcileKindFetch:
+		f, err := messages.DecodeReconcileFetch(req)
+		if err != nil {
+			return nil, peerErr(from, err)
+		}
+		evs, err := n.serveFetch(ctx, src, f)
+		if err != nil {
+			return nil, err
+		}
+		return messages.EncodeReconcileEvents(evs)
+	}
+	return nil, peerErr(from, fmt.Errorf("request kind %d", kind))
+}
+
+// serveFetch reads the signed events a fetch asks for, only from tables
+// this node syncs and at or above their horizon: a key outside them, or
+// naming an event of another table, is answered with nothing.
+func (n *Node) serveFetch(ctx context.Context, src *nodeSource, f *messages.ReconcileFetch) (*messages.ReconcileEvents, error) {
+	out := &messages.ReconcileEvents{}
+	size := 0
+	for _, fg := range f.Groups {
+		g := reconcile.Group{Schema: fg.Schema, Table: fg.Table}
+		h, ok, err := src.Horizon(g)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		err = n.store.View(ctx, func(tx persistence.SyncReader) error {
+			for _, k := range fg.Keys {
+				if k.HLC() < h {
+					continue
+				}
+				ev, ok, err := tx.Event(k.Site(), k.HLC(), k.ID())
+				if err != nil {
+					return err
+				}
+				if !ok || ev.Schema != g.Schema || ev.Table != g.Table {
+					continue
+				}
+				if len(out.Events) == messages.MaxReconcileEvents || size+len(ev.Raw)+16 > maxFetchReplyBytes {
+					return nil // the rest is fetched next reconciliation
+				}
+				out.Events = append(out.Events, ev.Raw)
+				size += len(ev.Raw) + 16
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

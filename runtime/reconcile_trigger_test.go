@@ -1,0 +1,103 @@
+package runtime
+
+import (
+	"testing"
+	"time"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// waitRows polls until n holds want rows of app.t (reconciliation runs in
+// the background), failing after a generous deadline.
+func waitRows(t *testing.T, n *testNode, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c := rowCount(t, n)
+		if c == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %d rows, want %d", n.Name(), c, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLateTrustRepairedByTrustAlone (regression, issue 11): events a
+// pushes before b trusts a are dropped and a's cursor moves past them;
+// Trust alone — the test never calls Reconcile — brings them back.
+func TestLateTrustRepairedByTrustAlone(t *testing.T) {
+	a, b, _ := reconPairAuto(t, false, 0)
+	for i := 0; i < 20; i++ {
+		a.write(i)
+	}
+	a.syncNow("b")
+	if rep := a.syncNow("b"); rep.Offered != 0 || rowCount(t, b) != 0 {
+		t.Fatalf("setup: offered %d, b holds %d rows", rep.Offered, rowCount(t, b))
+	}
+	trustNode(t, b.Node, a.Node)
+	waitRows(t, b, 20)
+	if sa, sb := state(t, a.Node), state(t, b.Node); sa != sb {
+		t.Fatalf("not converged:\n%s\n%s", sa, sb)
+	}
+}
+
+// TestAddPeerReconciles (regression, issue 11): a node that adds a peer
+// fetches what the peer holds, though the peer never pushes to it.
+func TestAddPeerReconciles(t *testing.T) {
+	net := NewNetwork(1)
+	a := openTestNode(t, Config{Name: "a", SyncInterval: -1})
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1})
+	for _, n := range []*testNode{a, b} {
+		n.define(defT)
+		net.Register(n.Name(), n.Node)
+	}
+	trustNode(t, b.Node, a.Node)
+	for i := 0; i < 10; i++ {
+		a.write(i)
+	}
+	if err := b.AddPeer("a", net.Transport("b"), ""); err != nil {
+		t.Fatal(err)
+	}
+	waitRows(t, b, 10)
+}
+
+// TestScheduledReconciliationRepairsWithoutATrigger: with a short
+// interval, events a's sender skipped (an overstated watermark) reach b
+// with no Reconcile call, no Trust and no AddPeer after the loss.
+func TestScheduledReconciliationRepairsWithoutATrigger(t *testing.T) {
+	a, b, _ := reconPairAuto(t, true, 20*time.Millisecond)
+	g := persistence.GroupKey{Site: a.Identity().Site, Schema: "app", Table: "t"}
+	if err := b.store.Update(b.ctx, func(tx persistence.SyncTx) error {
+		return tx.PutWatermark(g, persistence.Watermark{HLC: hlcAt(messages.MaxPhysicalMS, 0)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a.write(0)
+	a.syncNow("b")
+	for i := 1; i < 6; i++ {
+		a.write(i)
+	}
+	a.syncNow("b")
+	waitRows(t, b, 6)
+	mfs, err := b.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs, missing float64
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "syncmesh_reconcile_total":
+				runs += m.GetCounter().GetValue()
+			case "syncmesh_reconcile_events_missing_total":
+				missing += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if runs < 1 || missing < 5 {
+		t.Fatalf("metrics: %v reconciliations, %v events found missing", runs, missing)
+	}
+}
