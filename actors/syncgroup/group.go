@@ -304,13 +304,13 @@ func stored(req *Apply) persistence.StoredEvent {
 
 // RowLog reads a row's retained events from tx for a rebuild.
 func RowLog(tx persistence.SyncReader, t persistence.TableKey, rowKey []byte) materialize.Log {
-	return func(yield func(*messages.Event) error) error {
+	return func(yield func(messages.EventID, *messages.Event) error) error {
 		return tx.RowEvents(t, rowKey, func(se persistence.StoredEvent) (bool, error) {
 			ev, err := sign.ParseVerified(se.Raw)
 			if err != nil {
 				return false, fmt.Errorf("%w: retained event %s: %v", persistence.ErrCorrupt, se.ID, err)
 			}
-			return true, yield(ev)
+			return true, yield(se.ID, ev)
 		})
 	}
 }
@@ -335,7 +335,7 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 		return err
 	}
 	// The row is this transaction's own copy: hand it over.
-	nr, fx, err := materialize.ApplyOwned(def, h, row, e, RowLog(tx, t, rowKey))
+	nr, fx, err := materialize.ApplyOwned(def, h, row, id, e, RowLog(tx, t, rowKey))
 	if err != nil {
 		return err
 	}
@@ -343,7 +343,7 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 		return err
 	}
 	if fx.Resurrected {
-		*ns = append(*ns, messages.Resurrection{Schema: e.Schema, Table: e.Table, Key: e.Key, By: e.Clock(), Tomb: fx.Tomb, EventID: id})
+		*ns = append(*ns, messages.Resurrection{Schema: e.Schema, Table: e.Table, Key: e.Key, By: e.ClockOf(id), Tomb: fx.Tomb, EventID: id})
 		if fx.Partial {
 			// §13.4: a partial rebuild MUST NOT pass as complete.
 			*ns = append(*ns, messages.PartialRebuild{Schema: e.Schema, Table: e.Table, Key: e.Key, Tomb: fx.Tomb, Horizon: h, EventID: id})
