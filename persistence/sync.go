@@ -81,6 +81,10 @@ type SyncReader interface {
 	// of at random places of a large index. An id stored with another site
 	// or HLC is not found.
 	Event(site messages.SiteID, h messages.HLC, id EventID) (ev StoredEvent, ok bool, err error)
+	// EventIDsAt returns the ids of the retained events site signed with
+	// HLC h, ascending. An honest site has at most one: more are an
+	// equivocation (SSP/1 §13.5 forbids HLC reuse; issue 10).
+	EventIDsAt(site messages.SiteID, h messages.HLC) ([]EventID, error)
 	// EventsAfter calls fn for retained events with Seq > after, in Seq
 	// order, until fn returns false or limit events were visited (limit ≤ 0: no limit).
 	EventsAfter(after uint64, limit int, fn func(StoredEvent) (bool, error)) error

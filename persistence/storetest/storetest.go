@@ -79,6 +79,8 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"WatermarksMonotonicAndFailClosed", testWatermarks},
 		{"PeerProgressWithGaps", testPeerProgress},
 		{"EventKeyedBySiteAndHLC", testEventKeyedBySiteAndHLC},
+		{"RowClocksKeepEventIDs", testRowClocksKeepEventIDs},
+		{"EventIDsAtListsOneStamp", testEventIDsAt},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
