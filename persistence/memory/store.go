@@ -41,7 +41,7 @@ type state struct {
 	tables      cowMap[persistence.TableKey, persistence.TableDef]
 	events      cowMap[uint64, *persistence.StoredEvent] // immutable once stored
 	ids         cowMap[persistence.EventID, uint64]
-	stamps      cowMap[stamp, []persistence.EventID] // (site, HLC) → ids, ascending; shared slices, copied on write
+	stamps      cowMap[stamp, []persistence.EventID]   // (site, HLC) → ids, ascending; shared slices, copied on write
 	rowEvents   cowMap[rowID, []uint64]                // ascending seqs
 	tableEvents cowMap[persistence.TableKey, []uint64] // ascending seqs
 	rows        cowMap[rowID, *persistence.Row]        // deep copies, never mutated
