@@ -40,6 +40,11 @@ type Apply struct {
 	// Index is copied to the Result, so one Reply channel can serve many
 	// requests.
 	Index int
+	// Kid and Cutoff name the signer's key when it was retired at
+	// verification (Cutoff ≠ 0): such an event, if it is new here, is
+	// surfaced as a RetiredKeyEvent whatever its HLC (issue 10 point 5).
+	Kid    []byte
+	Cutoff messages.HLC
 }
 
 // ApplyMany hands a group several requests in one message (one mailbox
@@ -196,8 +201,6 @@ func (g *groupActor) finish(m *committed) {
 	}
 }
 
-// applyOne runs steps 4 and on of the chokepoint for one event inside tx:
-// idempotent insert, held/dropped resolution (§13.6), horizon, materialize.
 // tableCache holds a group's table definition and horizon for one batch:
 // every event of a group names the same table, and one transaction sees
 // one state of it.
@@ -225,62 +228,102 @@ func (c *tableCache) load(tx persistence.SyncReader, t persistence.TableKey) err
 	return nil
 }
 
+// applyOne inserts and materializes one event (insert) and surfaces what a new event from
+// a retired key did.
 func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, req *Apply, ns *notices) (messages.Outcome, error) {
+	out, fresh, err := insert(tx, key, tc, req, ns)
+	if err == nil && fresh && req.Cutoff != 0 {
+		// §12 accepts it (HLC ≤ cutoff), and refusing it by arrival time
+		// would let two nodes with the same events disagree (§13.5): it
+		// is applied, and never silently.
+		e := req.Event
+		*ns = append(*ns, messages.RetiredKeyEvent{Site: e.Site, Kid: slices.Clone(req.Kid), Cutoff: req.Cutoff, HLC: e.HLC,
+			Schema: e.Schema, Table: e.Table, EventID: req.ID, Outcome: out.Kind})
+	}
+	return out, err
+}
+
+// equivocation raises the notice for an event about to be retained whose
+// (site, HLC) another retained event already carries: the site reused an
+// HLC (SSP/1 §13.5). Both stay; the materializer orders them by id.
+func equivocation(tx persistence.SyncReader, e *messages.Event, id messages.EventID, ns *notices) error {
+	ids, err := tx.EventIDsAt(e.Site, e.HLC)
+	if err != nil {
+		return err
+	}
+	for _, other := range ids {
+		if other != id {
+			*ns = append(*ns, messages.Equivocation{Site: e.Site, HLC: e.HLC, Schema: e.Schema, Table: e.Table, Retained: other, Arrived: id})
+			return nil
+		}
+	}
+	return nil
+}
+
+// insert runs steps 4 and on of the chokepoint for one event inside tx.
+// fresh is false for a duplicate.
+func insert(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, req *Apply, ns *notices) (out messages.Outcome, fresh bool, err error) {
 	e := req.Event
 	if req.RowKey == nil {
 		req.RowKey = e.RowKey()
 	}
-	out := messages.Outcome{ID: req.ID, Site: e.Site, Schema: e.Schema, Table: e.Table, HLC: e.HLC}
+	out = messages.Outcome{ID: req.ID, Site: e.Site, Schema: e.Schema, Table: e.Table, HLC: e.HLC}
 	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
 
 	// §12 step 4: idempotent insert keyed on the event id.
 	if se, ok, err := tx.Event(e.Site, e.HLC, req.ID); err != nil {
-		return out, err
+		return out, false, err
 	} else if ok {
 		held, err := tx.HeldEvents(key)
 		if err != nil {
-			return out, err
+			return out, false, err
 		}
 		out.Kind = messages.Duplicate
 		if slices.Contains(held, se.Seq) {
 			out.Kind = messages.Held // still waiting for its table: the watermark must not pass it
 		}
-		return out, nil
+		return out, false, nil
 	}
 
 	if err := tc.load(tx, t); err != nil {
-		return out, err
+		return out, true, err
 	}
 	def, ok := tc.def, tc.defined
 	if !ok {
 		// §13.6: destination table missing → hold the group, retry later.
+		if err := equivocation(tx, e, req.ID, ns); err != nil {
+			return out, true, err
+		}
 		seq, err := tx.AppendEvent(stored(req))
 		if err != nil {
-			return out, err
+			return out, true, err
 		}
 		if err := tx.HoldEvent(key, seq); err != nil {
-			return out, err
+			return out, true, err
 		}
 		out.Kind = messages.Held
 		*ns = append(*ns, messages.GroupHeld{Site: e.Site, Schema: e.Schema, Table: e.Table, EventID: req.ID})
-		return out, nil
+		return out, true, nil
 	}
 	if reason, detail := resolveKey(def, e); reason != messages.ReasonNone {
 		out.Kind, out.Reason, out.Detail = messages.Dropped, reason, detail
 		*ns = append(*ns, messages.EventDropped{Outcome: out})
-		return out, nil
+		return out, true, nil
 	}
 	h := tc.horizon
 	out.Kind = messages.Applied
 	if e.HLC < h {
 		// §13.5: below the horizon counts as applied and writes nothing.
 		out.BelowHorizon = true
-		return out, nil
+		return out, true, nil
+	}
+	if err := equivocation(tx, e, req.ID, ns); err != nil {
+		return out, true, err
 	}
 	if _, err := tx.AppendEvent(stored(req)); err != nil {
-		return out, err
+		return out, true, err
 	}
-	return out, materializeInto(tx, def, h, e, req.RowKey, req.ID, ns)
+	return out, true, materializeInto(tx, def, h, e, req.RowKey, req.ID, ns)
 }
 
 func resolveKey(def persistence.TableDef, e *messages.Event) (messages.Reason, string) {

@@ -27,15 +27,20 @@ func (t *syncTx) EventIDsAt(site messages.SiteID, h messages.HLC) ([]persistence
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	return eventIDsAt(t.ids, site, h, nil)
+	if t.idsCur == nil {
+		t.idsCur = t.ids.Cursor()
+	}
+	// The apply path calls this right after Event missed the same prefix:
+	// the reused cursor walks pages already in memory.
+	return eventIDsAt(t.idsCur, site, h, nil)
 }
 
 // eventIDsAt scans the index for the ids at (site, h); keep, when non-nil,
 // filters them by their index value (the log sequence).
-func eventIDsAt(ids *bbolt.Bucket, site messages.SiteID, h messages.HLC, keep func(seq []byte) (bool, error)) ([]persistence.EventID, error) {
-	prefix := binary.BigEndian.AppendUint64(append(make([]byte, 0, 56), site[:]...), uint64(h))
+func eventIDsAt(c *bbolt.Cursor, site messages.SiteID, h messages.HLC, keep func(seq []byte) (bool, error)) ([]persistence.EventID, error) {
+	var buf [24]byte
+	prefix := binary.BigEndian.AppendUint64(append(buf[:0], site[:]...), uint64(h))
 	var out []persistence.EventID
-	c := ids.Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		if len(k) != len(prefix)+32 {
 			return nil, fmt.Errorf("bolt: event index key of %d bytes: %w", len(k), persistence.ErrCorrupt)
@@ -135,7 +140,7 @@ func rowV1ToV2(ids, events *bbolt.Bucket, key, v []byte) ([]byte, error) {
 			c.ID = id
 			return c, nil
 		}
-		cands, err := eventIDsAt(ids, c.Site, c.HLC, func(seq []byte) (bool, error) {
+		cands, err := eventIDsAt(ids.Cursor(), c.Site, c.HLC, func(seq []byte) (bool, error) {
 			if len(seq) != 8 {
 				return false, fmt.Errorf("bolt: id index value of %d bytes: %w", len(seq), persistence.ErrCorrupt)
 			}
