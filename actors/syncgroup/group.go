@@ -228,102 +228,51 @@ func (c *tableCache) load(tx persistence.SyncReader, t persistence.TableKey) err
 	return nil
 }
 
-// applyOne inserts and materializes one event (insert) and surfaces what a new event from
-// a retired key did.
+// applyOne runs steps 4 and on of the chokepoint for one event inside tx:
+// it reads what Decide needs, decides, and runs the decision's storage
+// action (the materializer adds its own notices).
 func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, req *Apply, ns *notices) (messages.Outcome, error) {
-	out, fresh, err := insert(tx, key, tc, req, ns)
-	if err == nil && fresh && req.Cutoff != 0 {
-		// §12 accepts it (HLC ≤ cutoff), and refusing it by arrival time
-		// would let two nodes with the same events disagree (§13.5): it
-		// is applied, and never silently.
-		e := req.Event
-		*ns = append(*ns, messages.RetiredKeyEvent{Site: e.Site, Kid: slices.Clone(req.Kid), Cutoff: req.Cutoff, HLC: e.HLC,
-			Schema: e.Schema, Table: e.Table, EventID: req.ID, Outcome: out.Kind})
-	}
-	return out, err
-}
-
-// equivocation raises the notice for an event about to be retained whose
-// (site, HLC) another retained event already carries: the site reused an
-// HLC (SSP/1 §13.5). Both stay; the materializer orders them by id.
-func equivocation(tx persistence.SyncReader, e *messages.Event, id messages.EventID, ns *notices) error {
-	ids, err := tx.EventIDsAt(e.Site, e.HLC)
-	if err != nil {
-		return err
-	}
-	for _, other := range ids {
-		if other != id {
-			*ns = append(*ns, messages.Equivocation{Site: e.Site, HLC: e.HLC, Schema: e.Schema, Table: e.Table, Retained: other, Arrived: id})
-			return nil
-		}
-	}
-	return nil
-}
-
-// insert runs steps 4 and on of the chokepoint for one event inside tx.
-// fresh is false for a duplicate.
-func insert(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, req *Apply, ns *notices) (out messages.Outcome, fresh bool, err error) {
 	e := req.Event
 	if req.RowKey == nil {
 		req.RowKey = e.RowKey()
 	}
-	out = messages.Outcome{ID: req.ID, Site: e.Site, Schema: e.Schema, Table: e.Table, HLC: e.HLC}
-	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
-
+	in := Input{ID: req.ID, Event: e, Kid: req.Kid, Cutoff: req.Cutoff}
 	// §12 step 4: idempotent insert keyed on the event id.
-	if se, ok, err := tx.Event(e.Site, e.HLC, req.ID); err != nil {
-		return out, false, err
-	} else if ok {
+	se, known, err := tx.Event(e.Site, e.HLC, req.ID)
+	if err != nil {
+		return messages.Outcome{}, err
+	}
+	if known {
 		held, err := tx.HeldEvents(key)
 		if err != nil {
-			return out, false, err
+			return messages.Outcome{}, err
 		}
-		out.Kind = messages.Duplicate
-		if slices.Contains(held, se.Seq) {
-			out.Kind = messages.Held // still waiting for its table: the watermark must not pass it
+		in.Known, in.StillHeld = true, slices.Contains(held, se.Seq)
+	} else {
+		if err := tc.load(tx, persistence.TableKey{Schema: e.Schema, Table: e.Table}); err != nil {
+			return messages.Outcome{}, err
 		}
-		return out, false, nil
+		in.Defined, in.Def, in.Horizon = tc.defined, tc.def, tc.horizon
+		if in.Stamped, err = tx.EventIDsAt(e.Site, e.HLC); err != nil {
+			return messages.Outcome{}, err
+		}
 	}
-
-	if err := tc.load(tx, t); err != nil {
-		return out, true, err
-	}
-	def, ok := tc.def, tc.defined
-	if !ok {
-		// §13.6: destination table missing → hold the group, retry later.
-		if err := equivocation(tx, e, req.ID, ns); err != nil {
-			return out, true, err
-		}
+	d := Decide(in)
+	*ns = append(*ns, d.Notices...)
+	switch d.Action {
+	case Hold:
 		seq, err := tx.AppendEvent(stored(req))
 		if err != nil {
-			return out, true, err
+			return d.Outcome, err
 		}
-		if err := tx.HoldEvent(key, seq); err != nil {
-			return out, true, err
+		return d.Outcome, tx.HoldEvent(key, seq)
+	case Materialize:
+		if _, err := tx.AppendEvent(stored(req)); err != nil {
+			return d.Outcome, err
 		}
-		out.Kind = messages.Held
-		*ns = append(*ns, messages.GroupHeld{Site: e.Site, Schema: e.Schema, Table: e.Table, EventID: req.ID})
-		return out, true, nil
+		return d.Outcome, materializeInto(tx, in.Def, in.Horizon, e, req.RowKey, req.ID, ns)
 	}
-	if reason, detail := resolveKey(def, e); reason != messages.ReasonNone {
-		out.Kind, out.Reason, out.Detail = messages.Dropped, reason, detail
-		*ns = append(*ns, messages.EventDropped{Outcome: out})
-		return out, true, nil
-	}
-	h := tc.horizon
-	out.Kind = messages.Applied
-	if e.HLC < h {
-		// §13.5: below the horizon counts as applied and writes nothing.
-		out.BelowHorizon = true
-		return out, true, nil
-	}
-	if err := equivocation(tx, e, req.ID, ns); err != nil {
-		return out, true, err
-	}
-	if _, err := tx.AppendEvent(stored(req)); err != nil {
-		return out, true, err
-	}
-	return out, true, materializeInto(tx, def, h, e, req.RowKey, req.ID, ns)
+	return d.Outcome, nil
 }
 
 func resolveKey(def persistence.TableDef, e *messages.Event) (messages.Reason, string) {
@@ -434,17 +383,12 @@ func (g *groupActor) release() (int, error) {
 				return fmt.Errorf("%w: held event %s: %v", persistence.ErrCorrupt, se.ID, err)
 			}
 			n++
-			out := messages.Outcome{Kind: messages.Dropped, ID: se.ID, Site: e.Site, Schema: e.Schema, Table: e.Table, HLC: e.HLC}
-			if reason, detail := resolveKey(def, e); reason != messages.ReasonNone {
-				out.Reason, out.Detail = reason, detail
-				ns = append(ns, messages.EventDropped{Outcome: out})
-				continue
-			}
-			if e.HLC < h {
-				continue
-			}
-			if err := materializeInto(tx, def, h, e, se.RowKey, se.ID, &ns); err != nil {
-				return err
+			d := Decide(Input{ID: se.ID, Event: e, Released: true, Defined: true, Def: def, Horizon: h})
+			ns = append(ns, d.Notices...)
+			if d.Action == Materialize {
+				if err := materializeInto(tx, def, h, e, se.RowKey, se.ID, &ns); err != nil {
+					return err
+				}
 			}
 		}
 		if len(seqs) > 0 {
