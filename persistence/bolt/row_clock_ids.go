@@ -22,8 +22,9 @@ import (
 // bytes per clock, a pure function of the delivered events on every node.
 
 // EventIDsAt returns the ids of the retained events site signed with HLC
-// h, ascending: a prefix scan of the (site, HLC, id) index.
-func (t *syncTx) EventIDsAt(site messages.SiteID, h messages.HLC) ([]persistence.EventID, error) {
+// h, ascending, at most limit (≤ 0: all): a prefix scan of the (site,
+// HLC, id) index.
+func (t *syncTx) EventIDsAt(site messages.SiteID, h messages.HLC, limit int) ([]persistence.EventID, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
@@ -32,16 +33,16 @@ func (t *syncTx) EventIDsAt(site messages.SiteID, h messages.HLC) ([]persistence
 	}
 	// The apply path calls this right after Event missed the same prefix:
 	// the reused cursor walks pages already in memory.
-	return eventIDsAt(t.idsCur, site, h, nil)
+	return eventIDsAt(t.idsCur, site, h, limit, nil)
 }
 
 // eventIDsAt scans the index for the ids at (site, h); keep, when non-nil,
 // filters them by their index value (the log sequence).
-func eventIDsAt(c *bbolt.Cursor, site messages.SiteID, h messages.HLC, keep func(seq []byte) (bool, error)) ([]persistence.EventID, error) {
+func eventIDsAt(c *bbolt.Cursor, site messages.SiteID, h messages.HLC, limit int, keep func(seq []byte) (bool, error)) ([]persistence.EventID, error) {
 	var buf [24]byte
 	prefix := binary.BigEndian.AppendUint64(append(buf[:0], site[:]...), uint64(h))
 	var out []persistence.EventID
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && (limit <= 0 || len(out) < limit); k, v = c.Next() {
 		if len(k) != len(prefix)+32 {
 			return nil, fmt.Errorf("bolt: event index key of %d bytes: %w", len(k), persistence.ErrCorrupt)
 		}
@@ -140,7 +141,7 @@ func rowV1ToV2(ids, events *bbolt.Bucket, key, v []byte) ([]byte, error) {
 			c.ID = id
 			return c, nil
 		}
-		cands, err := eventIDsAt(ids.Cursor(), c.Site, c.HLC, func(seq []byte) (bool, error) {
+		cands, err := eventIDsAt(ids.Cursor(), c.Site, c.HLC, 0, func(seq []byte) (bool, error) {
 			if len(seq) != 8 {
 				return false, fmt.Errorf("bolt: id index value of %d bytes: %w", len(seq), persistence.ErrCorrupt)
 			}

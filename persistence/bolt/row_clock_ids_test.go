@@ -143,7 +143,7 @@ func TestOpenFixtureV5RowClocks(t *testing.T) {
 				t.Fatalf("row %v:\n got %+v\nwant %+v", want.Key, got, want)
 			}
 		}
-		ids, err := r.EventIDsAt(fxSite2, 20)
+		ids, err := r.EventIDsAt(fxSite2, 20, 0)
 		if err != nil || len(ids) != 2 {
 			t.Fatalf("EventIDsAt: %x, %v", ids, err)
 		}

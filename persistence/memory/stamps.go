@@ -38,11 +38,14 @@ func (s *state) removeStamp(ev *persistence.StoredEvent) {
 }
 
 // EventIDsAt returns the ids of the retained events site signed with HLC
-// h, ascending.
-func (t *txn) EventIDsAt(site messages.SiteID, h messages.HLC) ([]persistence.EventID, error) {
+// h, ascending, at most limit (≤ 0: all).
+func (t *txn) EventIDsAt(site messages.SiteID, h messages.HLC, limit int) ([]persistence.EventID, error) {
 	if err := t.check(false); err != nil {
 		return nil, err
 	}
 	ids, _ := t.st.stamps.get(stamp{site, h})
+	if limit > 0 && len(ids) > limit {
+		ids = ids[:limit]
+	}
 	return slices.Clone(ids), nil
 }

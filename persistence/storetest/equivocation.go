@@ -47,7 +47,7 @@ func testEventIDsAt(t *testing.T, open OpenFunc) {
 	}
 	check := func(r persistence.SyncReader, site messages.SiteID, h messages.HLC, want ...int) {
 		t.Helper()
-		got, err := r.EventIDsAt(site, h)
+		got, err := r.EventIDsAt(site, h, 0)
 		if err != nil {
 			t.Fatalf("EventIDsAt: %v", err)
 		}
@@ -68,6 +68,9 @@ func testEventIDsAt(t *testing.T, open OpenFunc) {
 			}
 		}
 		check(tx, siteA, 5, 1, 3, 5) // visible in the writing transaction
+		if got, err := tx.EventIDsAt(siteA, 5, 2); err != nil || len(got) != 2 || got[0] != eventID(1) || got[1] != eventID(3) {
+			t.Fatalf("EventIDsAt limit 2 = %x, %v; want the two lowest", got, err)
+		}
 		return nil
 	})
 	// A failed Update adds nothing.
