@@ -37,8 +37,15 @@ type Event struct {
 	Delete bool
 }
 
-// Clock returns the event's (HLC, site) clock.
+// Clock returns the event's (HLC, site) clock without its id: for display
+// and for comparisons where the id cannot matter. Materialization compares
+// ClockOf(id).
 func (e *Event) Clock() Clock { return Clock{HLC: e.HLC, Site: e.Site} }
+
+// ClockOf returns the event's full clock (HLC, site, id), id being the
+// event's id (the BLAKE3 of its signed bytes): what the materializer
+// compares and stores.
+func (e *Event) ClockOf(id EventID) Clock { return Clock{HLC: e.HLC, Site: e.Site, ID: id} }
 
 // RowKey returns the deterministic encoding of the row key: the row's identity.
 func (e *Event) RowKey() []byte { return e.Key.Encode() }

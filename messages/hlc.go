@@ -50,11 +50,18 @@ func ParseSiteID(s string) (SiteID, error) {
 }
 
 // Clock is the total order SSP/1 resolves conflicts with: HLC first, then
-// the site id bytes as the tiebreak. The zero Clock means "no clock": it
-// is beaten by every event clock.
+// the site id bytes as the tiebreak, then the event id bytes. The zero
+// Clock means "no clock": it is beaten by every event clock.
+//
+// The event id is the last resort for one (site, HLC) carried by two
+// distinct events. An honest site never issues that (SSP/1 §13.5 makes HLC
+// reuse a precondition violation), but a hostile or restored site can, and
+// a receiver must still reach the same state from the same events whatever
+// their order; without the id the first arrival would win (issue 10).
 type Clock struct {
-	HLC  HLC    `cbor:"1,keyasint"`
-	Site SiteID `cbor:"2,keyasint"`
+	HLC  HLC     `cbor:"1,keyasint"`
+	Site SiteID  `cbor:"2,keyasint"`
+	ID   EventID `cbor:"3,keyasint"`
 }
 
 // Compare returns -1, 0 or +1 as c is before, equal to or after o.
@@ -65,8 +72,15 @@ func (c Clock) Compare(o Clock) int {
 	case c.HLC > o.HLC:
 		return 1
 	}
-	return bytes.Compare(c.Site[:], o.Site[:])
+	if s := bytes.Compare(c.Site[:], o.Site[:]); s != 0 {
+		return s
+	}
+	return bytes.Compare(c.ID[:], o.ID[:])
 }
+
+// SameStamp reports whether c and o carry one (HLC, site): two distinct
+// events with the same stamp are an equivocation of that site.
+func (c Clock) SameStamp(o Clock) bool { return c.HLC == o.HLC && c.Site == o.Site }
 
 // Beats reports whether c is strictly after o.
 func (c Clock) Beats(o Clock) bool { return c.Compare(o) > 0 }
@@ -74,12 +88,17 @@ func (c Clock) Beats(o Clock) bool { return c.Compare(o) > 0 }
 // IsZero reports whether c is the zero clock.
 func (c Clock) IsZero() bool { return c == Clock{} }
 
-// String returns a readable form of the Clock.
+// String returns a readable form of the Clock: HLC@site, then #id (its
+// first 4 bytes) when the clock names its event.
 func (c Clock) String() string {
 	if c.IsZero() {
 		return "none"
 	}
-	return c.HLC.String() + "@" + c.Site.String()[:8]
+	s := c.HLC.String() + "@" + c.Site.String()[:8]
+	if c.ID != (EventID{}) {
+		s += "#" + c.ID.String()[:8]
+	}
+	return s
 }
 
 // EventID is the BLAKE3-256 of a signed event's bytes exactly as received.

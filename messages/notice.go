@@ -55,10 +55,41 @@ type ColumnsIgnored struct {
 	Columns       []string
 }
 
-func (Resurrection) notice()   {}
-func (PartialRebuild) notice() {}
-func (EventDropped) notice()   {}
-func (EventRejected) notice()  {}
-func (GroupHeld) notice()      {}
-func (GroupReleased) notice()  {}
-func (ColumnsIgnored) notice() {}
+// Equivocation: two distinct events signed by one site carry one HLC
+// (SSP/1 §13.5 forbids HLC reuse; a hostile site, or one restored from a
+// stale backup, does it anyway). Both are applied and the conflict is
+// resolved by event id, so every node holding both agrees; the notice is
+// raised by the second of the pair to arrive. Attribution is by signature:
+// Site signed both.
+type Equivocation struct {
+	Site          SiteID
+	HLC           HLC
+	Schema, Table string // of the arriving event
+	// Retained is an event already in the log with the same (Site, HLC)
+	// (the lowest id when there are several); Arrived is the new one.
+	Retained, Arrived EventID
+}
+
+// RetiredKeyEvent: an event signed by a retired key arrived for the first
+// time after the key's retirement. It is valid — its HLC is at or below
+// the cutoff (SSP/1 §12) — and applied like any other, but whoever holds a
+// stolen retired key can backdate writes this way, so it is never silent.
+type RetiredKeyEvent struct {
+	Site          SiteID
+	Kid           []byte
+	Cutoff        HLC // the key's retirement cutoff when the event arrived
+	HLC           HLC
+	Schema, Table string
+	EventID       EventID
+	Outcome       OutcomeKind // what the chokepoint did with it
+}
+
+func (Resurrection) notice()    {}
+func (Equivocation) notice()    {}
+func (RetiredKeyEvent) notice() {}
+func (PartialRebuild) notice()  {}
+func (EventDropped) notice()    {}
+func (EventRejected) notice()   {}
+func (GroupHeld) notice()       {}
+func (GroupReleased) notice()   {}
+func (ColumnsIgnored) notice()  {}

@@ -81,6 +81,12 @@ type SyncReader interface {
 	// of at random places of a large index. An id stored with another site
 	// or HLC is not found.
 	Event(site messages.SiteID, h messages.HLC, id EventID) (ev StoredEvent, ok bool, err error)
+	// EventIDsAt returns the ids of the retained events site signed with
+	// HLC h, ascending, at most limit of them (limit ≤ 0: all). An honest
+	// site has at most one: more are an equivocation (SSP/1 §13.5 forbids
+	// HLC reuse; issue 10). The apply path asks for two, so a site that
+	// signs many events with one HLC cannot make each arrival cost more.
+	EventIDsAt(site messages.SiteID, h messages.HLC, limit int) ([]EventID, error)
 	// EventsAfter calls fn for retained events with Seq > after, in Seq
 	// order, until fn returns false or limit events were visited (limit ≤ 0: no limit).
 	EventsAfter(after uint64, limit int, fn func(StoredEvent) (bool, error)) error

@@ -16,6 +16,9 @@ type metrics struct {
 	partial     prometheus.Counter
 	released    prometheus.Counter
 	deadLetters prometheus.Counter
+	// Issue 10 points 4 and 5: HLC reuse by a site, events of retired keys.
+	equivocations prometheus.Counter
+	retiredKey    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,6 +43,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "syncmesh", Subsystem: "sync", Name: "held_events_released_total",
 			Help: "Held events materialized after their table was defined.",
 		}),
+		equivocations: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "equivocations_total",
+			Help: "Events whose (site, HLC) another retained event already carries: the site reused an HLC (resolved by event id).",
+		}),
+		retiredKey: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "retired_key_events_total",
+			Help: "Events of a retired key first received after its retirement (valid at or below the cutoff; possibly a stolen key backdating).",
+		}),
 		deadLetters: newDeadLetters(),
 	}
 	// Nodes sharing one Registerer share the collectors.
@@ -47,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.outcomes, err = promreg.Register(reg, m.outcomes); err != nil {
 		return nil, err
 	}
-	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters} {
+	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters, &m.equivocations, &m.retiredKey} {
 		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}
@@ -69,6 +80,10 @@ func (m *metrics) notice(n messages.Notice) {
 		m.partial.Inc()
 	case messages.GroupReleased:
 		m.released.Add(float64(x.Events))
+	case messages.Equivocation:
+		m.equivocations.Inc()
+	case messages.RetiredKeyEvent:
+		m.retiredKey.Inc()
 	}
 }
 

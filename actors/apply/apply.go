@@ -49,7 +49,31 @@ type Config struct {
 
 // Chokepoint is the node's single apply path.
 type Chokepoint struct {
-	cfg Config
+	cfg     Config
+	retired atomic.Pointer[retiredKids]
+}
+
+// retiredKids is the retirement cutoff of every retired key of one keyring
+// snapshot, by kid: checking it costs a map lookup per event instead of a
+// copied Key.
+type retiredKids struct {
+	kr  *sign.Keyring
+	cut map[string]messages.HLC
+}
+
+// cutoffOf returns kid's retirement cutoff in kr (0: not retired).
+func (c *Chokepoint) cutoffOf(kr *sign.Keyring, kid []byte) messages.HLC {
+	r := c.retired.Load()
+	if r == nil || r.kr != kr {
+		r = &retiredKids{kr: kr, cut: map[string]messages.HLC{}}
+		for _, k := range kr.Keys() {
+			if k.Cutoff != 0 {
+				r.cut[string(k.Kid)] = k.Cutoff
+			}
+		}
+		c.retired.Store(r)
+	}
+	return r.cut[string(kid)]
 }
 
 // New returns the chokepoint.
@@ -66,7 +90,8 @@ type checked struct {
 // check runs §12 steps 1–3.
 func (c *Chokepoint) check(raw []byte) checked {
 	// Step 1: signature first, so nothing later reads unauthenticated input.
-	v, err := sign.Verify(c.cfg.Keyring.Load(), raw, c.cfg.MeshID)
+	kr := c.cfg.Keyring.Load()
+	v, err := sign.Verify(kr, raw, c.cfg.MeshID)
 	if err != nil {
 		id := eventid.Of(raw)
 		out := messages.Outcome{ID: id}
@@ -103,7 +128,13 @@ func (c *Chokepoint) check(raw []byte) checked {
 		c.cfg.Logger.Debug("apply: event out of scope dropped", "schema", e.Schema, "table", e.Table, "id", id)
 		return checked{out: out, final: true}
 	}
-	return checked{out: out, req: &syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: e.RowKey()}}
+	req := &syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: e.RowKey()}
+	// Issue 10 point 5: an event of a key retired by the time it arrives
+	// is valid (HLC ≤ cutoff) but surfaced by its group if it is new.
+	if cut := c.cutoffOf(kr, v.Kid); cut != 0 {
+		req.Kid, req.Cutoff = v.Kid, cut
+	}
+	return checked{out: out, req: req}
 }
 
 func signerOf(kr *sign.Keyring, raw []byte) (sign.Key, bool) {

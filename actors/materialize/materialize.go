@@ -8,6 +8,12 @@
 // table's columns and the eviction horizon (SSP/1 §13.5): per-column
 // last-writer-wins bounded by the tombstone clock, existence by the
 // highest existence event, and deletes that clear every column they beat.
+//
+// Every comparison is on the full clock (HLC, site, event id): the id
+// settles two distinct events one site signed with one HLC, which SSP/1
+// §13.5 forbids but a hostile site can send. Without it the first of the
+// two to arrive would win and two nodes holding the same events would
+// disagree for good (issue 10, "a site that reuses an HLC forks the mesh").
 package materialize
 
 import (
@@ -57,22 +63,24 @@ func ResolveKey(def persistence.TableDef, key messages.Columns) error {
 	return nil
 }
 
-// Log yields the retained events of one row (any order). A rebuild feeds
-// it only events at or above the horizon, whatever else is still stored
-// (SSP/1 §13.4: eviction is lazy, the horizon is what counts).
-type Log func(yield func(e *messages.Event) error) error
+// Log yields the retained events of one row (any order), each with its
+// event id. A rebuild feeds it only events at or above the horizon,
+// whatever else is still stored (SSP/1 §13.4: eviction is lazy, the
+// horizon is what counts).
+type Log func(yield func(id messages.EventID, e *messages.Event) error) error
 
-// Apply materializes one event into row. The caller has resolved the key
-// (ResolveKey) and handled events below the horizon (they write nothing).
-// row is the zero Row when the row has no state yet. log must include e
-// itself when it is an upsert (the caller appends before applying).
-func Apply(def persistence.TableDef, horizon messages.HLC, row persistence.Row, e *messages.Event, log Log) (persistence.Row, Effects, error) {
-	return ApplyOwned(def, horizon, clone(row), e, log)
+// Apply materializes one event, whose id is id, into row. The caller has
+// resolved the key (ResolveKey) and handled events below the horizon (they
+// write nothing). row is the zero Row when the row has no state yet. log
+// must include e itself when it is an upsert (the caller appends before
+// applying).
+func Apply(def persistence.TableDef, horizon messages.HLC, row persistence.Row, id messages.EventID, e *messages.Event, log Log) (persistence.Row, Effects, error) {
+	return ApplyOwned(def, horizon, clone(row), id, e, log)
 }
 
 // ApplyOwned is Apply for a caller that hands over row (a fresh copy read
 // from storage): it updates row's cells in place instead of copying them.
-func ApplyOwned(def persistence.TableDef, horizon messages.HLC, row persistence.Row, e *messages.Event, log Log) (persistence.Row, Effects, error) {
+func ApplyOwned(def persistence.TableDef, horizon messages.HLC, row persistence.Row, id messages.EventID, e *messages.Event, log Log) (persistence.Row, Effects, error) {
 	if row.Cells == nil {
 		row.Cells = make(map[string]persistence.Cell)
 	}
@@ -80,7 +88,7 @@ func ApplyOwned(def persistence.TableDef, horizon messages.HLC, row persistence.
 	if row.Key == nil {
 		row.Key = e.Key
 	}
-	c := e.Clock()
+	c := e.ClockOf(id)
 	var fx Effects
 	if e.Delete {
 		applyDelete(def, &row, c)
@@ -162,11 +170,11 @@ func rebuild(def persistence.TableDef, horizon messages.HLC, row *persistence.Ro
 		c messages.Clock
 	}
 	best := make(map[string]cand, len(columns))
-	err := log(func(e *messages.Event) error {
+	err := log(func(id messages.EventID, e *messages.Event) error {
 		if e.Delete || e.HLC < horizon {
 			return nil
 		}
-		c := e.Clock()
+		c := e.ClockOf(id)
 		if !c.Beats(row.Tomb) {
 			return nil
 		}

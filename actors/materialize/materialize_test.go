@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/syncmesh/syncmesh/crypto/eventid"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -22,10 +23,20 @@ func del(site byte, h messages.HLC) *messages.Event {
 	return &messages.Event{Site: messages.SiteID{site}, HLC: h, Schema: "app", Table: "t", Key: messages.Columns{"id": messages.MustValue(1)}, Delete: true}
 }
 
+// idOf gives a test event an id derived from its content, as the BLAKE3
+// of its signed bytes is: distinct events, distinct ids.
+func idOf(e *messages.Event) messages.EventID {
+	b, err := messages.EncodeEvent(e)
+	if err != nil {
+		panic(err)
+	}
+	return eventid.Of(b)
+}
+
 func logOf(evs ...*messages.Event) Log {
-	return func(yield func(*messages.Event) error) error {
+	return func(yield func(messages.EventID, *messages.Event) error) error {
 		for _, e := range evs {
-			if err := yield(e); err != nil {
+			if err := yield(idOf(e), e); err != nil {
 				return err
 			}
 		}
@@ -35,7 +46,7 @@ func logOf(evs ...*messages.Event) Log {
 
 func mustApply(t *testing.T, h messages.HLC, row persistence.Row, e *messages.Event, log Log) (persistence.Row, Effects) {
 	t.Helper()
-	r, fx, err := Apply(def, h, row, e, log)
+	r, fx, err := Apply(def, h, row, idOf(e), e, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,11 @@ type Apply struct {
 	// Index is copied to the Result, so one Reply channel can serve many
 	// requests.
 	Index int
+	// Kid and Cutoff name the signer's key when it was retired at
+	// verification (Cutoff ≠ 0): such an event, if it is new here, is
+	// surfaced as a RetiredKeyEvent whatever its HLC (issue 10 point 5).
+	Kid    []byte
+	Cutoff messages.HLC
 }
 
 // ApplyMany hands a group several requests in one message (one mailbox
@@ -196,8 +201,6 @@ func (g *groupActor) finish(m *committed) {
 	}
 }
 
-// applyOne runs steps 4 and on of the chokepoint for one event inside tx:
-// idempotent insert, held/dropped resolution (§13.6), horizon, materialize.
 // tableCache holds a group's table definition and horizon for one batch:
 // every event of a group names the same table, and one transaction sees
 // one state of it.
@@ -225,62 +228,54 @@ func (c *tableCache) load(tx persistence.SyncReader, t persistence.TableKey) err
 	return nil
 }
 
+// applyOne runs steps 4 and on of the chokepoint for one event inside tx:
+// it reads what Decide needs, decides, and runs the decision's storage
+// action (the materializer adds its own notices).
 func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, req *Apply, ns *notices) (messages.Outcome, error) {
 	e := req.Event
 	if req.RowKey == nil {
 		req.RowKey = e.RowKey()
 	}
-	out := messages.Outcome{ID: req.ID, Site: e.Site, Schema: e.Schema, Table: e.Table, HLC: e.HLC}
-	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
-
+	in := Input{ID: req.ID, Event: e, Kid: req.Kid, Cutoff: req.Cutoff}
 	// §12 step 4: idempotent insert keyed on the event id.
-	if se, ok, err := tx.Event(e.Site, e.HLC, req.ID); err != nil {
-		return out, err
-	} else if ok {
+	se, known, err := tx.Event(e.Site, e.HLC, req.ID)
+	if err != nil {
+		return messages.Outcome{}, err
+	}
+	if known {
 		held, err := tx.HeldEvents(key)
 		if err != nil {
-			return out, err
+			return messages.Outcome{}, err
 		}
-		out.Kind = messages.Duplicate
-		if slices.Contains(held, se.Seq) {
-			out.Kind = messages.Held // still waiting for its table: the watermark must not pass it
+		in.Known, in.StillHeld = true, slices.Contains(held, se.Seq)
+	} else {
+		if err := tc.load(tx, persistence.TableKey{Schema: e.Schema, Table: e.Table}); err != nil {
+			return messages.Outcome{}, err
 		}
-		return out, nil
+		in.Defined, in.Def, in.Horizon = tc.defined, tc.def, tc.horizon
+		// Two ids suffice: any one other than this event's is the
+		// evidence, and the scan stays bounded however many events the
+		// site signed with this HLC.
+		if in.Stamped, err = tx.EventIDsAt(e.Site, e.HLC, 2); err != nil {
+			return messages.Outcome{}, err
+		}
 	}
-
-	if err := tc.load(tx, t); err != nil {
-		return out, err
-	}
-	def, ok := tc.def, tc.defined
-	if !ok {
-		// §13.6: destination table missing → hold the group, retry later.
+	d := Decide(in)
+	*ns = append(*ns, d.Notices...)
+	switch d.Action {
+	case Hold:
 		seq, err := tx.AppendEvent(stored(req))
 		if err != nil {
-			return out, err
+			return d.Outcome, err
 		}
-		if err := tx.HoldEvent(key, seq); err != nil {
-			return out, err
+		return d.Outcome, tx.HoldEvent(key, seq)
+	case Materialize:
+		if _, err := tx.AppendEvent(stored(req)); err != nil {
+			return d.Outcome, err
 		}
-		out.Kind = messages.Held
-		*ns = append(*ns, messages.GroupHeld{Site: e.Site, Schema: e.Schema, Table: e.Table, EventID: req.ID})
-		return out, nil
+		return d.Outcome, materializeInto(tx, in.Def, in.Horizon, e, req.RowKey, req.ID, ns)
 	}
-	if reason, detail := resolveKey(def, e); reason != messages.ReasonNone {
-		out.Kind, out.Reason, out.Detail = messages.Dropped, reason, detail
-		*ns = append(*ns, messages.EventDropped{Outcome: out})
-		return out, nil
-	}
-	h := tc.horizon
-	out.Kind = messages.Applied
-	if e.HLC < h {
-		// §13.5: below the horizon counts as applied and writes nothing.
-		out.BelowHorizon = true
-		return out, nil
-	}
-	if _, err := tx.AppendEvent(stored(req)); err != nil {
-		return out, err
-	}
-	return out, materializeInto(tx, def, h, e, req.RowKey, req.ID, ns)
+	return d.Outcome, nil
 }
 
 func resolveKey(def persistence.TableDef, e *messages.Event) (messages.Reason, string) {
@@ -304,13 +299,13 @@ func stored(req *Apply) persistence.StoredEvent {
 
 // RowLog reads a row's retained events from tx for a rebuild.
 func RowLog(tx persistence.SyncReader, t persistence.TableKey, rowKey []byte) materialize.Log {
-	return func(yield func(*messages.Event) error) error {
+	return func(yield func(messages.EventID, *messages.Event) error) error {
 		return tx.RowEvents(t, rowKey, func(se persistence.StoredEvent) (bool, error) {
 			ev, err := sign.ParseVerified(se.Raw)
 			if err != nil {
 				return false, fmt.Errorf("%w: retained event %s: %v", persistence.ErrCorrupt, se.ID, err)
 			}
-			return true, yield(ev)
+			return true, yield(se.ID, ev)
 		})
 	}
 }
@@ -335,7 +330,7 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 		return err
 	}
 	// The row is this transaction's own copy: hand it over.
-	nr, fx, err := materialize.ApplyOwned(def, h, row, e, RowLog(tx, t, rowKey))
+	nr, fx, err := materialize.ApplyOwned(def, h, row, id, e, RowLog(tx, t, rowKey))
 	if err != nil {
 		return err
 	}
@@ -343,7 +338,7 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 		return err
 	}
 	if fx.Resurrected {
-		*ns = append(*ns, messages.Resurrection{Schema: e.Schema, Table: e.Table, Key: e.Key, By: e.Clock(), Tomb: fx.Tomb, EventID: id})
+		*ns = append(*ns, messages.Resurrection{Schema: e.Schema, Table: e.Table, Key: e.Key, By: e.ClockOf(id), Tomb: fx.Tomb, EventID: id})
 		if fx.Partial {
 			// §13.4: a partial rebuild MUST NOT pass as complete.
 			*ns = append(*ns, messages.PartialRebuild{Schema: e.Schema, Table: e.Table, Key: e.Key, Tomb: fx.Tomb, Horizon: h, EventID: id})
@@ -391,17 +386,12 @@ func (g *groupActor) release() (int, error) {
 				return fmt.Errorf("%w: held event %s: %v", persistence.ErrCorrupt, se.ID, err)
 			}
 			n++
-			out := messages.Outcome{Kind: messages.Dropped, ID: se.ID, Site: e.Site, Schema: e.Schema, Table: e.Table, HLC: e.HLC}
-			if reason, detail := resolveKey(def, e); reason != messages.ReasonNone {
-				out.Reason, out.Detail = reason, detail
-				ns = append(ns, messages.EventDropped{Outcome: out})
-				continue
-			}
-			if e.HLC < h {
-				continue
-			}
-			if err := materializeInto(tx, def, h, e, se.RowKey, se.ID, &ns); err != nil {
-				return err
+			d := Decide(Input{ID: se.ID, Event: e, Released: true, Defined: true, Def: def, Horizon: h})
+			ns = append(ns, d.Notices...)
+			if d.Action == Materialize {
+				if err := materializeInto(tx, def, h, e, se.RowKey, se.ID, &ns); err != nil {
+					return err
+				}
 			}
 		}
 		if len(seqs) > 0 {

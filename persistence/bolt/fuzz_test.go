@@ -23,6 +23,9 @@ func FuzzDecodeRecords(f *testing.F) {
 	held := append(groupPrefix(nil, persistence.GroupKey{Schema: "s", Table: "t"}), u64(3)...)
 	f.Add(ev, key)
 	f.Add(row, key)
+	rowIDs, _ := encodeRow(&persistence.Row{Existence: messages.Clock{HLC: 2, Site: messages.SiteID{1}, ID: messages.EventID{9}},
+		Tomb: messages.Clock{Site: messages.SiteID{2}, ID: messages.EventID{3}}})
+	f.Add(rowIDs, key)
 	f.Add(tbl, []byte{})
 	f.Add(held, []byte{0xa0})
 	f.Add([]byte{0xa1, 0x01, 0x02}, []byte{0xff})

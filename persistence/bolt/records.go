@@ -15,6 +15,12 @@ import (
 // a layout migration rewrites it.
 const recordVersion = 1
 
+// rowRecordVersion is the version of a row record (bucketSyncRows) from
+// layout 7 on: every clock carries the id of the event that set it, the
+// last tiebreak of SSP/1's order (messages.Clock). Version-1 rows (no ids)
+// are read only by the layout 6→7 migration (row_clock_ids.go).
+const rowRecordVersion = 2
+
 // maxRecordSize bounds a stored record the decoder accepts.
 const maxRecordSize = 16 << 20
 
@@ -31,9 +37,13 @@ type eventRecord struct {
 	Raw    []byte `cbor:"8,keyasint"`
 }
 
+// clockRecord is a stored messages.Clock. ID is absent for the zero id
+// (the zero clock, or a clock whose event was reclaimed before layout 7;
+// see row_clock_ids.go).
 type clockRecord struct {
 	HLC  uint64 `cbor:"1,keyasint,omitempty"`
 	Site []byte `cbor:"2,keyasint,omitempty"`
+	ID   []byte `cbor:"3,keyasint,omitempty"`
 }
 
 type cellRecord struct {
@@ -73,10 +83,14 @@ func corrupt(what string, err error) error {
 }
 
 func decodeRecord(what string, b []byte, v any, version *uint64) error {
+	return decodeRecordVersion(what, b, v, version, recordVersion)
+}
+
+func decodeRecordVersion(what string, b []byte, v any, version *uint64, want uint64) error {
 	if err := messages.Unmarshal(what, b, v, maxRecordSize); err != nil {
 		return corrupt(what, err)
 	}
-	if *version != recordVersion {
+	if *version != want {
 		return corrupt(what, fmt.Errorf("record version %d: %w", *version, messages.ErrUnsupportedVersion))
 	}
 	return nil
@@ -86,7 +100,11 @@ func toClockRecord(c messages.Clock) clockRecord {
 	if c.IsZero() {
 		return clockRecord{}
 	}
-	return clockRecord{HLC: uint64(c.HLC), Site: c.Site[:]}
+	r := clockRecord{HLC: uint64(c.HLC), Site: c.Site[:]}
+	if c.ID != (messages.EventID{}) {
+		r.ID = c.ID[:]
+	}
+	return r
 }
 
 func fromClockRecord(r clockRecord) (messages.Clock, error) {
@@ -97,6 +115,13 @@ func fromClockRecord(r clockRecord) (messages.Clock, error) {
 		copy(c.Site[:], r.Site)
 	default:
 		return c, fmt.Errorf("clock site of %d bytes", len(r.Site))
+	}
+	switch len(r.ID) {
+	case 0:
+	case len(c.ID):
+		copy(c.ID[:], r.ID)
+	default:
+		return c, fmt.Errorf("clock event id of %d bytes", len(r.ID))
 	}
 	return c, nil
 }
@@ -116,7 +141,7 @@ func siteFrom(b []byte) (messages.SiteID, error) {
 func encodeRow(row *persistence.Row) ([]byte, error) {
 	b := make([]byte, 0, 64+len(row.Cells)*48)
 	b = messages.AppendMapHeader(b, 5)
-	b = messages.AppendUint(messages.AppendUint(b, 1), recordVersion)
+	b = messages.AppendUint(messages.AppendUint(b, 1), rowRecordVersion)
 	b = messages.AppendBool(messages.AppendUint(b, 2), row.Exists)
 	b = appendClock(messages.AppendUint(b, 3), row.Existence)
 	b = appendClock(messages.AppendUint(b, 4), row.Tomb)
@@ -146,20 +171,29 @@ func encodeRow(row *persistence.Row) ([]byte, error) {
 	return b, nil
 }
 
-// appendClock writes a clockRecord (both fields omitempty).
+// appendClock writes a clockRecord (every field omitempty; the site is
+// written for every non-zero clock).
 func appendClock(b []byte, c messages.Clock) []byte {
 	if c.IsZero() {
 		return messages.AppendMapHeader(b, 0)
 	}
-	n := 2
-	if c.HLC == 0 {
-		n = 1
+	hasID := c.ID != (messages.EventID{})
+	n := 1
+	if c.HLC != 0 {
+		n++
+	}
+	if hasID {
+		n++
 	}
 	b = messages.AppendMapHeader(b, n)
 	if c.HLC != 0 {
 		b = messages.AppendUint(messages.AppendUint(b, 1), uint64(c.HLC))
 	}
-	return messages.AppendBytes(messages.AppendUint(b, 2), c.Site[:])
+	b = messages.AppendBytes(messages.AppendUint(b, 2), c.Site[:])
+	if hasID {
+		b = messages.AppendBytes(messages.AppendUint(b, 3), c.ID[:])
+	}
+	return b
 }
 
 // encodeEvent writes an eventRecord directly (once per appended event);
@@ -179,7 +213,7 @@ func encodeEvent(r *eventRecord) []byte {
 
 func decodeRow(t persistence.TableKey, rowKey, b []byte) (persistence.Row, error) {
 	var rec rowRecord
-	if err := decodeRecord("row", b, &rec, &rec.V); err != nil {
+	if err := decodeRecordVersion("row", b, &rec, &rec.V, rowRecordVersion); err != nil {
 		return persistence.Row{}, err
 	}
 	key, err := messages.DecodeColumns(rowKey)

@@ -20,6 +20,9 @@ func genClock(t *rapid.T, label string) messages.Clock {
 		c.HLC = 0
 	}
 	copy(c.Site[:], rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, label+"-site"))
+	if rapid.IntRange(0, 3).Draw(t, label+"-id0") != 0 {
+		copy(c.ID[:], rapid.SliceOfN(rapid.Byte(), 32, 32).Draw(t, label+"-id"))
+	}
 	return c
 }
 
@@ -41,7 +44,7 @@ func TestRecordEncodersMatchCodec(t *testing.T) {
 			}
 		}
 		got, _ := encodeRow(&row)
-		rec := rowRecord{V: recordVersion, Exists: row.Exists, Existence: toClockRecord(row.Existence), Tomb: toClockRecord(row.Tomb)}
+		rec := rowRecord{V: rowRecordVersion, Exists: row.Exists, Existence: toClockRecord(row.Existence), Tomb: toClockRecord(row.Tomb)}
 		if len(row.Cells) > 0 {
 			rec.Cells = map[string]cellRecord{}
 			for n, c := range row.Cells {

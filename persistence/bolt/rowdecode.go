@@ -27,7 +27,7 @@ func readRowKeyed(t persistence.TableKey, rowKey []byte, key messages.Columns, b
 	// One copy backs every cell value: the row never aliases bbolt memory.
 	r := cborReader{b: bytes.Clone(b)}
 	row := persistence.Row{Schema: t.Schema, Table: t.Table}
-	if r.mapLen() != 5 || r.uint() != 1 || r.uint() != recordVersion {
+	if r.mapLen() != 5 || r.uint() != 1 || r.uint() != rowRecordVersion {
 		return row, corrupt("row", r.fail("header"))
 	}
 	if r.uint() != 2 {
@@ -217,27 +217,28 @@ func (r *cborReader) null() bool {
 }
 
 // clock reads a clockRecord in appendClock's shapes: {} for the zero
-// clock, {2: site} (site non-zero) for HLC 0, else {1: hlc, 2: site}.
+// clock, else {1: hlc (non-zero, absent for 0), 2: site, 3: event id
+// (non-zero, absent for the zero id)} in that field order.
 func (r *cborReader) clock() messages.Clock {
 	var c messages.Clock
 	n := r.mapLen()
-	switch {
-	case r.err != nil || n == 0:
+	if r.err != nil || n == 0 {
 		return c
-	case n == 2:
-		if r.uint() != 1 {
-			r.fail("clock field")
-			return c
-		}
+	}
+	if n > 3 {
+		r.fail("clock size")
+		return c
+	}
+	key := r.uint()
+	if key == 1 {
 		if c.HLC = messages.HLC(r.uint()); c.HLC == 0 {
 			r.fail("clock hlc 0 (written without the field)")
 			return c
 		}
-	case n != 1:
-		r.fail("clock size")
-		return c
+		n--
+		key = r.uint()
 	}
-	if r.uint() != 2 {
+	if key != 2 || n < 1 {
 		r.fail("clock field")
 		return c
 	}
@@ -247,6 +248,27 @@ func (r *cborReader) clock() messages.Clock {
 		return c
 	}
 	copy(c.Site[:], site)
+	switch n {
+	case 1:
+	case 2:
+		if r.uint() != 3 {
+			r.fail("clock field")
+			return c
+		}
+		id := r.bytes()
+		if len(id) != len(c.ID) {
+			r.fail("clock event id length")
+			return c
+		}
+		copy(c.ID[:], id)
+		if c.ID == (messages.EventID{}) {
+			r.fail("clock zero event id (written without the field)")
+			return c
+		}
+	default:
+		r.fail("clock size")
+		return c
+	}
 	if c.IsZero() {
 		r.fail("zero clock (written as {})")
 	}

@@ -41,6 +41,7 @@ type state struct {
 	tables      cowMap[persistence.TableKey, persistence.TableDef]
 	events      cowMap[uint64, *persistence.StoredEvent] // immutable once stored
 	ids         cowMap[persistence.EventID, uint64]
+	stamps      cowMap[stamp, []persistence.EventID]   // (site, HLC) → ids, ascending; shared slices, copied on write
 	rowEvents   cowMap[rowID, []uint64]                // ascending seqs
 	tableEvents cowMap[persistence.TableKey, []uint64] // ascending seqs
 	rows        cowMap[rowID, *persistence.Row]        // deep copies, never mutated
@@ -60,6 +61,7 @@ func (s *state) begin(gen uint64) {
 	s.tables.begin(gen)
 	s.events.begin(gen)
 	s.ids.begin(gen)
+	s.stamps.begin(gen)
 	s.rowEvents.begin(gen)
 	s.tableEvents.begin(gen)
 	s.rows.begin(gen)
@@ -472,6 +474,7 @@ func (t *txn) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	ev.Seq = t.st.lastSeq
 	t.st.events.put(ev.Seq, &ev)
 	t.st.ids.put(ev.ID, ev.Seq)
+	t.st.addStamp(ev)
 	if t.ownTable == nil {
 		t.ownTable, t.ownRow = map[persistence.TableKey]bool{}, map[rowID]bool{}
 	}
@@ -499,6 +502,7 @@ func (t *txn) DeleteEventsBelow(k persistence.TableKey, h messages.HLC) (int, er
 		n++
 		t.st.events.del(seq)
 		t.st.ids.del(ev.ID)
+		t.st.removeStamp(ev)
 		rid := rowID{ev.Schema, ev.Table, string(ev.RowKey)}
 		rs, _ := t.st.rowEvents.get(rid)
 		delete(t.ownRow, rid) // removeSorted returns a fresh slice or the shared one

@@ -80,6 +80,8 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"PeerProgressWithGaps", testPeerProgress},
 		{"EventKeyedBySiteAndHLC", testEventKeyedBySiteAndHLC},
 		{"TableEventKeysInSiteHLCIDOrder", testTableEventKeys},
+		{"RowClocksKeepEventIDs", testRowClocksKeepEventIDs},
+		{"EventIDsAtListsOneStamp", testEventIDsAt},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
