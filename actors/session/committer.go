@@ -111,25 +111,27 @@ func (c *committer) Receive(ctx actor.Context) {
 // partial writes must not commit).
 var errPoisoned = errors.New("session: item failed after writing")
 
+// errStale answers an item decided on top of a failed write.
+var errStale = fmt.Errorf("%w: an earlier write of this peer failed", ErrStaleState)
+
 // commit runs the queued items in one transaction. An item whose writes
 // fail is answered with its error, its chain is broken, and the
 // transaction is retried without it (and without the later items of its
 // chain); a failed commit fails every item and breaks every chain.
 func (c *committer) commit() {
-	live := c.pending
+	// Items of a chain broken by an earlier transaction were decided on
+	// top of a failed write: refuse them.
+	live := make([]*item, 0, len(c.pending))
+	for _, it := range c.pending {
+		if it.chain != nil && it.chain.broken {
+			it.done(errStale)
+			continue
+		}
+		live = append(live, it)
+	}
 	c.pending = nil
 	for len(live) > 0 {
-		kept := make([]*item, 0, len(live))
-		for _, it := range live {
-			if it.chain != nil && it.chain.broken {
-				it.done(fmt.Errorf("%w: an earlier write of this peer failed", ErrStaleState))
-				continue
-			}
-			kept = append(kept, it)
-		}
-		if len(kept) == 0 {
-			return
-		}
+		kept := live
 		failed := -1
 		var itemErr error
 		var st Stats
@@ -158,7 +160,16 @@ func (c *committer) commit() {
 				bad.chain.broken = true
 			}
 			bad.done(itemErr)
-			live = append(kept[:failed:failed], kept[failed+1:]...)
+			// Retry without it and without the later items of its chain;
+			// the earlier ones did not depend on it.
+			live = append([]*item(nil), kept[:failed]...)
+			for _, it := range kept[failed+1:] {
+				if bad.chain != nil && it.chain == bad.chain {
+					it.done(errStale)
+					continue
+				}
+				live = append(live, it)
+			}
 			continue
 		}
 		c.logger.Warn("session: delivery commit failed", "items", len(kept), "err", err)
