@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/actors/mailbox"
+	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
@@ -229,5 +230,45 @@ func TestCommitsPerMessagePipelined(t *testing.T) {
 	t.Logf("64 in flight: %d commits for %d messages (%.3f per message)", got, n, per)
 	if got > 8 || per > 0.25 {
 		t.Fatalf("%d commits for %d messages (%.3f per message), want ≤ 8 (≤ 0.25)", got, n, per)
+	}
+}
+
+// noBundle is a transport whose bundle fetches fail while down is set.
+type noBundle struct {
+	session.Transport
+	down *atomic.Bool
+}
+
+func (t noBundle) FetchBundle(ctx context.Context, peer messages.DeviceAddress) (*messages.PrekeyBundle, error) {
+	if t.down.Load() {
+		return nil, errTransportDown
+	}
+	return t.Transport.FetchBundle(ctx, peer)
+}
+
+// The ACK's ratchet step is written in the commit's transaction; an ACK
+// that cannot be encrypted (here: no session left and no bundle to start
+// one) never fails the commit: COMMITTED, ackSent=false, nothing handed
+// over.
+func TestCommitAckEncryptionFailureKeepsCommit(t *testing.T) {
+	ms := newMesh(t)
+	a := ms.add(aliceAddr, nil)
+	var down atomic.Bool
+	b := ms.add(bobAddr, func(c *device.Config) { c.Transport = noBundle{c.Transport, &down} })
+	sm := a.send(b, "x")
+	b.mustRecv(b.takeOne())
+	if err := b.d.Sessions().ResetSession(bg, a.addr); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	c := b.commit(a, sm.ID)
+	if c.Status != device.Committed || c.AckSent {
+		t.Fatalf("commit with an ACK that cannot be encrypted = %+v, want COMMITTED, ackSent=false", c)
+	}
+	if _, ok := b.processed(a, sm.ID); !ok || b.pendingCount() != 0 {
+		t.Fatal("the ACK's failure undid the commit")
+	}
+	if len(a.take()) != 0 || b.session(a.addr) != nil {
+		t.Fatal("an ACK was handed over or its step persisted")
 	}
 }
