@@ -144,6 +144,17 @@ type Received struct {
 	New     bool
 	Cleared bool
 	AckSent bool
+
+	ack *handoff // the ACK to hand over (sent again for a finalized copy)
+}
+
+// handoff is an envelope whose writes are durable, to be handed to the
+// transport by the caller's goroutine — never by the committer's: a
+// transport may deliver synchronously into another device, whose ACK then
+// comes back through this store's committer.
+type handoff struct {
+	env []byte
+	err error // the ACK could not be encrypted
 }
 
 // Finalized is the result of a commit or discard: COMMITTED, DISCARDED,
@@ -154,6 +165,8 @@ type Finalized struct {
 	Sender  messages.DeviceAddress
 	ID      messages.LogicalMessageID
 	AckSent bool
+
+	ack *handoff
 }
 
 // Sent is the result of SendMessage: the stored pending message, and
@@ -162,6 +175,8 @@ type Finalized struct {
 type Sent struct {
 	Message outbound.SentMessage
 	HandOff error
+
+	env []byte // the envelope to hand over
 }
 
 // Manager owns the local device's delivery plane state: one peer actor
@@ -538,9 +553,13 @@ func (m *Manager) Decrypt(ctx context.Context, peer messages.DeviceAddress, enve
 // rolled back. A Delivery is returned only after the commit and is never
 // ACKed; a copy of a finalized message is ACKed again.
 func (m *Manager) Receive(ctx context.Context, peer messages.DeviceAddress, envelope []byte) (Received, error) {
-	return call(ctx, m, peer, func(reply func(Received, error)) request {
+	r, err := call(ctx, m, peer, func(reply func(Received, error)) request {
 		return &receiveReq{ctx: ctx, envelope: envelope, reply: reply}
 	})
+	if err == nil && r.ack != nil {
+		r.AckSent, r.ack = m.handAck(ctx, peer, r.ID, r.ack), nil
+	}
+	return r, err
 }
 
 // ReceiveAsync is Receive without the wait: it queues the envelope on
@@ -550,7 +569,18 @@ func (m *Manager) Receive(ctx context.Context, peer messages.DeviceAddress, enve
 // decided in that order, and their writes share transactions: this is how
 // a transport pipelines a link. done must not block.
 func (m *Manager) ReceiveAsync(ctx context.Context, peer messages.DeviceAddress, envelope []byte, done func(Received, error)) error {
-	return m.route(peer, &receiveReq{ctx: ctx, envelope: envelope, reply: done})
+	return m.route(peer, &receiveReq{ctx: ctx, envelope: envelope, reply: func(r Received, err error) {
+		if err != nil || r.ack == nil {
+			done(r, err)
+			return
+		}
+		// A copy of a finalized message: the ACK is handed over off the
+		// committer's goroutine (the transport may deliver synchronously).
+		go func() {
+			r.AckSent, r.ack = m.handAck(ctx, peer, r.ID, r.ack), nil
+			done(r, nil)
+		}()
+	}})
 }
 
 // Finalize commits (persistence.FinalizationCommitted, reason 0) or
@@ -560,9 +590,13 @@ func (m *Manager) ReceiveAsync(ctx context.Context, peer messages.DeviceAddress,
 // (Finalized.AckSent). An id neither pending nor finalized is
 // inbound.ErrReceivedMessageNotPending and changes nothing.
 func (m *Manager) Finalize(ctx context.Context, peer messages.DeviceAddress, id messages.LogicalMessageID, fin persistence.Finalization, reason persistence.DiscardReason) (Finalized, error) {
-	return call(ctx, m, peer, func(reply func(Finalized, error)) request {
+	r, err := call(ctx, m, peer, func(reply func(Finalized, error)) request {
 		return &finalizeReq{ctx: ctx, id: id, fin: fin, reason: reason, reply: reply}
 	})
+	if err == nil && r.ack != nil {
+		r.AckSent, r.ack = m.handAck(ctx, peer, id, r.ack), nil
+	}
+	return r, err
 }
 
 // SendMessage stores body as a pending outbound message to peer under id
@@ -571,9 +605,22 @@ func (m *Manager) Finalize(ctx context.Context, peer messages.DeviceAddress, id 
 // the encryption or the hand-off failed the message is stored all the
 // same (Sent.HandOff).
 func (m *Manager) SendMessage(ctx context.Context, peer messages.DeviceAddress, id messages.LogicalMessageID, body []byte) (Sent, error) {
-	return call(ctx, m, peer, func(reply func(Sent, error)) request {
+	r, err := call(ctx, m, peer, func(reply func(Sent, error)) request {
 		return &sendReq{ctx: ctx, id: id, body: body, reply: reply}
 	})
+	return m.handSent(ctx, peer, r, err)
+}
+
+// handSent hands a durable envelope of SendMessage or Resend over.
+func (m *Manager) handSent(ctx context.Context, peer messages.DeviceAddress, r Sent, err error) (Sent, error) {
+	if err != nil || r.env == nil {
+		return r, err
+	}
+	if err := m.cfg.Transport.Send(ctx, peer, r.env); err != nil {
+		r.HandOff = fmt.Errorf("session: send to %s: %w", peer, err)
+	}
+	r.env = nil
+	return r, nil
 }
 
 // Resend re-encrypts the pending outbound message (peer, id) under the
@@ -581,9 +628,10 @@ func (m *Manager) SendMessage(ctx context.Context, peer messages.DeviceAddress, 
 // the same transaction, then hands it to the transport.
 // outbound.ErrNotPending when it is not pending.
 func (m *Manager) Resend(ctx context.Context, peer messages.DeviceAddress, id messages.LogicalMessageID) (Sent, error) {
-	return call(ctx, m, peer, func(reply func(Sent, error)) request {
+	r, err := call(ctx, m, peer, func(reply func(Sent, error)) request {
 		return &sendReq{ctx: ctx, id: id, resend: true, reply: reply}
 	})
+	return m.handSent(ctx, peer, r, err)
 }
 
 // Abandon removes the pending outbound message (peer, id) and reports
@@ -596,9 +644,10 @@ func (m *Manager) Abandon(ctx context.Context, peer messages.DeviceAddress, id m
 
 // handAck hands an ACK envelope (encrypted by a peer actor, its ratchet
 // step now durable) to the transport and reports success.
-func (m *Manager) handAck(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, env []byte, err error) bool {
+func (m *Manager) handAck(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff) bool {
+	err := h.err
 	if err == nil {
-		if err = m.cfg.Transport.Send(ctx, to, env); err != nil {
+		if err = m.cfg.Transport.Send(ctx, to, h.env); err != nil {
 			err = fmt.Errorf("session: send ACK to %s: %w", to, err)
 		}
 	}

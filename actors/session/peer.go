@@ -518,7 +518,7 @@ func (r *receiveReq) handle(a *peerActor) {
 			}
 		}
 		if dec.Effects.Ack {
-			res.AckSent = a.m.handAck(r.ctx, a.peer, payload.ID, ack, ackErr)
+			res.ack = &handoff{env: ack, err: ackErr}
 		}
 		r.reply(res, nil)
 	})
@@ -587,7 +587,7 @@ func (r *finalizeReq) handle(a *peerActor) {
 			return
 		}
 		if dec.Effects.Ack {
-			res.AckSent = a.m.handAck(r.ctx, a.peer, r.id, ack, ackErr)
+			res.ack = &handoff{env: ack, err: ackErr}
 		}
 		r.reply(res, nil)
 	})
@@ -671,9 +671,7 @@ func (r *sendReq) handle(a *peerActor) {
 		stored.Sequence = slot.v
 		out := Sent{Message: outbound.FromStored(stored), HandOff: encErr}
 		if encErr == nil {
-			if err := cfg.Transport.Send(r.ctx, a.peer, e.envelope); err != nil {
-				out.HandOff = fmt.Errorf("session: send to %s: %w", a.peer, err)
-			}
+			out.env = e.envelope
 		}
 		r.reply(out, nil)
 	})
