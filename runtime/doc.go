@@ -138,8 +138,9 @@
 // are written in one transaction; the application gets each message
 // through DeviceConfig.Handler, Messages or PendingReceivedMessages, and
 // finalizes it with CommitMessage or DiscardMessage (a reason kept
-// locally). The ACK is sent after that transaction, and an ACK failure
-// never undoes it. Processed ids with body digests suppress duplicates
+// locally). That transaction also holds the ACK's ratchet step; the ACK
+// is handed to the transport only once it is durable, and an ACK failure
+// never undoes it (docs/delivery.md). Processed ids with body digests suppress duplicates
 // until PruneProcessedMessages removes them; nothing prunes implicitly.
 // Messages pending at a crash are delivered again on the next Open.
 //
@@ -212,6 +213,9 @@
 // workers; each sync group's mutations go through its actor's mailbox,
 // and the node commits the batches waiting there in one storage
 // transaction (group commit), answering each caller only once that
-// transaction is durable. Several nodes may share one actor system
+// transaction is durable. In the delivery plane one actor per remote
+// device decides everything keyed by that device (ratchet, receive,
+// commit, its outbound rows) and one committer per store writes what it
+// decided, group-committed the same way. Several nodes may share one actor system
 // (Config.System) and one Registerer.
 package runtime

@@ -242,6 +242,17 @@ func (n *Node) ReceiveEnvelope(ctx context.Context, from DeviceAddress, envelope
 	return d.Receive(ctx, from, envelope)
 }
 
+// receiveEnvelopeAsync is ReceiveEnvelope for the transports, which
+// pipeline a link: it queues the envelope on the sender's peer actor and
+// returns; done is called once with the outcome (it must not block).
+func (n *Node) receiveEnvelopeAsync(ctx context.Context, from DeviceAddress, envelope []byte, done func(error)) error {
+	d, err := n.dev()
+	if err != nil {
+		return err
+	}
+	return d.ReceiveAsync(ctx, from, envelope, func(_ ReceiveResult, err error) { done(err) })
+}
+
 // CommitReceivedMessage records that the application durably applied the
 // message (sender, id), then sends the ACK (outside the transaction; an
 // ACK failure never undoes the commit: AckSent=false).

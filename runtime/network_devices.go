@@ -15,6 +15,13 @@ import (
 // link (from, to) delivers its envelopes in order on its own goroutine,
 // asynchronously, as a wire would: Send returns once the envelope is
 // handed over, and the faults (drop, duplicate, reorder, delay) apply.
+// The receiver pipelines a link: up to linkWindow envelopes of it are being
+// decided and written at once (in order, by the sender's peer actor), so
+// consecutive envelopes share the receiver's transactions.
+
+// linkWindow bounds the envelopes of one link the receiver holds in flight
+// (decided, not yet durable): what one link can make a node hold.
+const linkWindow = 64
 
 type deviceEntry struct {
 	name string
@@ -27,7 +34,10 @@ type envelopeLink struct {
 	mu      sync.Mutex
 	queue   [][]byte
 	running bool
+	window  chan struct{} // one token per envelope in flight at the receiver
 }
+
+func newEnvelopeLink() *envelopeLink { return &envelopeLink{window: make(chan struct{}, linkWindow)} }
 
 // add queues env (first, with front) and reports whether the caller must
 // start the drainer.
@@ -158,7 +168,7 @@ func (t *deviceTransport) Send(ctx context.Context, peer messages.DeviceAddress,
 	}
 	l := n.links[k]
 	if l == nil {
-		l = &envelopeLink{}
+		l = newEnvelopeLink()
 		n.links[k] = l
 	}
 	copies := 1
@@ -196,11 +206,19 @@ func (t *deviceTransport) drain(l *envelopeLink, peer messages.DeviceAddress, de
 		}
 		// Looked up at delivery: a restarted node is registered anew; a
 		// partition or a stopped node loses the envelope.
-		if to, err := t.target(peer); err == nil {
-			_, _ = to.node.ReceiveEnvelope(context.Background(), t.self, env)
+		l.window <- struct{}{}
+		delivered := func() {
+			<-l.window
+			t.n.mu.Lock()
+			t.n.inflight--
+			t.n.mu.Unlock()
 		}
-		t.n.mu.Lock()
-		t.n.inflight--
-		t.n.mu.Unlock()
+		to, err := t.target(peer)
+		if err == nil {
+			err = to.node.receiveEnvelopeAsync(context.Background(), t.self, env, func(error) { delivered() })
+		}
+		if err != nil {
+			delivered()
+		}
 	}
 }

@@ -158,7 +158,7 @@ func (r *Remote) deliverDevice(m *wire.DeviceEnvelope) {
 	k := linkKey{m.From, m.To}
 	l := r.dev.queues[k]
 	if l == nil {
-		l = &envelopeLink{}
+		l = newEnvelopeLink()
 		r.dev.queues[k] = l
 	}
 	r.dev.mu.Unlock()
@@ -173,12 +173,23 @@ func (r *Remote) deliverDevice(m *wire.DeviceEnvelope) {
 			if !ok {
 				return
 			}
+			// Pipelined, in order: up to linkWindow envelopes of the link
+			// are being decided and written at once.
+			l.window <- struct{}{}
+			r.inflight.Add(1)
 			ctx, cancel := context.WithTimeout(r.baseCtx, r.timeout)
-			if _, err := n.ReceiveEnvelope(ctx, m.From, env); err != nil && !errors.Is(err, context.Canceled) {
-				// The sender keeps the message pending and retries.
-				r.log.Debug("envelope not accepted", "from", m.From.String(), "to", m.To.String(), "err", err)
+			done := func(err error) {
+				if err != nil && !errors.Is(err, context.Canceled) {
+					// The sender keeps the message pending and retries.
+					r.log.Debug("envelope not accepted", "from", m.From.String(), "to", m.To.String(), "err", err)
+				}
+				cancel()
+				<-l.window
+				r.inflight.Done()
 			}
-			cancel()
+			if err := n.receiveEnvelopeAsync(ctx, m.From, env, done); err != nil {
+				done(err)
+			}
 		}
 	}()
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // Concurrency (docs/protocol.md, commit boundary, "Transactions": the receive and
-// commit steps are serialized, here by the inbound actor's mailbox). Run
+// commit steps are serialized, here by the sender's peer actor's mailbox). Run
 // with -race; each test repeats its race many times.
 
 const raceIterations = 25

@@ -147,14 +147,15 @@ type Config struct {
 	// Registerer receives the metrics; nil: not registered.
 	Registerer prometheus.Registerer
 	// Session tweaks the session.Config (ratchet limits, prekey schedule,
-	// timeouts) before the manager starts; Store, Transport, Now and
-	// Logger are set by the Device.
+	// timeouts) before the manager starts; Store, Transport, Now, Logger,
+	// the limits and the hooks are set by the Device.
 	Session func(*session.Config)
 	// MaxPendingPerSender caps one sender's pending messages; past it new
 	// messages are refused before their ratchet step is persisted
 	// (inbound.ErrSenderBacklogFull). 0: no cap.
 	MaxPendingPerSender int
-	// MaxBatch bounds the inbound group commit; 0: inbound.DefaultMaxBatch.
+	// MaxBatch bounds the items of one group commit of the store's
+	// committer; 0: session.DefaultMaxBatch.
 	MaxBatch int
 	// Handler, when set, is called with every Delivery (new messages,
 	// redeliveries on sender retries, and on Open every message still
@@ -179,7 +180,6 @@ type Config struct {
 type Device struct {
 	cfg      Config
 	sessions *session.Manager
-	in       *inbound.Store
 	out      *outbound.Outbox
 	metrics  *metrics
 
@@ -220,26 +220,32 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	}
 	d := &Device{cfg: cfg, metrics: m, stop: make(chan struct{})}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
+	if cfg.Handler != nil || cfg.Buffer > 0 {
+		if cfg.Handler == nil {
+			d.feed = make(chan ReceivedMessage, cfg.Buffer)
+		}
+		// The dispatcher runs only while there is something to hand over
+		// (an idle device costs no goroutine); it starts at the end of
+		// Open with the messages still pending from before.
+		d.queue = newDeliveryQueue(func() { d.loops.Add(1); go d.dispatch(false) })
+		d.queue.running = true
+	}
 	scfg := session.Config{}
 	if cfg.Session != nil {
 		cfg.Session(&scfg)
 	}
 	scfg.Store, scfg.Transport, scfg.Now, scfg.Logger, scfg.Mailboxes = cfg.Store, cfg.Transport, cfg.Now, cfg.Logger, cfg.Mailboxes
+	scfg.MaxPendingPerSender, scfg.MaxBatch, scfg.Observe, scfg.OnAck = cfg.MaxPendingPerSender, cfg.MaxBatch, d.observe, d.acked
+	if d.queue != nil {
+		scfg.OnDelivery = d.queue.push
+	}
 	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
 		return nil, fmt.Errorf("device: %w", err)
 	}
-	d.in, err = inbound.New(sys, inbound.Config{Store: cfg.Store, Now: cfg.Now, MaxPendingPerSender: cfg.MaxPendingPerSender,
-		MaxBatch: cfg.MaxBatch, Logger: cfg.Logger, Observe: d.observe, Mailboxes: cfg.Mailboxes})
-	if err != nil {
-		_ = d.sessions.Close()
-		return nil, fmt.Errorf("device: %w", err)
-	}
-	d.out, err = outbound.New(sys, outbound.Config{Store: cfg.Store, Now: cfg.Now, Retry: cfg.Retry, Logger: cfg.Logger, Mailboxes: cfg.Mailboxes,
+	d.out, err = outbound.New(outbound.Config{Store: cfg.Store, Now: cfg.Now, Retry: cfg.Retry, Logger: cfg.Logger,
 		Resend:      func(ctx context.Context, sm SentMessage) error { return d.Resend(ctx, sm.Recipient, sm.ID) },
-		OnExhausted: cfg.OnRetryExhausted,
-		OnChange:    d.outboundChanged})
+		OnExhausted: cfg.OnRetryExhausted})
 	if err != nil {
-		_ = d.in.Close()
 		_ = d.sessions.Close()
 		return nil, fmt.Errorf("device: %w", err)
 	}
@@ -247,15 +253,7 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		_ = d.Close()
 		return nil, fmt.Errorf("device: %w", err)
 	}
-	if cfg.Handler != nil || cfg.Buffer > 0 {
-		if cfg.Handler == nil {
-			d.feed = make(chan ReceivedMessage, cfg.Buffer)
-		}
-		// The dispatcher runs only while there is something to hand over
-		// (an idle device costs no goroutine); it starts now with the
-		// messages still pending from before.
-		d.queue = newDeliveryQueue(func() { d.loops.Add(1); go d.dispatch(false) })
-		d.queue.running = true
+	if d.queue != nil {
 		d.loops.Add(1)
 		go d.dispatch(true)
 	}
@@ -283,24 +281,34 @@ func (d *Device) refreshGauges(ctx context.Context) error {
 	})
 }
 
-// outboundChanged updates the pending outbound gauges. The oldest one is
-// exported as its creation time (a timestamp gauge: its age is time() −
-// the value, always current without a timer); 0 when none is pending.
-func (d *Device) outboundChanged(n int, oldest time.Time) {
-	d.metrics.pendingOut.Set(float64(n))
-	if oldest.IsZero() {
-		d.metrics.oldestOut.Set(0)
-		return
-	}
-	d.metrics.oldestOut.Set(float64(oldest.UnixMilli()) / 1000)
-}
-
-func (d *Device) observe(s inbound.Stats) {
+// observe updates the gauges and counters after each committed
+// transaction. The oldest pending outbound message is exported as its
+// creation time (a timestamp gauge: its age is time() − the value, always
+// current without a timer); 0 when none is pending.
+func (d *Device) observe(s session.Stats) {
 	d.metrics.pendingIn.Set(float64(s.PendingInbound))
 	d.metrics.pendingOut.Set(float64(s.PendingOutbound))
 	d.metrics.commits.Add(float64(s.Committed))
 	d.metrics.discards.Add(float64(s.Discarded))
 	d.metrics.pruned.Add(float64(s.Pruned))
+	if !s.OutboundChanged {
+		return
+	}
+	if s.OldestOutbound.IsZero() {
+		d.metrics.oldestOut.Set(0)
+		return
+	}
+	d.metrics.oldestOut.Set(float64(s.OldestOutbound.UnixMilli()) / 1000)
+}
+
+// acked counts an ACK this device tried to send.
+func (d *Device) acked(to messages.DeviceAddress, id messages.LogicalMessageID, err error) {
+	if err != nil {
+		d.metrics.acksFailed.Inc()
+		d.cfg.Logger.Warn("device: ACK not sent (the finalization stands)", "to", to.String(), "id", id.String(), "err", err)
+		return
+	}
+	d.metrics.acksSent.Inc()
 }
 
 // Close stops the schedules, the delivery to the application (messages
@@ -321,7 +329,7 @@ func (d *Device) Close() error {
 		d.queue.close()
 	}
 	d.loops.Wait()
-	errs := []error{d.out.Close(), d.in.Close(), d.sessions.Close()}
+	errs := []error{d.out.Close(), d.sessions.Close()}
 	// A closed device no longer counts in the shared gauges.
 	d.metrics.pendingIn.Set(0)
 	d.metrics.pendingOut.Set(0)
@@ -382,18 +390,14 @@ func (d *Device) SendWithID(ctx context.Context, to messages.DeviceAddress, id m
 	if d.isClosed() {
 		return SentMessage{}, ErrClosed
 	}
-	frame, err := messages.EncodeSecurePayload(&messages.SecurePayload{Type: messages.PayloadApplicationMessage, ID: id, Body: body})
+	r, err := d.sessions.SendMessage(ctx, to, id, body)
 	if err != nil {
 		return SentMessage{}, fmt.Errorf("device: send: %w", err)
 	}
-	sm, err := d.out.Store(ctx, to, id, body)
-	if err != nil {
-		return SentMessage{}, fmt.Errorf("device: send: %w", err)
+	if r.HandOff != nil {
+		return r.Message, fmt.Errorf("device: send %s/%s: %w: %w", to, id, ErrNotHandedOff, r.HandOff)
 	}
-	if _, err := d.sessions.Send(ctx, to, frame); err != nil {
-		return sm, fmt.Errorf("device: send %s/%s: %w: %w", to, id, ErrNotHandedOff, err)
-	}
-	return sm, nil
+	return r.Message, nil
 }
 
 // Resend re-encrypts a pending sent message under the current ratchet
@@ -404,16 +408,12 @@ func (d *Device) Resend(ctx context.Context, to messages.DeviceAddress, id messa
 	if d.isClosed() {
 		return ErrClosed
 	}
-	sm, err := d.out.MarkAttempt(ctx, to, id)
+	r, err := d.sessions.Resend(ctx, to, id)
 	if err != nil {
 		return fmt.Errorf("device: resend: %w", err)
 	}
-	frame, err := messages.EncodeSecurePayload(&messages.SecurePayload{Type: messages.PayloadApplicationMessage, ID: id, Body: sm.Body})
-	if err != nil {
-		return fmt.Errorf("device: resend: %w", err)
-	}
-	if _, err := d.sessions.Send(ctx, to, frame); err != nil {
-		return fmt.Errorf("device: resend %s/%s: %w", to, id, err)
+	if r.HandOff != nil {
+		return fmt.Errorf("device: resend %s/%s: %w", to, id, r.HandOff)
 	}
 	return nil
 }
@@ -425,7 +425,12 @@ func (d *Device) Abandon(ctx context.Context, to messages.DeviceAddress, id mess
 	if d.isClosed() {
 		return false, ErrClosed
 	}
-	return d.out.Abandon(ctx, to, id)
+	had, err := d.sessions.Abandon(ctx, to, id)
+	if err != nil {
+		return false, fmt.Errorf("device: abandon: %w", err)
+	}
+	d.out.Forget(to, id)
+	return had, nil
 }
 
 // PendingSentMessages returns up to limit (1..MaxPageSize) pending sent
@@ -436,11 +441,11 @@ func (d *Device) PendingSentMessages(ctx context.Context, after uint64, limit in
 }
 
 // Receive handles one envelope from sender (what the transport calls):
-// decrypt, decode the frame, then ONE transaction writes the ratchet step
-// with the pending row (or clears the pending sent message an ACK names).
-// On any error nothing changed and the ratchet step rolled back:
-// a malformed frame (messages.ErrMalformed), a conflict
-// (inbound.ErrLogicalMessageConflict), a full sender backlog
+// sender's peer actor decrypts it, decodes the frame and decides, then
+// ONE transaction writes the ratchet step with the pending row (or clears
+// the pending sent message an ACK names). On any error nothing changed and
+// the ratchet step rolled back: a malformed frame (messages.ErrMalformed),
+// a conflict (inbound.ErrLogicalMessageConflict), a full sender backlog
 // (inbound.ErrSenderBacklogFull), ratchet errors. A Delivery is returned
 // only after the commit and never ACKed; a copy of a finalized message is
 // ACKed again (AckSent).
@@ -448,45 +453,37 @@ func (d *Device) Receive(ctx context.Context, sender messages.DeviceAddress, env
 	if d.isClosed() {
 		return ReceiveResult{}, ErrClosed
 	}
-	cand, err := d.sessions.Open(ctx, sender, envelope)
+	r, err := d.sessions.Receive(ctx, sender, envelope)
 	if err != nil {
 		return ReceiveResult{}, fmt.Errorf("device: receive: %w", err)
 	}
-	frame := cand.Plaintext()
-	payload, err := messages.DecodeSecurePayload(frame)
-	if err != nil {
-		cand.Abort()
-		return ReceiveResult{}, fmt.Errorf("device: receive from %s: frame: %w", sender, err)
-	}
-	r, err := d.in.Receive(ctx, sender, payload, frame, cand)
-	if err != nil {
-		return ReceiveResult{}, fmt.Errorf("device: receive from %s: %w", sender, err)
-	}
-	res := ReceiveResult{Kind: r.Outcome, Sender: sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared}
-	if r.AckDue {
-		res.AckSent = d.sendAck(ctx, sender, r.ID)
-	}
-	if r.Message != nil && d.queue != nil {
-		d.queue.push(*r.Message)
-	}
-	return res, nil
+	return resultOf(r), nil
 }
 
-// sendAck encrypts an ACK for id on the session with to and hands it to
-// the transport, outside any storage transaction (the session actor
-// serializes it with other sends to to). It reports success.
-func (d *Device) sendAck(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) bool {
-	frame, err := messages.EncodeSecurePayload(&messages.SecurePayload{Type: messages.PayloadAck, ID: id})
-	if err == nil {
-		_, err = d.sessions.Send(ctx, to, frame)
+// ReceiveAsync is Receive without the wait, for transports that pipeline
+// a link: it queues the envelope on sender's peer actor and returns; done
+// is called once with the result (from the device's goroutines: it must
+// not block). Envelopes of one sender queued by one goroutine are decided
+// in that order and share transactions.
+func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress, envelope []byte, done func(ReceiveResult, error)) error {
+	if d.isClosed() {
+		return ErrClosed
 	}
+	err := d.sessions.ReceiveAsync(ctx, sender, envelope, func(r session.Received, err error) {
+		if err != nil {
+			done(ReceiveResult{}, fmt.Errorf("device: receive: %w", err))
+			return
+		}
+		done(resultOf(r), nil)
+	})
 	if err != nil {
-		d.metrics.acksFailed.Inc()
-		d.cfg.Logger.Warn("device: ACK not sent (the finalization stands)", "to", to.String(), "id", id.String(), "err", err)
-		return false
+		return fmt.Errorf("device: receive: %w", err)
 	}
-	d.metrics.acksSent.Inc()
-	return true
+	return nil
+}
+
+func resultOf(r session.Received) ReceiveResult {
+	return ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent}
 }
 
 // CommitReceivedMessage records that the application durably applied the
@@ -499,8 +496,8 @@ func (d *Device) CommitReceivedMessage(ctx context.Context, sender messages.Devi
 	if d.isClosed() {
 		return CommitResult{}, ErrClosed
 	}
-	r, err := d.in.Commit(ctx, sender, id)
-	return d.finish(ctx, r, err)
+	r, err := d.sessions.Finalize(ctx, sender, id, persistence.FinalizationCommitted, 0)
+	return d.finish(r, err)
 }
 
 // CommitMessage is CommitReceivedMessage(m.Sender, m.ID); the plaintext is
@@ -518,8 +515,11 @@ func (d *Device) DiscardReceivedMessage(ctx context.Context, sender messages.Dev
 	if d.isClosed() {
 		return CommitResult{}, ErrClosed
 	}
-	r, err := d.in.Discard(ctx, sender, id, reason)
-	return d.finish(ctx, r, err)
+	if !reason.Valid() {
+		return CommitResult{}, fmt.Errorf("device: %w: %s", inbound.ErrInvalidDiscardReason, reason)
+	}
+	r, err := d.sessions.Finalize(ctx, sender, id, persistence.FinalizationDiscarded, reason)
+	return d.finish(r, err)
 }
 
 // DiscardMessage is DiscardReceivedMessage(m.Sender, m.ID, reason).
@@ -527,15 +527,11 @@ func (d *Device) DiscardMessage(ctx context.Context, m ReceivedMessage, reason D
 	return d.DiscardReceivedMessage(ctx, m.Sender, m.ID, reason)
 }
 
-func (d *Device) finish(ctx context.Context, r inbound.FinalizeResult, err error) (CommitResult, error) {
+func (d *Device) finish(r session.Finalized, err error) (CommitResult, error) {
 	if err != nil {
 		return CommitResult{}, fmt.Errorf("device: %w", err)
 	}
-	res := CommitResult{Sender: r.Sender, ID: r.ID, Status: r.Outcome}
-	if r.AckDue {
-		res.AckSent = d.sendAck(ctx, r.Sender, r.ID)
-	}
-	return res, nil
+	return CommitResult{Sender: r.Sender, ID: r.ID, Status: r.Outcome, AckSent: r.AckSent}, nil
 }
 
 // PendingReceivedMessages returns up to limit (1..MaxPageSize) pending
@@ -546,7 +542,24 @@ func (d *Device) PendingReceivedMessages(ctx context.Context, after uint64, limi
 	if d.isClosed() {
 		return PendingPage{}, ErrClosed
 	}
-	return d.in.Pending(ctx, after, limit, sender)
+	if limit < 1 || limit > MaxPageSize {
+		return PendingPage{}, fmt.Errorf("device: %w: %d (1..%d)", inbound.ErrInvalidLimit, limit, MaxPageSize)
+	}
+	if sender != nil {
+		if err := sender.Validate(); err != nil {
+			return PendingPage{}, fmt.Errorf("device: pending: %w", err)
+		}
+	}
+	var page PendingPage
+	err := d.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		page, err = inbound.ReadPage(r, after, limit, sender)
+		return err
+	})
+	if err != nil {
+		return PendingPage{}, fmt.Errorf("device: pending: %w", err)
+	}
+	return page, nil
 }
 
 // PendingReceivedMessageCount returns how many received messages are
@@ -555,7 +568,18 @@ func (d *Device) PendingReceivedMessageCount(ctx context.Context, sender *messag
 	if d.isClosed() {
 		return 0, ErrClosed
 	}
-	return d.in.PendingCount(ctx, sender)
+	if sender != nil {
+		if err := sender.Validate(); err != nil {
+			return 0, fmt.Errorf("device: pending count: %w", err)
+		}
+	}
+	var n int
+	err := d.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		n, err = r.PendingInboundCount(sender)
+		return err
+	})
+	return n, err
 }
 
 // ProcessedMessage returns the processed entry of a finalized message
@@ -580,7 +604,7 @@ func (d *Device) PruneProcessedMessages(ctx context.Context, policy RetentionPol
 	if d.isClosed() {
 		return 0, ErrClosed
 	}
-	return d.in.Prune(ctx, policy)
+	return d.sessions.Prune(ctx, policy)
 }
 
 func (d *Device) pruneLoop() {
@@ -593,7 +617,7 @@ func (d *Device) pruneLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Prune.Interval)
-			if _, err := d.in.Prune(ctx, d.cfg.Prune.Policy); err != nil && !errors.Is(err, inbound.ErrClosed) {
+			if _, err := d.sessions.Prune(ctx, d.cfg.Prune.Policy); err != nil && !errors.Is(err, session.ErrClosed) {
 				d.cfg.Logger.Warn("device: scheduled prune failed", "err", err)
 			}
 			cancel()
@@ -615,7 +639,7 @@ func (d *Device) dispatch(redeliver bool) {
 		handed = map[uint64]bool{}
 		var after uint64
 		for {
-			page, err := d.in.Pending(ctx, after, MaxPageSize, nil)
+			page, err := d.PendingReceivedMessages(ctx, after, MaxPageSize, nil)
 			if err != nil {
 				if ctx.Err() == nil {
 					d.cfg.Logger.Warn("device: redelivery of pending messages failed", "err", err)

@@ -45,8 +45,8 @@ package device
 //   - Legacy processed entries (no digest) exist only if written by a
 //     migration; this layout has none, but the store contract and the
 //     decision core accept them (a copy then counts as committed).
-//   - Context cancellation: a call whose context ends before the inbound
-//     actor reaches it changes nothing; one that is already inside a
-//     transaction completes, and its caller gets ctx.Err() — for a
+//   - Context cancellation: a call whose context ends before the sender's
+//     peer actor reaches it changes nothing; one whose writes were handed
+//     to the store's committer completes, and its caller gets ctx.Err() — for a
 //     receive that is the crash window "after the receive commit, before
 //     Delivery reached the application" (the message is delivered again).

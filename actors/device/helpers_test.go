@@ -110,7 +110,7 @@ func (v *dev) start() {
 	v.ms.tb.Helper()
 	v.tr = &lossyTransport{Transport: v.ms.net.Endpoint(v.addr)}
 	cfg := device.Config{Store: v.store, Transport: v.tr, Now: v.ms.clock.Now,
-		Session: func(c *session.Config) { c.RefreshInterval = -1; c.CandidateTimeout = 10 * time.Second }}
+		Session: func(c *session.Config) { c.RefreshInterval = -1 }}
 	if v.tweak != nil {
 		v.tweak(&cfg)
 	}

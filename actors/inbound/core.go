@@ -13,8 +13,9 @@ import (
 // This file is the deterministic core of the inbound store (docs/architecture.md,
 // "Practices": deterministic core, thin actor shell): pure functions of
 // (stored state of one (sender, id), input) → (outcome, effects). They do
-// no I/O; the actor reads the state inside its transaction, calls them and
-// runs the effects (writes in the same transaction, ACKs after it).
+// no I/O; the sender's peer actor (actors/session) reads the state, calls
+// them and hands the effects to the store's committer (writes in one
+// transaction with the ratchet step; the ACK leaves after it is durable).
 
 // Outcome is what a decision resolved to.
 type Outcome uint8
@@ -66,8 +67,8 @@ type State struct {
 // writes go into the decision's transaction; Ack runs after it committed,
 // outside it.
 type Effects struct {
-	// PersistStep: write the envelope's ratchet step (Candidate.Persist).
-	// When false the step is rolled back (Candidate.Abort).
+	// PersistStep: write the envelope's ratchet step with the other
+	// writes. When false the step is rolled back (not adopted).
 	PersistStep bool
 	// PutPending: store this new pending entry (the store assigns Sequence).
 	PutPending *persistence.PendingInbound
@@ -77,8 +78,9 @@ type Effects struct {
 	PutProcessed *persistence.ProcessedInbound
 	// DeleteOutbound: clear the pending outbound message the ACK names.
 	DeleteOutbound bool
-	// Ack: encrypt an ACK for the key and hand it to the transport after
-	// the transaction committed.
+	// Ack: encrypt an ACK for the key (its ratchet step written with the
+	// other writes) and hand it to the transport after the transaction is
+	// durable.
 	Ack bool
 }
 

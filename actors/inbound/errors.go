@@ -36,8 +36,6 @@ var (
 	// ErrNotApplicationMessage: Receive was given a frame that is not an
 	// application message or an ack.
 	ErrNotApplicationMessage = errors.New("inbound: not an application message or ack frame")
-	// ErrClosed is returned by every call on a closed Store.
-	ErrClosed = errors.New("inbound: store closed")
 	// ErrInvalidConfig marks an unusable Config.
 	ErrInvalidConfig = errors.New("inbound: invalid configuration")
 )

@@ -1,13 +1,14 @@
-// Package outbound keeps the delivery plane's pending outbound messages:
-// a sent application message is stored (durably, before it is handed to
-// the transport) and stays pending until the recipient's ACK clears it
-// (inside the inbound store's receive transaction) or the application
-// abandons it (docs/architecture.md, "Actor topology": outbound actor).
+// Package outbound reads the delivery plane's pending outbound messages: a
+// sent application message is stored (durably, in the transaction of its
+// encryption, before it is handed to the transport) and stays pending until
+// the recipient's ACK clears it or the application abandons it.
 //
-// Writes go through one actor (its mailbox orders them); reads are plain
-// snapshots of the store. An opt-in retry schedule (RetryPolicy, off by
-// default: the spec has no automatic retry) resends due messages with
-// backoff and reports the ones that reached the attempt cap.
+// Every write of a recipient's rows is decided by that recipient's peer
+// actor (actors/session) and run by the store's committer; this package
+// only reads them through read transactions. An opt-in retry schedule
+// (RetryPolicy, off by default: the spec has no automatic retry) resends
+// due messages with backoff and reports the ones that reached the attempt
+// cap.
 package outbound
 
 import (
@@ -20,9 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -105,7 +103,9 @@ type SentPage struct {
 	More     bool
 }
 
-func fromStored(p persistence.PendingOutbound) SentMessage {
+// FromStored is the SentMessage of a stored pending outbound row (the
+// body copied).
+func FromStored(p persistence.PendingOutbound) SentMessage {
 	m := SentMessage{Recipient: p.Recipient, ID: p.ID, Sequence: p.Sequence, CreatedAt: time.UnixMilli(p.CreatedAt),
 		Attempts: int(p.Attempts), Body: bytes.Clone(p.Body)}
 	if m.Body == nil {
@@ -120,31 +120,28 @@ func fromStored(p persistence.PendingOutbound) SentMessage {
 // Config configures an Outbox. Store is required; Resend is required when
 // Retry is enabled.
 type Config struct {
+	// Store is read (View) for pages, counts and the retry schedule; the
+	// Outbox never writes it: the pending rows are written by the session
+	// layer's committer, in the transaction of the encryption.
 	Store persistence.DeliveryStore
 	// Now is the client clock; nil: time.Now.
 	Now func() time.Time
 	// Retry is the opt-in retry schedule (zero: off).
 	Retry RetryPolicy
 	// Resend re-sends one due message (a fresh encryption); called by the
-	// schedule, outside the actor.
+	// schedule.
 	Resend func(ctx context.Context, m SentMessage) error
 	// OnExhausted is told once per process about each message that
 	// reached Retry.MaxAttempts.
 	OnExhausted func(m SentMessage)
-	// OnChange, when set, receives the pending count after each write and
-	// when the oldest pending message was created (zero when none is).
-	OnChange func(pending int, oldest time.Time)
 	// Logger; nil discards.
 	Logger *slog.Logger
-	// Mailboxes measures the outbound actor's mailbox (nil: not measured).
-	Mailboxes *mailbox.Depths
 }
 
-// Outbox is the outbound actor's handle; safe for concurrent use.
+// Outbox reads the pending outbound messages and runs the opt-in retry
+// schedule; safe for concurrent use.
 type Outbox struct {
 	cfg Config
-	sys *actor.ActorSystem
-	pid *actor.PID
 
 	mu        sync.Mutex
 	closed    bool
@@ -158,10 +155,10 @@ type msgKey struct {
 	id messages.LogicalMessageID
 }
 
-// New starts the outbound actor (and the retry schedule when enabled).
-func New(sys *actor.ActorSystem, cfg Config) (*Outbox, error) {
-	if sys == nil || cfg.Store == nil {
-		return nil, fmt.Errorf("%w: actor system and Store are required", ErrInvalidConfig)
+// New returns the Outbox (and starts the retry schedule when enabled).
+func New(cfg Config) (*Outbox, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
 	}
 	if cfg.Retry.Interval < 0 || cfg.Retry.MaxAttempts < 0 || cfg.Retry.MaxInterval < 0 || cfg.Retry.Backoff < 0 {
 		return nil, fmt.Errorf("%w: negative retry policy field", ErrInvalidConfig)
@@ -175,8 +172,7 @@ func New(sys *actor.ActorSystem, cfg Config) (*Outbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	o := &Outbox{cfg: cfg, sys: sys, stop: make(chan struct{}), exhausted: make(map[msgKey]bool)}
-	o.pid = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &outActor{o: o} }, cfg.Mailboxes.Option("outbound")))
+	o := &Outbox{cfg: cfg, stop: make(chan struct{}), exhausted: make(map[msgKey]bool)}
 	if cfg.Retry.Enabled() {
 		o.loop.Add(1)
 		go o.retryLoop()
@@ -184,8 +180,8 @@ func New(sys *actor.ActorSystem, cfg Config) (*Outbox, error) {
 	return o, nil
 }
 
-// Close stops the schedule and the actor (after queued writes). It does
-// not close the store. Calls after Close return ErrClosed.
+// Close stops the schedule. It does not close the store. Calls after
+// Close return ErrClosed.
 func (o *Outbox) Close() error {
 	o.mu.Lock()
 	if o.closed {
@@ -196,135 +192,15 @@ func (o *Outbox) Close() error {
 	close(o.stop)
 	o.mu.Unlock()
 	o.loop.Wait()
-	return o.sys.Root.PoisonFuture(o.pid).Wait()
+	return nil
 }
 
-type writeReq struct {
-	ctx   context.Context
-	fn    func(tx persistence.DeliveryTx) error
-	reply chan error
-}
-
-type outActor struct{ o *Outbox }
-
-func (a *outActor) Receive(c actor.Context) {
-	r, ok := c.Message().(*writeReq)
-	if !ok {
-		return
-	}
-	if err := r.ctx.Err(); err != nil {
-		r.reply <- err
-		return
-	}
-	n := -1
-	var oldest time.Time
-	err := a.o.cfg.Store.Update(r.ctx, func(tx persistence.DeliveryTx) error {
-		if err := r.fn(tx); err != nil {
-			return err
-		}
-		var err error
-		if n, err = tx.PendingOutboundCount(); err != nil || a.o.cfg.OnChange == nil || n == 0 {
-			return err
-		}
-		// In send order: the first is the oldest.
-		return tx.PendingOutboundAfter(0, nil, func(p persistence.PendingOutbound) (bool, error) {
-			oldest = time.UnixMilli(p.CreatedAt)
-			return false, nil
-		})
-	})
-	if err == nil && n >= 0 && a.o.cfg.OnChange != nil {
-		a.o.cfg.OnChange(n, oldest)
-	}
-	r.reply <- err
-}
-
-func (o *Outbox) write(ctx context.Context, fn func(tx persistence.DeliveryTx) error) error {
-	r := &writeReq{ctx: ctx, fn: fn, reply: make(chan error, 1)}
-	o.mu.Lock()
-	if o.closed {
-		o.mu.Unlock()
-		return ErrClosed
-	}
-	o.sys.Root.Send(o.pid, r)
-	o.mu.Unlock()
-	select {
-	case err := <-r.reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Store records a new pending outbound message with its first attempt
-// (attempts = 1 at now), durably, before the caller hands it to the
-// transport. ErrAlreadyPending when (to, id) is pending.
-func (o *Outbox) Store(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, body []byte) (SentMessage, error) {
-	if err := to.Validate(); err != nil {
-		return SentMessage{}, fmt.Errorf("outbound: store: %w", err)
-	}
-	now := persistence.UnixMilli(o.cfg.Now())
-	p := persistence.PendingOutbound{Recipient: to, ID: id, CreatedAt: now, Attempts: 1, LastAttemptAt: now, Body: bytes.Clone(body)}
-	if p.Body == nil {
-		p.Body = []byte{}
-	}
-	err := o.write(ctx, func(tx persistence.DeliveryTx) error {
-		seq, err := tx.PutPendingOutbound(p)
-		p.Sequence = seq
-		return err
-	})
-	if errors.Is(err, persistence.ErrDuplicate) {
-		return SentMessage{}, fmt.Errorf("%w: %s/%s: %w", ErrAlreadyPending, to, id, err)
-	}
-	if err != nil {
-		return SentMessage{}, fmt.Errorf("outbound: store: %w", err)
-	}
-	return fromStored(p), nil
-}
-
-// MarkAttempt records one more hand-off of a pending message and returns
-// it (with its body, for the re-encryption). ErrNotPending when it was
-// acknowledged or abandoned meanwhile: then nothing is to be sent.
-func (o *Outbox) MarkAttempt(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) (SentMessage, error) {
-	var out persistence.PendingOutbound
-	err := o.write(ctx, func(tx persistence.DeliveryTx) error {
-		if _, err := tx.MarkOutboundAttempt(to, id, persistence.UnixMilli(o.cfg.Now())); err != nil {
-			return err
-		}
-		p, ok, err := tx.PendingOutbound(to, id)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return persistence.ErrNotFound
-		}
-		out = p
-		return nil
-	})
-	if errors.Is(err, persistence.ErrNotFound) {
-		return SentMessage{}, fmt.Errorf("%w: %s/%s", ErrNotPending, to, id)
-	}
-	if err != nil {
-		return SentMessage{}, fmt.Errorf("outbound: mark attempt: %w", err)
-	}
-	return fromStored(out), nil
-}
-
-// Abandon gives up on a pending message: it is removed and no ACK for it
-// is expected any more. It reports whether it was pending.
-func (o *Outbox) Abandon(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
-	var had bool
-	err := o.write(ctx, func(tx persistence.DeliveryTx) error {
-		var err error
-		had, err = tx.DeletePendingOutbound(to, id)
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("outbound: abandon: %w", err)
-	}
+// Forget drops what the schedule remembers about (to, id) (it was
+// abandoned: a later message under the same id is reported again).
+func (o *Outbox) Forget(to messages.DeviceAddress, id messages.LogicalMessageID) {
 	o.mu.Lock()
 	delete(o.exhausted, msgKey{to, id})
 	o.mu.Unlock()
-	return had, nil
 }
 
 // Get returns one pending message.
@@ -339,7 +215,7 @@ func (o *Outbox) Get(ctx context.Context, to messages.DeviceAddress, id messages
 	if err != nil || !ok {
 		return SentMessage{}, false, err
 	}
-	return fromStored(out), true, nil
+	return FromStored(out), true, nil
 }
 
 // Pending returns up to limit (1..MaxPageSize) pending messages sent after
@@ -355,7 +231,7 @@ func (o *Outbox) Pending(ctx context.Context, after uint64, limit int, recipient
 				page.More = true
 				return false, nil
 			}
-			page.Messages = append(page.Messages, fromStored(p))
+			page.Messages = append(page.Messages, FromStored(p))
 			page.Next = p.Sequence
 			return true, nil
 		})

@@ -3,12 +3,12 @@ package outbound
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncmesh/syncmesh/actors/actortest"
 	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/memory"
 )
 
@@ -32,33 +32,38 @@ func TestDelayBackoffAndCap(t *testing.T) {
 	}
 }
 
-func TestStoreMarkAbandonPage(t *testing.T) {
-	c := actortest.NewClock(time.UnixMilli(1000))
-	var counts []int
-	var mu sync.Mutex
-	o, err := New(actortest.System(t), Config{Store: memory.NewDelivery(), Now: c.Now, OnChange: func(n int, _ time.Time) { mu.Lock(); counts = append(counts, n); mu.Unlock() }})
+// put stores a pending outbound row as the session layer's committer
+// does (the Outbox only reads).
+func put(t *testing.T, st persistence.DeliveryStore, id messages.LogicalMessageID, body string, at int64) {
+	t.Helper()
+	if err := st.Update(bg, func(tx persistence.DeliveryTx) error {
+		_, err := tx.PutPendingOutbound(persistence.PendingOutbound{Recipient: bob, ID: id, CreatedAt: at, Attempts: 1, LastAttemptAt: at, Body: []byte(body)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func markAttempt(st persistence.DeliveryStore, id messages.LogicalMessageID, at int64) error {
+	return st.Update(bg, func(tx persistence.DeliveryTx) error {
+		_, err := tx.MarkOutboundAttempt(bob, id, at)
+		return err
+	})
+}
+
+func TestPendingPagesGetAndCount(t *testing.T) {
+	st := memory.NewDelivery()
+	o, err := New(Config{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer o.Close()
 	id1, id2 := messages.LogicalMessageID{1}, messages.LogicalMessageID{2}
-	m1, err := o.Store(bg, bob, id1, []byte("one"))
-	if err != nil || m1.Attempts != 1 || !m1.LastAttemptAt.Equal(time.UnixMilli(1000)) || m1.Sequence == 0 {
-		t.Fatalf("Store = %+v %v", m1, err)
-	}
-	if _, err := o.Store(bg, bob, id1, []byte("one")); !errors.Is(err, ErrAlreadyPending) {
-		t.Fatalf("duplicate Store: %v", err)
-	}
-	if _, err := o.Store(bg, bob, id2, nil); err != nil {
-		t.Fatal(err)
-	}
-	c.Advance(time.Second)
-	m, err := o.MarkAttempt(bg, bob, id1)
-	if err != nil || m.Attempts != 2 || string(m.Body) != "one" || !m.LastAttemptAt.Equal(time.UnixMilli(2000)) {
-		t.Fatalf("MarkAttempt = %+v %v", m, err)
-	}
+	put(t, st, id1, "one", 1000)
+	put(t, st, id2, "", 1000)
 	page, err := o.Pending(bg, 0, 1, nil)
-	if err != nil || len(page.Messages) != 1 || !page.More || page.Messages[0].ID != id1 {
+	if err != nil || len(page.Messages) != 1 || !page.More || page.Messages[0].ID != id1 || page.Messages[0].Attempts != 1 ||
+		!page.Messages[0].LastAttemptAt.Equal(time.UnixMilli(1000)) || string(page.Messages[0].Body) != "one" {
 		t.Fatalf("page 1 = %+v %v", page, err)
 	}
 	page, err = o.Pending(bg, page.Next, 10, nil)
@@ -68,25 +73,17 @@ func TestStoreMarkAbandonPage(t *testing.T) {
 	if _, err := o.Pending(bg, 0, 0, nil); !errors.Is(err, ErrInvalidLimit) {
 		t.Fatal(err)
 	}
-	if ok, err := o.Abandon(bg, bob, id1); !ok || err != nil {
-		t.Fatalf("Abandon = %v %v", ok, err)
+	if m, ok, err := o.Get(bg, bob, id1); err != nil || !ok || string(m.Body) != "one" {
+		t.Fatalf("Get = %+v %v %v", m, ok, err)
 	}
-	if _, err := o.MarkAttempt(bg, bob, id1); !errors.Is(err, ErrNotPending) {
-		t.Fatalf("MarkAttempt after Abandon: %v", err)
-	}
-	if n, _ := o.Count(bg); n != 1 {
+	if n, _ := o.Count(bg); n != 2 {
 		t.Fatalf("Count = %d", n)
 	}
-	mu.Lock()
-	if last := counts[len(counts)-1]; last != 1 {
-		t.Fatalf("OnChange saw %v", counts)
-	}
-	mu.Unlock()
 	if err := o.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Store(bg, bob, id1, nil); !errors.Is(err, ErrClosed) {
-		t.Fatalf("after Close: %v", err)
+	if err := o.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close: %v", err)
 	}
 }
 
@@ -95,15 +92,15 @@ func TestRetryDueResendsWithBackoffAndReportsExhaustedOnce(t *testing.T) {
 	var o *Outbox
 	var resent []messages.LogicalMessageID
 	var exhausted []SentMessage
-	o, err := New(actortest.System(t), Config{
-		Store: memory.NewDelivery(), Now: c.Now,
+	st := memory.NewDelivery()
+	o, err := New(Config{
+		Store: st, Now: c.Now,
 		// An interval far longer than the test: the loop never fires; the
 		// test runs the passes itself.
 		Retry: RetryPolicy{Interval: time.Hour, Backoff: 2, MaxAttempts: 3},
 		Resend: func(ctx context.Context, m SentMessage) error {
 			resent = append(resent, m.ID)
-			_, err := o.MarkAttempt(ctx, m.Recipient, m.ID)
-			return err
+			return markAttempt(st, m.ID, persistence.UnixMilli(c.Now()))
 		},
 		OnExhausted: func(m SentMessage) { exhausted = append(exhausted, m) },
 	})
@@ -112,9 +109,7 @@ func TestRetryDueResendsWithBackoffAndReportsExhaustedOnce(t *testing.T) {
 	}
 	defer o.Close()
 	id := messages.LogicalMessageID{7}
-	if _, err := o.Store(bg, bob, id, []byte("x")); err != nil {
-		t.Fatal(err)
-	}
+	put(t, st, id, "x", 0)
 	pass := func() (int, int) {
 		n, ex, err := o.RetryDue(bg)
 		if err != nil {
@@ -150,13 +145,12 @@ func TestRetryDueResendsWithBackoffAndReportsExhaustedOnce(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	sys := actortest.System(t)
 	for _, cfg := range []Config{
 		{},
 		{Store: memory.NewDelivery(), Retry: RetryPolicy{Interval: time.Second}},
 		{Store: memory.NewDelivery(), Retry: RetryPolicy{Interval: -1}},
 	} {
-		if _, err := New(sys, cfg); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v", cfg, err)
 		}
 	}

@@ -18,14 +18,10 @@ var (
 	ErrClosed = errors.New("session: manager closed")
 	// ErrInvalidPeer marks a DeviceAddress that fails Validate.
 	ErrInvalidPeer = errors.New("session: invalid peer address")
-	// ErrStaleState marks a write whose session state was computed from a
-	// stored record that changed meanwhile (another writer of the same
-	// store, or a candidate persisted after its actor moved on). Nothing
-	// was written; the actor reloads its state from the store.
-	ErrStaleState = errors.New("session: stored session state changed")
-	// ErrCandidateReleased marks Persist of a Candidate that was already
-	// committed, aborted or expired (Config.CandidateTimeout).
-	ErrCandidateReleased = errors.New("session: candidate already released")
+	// ErrStaleState marks an operation decided on top of an earlier one
+	// of the same peer whose writes failed: nothing of it was written (the
+	// peer's actor reloads its state from the store); the caller may retry.
+	ErrStaleState = errors.New("session: decided on a state whose writes failed")
 	// ErrNoIdentity marks a store that holds prekeys but no identity, or
 	// the reverse: the local device state is incomplete.
 	ErrNoIdentity = errors.New("session: local identity or prekeys missing")

@@ -1,34 +1,32 @@
-// Package session is the delivery plane's peer-session layer: one actor per
-// remote device serializes that device's ratchet (encrypt and decrypt), a
-// prekey actor owns the local prekey store, and a Manager routes calls by
-// peer (docs/architecture.md, "Actor topology": session actor per remote device).
+// Package session is the delivery plane's per-peer layer: one actor per
+// remote device owns everything keyed by that device — its ratchet record
+// and pin, the receive decision of its envelopes (the commit boundary of
+// docs/protocol.md (commit boundary), decided by actors/inbound's pure functions),
+// the finalization of its pending messages with the ACK's encryption, and
+// the pending outbound rows addressed to it (docs/architecture.md, "Actor topology").
 //
-// Every state change is persisted before its result leaves the actor:
-// Encrypt writes the advanced record before returning the envelope; Decrypt
-// writes it before returning the plaintext. For the commit boundary
-// (docs/protocol.md, commit boundary, "Transactions"), Open returns a Candidate — the
-// plaintext and the new state, not persisted — which the caller writes in
-// its own persistence.DeliveryTx together with its pending row, then
-// releases. Until then the peer's actor accepts no other operation, so two
-// candidates never fork a ratchet.
-//
-// Every write is a compare-and-swap on the stored record: a transaction
-// writes a new session record only if the stored one is still the record
-// the new one was computed from (else ErrStaleState and nothing changes),
-// so even a candidate persisted after its actor gave up on it cannot fork
-// the ratchet. Prekey consumption is merged the same way: a receive
-// transaction re-reads the prekey store it writes (see Candidate.Persist).
+// Peer actors decide; one committer per store writes. A peer actor hands
+// the writes of each decision to the committer and goes on with the next
+// input on its speculative state; the committer drains its mailbox into
+// one transaction and answers after it is durable, so concurrent peers and
+// consecutive messages of one peer share an fsync. Nothing leaves before
+// its writes are durable: a Delivery, a commit's result, an envelope or an
+// ACK handed to the transport. When a write fails, the committer writes
+// nothing more that was computed on top of it and the peer actor reloads
+// its state from the store, so the ratchet never forks and the stored
+// state is always a prefix of what was decided.
 //
 // Identities are pinned per DeviceAddress: the first identity seen (in a
 // bundle or an initiation) is pinned; a different one is refused with
 // *IdentityChangedError until the application calls AcceptIdentity.
 //
-// Idle session actors passivate after Config.IdleTimeout and are spawned
+// Idle peer actors passivate after Config.IdleTimeout and are spawned
 // again on demand from the store.
 package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -36,7 +34,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/inbound"
 	"github.com/syncmesh/syncmesh/actors/mailbox"
+	"github.com/syncmesh/syncmesh/actors/outbound"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -44,20 +44,20 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultIdleTimeout      = time.Minute
-	DefaultCandidateTimeout = 30 * time.Second
-	DefaultRefreshInterval  = time.Hour
+	DefaultIdleTimeout     = time.Minute
+	DefaultRefreshInterval = time.Hour
 )
 
 // Config configures a Manager. Store and Transport are required.
 type Config struct {
-	// Store holds the local identity, the prekeys, the sessions and the
-	// pins. The Manager does not close it.
+	// Store holds the local identity, the prekeys, the sessions, the pins
+	// and the commit-boundary records. The Manager does not close it; it
+	// is the store's only writer while it runs.
 	Store persistence.DeliveryStore
-	// Transport fetches bundles (and is where callers send envelopes).
+	// Transport fetches bundles and carries envelopes.
 	Transport Transport
-	// Now is the injected clock (prekey schedule, initiation checks);
-	// nil: time.Now.
+	// Now is the injected clock (prekey schedule, initiation checks,
+	// receive, commit and send times); nil: time.Now.
 	Now func() time.Time
 	// Ratchet bounds per-session state; zero value: ratchet.DefaultConfig.
 	Ratchet ratchet.Config
@@ -65,20 +65,33 @@ type Config struct {
 	// applied to an existing store at start; zero value:
 	// ratchet.DefaultPrekeyConfig (rotation 7 days, grace 30 days).
 	Prekeys ratchet.PrekeyConfig
-	// Mailboxes measures the session and prekey actors' mailboxes (nil:
-	// not measured).
+	// Mailboxes measures the peer actors' and the committer's mailboxes
+	// (nil: not measured).
 	Mailboxes *mailbox.Depths
-	// RefreshInterval is how often the prekey actor applies the schedule
+	// RefreshInterval is how often the prekey schedule is applied
 	// (rotation, expiry, one-time replenishment); 0: DefaultRefreshInterval,
 	// negative: never (call RefreshPrekeys).
 	RefreshInterval time.Duration
-	// IdleTimeout passivates a session actor that received no message for
-	// this long; 0: DefaultIdleTimeout.
+	// IdleTimeout passivates a peer actor that received no message for
+	// this long (and has no write in flight); 0: DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// CandidateTimeout is how long a peer's actor waits for an Open
-	// candidate to be committed or aborted before it abandons it;
-	// 0: DefaultCandidateTimeout.
-	CandidateTimeout time.Duration
+	// MaxPendingPerSender caps one sender's pending messages; a new
+	// message past it is refused before its ratchet step is persisted
+	// (inbound.ErrSenderBacklogFull). 0: no cap (the spec's behaviour).
+	MaxPendingPerSender int
+	// MaxBatch bounds the items of one committer transaction; 0:
+	// DefaultMaxBatch.
+	MaxBatch int
+	// Observe, when set, receives the Stats of each committed transaction
+	// (from the committer: it must not block).
+	Observe func(Stats)
+	// OnDelivery, when set, is called with every Delivery once it is
+	// durable, in commit order, before the receiver's caller is answered
+	// (from the committer: it must not block).
+	OnDelivery func(inbound.ReceivedMessage)
+	// OnAck, when set, is told about every ACK this device tried to send:
+	// err nil when it was handed to the transport (from the committer).
+	OnAck func(to messages.DeviceAddress, id messages.LogicalMessageID, err error)
 	// Logger receives failures of the scheduled prekey refresh (which has
 	// no caller to return them to); nil discards them.
 	Logger *slog.Logger
@@ -106,8 +119,11 @@ func (c *Config) setDefaults() error {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
-	if c.CandidateTimeout <= 0 {
-		c.CandidateTimeout = DefaultCandidateTimeout
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxPendingPerSender < 0 {
+		return fmt.Errorf("%w: negative MaxPendingPerSender", ErrInvalidConfig)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -115,17 +131,66 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// Manager owns the local device's sessions: it spawns one session actor
-// per remote device on demand on its actor system, routes calls to it, and
-// owns the prekey store through a prekey actor. All methods are safe for
-// concurrent use and honour their context.
-type Manager struct {
-	cfg   Config
-	sys   *actor.ActorSystem
-	local ratchet.Identity
-	pub   ratchet.IdentityPublic
+// Received is what receiving one envelope did: Outcome Delivery (Message
+// set: new or still pending, same sequence and receive time on every
+// redelivery; New on first acceptance), AlreadyCommitted or
+// AlreadyDiscarded (the ACK was sent again: AckSent), or Acknowledgement
+// (Cleared: a pending outbound message was cleared).
+type Received struct {
+	Outcome inbound.Outcome
+	Sender  messages.DeviceAddress
+	ID      messages.LogicalMessageID
+	Message *inbound.ReceivedMessage
+	New     bool
+	Cleared bool
+	AckSent bool
 
-	prekeys *actor.PID
+	ack *handoff // the ACK to hand over (sent again for a finalized copy)
+}
+
+// handoff is an envelope whose writes are durable, to be handed to the
+// transport by the caller's goroutine — never by the committer's: a
+// transport may deliver synchronously into another device, whose ACK then
+// comes back through this store's committer.
+type handoff struct {
+	env []byte
+	err error // the ACK could not be encrypted
+}
+
+// Finalized is the result of a commit or discard: COMMITTED, DISCARDED,
+// ALREADY_COMMITTED or ALREADY_DISCARDED, and whether the ACK was handed
+// to the transport (an ACK failure never undoes the finalization).
+type Finalized struct {
+	Outcome inbound.Outcome
+	Sender  messages.DeviceAddress
+	ID      messages.LogicalMessageID
+	AckSent bool
+
+	ack *handoff
+}
+
+// Sent is the result of SendMessage: the stored pending message, and
+// HandOff, the error of its encryption or of the hand-off to the transport
+// (nil: handed over). With HandOff set the message is pending all the same.
+type Sent struct {
+	Message outbound.SentMessage
+	HandOff error
+
+	env []byte // the envelope to hand over
+}
+
+// Manager owns the local device's delivery plane state: one peer actor
+// per remote device, spawned on demand on its actor system, and the
+// store's committer. All methods are safe for concurrent use and honour
+// their context (a request whose context ended before its actor reached
+// it changes nothing; one whose writes were handed to the committer
+// completes, and its caller gets ctx.Err()).
+type Manager struct {
+	cfg       Config
+	sys       *actor.ActorSystem
+	local     ratchet.Identity
+	pub       ratchet.IdentityPublic
+	committer *actor.PID
 
 	mu        sync.Mutex
 	peers     map[messages.DeviceAddress]*peerEntry
@@ -135,7 +200,7 @@ type Manager struct {
 	refresh   *time.Timer
 }
 
-// peerEntry is the routing entry of one live session actor. pending counts
+// peerEntry is the routing entry of one live peer actor. pending counts
 // requests sent to it and not yet processed; the actor passivates only
 // when it is zero (under Manager.mu), so no request reaches a stopped actor.
 type peerEntry struct {
@@ -144,8 +209,9 @@ type peerEntry struct {
 }
 
 // NewManager loads the local identity and prekey store from cfg.Store,
-// creating and persisting them on first use, and starts the prekey actor
-// (and its refresh schedule) on sys.
+// creating and persisting them on first use (a read transaction only when
+// they exist and the prekey schedule is unchanged), and starts the
+// committer (and the prekey refresh schedule) on sys.
 func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manager, error) {
 	if sys == nil {
 		return nil, fmt.Errorf("%w: nil actor system", ErrInvalidConfig)
@@ -154,60 +220,101 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, sys: sys, peers: make(map[messages.DeviceAddress]*peerEntry), closing: make(chan struct{})}
-	err := cfg.Store.Update(ctx, func(tx persistence.DeliveryTx) error {
-		idRaw, hasID, err := tx.LocalIdentity()
+	// ready reports whether the stored identity and prekeys are usable as
+	// they are (loading the identity).
+	ready := func(r persistence.DeliveryReader) (bool, error) {
+		idRaw, hasID, err := r.LocalIdentity()
 		if err != nil {
-			return err
+			return false, err
 		}
-		pkRaw, hasPK, err := tx.Prekeys()
+		pkRaw, hasPK, err := r.Prekeys()
 		if err != nil {
-			return err
+			return false, err
 		}
 		switch {
-		case hasID && hasPK:
-			if m.local, err = ratchet.UnmarshalIdentity(idRaw); err != nil {
-				return corrupt("local identity", err)
-			}
-			ps, err := ratchet.UnmarshalPrekeyStore(pkRaw)
-			if err != nil {
-				return corrupt("prekeys", err)
-			}
-			if ps.Config() != cfg.Prekeys {
-				if ps, err = ps.WithConfig(cfg.Prekeys); err != nil {
-					return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-				}
-				return putPrekeys(tx, ps)
-			}
-			return nil
 		case hasID != hasPK:
-			return ErrNoIdentity
+			return false, ErrNoIdentity
+		case !hasID:
+			return false, nil
 		}
-		if m.local, err = ratchet.NewIdentity(); err != nil {
-			return err
+		if m.local, err = ratchet.UnmarshalIdentity(idRaw); err != nil {
+			return false, corrupt("local identity", err)
 		}
-		ps, err := ratchet.NewPrekeyStore(m.local, cfg.Now(), cfg.Prekeys)
+		ps, err := ratchet.UnmarshalPrekeyStore(pkRaw)
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return false, corrupt("prekeys", err)
 		}
-		b, err := ratchet.MarshalIdentity(m.local)
-		if err != nil {
-			return err
-		}
-		if err := tx.PutLocalIdentity(b); err != nil {
-			return err
-		}
-		return putPrekeys(tx, ps)
+		return ps.Config() == cfg.Prekeys, nil
+	}
+	var ok bool
+	err := cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		ok, err = ready(r)
+		return err
 	})
+	if err == nil && !ok {
+		err = cfg.Store.Update(ctx, func(tx persistence.DeliveryTx) error { return m.initStore(tx) })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("session: start: %w", err)
 	}
 	m.pub = m.local.Public()
-	m.prekeys = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &prekeyActor{m: m} }, m.cfg.Mailboxes.Option("prekeys")))
+	m.committer = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &committer{store: cfg.Store, maxBatch: cfg.MaxBatch, observe: cfg.Observe, logger: cfg.Logger}
+	}, cfg.Mailboxes.Option("delivery_committer")))
 	if cfg.RefreshInterval > 0 {
-		m.sys.Root.Send(m.prekeys, &refreshReq{ctx: context.Background()})
+		m.scheduledRefresh()
 		m.armRefresh(cfg.RefreshInterval)
 	}
 	return m, nil
+}
+
+// initStore creates the identity and prekeys (first use) or applies a new
+// prekey schedule to the stored prekeys, inside tx.
+func (m *Manager) initStore(tx persistence.DeliveryTx) error {
+	cfg := m.cfg
+	idRaw, hasID, err := tx.LocalIdentity()
+	if err != nil {
+		return err
+	}
+	pkRaw, hasPK, err := tx.Prekeys()
+	if err != nil {
+		return err
+	}
+	switch {
+	case hasID && hasPK:
+		if m.local, err = ratchet.UnmarshalIdentity(idRaw); err != nil {
+			return corrupt("local identity", err)
+		}
+		ps, err := ratchet.UnmarshalPrekeyStore(pkRaw)
+		if err != nil {
+			return corrupt("prekeys", err)
+		}
+		if ps.Config() != cfg.Prekeys {
+			if ps, err = ps.WithConfig(cfg.Prekeys); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			}
+			return putPrekeys(tx, ps)
+		}
+		return nil
+	case hasID != hasPK:
+		return ErrNoIdentity
+	}
+	if m.local, err = ratchet.NewIdentity(); err != nil {
+		return err
+	}
+	ps, err := ratchet.NewPrekeyStore(m.local, cfg.Now(), cfg.Prekeys)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	b, err := ratchet.MarshalIdentity(m.local)
+	if err != nil {
+		return err
+	}
+	if err := tx.PutLocalIdentity(b); err != nil {
+		return err
+	}
+	return putPrekeys(tx, ps)
 }
 
 func putPrekeys(tx persistence.DeliveryTx, ps ratchet.PrekeyStore) error {
@@ -233,8 +340,65 @@ func (m *Manager) armRefresh(interval time.Duration) {
 	default:
 	}
 	m.refresh = time.AfterFunc(interval, func() {
-		m.sys.Root.Send(m.prekeys, &refreshReq{ctx: context.Background()})
+		m.scheduledRefresh()
 		m.armRefresh(interval)
+	})
+}
+
+func (m *Manager) scheduledRefresh() {
+	_ = m.updatePrekeys(func(ps ratchet.PrekeyStore) (ratchet.PrekeyStore, bool, error) {
+		return ps.Refresh(m.local, m.cfg.Now())
+	}, func(_ bool, err error) {
+		if err != nil && !errors.Is(err, ErrClosed) {
+			m.cfg.Logger.Warn("session: scheduled prekey refresh failed", "err", err)
+		}
+	})
+}
+
+// submit hands an item to the committer.
+func (m *Manager) submit(it *item) { m.sys.Root.Send(m.committer, it) }
+
+// submitOwn submits an item that belongs to no peer (prekeys, prune),
+// refused after Close.
+func (m *Manager) submitOwn(it *item) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.submit(it)
+	return nil
+}
+
+// updatePrekeys runs fn on the stored prekey store inside a committer
+// transaction (the prekey store is one record shared by every peer: its
+// read-modify-writes, like a one-time prekey consumption, serialize in the
+// committer) and persists the result when fn reports a change. done gets
+// whether it changed, after the transaction is durable.
+func (m *Manager) updatePrekeys(fn func(ps ratchet.PrekeyStore) (ratchet.PrekeyStore, bool, error), done func(bool, error)) error {
+	var changed bool
+	return m.submitOwn(&item{
+		apply: func(tx persistence.DeliveryTx, _ *Stats) error {
+			changed = false
+			raw, ok, err := tx.Prekeys()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return ErrNoIdentity
+			}
+			ps, err := ratchet.UnmarshalPrekeyStore(raw)
+			if err != nil {
+				return corrupt("prekeys", err)
+			}
+			next, ch, err := fn(ps)
+			if err != nil || !ch {
+				return err
+			}
+			changed = true
+			return putPrekeys(tx, next)
+		},
+		done: func(err error) { done(changed && err == nil, err) },
 	})
 }
 
@@ -245,40 +409,108 @@ func (m *Manager) Identity() ratchet.IdentityPublic { return m.pub }
 // when one is left), after applying the prekey schedule; the prekey store
 // is persisted before the bundle is returned.
 func (m *Manager) Bundle(ctx context.Context) (*messages.PrekeyBundle, error) {
-	reply := make(chan bundleRes, 1)
-	if err := m.sendPrekeys(&bundleReq{ctx: ctx, reply: reply}); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r, err := await(ctx, reply)
+	var out messages.PrekeyBundle
+	reply := make(chan error, 1)
+	err := m.updatePrekeys(func(ps ratchet.PrekeyStore) (ratchet.PrekeyStore, bool, error) {
+		ps, _, err := ps.Refresh(m.local, m.cfg.Now())
+		if err != nil {
+			return ps, false, err
+		}
+		ps, out, err = ps.IssueBundle(m.pub)
+		return ps, true, err
+	}, func(_ bool, err error) { reply <- err })
 	if err != nil {
 		return nil, err
 	}
-	return r.bundle, r.err
+	if err, werr := await(ctx, reply); werr != nil {
+		return nil, werr
+	} else if err != nil {
+		return nil, fmt.Errorf("session: bundle: %w", err)
+	}
+	return &out, nil
 }
 
 // RefreshPrekeys applies the prekey schedule now (rotation of the signed
 // prekeys, expiry after the grace period, one-time replenishment) and
 // reports whether the store changed.
 func (m *Manager) RefreshPrekeys(ctx context.Context) (bool, error) {
-	reply := make(chan refreshRes, 1)
-	if err := m.sendPrekeys(&refreshReq{ctx: ctx, reply: reply}); err != nil {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	type res struct {
+		changed bool
+		err     error
+	}
+	reply := make(chan res, 1)
+	err := m.updatePrekeys(func(ps ratchet.PrekeyStore) (ratchet.PrekeyStore, bool, error) {
+		return ps.Refresh(m.local, m.cfg.Now())
+	}, func(changed bool, err error) { reply <- res{changed, err} })
+	if err != nil {
 		return false, err
 	}
 	r, err := await(ctx, reply)
 	if err != nil {
 		return false, err
 	}
-	return r.changed, r.err
+	if r.err != nil {
+		return false, fmt.Errorf("session: refresh prekeys: %w", r.err)
+	}
+	return r.changed, nil
 }
 
-func (m *Manager) sendPrekeys(msg any) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return ErrClosed
+// Prune removes the processed entries older than policy allows
+// (inbound.PruneCutoff at the clock's now) and returns how many it
+// removed. Pending messages are never pruned; nothing prunes implicitly.
+func (m *Manager) Prune(ctx context.Context, policy inbound.RetentionPolicy) (int, error) {
+	cutoff, prune, err := inbound.PruneCutoff(persistence.UnixMilli(m.cfg.Now()), policy)
+	if err != nil || !prune {
+		return 0, err
 	}
-	m.sys.Root.Send(m.prekeys, msg)
-	return nil
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var n int
+	reply := make(chan error, 1)
+	if err := m.submitOwn(&item{
+		apply: func(tx persistence.DeliveryTx, st *Stats) error {
+			var err error
+			if n, err = tx.PruneProcessedInbound(cutoff); err != nil {
+				return err
+			}
+			st.Pruned += n
+			return nil
+		},
+		done: func(err error) { reply <- err },
+	}); err != nil {
+		return 0, err
+	}
+	if err, werr := await(ctx, reply); werr != nil {
+		return 0, werr
+	} else if err != nil {
+		return 0, fmt.Errorf("session: prune: %w", err)
+	}
+	return n, nil
+}
+
+// call routes a request to peer's actor and waits for its reply.
+func call[T any](ctx context.Context, m *Manager, peer messages.DeviceAddress, mk func(reply func(T, error)) request) (T, error) {
+	type res struct {
+		v   T
+		err error
+	}
+	ch := make(chan res, 1)
+	var zero T
+	if err := m.route(peer, mk(func(v T, err error) { ch <- res{v, err} })); err != nil {
+		return zero, err
+	}
+	r, err := await(ctx, ch)
+	if err != nil {
+		return zero, err
+	}
+	return r.v, r.err
 }
 
 // Encrypt encrypts plaintext for peer and returns the envelope to send.
@@ -286,15 +518,9 @@ func (m *Manager) sendPrekeys(msg any) error {
 // against the pinned identity (pinning it on first contact) and initiates
 // one. The advanced session is persisted before the envelope is returned.
 func (m *Manager) Encrypt(ctx context.Context, peer messages.DeviceAddress, plaintext []byte) ([]byte, error) {
-	reply := make(chan encryptRes, 1)
-	if err := m.route(peer, &encryptReq{ctx: ctx, plaintext: plaintext, reply: reply}); err != nil {
-		return nil, err
-	}
-	r, err := await(ctx, reply)
-	if err != nil {
-		return nil, err
-	}
-	return r.envelope, r.err
+	return call(ctx, m, peer, func(reply func([]byte, error)) request {
+		return &encryptReq{ctx: ctx, plaintext: plaintext, reply: reply}
+	})
 }
 
 // Send encrypts plaintext for peer (as Encrypt: the advanced session is
@@ -311,46 +537,124 @@ func (m *Manager) Send(ctx context.Context, peer messages.DeviceAddress, plainte
 	return env, nil
 }
 
-// Decrypt opens envelope from peer and persists the new session state in
-// one transaction before returning the plaintext. On error nothing changed.
+// Decrypt opens envelope from peer and persists the new session state
+// before returning the plaintext. On error nothing changed.
 func (m *Manager) Decrypt(ctx context.Context, peer messages.DeviceAddress, envelope []byte) ([]byte, error) {
-	reply := make(chan openRes, 1)
-	if err := m.route(peer, &openReq{ctx: ctx, envelope: envelope, persist: true, reply: reply}); err != nil {
-		return nil, err
-	}
-	r, err := await(ctx, reply)
-	if err != nil {
-		return nil, err
-	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	return r.cand.plaintext, nil
+	return call(ctx, m, peer, func(reply func([]byte, error)) request {
+		return &decryptReq{ctx: ctx, envelope: envelope, reply: reply}
+	})
 }
 
-// Open decrypts envelope from peer without persisting anything and returns
-// the Candidate holding the plaintext and the new state. The caller must
-// persist it in its own transaction (Candidate.Persist) and then release it
-// (Candidate.Committed or Candidate.Abort; Candidate.Commit does all
-// three); until then, or until Config.CandidateTimeout, peer's actor
-// processes no other operation.
-func (m *Manager) Open(ctx context.Context, peer messages.DeviceAddress, envelope []byte) (*Candidate, error) {
-	reply := make(chan openRes, 1)
-	if err := m.route(peer, &openReq{ctx: ctx, envelope: envelope, reply: reply}); err != nil {
-		return nil, err
+// Receive handles one envelope from peer (docs/protocol.md (commit boundary),
+// "Transactions", Receive): decrypt, decode the SecurePayload frame, decide
+// (inbound.DecideReceive, or DecideAck for an ACK), then ONE transaction
+// writes the ratchet step with the pending row (or clears the pending sent
+// message an ACK names). On any error nothing changed and the ratchet step
+// rolled back. A Delivery is returned only after the commit and is never
+// ACKed; a copy of a finalized message is ACKed again.
+func (m *Manager) Receive(ctx context.Context, peer messages.DeviceAddress, envelope []byte) (Received, error) {
+	r, err := call(ctx, m, peer, func(reply func(Received, error)) request {
+		return &receiveReq{ctx: ctx, envelope: envelope, reply: reply}
+	})
+	if err == nil && r.ack != nil {
+		r.AckSent, r.ack = m.handAck(ctx, peer, r.ID, r.ack), nil
 	}
-	select {
-	case r := <-reply:
-		return r.cand, r.err
-	case <-ctx.Done():
-		// The actor may still produce a candidate: abandon it when it does.
+	return r, err
+}
+
+// ReceiveAsync is Receive without the wait: it queues the envelope on
+// peer's actor and returns; done is called once, from the committer's
+// goroutine (or the actor's, on an error before any write), when the
+// result is known. Envelopes of one peer queued by one goroutine are
+// decided in that order, and their writes share transactions: this is how
+// a transport pipelines a link. done must not block.
+func (m *Manager) ReceiveAsync(ctx context.Context, peer messages.DeviceAddress, envelope []byte, done func(Received, error)) error {
+	return m.route(peer, &receiveReq{ctx: ctx, envelope: envelope, reply: func(r Received, err error) {
+		if err != nil || r.ack == nil {
+			done(r, err)
+			return
+		}
+		// A copy of a finalized message: the ACK is handed over off the
+		// committer's goroutine (the transport may deliver synchronously).
 		go func() {
-			if r := <-reply; r.cand != nil {
-				r.cand.Abort()
-			}
+			r.AckSent, r.ack = m.handAck(ctx, peer, r.ID, r.ack), nil
+			done(r, nil)
 		}()
-		return nil, ctx.Err()
+	}})
+}
+
+// Finalize commits (persistence.FinalizationCommitted, reason 0) or
+// discards the message (peer, id): the pending entry is removed, the
+// processed entry written and the ACK's ratchet step persisted in one
+// transaction; the ACK is handed to the transport after it is durable
+// (Finalized.AckSent). An id neither pending nor finalized is
+// inbound.ErrReceivedMessageNotPending and changes nothing.
+func (m *Manager) Finalize(ctx context.Context, peer messages.DeviceAddress, id messages.LogicalMessageID, fin persistence.Finalization, reason persistence.DiscardReason) (Finalized, error) {
+	r, err := call(ctx, m, peer, func(reply func(Finalized, error)) request {
+		return &finalizeReq{ctx: ctx, id: id, fin: fin, reason: reason, reply: reply}
+	})
+	if err == nil && r.ack != nil {
+		r.AckSent, r.ack = m.handAck(ctx, peer, id, r.ack), nil
 	}
+	return r, err
+}
+
+// SendMessage stores body as a pending outbound message to peer under id
+// and encrypts it, in one transaction, then hands the envelope to the
+// transport. outbound.ErrAlreadyPending when (peer, id) is pending. When
+// the encryption or the hand-off failed the message is stored all the
+// same (Sent.HandOff).
+func (m *Manager) SendMessage(ctx context.Context, peer messages.DeviceAddress, id messages.LogicalMessageID, body []byte) (Sent, error) {
+	r, err := call(ctx, m, peer, func(reply func(Sent, error)) request {
+		return &sendReq{ctx: ctx, id: id, body: body, reply: reply}
+	})
+	return m.handSent(ctx, peer, r, err)
+}
+
+// handSent hands a durable envelope of SendMessage or Resend over.
+func (m *Manager) handSent(ctx context.Context, peer messages.DeviceAddress, r Sent, err error) (Sent, error) {
+	if err != nil || r.env == nil {
+		return r, err
+	}
+	if err := m.cfg.Transport.Send(ctx, peer, r.env); err != nil {
+		r.HandOff = fmt.Errorf("session: send to %s: %w", peer, err)
+	}
+	r.env = nil
+	return r, nil
+}
+
+// Resend re-encrypts the pending outbound message (peer, id) under the
+// current ratchet state (a fresh encryption) and records the attempt in
+// the same transaction, then hands it to the transport.
+// outbound.ErrNotPending when it is not pending.
+func (m *Manager) Resend(ctx context.Context, peer messages.DeviceAddress, id messages.LogicalMessageID) (Sent, error) {
+	r, err := call(ctx, m, peer, func(reply func(Sent, error)) request {
+		return &sendReq{ctx: ctx, id: id, resend: true, reply: reply}
+	})
+	return m.handSent(ctx, peer, r, err)
+}
+
+// Abandon removes the pending outbound message (peer, id) and reports
+// whether it was pending.
+func (m *Manager) Abandon(ctx context.Context, peer messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
+	return call(ctx, m, peer, func(reply func(bool, error)) request {
+		return &abandonReq{ctx: ctx, id: id, reply: reply}
+	})
+}
+
+// handAck hands an ACK envelope (encrypted by a peer actor, its ratchet
+// step now durable) to the transport and reports success.
+func (m *Manager) handAck(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff) bool {
+	err := h.err
+	if err == nil {
+		if err = m.cfg.Transport.Send(ctx, to, h.env); err != nil {
+			err = fmt.Errorf("session: send ACK to %s: %w", to, err)
+		}
+	}
+	if m.cfg.OnAck != nil {
+		m.cfg.OnAck(to, id, err)
+	}
+	return err == nil
 }
 
 // AcceptIdentity pins identity for peer (the application accepted a
@@ -358,55 +662,41 @@ func (m *Manager) Open(ctx context.Context, peer messages.DeviceAddress, envelop
 // so the next Encrypt fetches a new bundle and the next initiation from
 // identity is accepted.
 func (m *Manager) AcceptIdentity(ctx context.Context, peer messages.DeviceAddress, identity ratchet.IdentityPublic) error {
-	reply := make(chan error, 1)
-	if err := m.route(peer, &acceptReq{ctx: ctx, identity: identity, reply: reply}); err != nil {
-		return err
-	}
-	r, err := await(ctx, reply)
-	if err != nil {
-		return err
-	}
-	return r
+	_, err := call(ctx, m, peer, func(reply func(struct{}, error)) request {
+		return &acceptReq{ctx: ctx, identity: identity, reply: func(err error) { reply(struct{}{}, err) }}
+	})
+	return err
 }
 
 // ResetSession deletes the session with peer (the pin is kept), so the
 // next Encrypt starts a new session from a fresh bundle.
 func (m *Manager) ResetSession(ctx context.Context, peer messages.DeviceAddress) error {
-	reply := make(chan error, 1)
-	if err := m.route(peer, &resetReq{ctx: ctx, reply: reply}); err != nil {
-		return err
-	}
-	r, err := await(ctx, reply)
-	if err != nil {
-		return err
-	}
-	return r
+	_, err := call(ctx, m, peer, func(reply func(struct{}, error)) request {
+		return &resetReq{ctx: ctx, reply: func(err error) { reply(struct{}{}, err) }}
+	})
+	return err
 }
 
-// Warm spawns peer's session actor (if it is not live) and loads its state
-// from the store, without any other effect.
+// Warm spawns peer's actor (if it is not live) and loads its state from
+// the store, without any other effect.
 func (m *Manager) Warm(ctx context.Context, peer messages.DeviceAddress) error {
-	reply := make(chan error, 1)
-	if err := m.route(peer, &warmReq{ctx: ctx, reply: reply}); err != nil {
-		return err
-	}
-	r, err := await(ctx, reply)
-	if err != nil {
-		return err
-	}
-	return r
+	_, err := call(ctx, m, peer, func(reply func(struct{}, error)) request {
+		return &warmReq{ctx: ctx, reply: func(err error) { reply(struct{}{}, err) }}
+	})
+	return err
 }
 
-// LiveSessions returns how many session actors are live (not passivated).
+// LiveSessions returns how many peer actors are live (not passivated).
 func (m *Manager) LiveSessions() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.peers)
 }
 
-// Close stops every actor of the manager after the requests already
-// queued were processed (a candidate awaiting release is abandoned). It
-// does not close the store. Calls after Close return ErrClosed.
+// Close stops every peer actor after the requests already queued were
+// decided, then the committer after it wrote what they handed it (every
+// caller is answered). It does not close the store. Calls after Close
+// return ErrClosed.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -415,11 +705,10 @@ func (m *Manager) Close() error {
 	}
 	m.closed = true
 	close(m.closing)
-	pids := make([]*actor.PID, 0, len(m.peers)+1)
+	pids := make([]*actor.PID, 0, len(m.peers))
 	for _, e := range m.peers {
 		pids = append(pids, e.pid)
 	}
-	pids = append(pids, m.prekeys)
 	m.mu.Unlock()
 	m.refreshMu.Lock()
 	if m.refresh != nil {
@@ -435,11 +724,14 @@ func (m *Manager) Close() error {
 		}()
 	}
 	wg.Wait()
+	// Every item of the stopped actors is in the committer's mailbox,
+	// ahead of the pill.
+	_ = m.sys.Root.PoisonFuture(m.committer).Wait()
 	return nil
 }
 
-// route sends msg to peer's session actor, spawning it when it is not live.
-func (m *Manager) route(peer messages.DeviceAddress, msg any) error {
+// route sends msg to peer's actor, spawning it when it is not live.
+func (m *Manager) route(peer messages.DeviceAddress, msg request) error {
 	if err := peer.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidPeer, err)
 	}

@@ -513,3 +513,14 @@ func UnmarshalPrekeyStore(b []byte) (PrekeyStore, error) {
 	wipe(w.OneTime)
 	return s, nil
 }
+
+// ConsumeOneTime returns the store without one-time prekey id, or
+// ErrUnknownPrekey when it holds no such key (unknown or already used).
+// A receiver that decrypted an initiation against a snapshot of its
+// prekey store applies the consumption to the stored store with it, so
+// concurrent initiations merge without decrypting again and a one-time
+// prekey is never accepted twice (PQXDH §3.4).
+func (s PrekeyStore) ConsumeOneTime(id uint32) (PrekeyStore, error) {
+	out, _, err := s.takeOneTime(id)
+	return out, err
+}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/syncmesh/syncmesh/actors/delivery"
 	"github.com/syncmesh/syncmesh/actors/device"
-	"github.com/syncmesh/syncmesh/actors/inbound"
 	"github.com/syncmesh/syncmesh/actors/outbound"
 	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -79,7 +78,6 @@ func (e *ReplyError) Is(target error) bool {
 var closedErrs = []error{
 	runtime.ErrClosed, // = apply.ErrClosed
 	device.ErrClosed,
-	inbound.ErrClosed,
 	session.ErrClosed,
 	outbound.ErrClosed,
 	persistence.ErrClosed,

@@ -1,0 +1,204 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// The committer is the delivery store's one writer (docs/architecture.md, "One writer
+// per store"). Peer actors decide; the committer runs their effects: it
+// drains its mailbox into ONE read-write transaction and calls each item's
+// done only after that transaction is durable (or failed), so concurrent
+// peers and consecutive operations of one peer share an fsync. It never
+// decides anything and never blocks on another actor.
+
+// DefaultMaxBatch is the default Config.MaxBatch.
+const DefaultMaxBatch = 256
+
+// item is one unit of work for the committer: the writes of one decision.
+type item struct {
+	// chain links the items of one peer actor computed on top of each
+	// other (nil for items that do not depend on a peer's speculative
+	// state). Once one of them fails, the later ones must not be written.
+	chain *chain
+	// apply runs the writes inside the shared transaction. An error means
+	// a write failed (storage error, or a consumed one-time prekey): the
+	// transaction is retried without the item.
+	apply func(tx persistence.DeliveryTx, st *Stats) error
+	// done is called from the committer's goroutine once: err nil after
+	// the transaction is durable, else the item's or the commit's error.
+	// It must not block (replies go to buffered channels).
+	done func(err error)
+}
+
+// chain is a peer actor's run of speculative items. broken is read and
+// written by the committer's goroutine only.
+type chain struct{ broken bool }
+
+// Stats is reported to Config.Observe after every committed transaction.
+type Stats struct {
+	// PendingInbound and PendingOutbound are the counts after it.
+	PendingInbound, PendingOutbound int
+	// OutboundChanged reports that pending outbound rows changed; then
+	// OldestOutbound is the creation time of the oldest one (zero: none).
+	OutboundChanged bool
+	OldestOutbound  time.Time
+	// Committed, Discarded, Pruned, Cleared count what the transaction
+	// did: new commits, new discards, pruned processed entries, outbound
+	// messages cleared by an ACK.
+	Committed, Discarded, Pruned, Cleared int
+}
+
+type committer struct {
+	store    persistence.DeliveryStore
+	maxBatch int
+	observe  func(Stats)
+	logger   interface {
+		Warn(msg string, args ...any)
+	}
+
+	pending []*item
+	queued  bool
+	yielded bool
+}
+
+type flushMsg struct{}
+
+// IgnoreDeadLetterLogging implements actor.IgnoreDeadLetterLogging (a
+// flush queued behind the PoisonPill reaches a stopped committer).
+func (flushMsg) IgnoreDeadLetterLogging() {}
+
+func (c *committer) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *item:
+		c.pending = append(c.pending, m)
+		if len(c.pending) >= c.maxBatch {
+			c.commit()
+		} else if !c.queued {
+			c.queued = true
+			ctx.Send(ctx.Self(), flushMsg{})
+		}
+	case flushMsg:
+		if len(c.pending) == 0 {
+			c.queued, c.yielded = false, false
+			return
+		}
+		if !c.yielded {
+			// Let the goroutines that are ready — other callers about to
+			// hand over their items — reach the mailbox first: they land
+			// ahead of the flush sent again here and join this
+			// transaction (as the sync plane's committer does).
+			c.yielded = true
+			runtime.Gosched()
+			ctx.Send(ctx.Self(), flushMsg{})
+			return
+		}
+		c.queued, c.yielded = false, false
+		c.commit()
+	case *actor.Stopping:
+		c.commit()
+	}
+}
+
+// errPoisoned aborts a transaction after a write of one item failed (its
+// partial writes must not commit).
+var errPoisoned = errors.New("session: item failed after writing")
+
+// errStale answers an item decided on top of a failed write.
+var errStale = fmt.Errorf("%w: an earlier write of this peer failed", ErrStaleState)
+
+// commit runs the queued items in one transaction. An item whose writes
+// fail is answered with its error, its chain is broken, and the
+// transaction is retried without it (and without the later items of its
+// chain); a failed commit fails every item and breaks every chain.
+func (c *committer) commit() {
+	// Items of a chain broken by an earlier transaction were decided on
+	// top of a failed write: refuse them.
+	live := make([]*item, 0, len(c.pending))
+	for _, it := range c.pending {
+		if it.chain != nil && it.chain.broken {
+			it.done(errStale)
+			continue
+		}
+		live = append(live, it)
+	}
+	c.pending = nil
+	for len(live) > 0 {
+		kept := live
+		failed := -1
+		var itemErr error
+		var st Stats
+		err := c.store.Update(context.Background(), func(tx persistence.DeliveryTx) error {
+			st = Stats{}
+			for i, it := range kept {
+				if err := it.apply(tx, &st); err != nil {
+					failed, itemErr = i, err
+					return errPoisoned
+				}
+			}
+			return readStats(tx, &st)
+		})
+		if err == nil {
+			if c.observe != nil {
+				c.observe(st)
+			}
+			for _, it := range kept {
+				it.done(nil)
+			}
+			return
+		}
+		if failed >= 0 && errors.Is(err, errPoisoned) {
+			bad := kept[failed]
+			if bad.chain != nil {
+				bad.chain.broken = true
+			}
+			bad.done(itemErr)
+			// Retry without it and without the later items of its chain;
+			// the earlier ones did not depend on it.
+			live = append([]*item(nil), kept[:failed]...)
+			for _, it := range kept[failed+1:] {
+				if bad.chain != nil && it.chain == bad.chain {
+					it.done(errStale)
+					continue
+				}
+				live = append(live, it)
+			}
+			continue
+		}
+		c.logger.Warn("session: delivery commit failed", "items", len(kept), "err", err)
+		for _, it := range kept {
+			if it.chain != nil {
+				it.chain.broken = true
+			}
+		}
+		for _, it := range kept {
+			it.done(fmt.Errorf("session: commit: %w", err))
+		}
+		return
+	}
+}
+
+func readStats(tx persistence.DeliveryTx, st *Stats) error {
+	var err error
+	if st.PendingInbound, err = tx.PendingInboundCount(nil); err != nil {
+		return err
+	}
+	if st.PendingOutbound, err = tx.PendingOutboundCount(); err != nil {
+		return err
+	}
+	if !st.OutboundChanged || st.PendingOutbound == 0 {
+		return nil
+	}
+	// In send order: the first is the oldest.
+	return tx.PendingOutboundAfter(0, nil, func(p persistence.PendingOutbound) (bool, error) {
+		st.OldestOutbound = time.UnixMilli(p.CreatedAt)
+		return false, nil
+	})
+}

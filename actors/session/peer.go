@@ -1,0 +1,806 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/syncmesh/syncmesh/actors/inbound"
+	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/crypto/ratchet"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// peerActor owns everything keyed by one remote device: its ratchet
+// record and pin, the receive decision of its envelopes, the finalization
+// of its pending messages and the ACK's encryption, and the outbound rows
+// addressed to it. It decides from its state and hands the writes to the
+// committer without waiting for them (pipelining): its state is
+// speculative — the stored state plus the writes in flight (rec, pin, and
+// the in/out overlays keyed by logical id). Results leave only after the
+// committer made the writes durable. When a write fails, the committer
+// breaks the actor's chain (no later write computed on top of it is
+// made) and the actor reloads its state from the store, so what is stored
+// is always a prefix of what was decided.
+type peerActor struct {
+	m     *Manager
+	peer  messages.DeviceAddress
+	entry *peerEntry
+	self  *actor.PID
+
+	loaded bool
+	rec    ratchet.SessionRecord
+	pin    *ratchet.IdentityPublic
+	chain  *chain
+
+	inflight int
+	in       map[messages.LogicalMessageID]*inKey
+	out      map[messages.LogicalMessageID]*outKey
+}
+
+// inKey is the speculative commit-boundary state of (peer, id) while a
+// write of it is in flight. pending.Sequence is not used: the sequence is
+// in slot (assigned by the store inside the transaction).
+type inKey struct {
+	owner     *work
+	pending   *persistence.PendingInbound
+	slot      *seqSlot
+	processed *persistence.ProcessedInbound
+}
+
+// outKey is the speculative pending outbound row of (peer, id) while a
+// write of it is in flight (pending nil: not pending).
+type outKey struct {
+	owner   *work
+	pending *persistence.PendingOutbound
+	slot    *seqSlot
+}
+
+// work is what the actor remembers of one submitted item.
+type work struct {
+	chain   *chain
+	inKeys  []messages.LogicalMessageID
+	outKeys []messages.LogicalMessageID
+}
+
+// settledMsg tells the actor that an item of its is durable (err nil) or
+// failed. The committer sends it before it replies to the caller, so a
+// caller's next request is processed after it.
+type settledMsg struct {
+	w   *work
+	err error
+}
+
+// IgnoreDeadLetterLogging implements actor.IgnoreDeadLetterLogging: an
+// item settled after its actor stopped (Close) has nobody left to tell.
+func (*settledMsg) IgnoreDeadLetterLogging() {}
+
+func (a *peerActor) Receive(c actor.Context) {
+	switch msg := c.Message().(type) {
+	case *actor.Started:
+		a.self = c.Self()
+		c.SetReceiveTimeout(a.m.cfg.IdleTimeout)
+	case *actor.ReceiveTimeout:
+		// Passivation: every state change is in the store (or in flight:
+		// then the actor stays), the manager re-spawns on demand.
+		if a.inflight == 0 && a.m.passivate(a.peer, a.entry) {
+			c.Stop(c.Self())
+		}
+	case *settledMsg:
+		a.settled(msg)
+	case request:
+		defer a.m.done(a.entry)
+		if err := msg.context().Err(); err != nil {
+			msg.fail(err)
+			return
+		}
+		if err := a.load(msg.context()); err != nil {
+			msg.fail(err)
+			return
+		}
+		msg.handle(a)
+	}
+}
+
+// request is one operation routed to a peer actor.
+type request interface {
+	context() context.Context
+	handle(a *peerActor)
+	fail(err error)
+}
+
+// load reads the stored record and pin when the state is not loaded.
+func (a *peerActor) load(ctx context.Context) error {
+	if a.loaded {
+		return nil
+	}
+	var raw []byte
+	var has, pinned bool
+	var pin ratchet.IdentityPublic
+	err := a.m.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		if raw, has, err = r.Session(a.peer); err != nil {
+			return err
+		}
+		pin, pinned, err = r.Pin(a.peer)
+		return err
+	})
+	if err != nil {
+		return wrapPeer("load", a.peer, err)
+	}
+	rec := ratchet.SessionRecord{}
+	if has {
+		if rec, err = ratchet.UnmarshalState(raw); err != nil {
+			return wrapPeer("load", a.peer, corrupt("session record", err))
+		}
+	}
+	a.rec, a.pin, a.loaded = rec, nil, true
+	if pinned {
+		a.pin = &pin
+	}
+	a.chain = &chain{}
+	return nil
+}
+
+// settled does the bookkeeping of a settled item: a durable one's keys
+// leave the overlays (the store has them now); a failed one of the
+// current chain resets the state to the store.
+func (a *peerActor) settled(m *settledMsg) {
+	a.inflight--
+	if m.err != nil {
+		if m.w.chain == a.chain {
+			a.loaded, a.rec, a.pin, a.chain, a.in, a.out = false, ratchet.SessionRecord{}, nil, nil, nil, nil
+		}
+		return
+	}
+	for _, id := range m.w.inKeys {
+		if k := a.in[id]; k != nil && k.owner == m.w {
+			delete(a.in, id)
+		}
+	}
+	for _, id := range m.w.outKeys {
+		if k := a.out[id]; k != nil && k.owner == m.w {
+			delete(a.out, id)
+		}
+	}
+	if len(a.in) == 0 {
+		a.in = nil
+	}
+	if len(a.out) == 0 {
+		a.out = nil
+	}
+}
+
+// submit hands w's writes to the committer. after runs in the committer's
+// goroutine once they are durable (err nil) or failed; the actor is told
+// first.
+func (a *peerActor) submit(w *work, wr *writes, after func(err error)) {
+	a.inflight++
+	self, sys := a.self, a.m.sys
+	a.m.submit(&item{chain: w.chain, apply: wr.run, done: func(err error) {
+		sys.Root.Send(self, &settledMsg{w: w, err: err})
+		after(err)
+	}})
+}
+
+func (a *peerActor) newWork() *work { return &work{chain: a.chain} }
+
+func (a *peerActor) setIn(w *work, id messages.LogicalMessageID, k *inKey) {
+	if a.in == nil {
+		a.in = map[messages.LogicalMessageID]*inKey{}
+	}
+	k.owner = w
+	a.in[id] = k
+	w.inKeys = append(w.inKeys, id)
+}
+
+func (a *peerActor) setOut(w *work, id messages.LogicalMessageID, k *outKey) {
+	if a.out == nil {
+		a.out = map[messages.LogicalMessageID]*outKey{}
+	}
+	k.owner = w
+	a.out[id] = k
+	w.outKeys = append(w.outKeys, id)
+}
+
+// inState returns the speculative state of (peer, id) and the slot of its
+// pending entry's sequence.
+func (a *peerActor) inState(ctx context.Context, id messages.LogicalMessageID) (inbound.State, *seqSlot, error) {
+	if k := a.in[id]; k != nil {
+		return inbound.State{Pending: k.pending, Processed: k.processed}, k.slot, nil
+	}
+	var st inbound.State
+	err := a.m.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		st, err = inbound.ReadState(r, a.peer, id)
+		return err
+	})
+	if err != nil {
+		return st, nil, err
+	}
+	var slot *seqSlot
+	if st.Pending != nil {
+		slot = &seqSlot{v: st.Pending.Sequence}
+	}
+	return st, slot, nil
+}
+
+// senderPending counts peer's pending messages as decided: the stored
+// count corrected by the overlay (a key in flight counts as the overlay
+// says, whatever the store says yet).
+func (a *peerActor) senderPending(ctx context.Context) (int, error) {
+	var n int
+	err := a.m.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		if n, err = r.PendingInboundCount(&a.peer); err != nil {
+			return err
+		}
+		for id, k := range a.in {
+			_, stored, err := r.PendingInbound(a.peer, id)
+			if err != nil {
+				return err
+			}
+			if stored {
+				n--
+			}
+			if k.pending != nil {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// outState returns the speculative pending outbound row of (peer, id).
+func (a *peerActor) outState(ctx context.Context, id messages.LogicalMessageID) (*persistence.PendingOutbound, error) {
+	if k := a.out[id]; k != nil {
+		return k.pending, nil
+	}
+	var p persistence.PendingOutbound
+	var ok bool
+	err := a.m.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		var err error
+		p, ok, err = r.PendingOutbound(a.peer, id)
+		return err
+	})
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// encrypted is an encryption decided on the speculative record.
+type encrypted struct {
+	rec      ratchet.SessionRecord
+	raw      []byte
+	envelope []byte
+	pin      *ratchet.IdentityPublic // to pin (first contact by initiation)
+}
+
+// encrypt encrypts plaintext on the speculative record. Without a session
+// it fetches peer's bundle, verifies it, checks it against the pin and
+// initiates one (the only blocking step of a peer actor: a network fetch).
+func (a *peerActor) encrypt(ctx context.Context, plaintext []byte) (encrypted, error) {
+	cfg := a.m.cfg
+	rec := a.rec
+	var out encrypted
+	if rec.IsEmpty() {
+		bundle, err := cfg.Transport.FetchBundle(ctx, a.peer)
+		if err != nil {
+			return out, wrapPeer("fetch bundle", a.peer, err)
+		}
+		if bundle == nil {
+			return out, wrapPeer("fetch bundle", a.peer, fmt.Errorf("%w: nil bundle", messages.ErrMalformed))
+		}
+		if err := ratchet.VerifyBundle(bundle); err != nil {
+			return out, wrapPeer("verify bundle", a.peer, err)
+		}
+		if a.pin != nil {
+			if err := checkPin(a.peer, *a.pin, bundle.Identity); err != nil {
+				return out, err
+			}
+		} else {
+			id := bundle.Identity
+			out.pin = &id
+		}
+		if rec, _, err = cfg.Ratchet.Initiate(rec, a.m.local, bundle); err != nil {
+			return out, wrapPeer("initiate", a.peer, err)
+		}
+	}
+	next, env, err := cfg.Ratchet.Encrypt(rec, plaintext)
+	if err != nil {
+		return out, wrapPeer("encrypt", a.peer, err)
+	}
+	raw, err := ratchet.MarshalState(next)
+	if err != nil {
+		return out, wrapPeer("encrypt", a.peer, err)
+	}
+	out.rec, out.raw, out.envelope = next, raw, env
+	return out, nil
+}
+
+// adoptEncryption makes e the speculative state and adds its writes.
+func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
+	a.rec = e.rec
+	wr.session = e.raw
+	if e.pin != nil {
+		a.pin = e.pin
+		wr.pin = e.pin
+	}
+}
+
+// decrypted is an envelope decrypted on the speculative record.
+type decrypted struct {
+	res  ratchet.DecryptResult
+	raw  []byte
+	pin  *ratchet.IdentityPublic
+	otpk *uint32
+}
+
+func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, error) {
+	cfg := a.m.cfg
+	var out decrypted
+	env, err := messages.DecodeEnvelope(envelope)
+	if err != nil {
+		return out, wrapPeer("decode", a.peer, err)
+	}
+	// The prekey store is read only for an initiation of a session the
+	// record does not hold (the only case Decrypt consumes prekeys). It is
+	// the stored snapshot: the consumption is applied to the stored store
+	// at commit (writes.otpk), which refuses a one-time prekey consumed
+	// by another initiation meanwhile.
+	var prekeys ratchet.PrekeyStore
+	if env.Initiation != nil && !holds(a.rec, env.Header.Session) {
+		var raw []byte
+		if err := cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+			var ok bool
+			var err error
+			if raw, ok, err = r.Prekeys(); err != nil {
+				return err
+			}
+			if !ok {
+				return ErrNoIdentity
+			}
+			return nil
+		}); err != nil {
+			return out, wrapPeer("load prekeys", a.peer, err)
+		}
+		if prekeys, err = ratchet.UnmarshalPrekeyStore(raw); err != nil {
+			return out, wrapPeer("load prekeys", a.peer, corrupt("prekeys", err))
+		}
+	}
+	res, err := cfg.Ratchet.Decrypt(a.rec, a.m.local, prekeys, envelope, cfg.Now())
+	if err != nil {
+		return out, wrapPeer("decrypt", a.peer, err)
+	}
+	if a.pin != nil {
+		if err := checkPin(a.peer, *a.pin, res.Session.Remote); err != nil {
+			return out, err
+		}
+	} else {
+		id := res.Session.Remote
+		out.pin = &id
+	}
+	if res.PrekeysChanged && env.Initiation != nil {
+		out.otpk = env.Initiation.OneTimePrekeyID
+	}
+	if out.raw, err = ratchet.MarshalState(res.Record); err != nil {
+		return out, wrapPeer("decrypt", a.peer, err)
+	}
+	out.res = res
+	return out, nil
+}
+
+// adoptDecryption makes d the speculative state and adds its writes.
+func (a *peerActor) adoptDecryption(d decrypted, wr *writes) {
+	a.rec = d.res.Record
+	wr.session, wr.otpk = d.raw, d.otpk
+	if d.pin != nil {
+		a.pin = d.pin
+		wr.pin = d.pin
+	}
+}
+
+func holds(rec ratchet.SessionRecord, id messages.SessionID) bool {
+	for _, s := range rec.Sessions() {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// ---------------------------------------------------------------------------
+// Receive (docs/protocol.md, commit boundary, "Transactions", Receive): the ratchet
+// step, the pending row (or the cleared outbound row of an ACK) and, for a
+// copy of a finalized message, the ratchet step of the ACK sent again, in
+// one item.
+
+type receiveReq struct {
+	ctx      context.Context
+	envelope []byte
+	reply    func(Received, error)
+}
+
+func (r *receiveReq) context() context.Context { return r.ctx }
+func (r *receiveReq) fail(err error)           { r.reply(Received{}, err) }
+
+func (r *receiveReq) handle(a *peerActor) {
+	cfg := a.m.cfg
+	d, err := a.decrypt(r.ctx, r.envelope)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	payload, err := messages.DecodeSecurePayload(d.res.Plaintext)
+	if err != nil {
+		r.fail(fmt.Errorf("session: receive from %s: frame: %w", a.peer, err))
+		return
+	}
+	res := Received{Sender: a.peer, ID: payload.ID}
+	wr := &writes{peer: a.peer, id: payload.ID}
+	w := a.newWork()
+	switch payload.Type {
+	case messages.PayloadAck:
+		p, err := a.outState(r.ctx, payload.ID)
+		if err != nil {
+			r.fail(wrapPeer("receive", a.peer, err))
+			return
+		}
+		dec := inbound.DecideAck(p != nil)
+		res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
+		a.adoptDecryption(d, wr)
+		if dec.Effects.DeleteOutbound {
+			wr.deleteOutbound = true
+			a.setOut(w, payload.ID, &outKey{})
+		}
+		a.submit(w, wr, func(err error) {
+			if err != nil {
+				r.fail(wrapPeer("persist", a.peer, err))
+				return
+			}
+			r.reply(res, nil)
+		})
+		return
+	case messages.PayloadApplicationMessage:
+	default:
+		r.fail(fmt.Errorf("session: receive from %s: %w", a.peer, inbound.ErrNotApplicationMessage))
+		return
+	}
+	st, slot, err := a.inState(r.ctx, payload.ID)
+	if err != nil {
+		r.fail(wrapPeer("receive", a.peer, err))
+		return
+	}
+	limit := cfg.MaxPendingPerSender
+	if limit > 0 && st.Pending == nil && st.Processed == nil {
+		if st.SenderPending, err = a.senderPending(r.ctx); err != nil {
+			r.fail(wrapPeer("receive", a.peer, err))
+			return
+		}
+	}
+	dec := inbound.DecideReceive(st, inbound.ReceiveInput{Sender: a.peer, ID: payload.ID, Body: payload.Body, Frame: d.res.Plaintext,
+		Now: persistence.UnixMilli(cfg.Now()), MaxPendingPerSender: limit})
+	if dec.Err != nil {
+		// Nothing is adopted: the ratchet step rolls back.
+		r.fail(dec.Err)
+		return
+	}
+	a.adoptDecryption(d, wr)
+	res.Outcome, res.New = dec.Outcome, dec.New
+	if p := dec.Effects.PutPending; p != nil {
+		slot = &seqSlot{}
+		wr.putPending, wr.slot = p, slot
+		a.setIn(w, payload.ID, &inKey{pending: p, slot: slot})
+	}
+	var ack []byte
+	var ackErr error
+	if dec.Effects.Ack {
+		ack, ackErr = a.ack(r.ctx, payload.ID, wr)
+	}
+	pending, body := dec.Pending, dec.Plaintext
+	a.submit(w, wr, func(err error) {
+		if err != nil {
+			r.fail(wrapPeer("persist", a.peer, err))
+			return
+		}
+		if pending != nil {
+			p := *pending
+			p.Sequence = slot.v
+			m := inbound.Message(p, body)
+			res.Message = &m
+			if cfg.OnDelivery != nil {
+				cfg.OnDelivery(m)
+			}
+		}
+		if dec.Effects.Ack {
+			res.ack = &handoff{env: ack, err: ackErr}
+		}
+		r.reply(res, nil)
+	})
+}
+
+// ack encrypts an ACK frame for id on the speculative record and adds its
+// ratchet step to wr. An encryption failure is returned, not fatal: the
+// finalization stands and the ACK is not sent (ackSent = false).
+func (a *peerActor) ack(ctx context.Context, id messages.LogicalMessageID, wr *writes) ([]byte, error) {
+	frame, err := messages.EncodeSecurePayload(&messages.SecurePayload{Type: messages.PayloadAck, ID: id})
+	if err != nil {
+		return nil, err
+	}
+	e, err := a.encrypt(ctx, frame)
+	if err != nil {
+		return nil, err
+	}
+	a.adoptEncryption(e, wr)
+	return e.envelope, nil
+}
+
+// ---------------------------------------------------------------------------
+// Finalize (docs/protocol.md, commit boundary, "Transactions", Commit): remove the
+// pending entry, write the processed entry and — a deviation the project
+// documents — the ratchet step of the ACK, in one item. The ACK is handed
+// to the transport only after that item is durable; an encryption failure
+// never fails the finalization (ackSent = false).
+
+type finalizeReq struct {
+	ctx    context.Context
+	id     messages.LogicalMessageID
+	fin    persistence.Finalization
+	reason persistence.DiscardReason
+	reply  func(Finalized, error)
+}
+
+func (r *finalizeReq) context() context.Context { return r.ctx }
+func (r *finalizeReq) fail(err error)           { r.reply(Finalized{}, err) }
+
+func (r *finalizeReq) handle(a *peerActor) {
+	st, _, err := a.inState(r.ctx, r.id)
+	if err != nil {
+		r.fail(wrapPeer("finalize", a.peer, err))
+		return
+	}
+	dec := inbound.DecideFinalize(st, inbound.FinalizeInput{Sender: a.peer, ID: r.id, Finalization: r.fin, Reason: r.reason,
+		Now: persistence.UnixMilli(a.m.cfg.Now())})
+	if dec.Err != nil {
+		r.fail(dec.Err)
+		return
+	}
+	wr := &writes{peer: a.peer, id: r.id, deletePending: dec.Effects.DeletePending, putProcessed: dec.Effects.PutProcessed}
+	w := a.newWork()
+	if dec.Effects.PutProcessed != nil {
+		a.setIn(w, r.id, &inKey{processed: dec.Effects.PutProcessed})
+	}
+	var ack []byte
+	var ackErr error
+	if dec.Effects.Ack {
+		ack, ackErr = a.ack(r.ctx, r.id, wr)
+	}
+	res := Finalized{Outcome: dec.Outcome, Sender: a.peer, ID: r.id}
+	a.submit(w, wr, func(err error) {
+		if err != nil {
+			r.fail(wrapPeer("persist", a.peer, err))
+			return
+		}
+		if dec.Effects.Ack {
+			res.ack = &handoff{env: ack, err: ackErr}
+		}
+		r.reply(res, nil)
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Outbound: Send stores the pending row and its encryption in one item and
+// hands the envelope over after it is durable; Resend records the attempt
+// with a fresh encryption; Abandon clears the row.
+
+type sendReq struct {
+	ctx    context.Context
+	id     messages.LogicalMessageID
+	body   []byte
+	resend bool
+	reply  func(Sent, error)
+}
+
+func (r *sendReq) context() context.Context { return r.ctx }
+func (r *sendReq) fail(err error)           { r.reply(Sent{}, err) }
+
+func (r *sendReq) handle(a *peerActor) {
+	cfg := a.m.cfg
+	cur, err := a.outState(r.ctx, r.id)
+	if err != nil {
+		r.fail(wrapPeer("send", a.peer, err))
+		return
+	}
+	now := persistence.UnixMilli(cfg.Now())
+	wr := &writes{peer: a.peer, id: r.id}
+	w := a.newWork()
+	var row persistence.PendingOutbound
+	if r.resend {
+		if cur == nil {
+			r.fail(fmt.Errorf("%w: %s/%s", outbound.ErrNotPending, a.peer, r.id))
+			return
+		}
+		row = *cur
+		row.Attempts++
+		row.LastAttemptAt = now
+	} else {
+		if cur != nil {
+			r.fail(fmt.Errorf("%w: %s/%s", outbound.ErrAlreadyPending, a.peer, r.id))
+			return
+		}
+		row = persistence.PendingOutbound{Recipient: a.peer, ID: r.id, CreatedAt: now, Attempts: 1, LastAttemptAt: now, Body: bytes.Clone(r.body)}
+		if row.Body == nil {
+			row.Body = []byte{}
+		}
+	}
+	frame, err := messages.EncodeSecurePayload(&messages.SecurePayload{Type: messages.PayloadApplicationMessage, ID: r.id, Body: row.Body})
+	if err != nil {
+		r.fail(fmt.Errorf("session: send: %w", err))
+		return
+	}
+	e, encErr := a.encrypt(r.ctx, frame)
+	if encErr != nil && r.resend {
+		// Nothing to hand over: the attempt is not recorded.
+		r.fail(encErr)
+		return
+	}
+	if encErr == nil {
+		a.adoptEncryption(e, wr)
+	}
+	slot := &seqSlot{v: row.Sequence}
+	if r.resend {
+		wr.markAttempt, wr.attemptAt = true, now
+	} else {
+		// Stored even when the encryption failed: the message is pending
+		// and the caller learns it was not handed over (Resend later).
+		p := row
+		wr.putOutbound, wr.outSlot = &p, slot
+	}
+	a.setOut(w, r.id, &outKey{pending: &row})
+	a.submit(w, wr, func(err error) {
+		if err != nil {
+			r.fail(wrapPeer("persist", a.peer, err))
+			return
+		}
+		stored := row
+		stored.Sequence = slot.v
+		out := Sent{Message: outbound.FromStored(stored), HandOff: encErr}
+		if encErr == nil {
+			out.env = e.envelope
+		}
+		r.reply(out, nil)
+	})
+}
+
+type abandonReq struct {
+	ctx   context.Context
+	id    messages.LogicalMessageID
+	reply func(bool, error)
+}
+
+func (r *abandonReq) context() context.Context { return r.ctx }
+func (r *abandonReq) fail(err error)           { r.reply(false, err) }
+
+func (r *abandonReq) handle(a *peerActor) {
+	cur, err := a.outState(r.ctx, r.id)
+	if err != nil {
+		r.fail(wrapPeer("abandon", a.peer, err))
+		return
+	}
+	if cur == nil {
+		r.reply(false, nil)
+		return
+	}
+	w := a.newWork()
+	a.setOut(w, r.id, &outKey{})
+	a.submit(w, &writes{peer: a.peer, id: r.id, deleteOutbound: true}, func(err error) {
+		if err != nil {
+			r.fail(wrapPeer("persist", a.peer, err))
+			return
+		}
+		r.reply(true, nil)
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Plain session operations: Encrypt and Decrypt persist the ratchet step
+// alone; AcceptIdentity and ResetSession; Warm only loads.
+
+type encryptReq struct {
+	ctx       context.Context
+	plaintext []byte
+	reply     func([]byte, error)
+}
+
+func (r *encryptReq) context() context.Context { return r.ctx }
+func (r *encryptReq) fail(err error)           { r.reply(nil, err) }
+
+func (r *encryptReq) handle(a *peerActor) {
+	e, err := a.encrypt(r.ctx, r.plaintext)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	wr := &writes{peer: a.peer}
+	a.adoptEncryption(e, wr)
+	a.submit(a.newWork(), wr, func(err error) {
+		if err != nil {
+			r.fail(wrapPeer("persist", a.peer, err))
+			return
+		}
+		r.reply(e.envelope, nil)
+	})
+}
+
+type decryptReq struct {
+	ctx      context.Context
+	envelope []byte
+	reply    func([]byte, error)
+}
+
+func (r *decryptReq) context() context.Context { return r.ctx }
+func (r *decryptReq) fail(err error)           { r.reply(nil, err) }
+
+func (r *decryptReq) handle(a *peerActor) {
+	d, err := a.decrypt(r.ctx, r.envelope)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	wr := &writes{peer: a.peer}
+	a.adoptDecryption(d, wr)
+	a.submit(a.newWork(), wr, func(err error) {
+		if err != nil {
+			r.fail(wrapPeer("persist", a.peer, err))
+			return
+		}
+		r.reply(d.res.Plaintext, nil)
+	})
+}
+
+type acceptReq struct {
+	ctx      context.Context
+	identity ratchet.IdentityPublic
+	reply    func(error)
+}
+
+func (r *acceptReq) context() context.Context { return r.ctx }
+func (r *acceptReq) fail(err error)           { r.reply(err) }
+
+func (r *acceptReq) handle(a *peerActor) {
+	id := r.identity
+	wr := &writes{peer: a.peer, pin: &id}
+	if remote, ok := a.rec.RemoteIdentity(); ok && ratchet.CheckPin(remote, id) != nil {
+		wr.deleteSession = true
+		a.rec = ratchet.SessionRecord{}
+	}
+	a.pin = &id
+	a.submit(a.newWork(), wr, func(err error) { r.reply(wrapPeer("accept identity", a.peer, err)) })
+}
+
+type resetReq struct {
+	ctx   context.Context
+	reply func(error)
+}
+
+func (r *resetReq) context() context.Context { return r.ctx }
+func (r *resetReq) fail(err error)           { r.reply(err) }
+
+func (r *resetReq) handle(a *peerActor) {
+	a.rec = ratchet.SessionRecord{}
+	a.submit(a.newWork(), &writes{peer: a.peer, deleteSession: true}, func(err error) { r.reply(wrapPeer("reset", a.peer, err)) })
+}
+
+type warmReq struct {
+	ctx   context.Context
+	reply func(error)
+}
+
+func (r *warmReq) context() context.Context { return r.ctx }
+func (r *warmReq) fail(err error)           { r.reply(err) }
+func (r *warmReq) handle(*peerActor)        { r.reply(nil) }
