@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -102,7 +102,7 @@ func TestFailedPushLeavesCursorAndReoffersTheSameBatch(t *testing.T) {
 	upsertN(t, a, 0, 7, "a")
 	m.net.SetFaults(Faults{Drop: 1})
 	rep, _ := a.SyncNow(context.Background(), "b", "")
-	if !errors.Is(rep.Err, delivery.ErrUnreachable) {
+	if !errors.Is(rep.Err, replicate.ErrUnreachable) {
 		t.Fatalf("dropped push: %+v", rep)
 	}
 	if st := peerStatus(t, a, "b"); st.Cursor != 0 {

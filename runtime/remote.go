@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
@@ -47,10 +47,10 @@ const (
 const remoteWindowBytes = 4 << 20
 
 // Errors of the remote transport. Push errors that mean "not delivered,
-// try again later" also match delivery.ErrUnreachable.
+// try again later" also match replicate.ErrUnreachable.
 var (
 	// ErrRemoteClosed is returned (wrapped, together with
-	// delivery.ErrUnreachable) by Push after Close.
+	// replicate.ErrUnreachable) by Push after Close.
 	ErrRemoteClosed = errors.New("runtime: remote closed")
 	// ErrRemoteRunning is returned by StartRemote on an actor system that
 	// already has a protoactor remote.
@@ -176,8 +176,8 @@ type RemoteStats struct {
 }
 
 // Remote is a node's protoactor-go remote (gRPC) transport for SSP/1 §14
-// pushes. It implements delivery.Transport; Serve connects the node's
-// delivery.Receiver. It is safe for concurrent use.
+// pushes. It implements replicate.Transport; Serve connects the node's
+// replicate.Receiver. It is safe for concurrent use.
 type Remote struct {
 	sys     *actor.ActorSystem
 	rem     *remote.Remote
@@ -213,9 +213,9 @@ type Remote struct {
 	undecodable, streams   atomic.Uint64
 }
 
-type receiverBox struct{ r delivery.Receiver }
+type receiverBox struct{ r replicate.Receiver }
 
-var _ delivery.Transport = (*Remote)(nil)
+var _ replicate.Transport = (*Remote)(nil)
 
 // StartRemote configures and starts protoactor's remote on sys and spawns
 // the sync actor (SyncActorName). The system must not have a remote yet.
@@ -355,7 +355,7 @@ func (r *Remote) RemovePeer(peer string) {
 // Serve makes recv handle the pushes this node receives. Until Serve is
 // called, pushes are answered with a rejection. Calling it again replaces
 // the receiver for later pushes.
-func (r *Remote) Serve(recv delivery.Receiver) {
+func (r *Remote) Serve(recv replicate.Receiver) {
 	if recv == nil {
 		r.recv.Store(nil)
 		return
@@ -375,10 +375,10 @@ func (r *Remote) Stats() RemoteStats {
 	}
 }
 
-// Push sends p to peer and waits for its result (delivery.Transport,
+// Push sends p to peer and waits for its result (replicate.Transport,
 // SSP/1 §14.1). An unknown peer, a closed transport, a peer that cannot be
 // reached and a missing answer within the request timeout (or ctx's
-// deadline) are errors matching delivery.ErrUnreachable. A push the peer
+// deadline) are errors matching replicate.ErrUnreachable. A push the peer
 // refused matches ErrPushRejected; an invalid p is rejected before
 // sending with the messages error.
 func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*messages.PushResult, error) {
@@ -403,12 +403,12 @@ func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*
 	r.mu.RLock()
 	if r.closed {
 		r.mu.RUnlock()
-		return nil, fmt.Errorf("%w: %w", delivery.ErrUnreachable, ErrRemoteClosed)
+		return nil, fmt.Errorf("%w: %w", replicate.ErrUnreachable, ErrRemoteClosed)
 	}
 	addr, ok := r.peers[peer]
 	if !ok {
 		r.mu.RUnlock()
-		return nil, fmt.Errorf("%w: unknown peer %q", delivery.ErrUnreachable, peer)
+		return nil, fmt.Errorf("%w: unknown peer %q", replicate.ErrUnreachable, peer)
 	}
 	f := r.sys.Root.RequestFuture(actor.NewPID(addr, SyncActorName), env, timeout)
 	r.mu.RUnlock()
@@ -436,11 +436,11 @@ func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*
 		if byCtx || ctx.Err() != nil {
 			return nil, ctxErr(peer, context.DeadlineExceeded)
 		}
-		return nil, fmt.Errorf("%w: %s at %s: no answer within %v", delivery.ErrUnreachable, peer, addr, timeout)
+		return nil, fmt.Errorf("%w: %s at %s: no answer within %v", replicate.ErrUnreachable, peer, addr, timeout)
 	case errors.Is(a.err, actor.ErrDeadLetter):
-		return nil, fmt.Errorf("%w: %s at %s: not connected or not serving", delivery.ErrUnreachable, peer, addr)
+		return nil, fmt.Errorf("%w: %s at %s: not connected or not serving", replicate.ErrUnreachable, peer, addr)
 	case a.err != nil:
-		return nil, fmt.Errorf("%w: %s at %s: %w", delivery.ErrUnreachable, peer, addr, a.err)
+		return nil, fmt.Errorf("%w: %s at %s: %w", replicate.ErrUnreachable, peer, addr, a.err)
 	}
 	v := a.v
 	if e, ok := v.(*wire.Envelope); ok { // answered in-process, not through the remote
@@ -463,7 +463,7 @@ func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*
 
 func ctxErr(peer string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: push to %s: %w", delivery.ErrUnreachable, peer, err)
+		return fmt.Errorf("%w: push to %s: %w", replicate.ErrUnreachable, peer, err)
 	}
 	return fmt.Errorf("runtime: push to %s: %w", peer, err)
 }

@@ -35,7 +35,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 )
@@ -259,7 +259,7 @@ func runRemoteChild(rawSpec string, in io.Reader, stdout io.Writer) error {
 	if err := r.Close(); err != nil { // idempotent
 		return fmt.Errorf("second Close: %w", err)
 	}
-	if _, err := r.Push(context.Background(), "x", testPush("x", 1, 1)); !errors.Is(err, ErrRemoteClosed) || !errors.Is(err, delivery.ErrUnreachable) {
+	if _, err := r.Push(context.Background(), "x", testPush("x", 1, 1)); !errors.Is(err, ErrRemoteClosed) || !errors.Is(err, replicate.ErrUnreachable) {
 		return fmt.Errorf("push after Close: %v", err)
 	}
 	sys.Shutdown()
@@ -272,7 +272,7 @@ func describe(rep *remoteReply, err error) {
 		return
 	}
 	rep.Err = err.Error()
-	rep.Unreachable = errors.Is(err, delivery.ErrUnreachable)
+	rep.Unreachable = errors.Is(err, replicate.ErrUnreachable)
 	rep.Rejected = errors.Is(err, ErrPushRejected)
 	rep.BadResponse = errors.Is(err, ErrBadResponse)
 }

@@ -1,4 +1,4 @@
-// Package delivery moves SSP/1 events between nodes (SSP/1 §14): one
+// Package replicate moves SSP/1 events between nodes (SSP/1 §14): one
 // sender actor per peer and transport path keeps a durable cursor over the
 // local log and pushes what lies beyond it; one progress actor records
 // what each sender's pushes applied here and owns the applied watermarks.
@@ -8,7 +8,7 @@
 // cursor moves only after a push succeeded and never from anything the
 // peer says (§14.1); the peer's watermarks only let the sender skip events
 // the peer demonstrably applied (§14.2).
-package delivery
+package replicate
 
 import (
 	"context"
