@@ -21,8 +21,11 @@ import (
 // commit-boundary records — pending inbound, processed inbound, pending
 // outbound and their indexes (createInboundV1, inbound.go). Version 5: the
 // event-id index keyed by (site, HLC, id) (migrateEventKeysV1,
-// event_keys.go).
-const LayoutVersion = 5
+// event_keys.go). Version 6: the SSP/1 §14 progress rule of authenticated
+// origins — stored watermarks deleted, gap and re-offer lists one key
+// each, held sizes and per-signer held totals (migrateSyncDeliveryV6,
+// migrate_v6.go).
+const LayoutVersion = 6
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -62,6 +65,7 @@ var migrations = []migration{
 	{from: 2, to: 3, fn: createSyncDeliveryV1},
 	{from: 3, to: 4, fn: createInboundV1},
 	{from: 4, to: 5, fn: migrateEventKeysV1},
+	{from: 5, to: 6, fn: migrateSyncDeliveryV6},
 }
 
 // createV1 creates the initial layout.

@@ -79,6 +79,9 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"WatermarksMonotonicAndFailClosed", testWatermarks},
 		{"PeerProgressWithGaps", testPeerProgress},
 		{"EventKeyedBySiteAndHLC", testEventKeyedBySiteAndHLC},
+		{"GapAndRetryLimitsAtAndPastTheEdge", testDeliveryLimits},
+		{"HeldPointLookupUsageAndPurge", testHeldUsage},
+		{"DeleteWatermarks", testDeleteWatermarks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
