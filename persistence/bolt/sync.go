@@ -705,7 +705,6 @@ func (t *syncTx) SetHorizon(k persistence.TableKey, h messages.HLC) error {
 	return t.horizons.Put(tablePrefix(nil, k), u64(uint64(h)))
 }
 
-
 func (t *syncTx) PutMeta(key string, value []byte) error {
 	if err := t.checkWrite(); err != nil {
 		return err

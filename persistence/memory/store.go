@@ -562,7 +562,6 @@ func (t *txn) SetHorizon(k persistence.TableKey, h messages.HLC) error {
 	return nil
 }
 
-
 func (t *txn) PutMeta(key string, value []byte) error {
 	if err := t.check(true); err != nil {
 		return err
