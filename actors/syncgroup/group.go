@@ -237,12 +237,14 @@ func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, r
 	if se, ok, err := tx.Event(e.Site, e.HLC, req.ID); err != nil {
 		return out, err
 	} else if ok {
-		held, err := tx.HeldEvents(key)
+		// A point lookup: a duplicate must not cost a scan of the group's
+		// held list inside the transaction every group shares.
+		held, err := tx.IsHeld(key, se.Seq)
 		if err != nil {
 			return out, err
 		}
 		out.Kind = messages.Duplicate
-		if slices.Contains(held, se.Seq) {
+		if held {
 			out.Kind = messages.Held // still waiting for its table: the watermark must not pass it
 		}
 		return out, nil
@@ -253,7 +255,16 @@ func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, r
 	}
 	def, ok := tc.def, tc.defined
 	if !ok {
-		// §13.6: destination table missing → hold the group, retry later.
+		// §13.6: destination table missing → hold the group, retry later,
+		// within the signer's held quota (held.go): past it the event is
+		// rejected — nothing retained, watermark not advanced, re-offered.
+		if over, err := overHeldQuota(tx, e.Site, len(req.Raw)); err != nil {
+			return out, err
+		} else if over != "" {
+			out.Kind, out.Reason, out.Detail = messages.Rejected, messages.ReasonHeldQuota, over
+			*ns = append(*ns, messages.EventRejected{Outcome: out})
+			return out, nil
+		}
 		seq, err := tx.AppendEvent(stored(req))
 		if err != nil {
 			return out, err
