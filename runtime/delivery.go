@@ -41,6 +41,12 @@ var (
 	ErrUnknownPeer = replicate.ErrUnknownPeer
 	// ErrPeerExists: AddPeer of a name and path already added.
 	ErrPeerExists = replicate.ErrPeerExists
+	// ErrUnknownSender: a push from a name this node did not configure
+	// (AddPeer, AcceptPeer); nothing of it was kept.
+	ErrUnknownSender = replicate.ErrUnknownSender
+	// ErrSenderMismatch: a push whose From is not the peer the transport
+	// authenticated (on the Remote: another peer's TLS certificate).
+	ErrSenderMismatch = replicate.ErrSenderMismatch
 )
 
 // DefaultPath is the transport path name AddPeer uses when given none.
@@ -104,6 +110,8 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 		Apply:     n.apply.ApplyBatch,
 		InScope:   scope.Contains,
 		Own:       n.own,
+		WallMS:    n.clock.WallMS,
+		ClockLast: n.clock.Last,
 		Logger:    n.log,
 		Metrics:   m,
 		Mailboxes: n.mailboxes,
@@ -114,7 +122,11 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 // HandlePush applies a push from a peer and answers with its result. It
 // is the receiving end of every transport: an in-process Network or a
 // Remote calls it; an embedding application with its own transport does
-// too.
+// too. The caller vouches that p.From is the peer its transport
+// authenticated (the Network stamps it, the Remote checks it against the
+// TLS client certificate): a push is attributed to that name only, and a
+// name this node did not configure (AddPeer, AcceptPeer) is refused with
+// ErrUnknownSender, keeping nothing.
 func (n *Node) HandlePush(ctx context.Context, p *messages.SyncPush) (*messages.PushResult, error) {
 	if n.isClosed() {
 		return nil, ErrClosed
@@ -125,15 +137,16 @@ func (n *Node) HandlePush(ctx context.Context, p *messages.SyncPush) (*messages.
 // AddPeer starts pushing this node's log to peer over t: one durable
 // cursor per peer per transport path, starting at genesis for a peer
 // never pushed to (SSP/1 §14.1). path names the transport path (empty:
-// DefaultPath).
-func (n *Node) AddPeer(peer string, t Transport, path string) error {
+// DefaultPath). It also accepts pushes from peer (AcceptPeer, with the
+// same options).
+func (n *Node) AddPeer(peer string, t Transport, path string, opts ...PeerOption) error {
 	if n.isClosed() {
 		return ErrClosed
 	}
 	if path == "" {
 		path = DefaultPath
 	}
-	return n.sync.AddPeer(peer, path, t)
+	return n.sync.AddPeer(peer, path, t, peerOptions(opts))
 }
 
 // RemovePeer stops pushing to peer over path (empty: DefaultPath). Its

@@ -123,7 +123,9 @@ func (n *Network) Bytes() (pushes, results uint64) {
 	return n.sent, n.received
 }
 
-// Transport returns the transport node from uses to push.
+// Transport returns the transport node from uses to push. Every push
+// sent through it reaches the receiver with From set to from (the
+// network stamps the sender, as an authenticating transport would).
 func (n *Network) Transport(from string) Transport { return &netTransport{n: n, from: from} }
 
 type netTransport struct {
@@ -217,6 +219,9 @@ func (t *netTransport) deliver(ctx context.Context, to replicate.Receiver, raw [
 	if err != nil {
 		return nil, err
 	}
+	// The network is the authenticator here: a push is from the node
+	// whose transport sent it, whatever its From says.
+	p.From = t.from
 	res, err := to.HandlePush(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", replicate.ErrUnreachable, err)
