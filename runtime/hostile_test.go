@@ -155,7 +155,9 @@ func TestAttackManyGapsDoNotWedgeABoltLink(t *testing.T) {
 		t.Skip("writes 4 200 events")
 	}
 	dirs := map[string]string{"a": t.TempDir(), "r": t.TempDir()}
-	m := newTestMesh(t, 34, []string{"a", "r"}, func(name string) Config { return Config{Dir: dirs[name], NoSync: true, PushBatch: messages.MaxPushEvents} })
+	m := newTestMesh(t, 34, []string{"a", "r"}, func(name string) Config {
+		return Config{Dir: dirs[name], NoSync: true, PushBatch: messages.MaxPushEvents}
+	})
 	m.link("a", "r")
 	ctx := context.Background()
 	a, r := m.nodes["a"], m.nodes["r"]

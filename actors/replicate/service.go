@@ -70,8 +70,8 @@ type Deps struct {
 	// beyond the skew bound of the epoch is refused).
 	WallMS    func() uint64
 	ClockLast func() messages.HLC
-	Logger  *slog.Logger
-	Metrics *Metrics
+	Logger    *slog.Logger
+	Metrics   *Metrics
 	// Mailboxes measures the senders' and the progress actor's mailboxes.
 	Mailboxes *mailbox.Depths
 }
@@ -108,7 +108,7 @@ type Service struct {
 	peers    map[string]*actor.PID // by cursor key
 	accepted map[string]senderInfo // configured senders, by name
 	stopped  bool
-	done    chan struct{} // closed once the progress actor stopped
+	done     chan struct{} // closed once the progress actor stopped
 }
 
 // NewService starts the progress actor. Senders start with AddPeer.
