@@ -173,6 +173,10 @@ type RemoteStats struct {
 	// InboundStreams counts gRPC streams peers opened to this node (one
 	// per connected peer unless connections were reset).
 	InboundStreams uint64
+	// RefusedPushes counts pushes the stream guard refused: a From that
+	// is not the peer the TLS client certificate authenticates, or an
+	// answer address that is not that peer's.
+	RefusedPushes uint64
 }
 
 // Remote is a node's protoactor-go remote (gRPC) transport for SSP/1 §14
@@ -190,9 +194,15 @@ type Remote struct {
 	recv atomic.Pointer[receiverBox]
 	sem  chan struct{}
 
-	mu     sync.RWMutex // guards peers and closed; held for reading around every send
+	mu     sync.RWMutex // guards peers, bound and closed; held for reading around every send
 	peers  map[string]string
+	bound  map[string]remotePeer // remote_peers.go
 	closed bool
+
+	// inbound holds a token per message the stream guard let through to
+	// the sync actor and the actor has not taken yet: the guard blocks
+	// when it is full (push-back through gRPC flow control).
+	inbound chan struct{}
 
 	pid       *actor.PID
 	evMu      sync.Mutex // see Close
@@ -211,6 +221,7 @@ type Remote struct {
 	bytesSent, bytesRecv   atomic.Uint64
 	pushesSent, pushesRecv atomic.Uint64
 	undecodable, streams   atomic.Uint64
+	refused                atomic.Uint64
 }
 
 type receiverBox struct{ r replicate.Receiver }
@@ -250,6 +261,7 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 		n = DefaultRemoteMaxConcurrentPushes
 	}
 	r.sem = make(chan struct{}, n)
+	r.inbound = make(chan struct{}, 2*n)
 	maxMsg := cfg.MaxMessageBytes
 	if maxMsg == 0 {
 		maxMsg = DefaultRemoteMaxMessageBytes
@@ -303,7 +315,10 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 	// (5 attempts) blocks every push to that peer for 10 s.
 	rc.MaxRetryCount = 1
 	r.rem = remote.NewRemote(sys, rc)
+	// Before Start: the stream guard reads it from gRPC's goroutines.
+	r.baseCtx, r.cancel = context.WithCancel(context.Background())
 	if err := panics.Call(r.rem.Start); err != nil {
+		r.cancel()
 		return nil, fmt.Errorf("%w: %w", ErrRemoteListen, err)
 	}
 
@@ -320,7 +335,6 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 		return false
 	})
 
-	r.baseCtx, r.cancel = context.WithCancel(context.Background())
 	props := actor.PropsFromProducer(func() actor.Actor { return &syncActor{r: r} })
 	pid, err := sys.Root.SpawnNamed(props, SyncActorName)
 	if err != nil {
@@ -336,14 +350,6 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 // Address returns the host:port peers reach this node at (the advertised
 // address if configured, else the listening address with the real port).
 func (r *Remote) Address() string { return r.sys.Address() }
-
-// AddPeer makes peer reachable at address (host:port), replacing a
-// previous address.
-func (r *Remote) AddPeer(peer, address string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.peers[peer] = address
-}
 
 // RemovePeer forgets peer; later pushes to it fail with ErrUnreachable.
 func (r *Remote) RemovePeer(peer string) {
@@ -372,6 +378,7 @@ func (r *Remote) Stats() RemoteStats {
 		PushesReceived:       r.pushesRecv.Load(),
 		Undecodable:          r.undecodable.Load(),
 		InboundStreams:       r.streams.Load(),
+		RefusedPushes:        r.refused.Load(),
 	}
 }
 
@@ -534,6 +541,9 @@ func (a *syncActor) Receive(c actor.Context) {
 	msg := c.Message()
 	if e, ok := msg.(*wire.Envelope); ok { // sent in-process, not through the remote
 		msg, _ = e.Deserialize()
+	} else if _, ok := msg.(remote.RootSerializable); ok {
+		// Came through the stream guard, which took a token for it.
+		defer a.r.release()
 	}
 	switch m := msg.(type) {
 	case *wire.Push:
@@ -611,6 +621,7 @@ type remoteMetrics struct {
 	undecodable *prometheus.CounterVec
 	bytes       *prometheus.CounterVec
 	pushes      *prometheus.CounterVec
+	refused     prometheus.Counter
 }
 
 func newRemoteMetrics(reg prometheus.Registerer) (*remoteMetrics, error) {
@@ -628,8 +639,17 @@ func newRemoteMetrics(reg prometheus.Registerer) (*remoteMetrics, error) {
 			Help: "SSP/1 pushes sent and received over the remote.",
 		}, []string{"direction"}),
 	}
+	m.refused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "syncmesh", Subsystem: "remote", Name: "refused_pushes_total",
+		Help: "Pushes the stream guard refused: From not the peer the TLS client certificate authenticates, or an answer address not that peer's.",
+	})
 	if reg == nil {
 		return m, nil
+	}
+	if c, err := promreg.Register(reg, m.refused); err != nil {
+		return nil, fmt.Errorf("runtime: remote metrics: %w", err)
+	} else {
+		m.refused = c
 	}
 	for _, c := range []**prometheus.CounterVec{&m.undecodable, &m.bytes, &m.pushes} {
 		var err error

@@ -53,7 +53,7 @@ type remoteChildSpec struct {
 
 // remoteCmd is one command to a child; remoteReply its answer.
 type remoteCmd struct {
-	Op         string // push, raw, guard, stats, bench
+	Op         string // push, raw, guard, stats, bench, addpeer
 	Peer       string // address
 	Name       string // peer name for push ("" = Peer)
 	NoAddPeer  bool
@@ -283,7 +283,7 @@ func childCommand(sys *actor.ActorSystem, r *Remote, cmd remoteCmd) remoteReply 
 	if name == "" {
 		name = cmd.Peer
 	}
-	if !cmd.NoAddPeer && cmd.Peer != "" {
+	if !cmd.NoAddPeer && cmd.Peer != "" && cmd.Op != "addpeer" {
 		r.AddPeer(name, cmd.Peer)
 	}
 	timeout := r.timeout + 5*time.Second
@@ -357,6 +357,9 @@ func childCommand(sys *actor.ActorSystem, r *Remote, cmd remoteCmd) remoteReply 
 		rep.Elapsed = time.Since(start)
 		rep.Bytes = r.Stats().PayloadBytesSent - before.PayloadBytesSent
 		describe(&rep, firstErr)
+	case "addpeer":
+		// Bind Name to the node at Peer (its TLS certificate by name).
+		describe(&rep, r.AddPeer(cmd.Name, cmd.Peer))
 	case "stats":
 		rep.OK = true
 	default:
