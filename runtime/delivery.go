@@ -108,6 +108,7 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 	n.sync, err = replicate.NewService(n.system, replicate.Deps{
 		Store: n.store, Self: n.signer.Site(), Name: n.name, LogID: logID,
 		Apply:     n.apply.ApplyBatch,
+		ApplyWith: n.apply.ApplyWith,
 		InScope:   scope.Contains,
 		Own:       n.own,
 		WallMS:    n.clock.WallMS,

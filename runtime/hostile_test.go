@@ -281,3 +281,33 @@ func TestAttackSelfChosenNamesKeepNoState(t *testing.T) {
 	m.syncAll(10)
 	requireRow(t, m.nodes["r"], "r", 2)
 }
+
+// TestOneCommitPerReceivedPush: a received push's events and the
+// receiver's record of it (progress, watermarks) are one bbolt
+// transaction — counted by persistence/bolt's DB.Commits.
+func TestOneCommitPerReceivedPush(t *testing.T) {
+	dirs := map[string]string{"a": t.TempDir(), "r": t.TempDir()}
+	m := newTestMesh(t, 37, []string{"a", "r"}, func(name string) Config { return Config{Dir: dirs[name], NoSync: true, PushBatch: 50} })
+	m.link("a", "r")
+	ctx := context.Background()
+	a, r := m.nodes["a"], m.nodes["r"]
+	upsertN(t, a.Node, 0, 5, "a")
+	m.syncAll(5) // warm: the first push records r's log id, clock and so on
+	const pushes = 6
+	for p := 0; p < pushes; p++ {
+		upsertN(t, a.Node, 10+p*50, 50, "b")
+	}
+	before := r.db.Commits().Sync
+	for p := 0; p < pushes; p++ {
+		rep, err := a.SyncNow(ctx, "r", "")
+		if err != nil || rep.Err != nil || rep.Offered != 50 {
+			t.Fatalf("push %d: %+v %v", p, rep, err)
+		}
+	}
+	if got := r.db.Commits().Sync - before; got != pushes {
+		t.Fatalf("%d sync commits on the receiver for %d received pushes, want exactly one each", got, pushes)
+	}
+	if state(t, a.Node) != state(t, r.Node) {
+		t.Fatal("not converged")
+	}
+}

@@ -175,6 +175,15 @@ func decideProgress(in progressInput) progressOutput {
 	prog.Through, prog.Gaps = newThrough, gaps
 	out.Prog, out.Ranges = prog, ranges
 
+	// The receiver's HLC bounds a raise; this push's own events count too
+	// (they are observed into the clock only once their transaction is
+	// durable, and the record shares that transaction).
+	limit := in.ClockLast
+	for _, o := range in.Outs {
+		if o.Kind != messages.Dropped && o.Kind != messages.Rejected && o.HLC > limit {
+			limit = o.HLC
+		}
+	}
 	for _, c := range push.Claims {
 		g := storeGroup(c.Group)
 		if !in.Bound || g.Site != in.Site || !in.Claimable(g) || c.HLC.Physical() > in.WallMS+MaxSkewMS {
@@ -185,7 +194,7 @@ func decideProgress(in progressInput) progressOutput {
 		if prog.Through < c.Seq || slices.ContainsFunc(prog.Gaps, func(x persistence.PeerGap) bool { return x.Group == g && x.Seq <= c.Seq }) {
 			continue // not demonstrably applied (yet): not a lie, not a raise
 		}
-		h := min(c.HLC, in.ClockLast)
+		h := min(c.HLC, limit)
 		cur, ok := in.Current[g]
 		if r, raised := out.Raise[g]; raised {
 			cur, ok = r.HLC, true

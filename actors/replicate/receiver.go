@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -45,8 +46,85 @@ type progressActor struct {
 	s       *Service
 	pending []*recordWork
 	queued  bool
-	senders map[string]InboundStatus  // last push seen per sender (memory only)
-	ranges  map[string][]pendingRange // per sender, pushes waiting for the one before them
+}
+
+// progressMemory is the receiver's in-memory progress state, per
+// configured sender: the last push seen (Inbound) and the pushes waiting
+// for the one before them. It is changed only once the transaction that
+// recorded a push is durable.
+type progressMemory struct {
+	mu      sync.Mutex
+	senders map[string]InboundStatus
+	ranges  map[string][]pendingRange
+	// byTx is the ranges as pushes recorded earlier in a transaction not
+	// yet committed left them: a later push of the same sender in that
+	// transaction starts from there (published only once it commits).
+	byTx map[persistence.SyncTx]map[string][]pendingRange
+}
+
+func (m *progressMemory) txRanges(tx persistence.SyncTx, from string) []pendingRange {
+	m.mu.Lock()
+	rs, ok := m.byTx[tx][from]
+	m.mu.Unlock()
+	if ok {
+		return clonePending(rs)
+	}
+	return m.rangesOf(from)
+}
+
+func (m *progressMemory) setTxRanges(tx persistence.SyncTx, from string, rs []pendingRange) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byTx == nil {
+		m.byTx = map[persistence.SyncTx]map[string][]pendingRange{}
+	}
+	if m.byTx[tx] == nil {
+		m.byTx[tx] = map[string][]pendingRange{}
+	}
+	m.byTx[tx][from] = clonePending(rs)
+}
+
+// endTx forgets a finished transaction's view (committed or not).
+func (m *progressMemory) endTx(tx persistence.SyncTx) {
+	if tx == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.byTx, tx)
+}
+
+func (m *progressMemory) rangesOf(from string) []pendingRange {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return clonePending(m.ranges[from])
+}
+
+// recordedPush updates the memory after push's record committed.
+func (m *progressMemory) recordedPush(push *messages.SyncPush, r recorded) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ranges == nil {
+		m.ranges, m.senders = map[string][]pendingRange{}, map[string]InboundStatus{}
+	}
+	m.ranges[push.From] = r.ranges
+	st := m.senders[push.From]
+	if push.Through >= st.Through || string(r.prog.Log) != string(push.Log) {
+		st.Through, st.Tail = push.Through, push.Tail
+	}
+	m.senders[push.From] = InboundStatus{From: push.From, Through: st.Through, Tail: st.Tail,
+		Applied: r.prog.Through, Gaps: len(r.prog.Gaps), At: time.Now()}
+}
+
+func (m *progressMemory) inbound() []InboundStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]InboundStatus, 0, len(m.senders))
+	for _, st := range m.senders {
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b InboundStatus) int { return strings.Compare(a.From, b.From) })
+	return out
 }
 
 // InboundStatus is what this node last heard from one sender: how far
@@ -76,12 +154,7 @@ func (p *progressActor) Receive(ctx actor.Context) {
 		p.queued = false
 		p.commit()
 	case *inboundReq:
-		out := make([]InboundStatus, 0, len(p.senders))
-		for _, st := range p.senders {
-			out = append(out, st)
-		}
-		slices.SortFunc(out, func(a, b InboundStatus) int { return strings.Compare(a.From, b.From) })
-		m.reply <- out
+		m.reply <- p.s.mem.inbound()
 	case *actor.Stopping:
 		p.commit()
 	}
@@ -124,7 +197,7 @@ func (p *progressActor) record(works []*recordWork) ([]recorded, error) {
 		for i, w := range works {
 			rs, ok := ranges[w.push.From]
 			if !ok {
-				rs = p.ranges[w.push.From]
+				rs = p.s.mem.rangesOf(w.push.From)
 			}
 			r, err := recordPush(tx, p.s.deps, w.sender, w.push, w.outs, rs)
 			if err != nil {
@@ -140,19 +213,7 @@ func (p *progressActor) record(works []*recordWork) ([]recorded, error) {
 
 func (p *progressActor) finish(w *recordWork, r recorded, err error) {
 	if err == nil {
-		if p.ranges == nil {
-			p.ranges = map[string][]pendingRange{}
-		}
-		if p.senders == nil {
-			p.senders = map[string]InboundStatus{}
-		}
-		p.ranges[w.push.From] = r.ranges
-		st := p.senders[w.push.From]
-		if w.push.Through >= st.Through || string(r.prog.Log) != string(w.push.Log) {
-			st.Through, st.Tail = w.push.Through, w.push.Tail
-		}
-		p.senders[w.push.From] = InboundStatus{From: w.push.From, Through: st.Through, Tail: st.Tail,
-			Applied: r.prog.Through, Gaps: len(r.prog.Gaps), At: time.Now()}
+		p.s.mem.recordedPush(w.push, r)
 	}
 	w.reply <- recordReply{res: r.res, err: err}
 }
@@ -250,6 +311,27 @@ func (s *Service) handlePush(ctx context.Context, push *messages.SyncPush) (*mes
 	raws := make([][]byte, len(push.Events))
 	for i, e := range push.Events {
 		raws[i] = e.Raw
+	}
+	if s.deps.ApplyWith != nil {
+		// One transaction per received push: its events and its record.
+		var rec recorded
+		var used persistence.SyncTx
+		outs, err := s.deps.ApplyWith(ctx, raws, func(tx persistence.SyncTx, outs []messages.Outcome) (func(), error) {
+			used = tx
+			r, err := recordPush(tx, s.deps, sender, push, outs, s.mem.txRanges(tx, push.From))
+			if err != nil {
+				return nil, err
+			}
+			s.mem.setTxRanges(tx, push.From, r.ranges)
+			rec = r
+			return func() { s.mem.recordedPush(push, r) }, nil
+		})
+		s.mem.endTx(used)
+		if err != nil {
+			return nil, err
+		}
+		s.deps.Metrics.received(push.From, rec.res, outs)
+		return rec.res, nil
 	}
 	outs, err := s.deps.Apply(ctx, raws)
 	if err != nil {

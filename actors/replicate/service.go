@@ -61,6 +61,11 @@ type Deps struct {
 	LogID []byte
 	// Apply runs signed events through the node's apply chokepoint.
 	Apply func(ctx context.Context, raws [][]byte) ([]messages.Outcome, error)
+	// ApplyWith, when set, runs a received push's events through the
+	// chokepoint and the receiver's record of the push in one storage
+	// transaction (one commit per received push); without it the record
+	// takes a second transaction of the progress actor.
+	ApplyWith func(ctx context.Context, raws [][]byte, record func(tx persistence.SyncTx, outs []messages.Outcome) (func(), error)) ([]messages.Outcome, error)
 	// InScope reports whether the node syncs a table (SSP/1 §12 step 3).
 	InScope func(schema, table string) bool
 	// Own tracks local writes in flight.
@@ -107,6 +112,7 @@ type Service struct {
 	mu       sync.Mutex
 	peers    map[string]*actor.PID // by cursor key
 	accepted map[string]senderInfo // configured senders, by name
+	mem      progressMemory
 	stopped  bool
 	done     chan struct{} // closed once the progress actor stopped
 }
