@@ -66,6 +66,9 @@ const (
 	// does not resolve as a whole (§13.6: "either the whole key resolves or
 	// the event does not apply").
 	ReasonIncompleteKey Reason = 7
+	// The destination table is missing and the signer's held quota is
+	// full: rejected (not retained, re-offered), never dropped (§13.6).
+	ReasonHeldQuota Reason = 8
 )
 
 // String returns a readable form of the Reason.
@@ -87,6 +90,8 @@ func (r Reason) String() string {
 		return "unknown_key_column"
 	case ReasonIncompleteKey:
 		return "incomplete_key"
+	case ReasonHeldQuota:
+		return "held_quota"
 	}
 	return fmt.Sprintf("reason(%d)", uint8(r))
 }

@@ -42,6 +42,29 @@ type PeerProgress struct {
 	Gaps    []PeerGap
 }
 
+// Limits of the SSP/1 §14 delivery state. They are enforced on write by
+// every store and are the same on read, so a record that was written can
+// always be read back (bbolt stores one key per gap and per re-offer, with
+// no element limit of a record decoder in the way).
+const (
+	// MaxPeerGaps bounds PeerProgress.Gaps.
+	MaxPeerGaps = 16384
+	// MaxRetry bounds SenderCursor.Retry.
+	MaxRetry = 16384
+)
+
+// ErrLimit is returned (wrapped) by a write that would store more than a
+// documented limit; nothing of the write is kept.
+var ErrLimit = errors.New("persistence: limit exceeded")
+
+// HeldUsage is what one signer's held events (SSP/1 §13.6) cost a node:
+// how many are held and the bytes they take in the store (at least their
+// signed size).
+type HeldUsage struct {
+	Events int
+	Bytes  int64
+}
+
 // SyncDeliveryReader reads the SSP/1 §14 delivery state. Peer keys are the
 // caller's names for (peer, transport path); at most 1024 bytes.
 type SyncDeliveryReader interface {
@@ -55,17 +78,32 @@ type SyncDeliveryReader interface {
 	Watermarks(fn func(g GroupKey, w Watermark) (bool, error)) error
 	// PeerProgress returns what was applied from sender peer.
 	PeerProgress(peer string) (p PeerProgress, ok bool, err error)
+	// IsHeld reports whether the event at seq is held in group g: a point
+	// lookup, whatever the number of held events.
+	IsHeld(g GroupKey, seq uint64) (bool, error)
+	// HeldUsage returns what site's held events cost (every group of it).
+	HeldUsage(site messages.SiteID) (HeldUsage, error)
 }
 
 // SyncDeliveryWriter writes the SSP/1 §14 delivery state.
 type SyncDeliveryWriter interface {
-	// PutCursor stores peer's sender cursor.
+	// PutCursor stores peer's sender cursor. More than MaxRetry re-offers
+	// is ErrLimit.
 	PutCursor(peer string, c SenderCursor) error
 	// PutWatermark stores g's watermark. It refuses to lower the HLC
 	// (ErrWatermarkRegression): watermarks are monotonic (SSP/1 §14.2).
 	PutWatermark(g GroupKey, w Watermark) error
-	// PutPeerProgress stores what was applied from sender peer.
+	// PutPeerProgress stores what was applied from sender peer. More than
+	// MaxPeerGaps gaps is ErrLimit.
 	PutPeerProgress(peer string, p PeerProgress) error
+	// DeleteWatermarks removes every stored watermark (the one exception
+	// to monotonicity: absence fails closed, SSP/1 §14.2) and returns how
+	// many it removed.
+	DeleteWatermarks() (int, error)
+	// PurgeHeld removes group g's held entries and their events from the
+	// log and returns how many it removed: an operator's way to drop what
+	// was held for a table that will never exist here.
+	PurgeHeld(g GroupKey) (int, error)
 }
 
 // ErrWatermarkRegression is returned by PutWatermark for an HLC below the

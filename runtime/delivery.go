@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
-	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -14,23 +14,23 @@ import (
 // Transport carries this node's pushes to its peers (SSP/1 §14): an
 // in-process Network for tests and embedding, or a Remote over
 // protoactor-go's gRPC remote.
-type Transport = delivery.Transport
+type Transport = replicate.Transport
 
 // CycleReport describes one completed push cycle toward a peer.
-type CycleReport = delivery.CycleReport
+type CycleReport = replicate.CycleReport
 
 // PeerStatus is a sender's view of one peer: cursor, backlog, re-offers
 // and the peer's reported watermarks.
-type PeerStatus = delivery.PeerStatus
+type PeerStatus = replicate.PeerStatus
 
 // GroupWatermark is one applied watermark: everything from Group.Site for
 // the table at or below HLC has been applied here (SSP/1 §14.2).
-type GroupWatermark = delivery.GroupWatermark
+type GroupWatermark = replicate.GroupWatermark
 
 // InboundStatus is what this node last heard from one sender: how far its
 // pushes reached into the sender's log (Through of Tail: a joining node's
 // catch-up progress) and how far this node demonstrably applied it.
-type InboundStatus = delivery.InboundStatus
+type InboundStatus = replicate.InboundStatus
 
 // GroupKey names a sync group: (site_id, schema, table).
 type GroupKey = persistence.GroupKey
@@ -38,9 +38,15 @@ type GroupKey = persistence.GroupKey
 // Errors of the sync delivery API (match with errors.Is).
 var (
 	// ErrUnknownPeer: no peer of that name and path was added.
-	ErrUnknownPeer = delivery.ErrUnknownPeer
+	ErrUnknownPeer = replicate.ErrUnknownPeer
 	// ErrPeerExists: AddPeer of a name and path already added.
-	ErrPeerExists = delivery.ErrPeerExists
+	ErrPeerExists = replicate.ErrPeerExists
+	// ErrUnknownSender: a push from a name this node did not configure
+	// (AddPeer, AcceptPeer); nothing of it was kept.
+	ErrUnknownSender = replicate.ErrUnknownSender
+	// ErrSenderMismatch: a push whose From is not the peer the transport
+	// authenticated (on the Remote: another peer's TLS certificate).
+	ErrSenderMismatch = replicate.ErrSenderMismatch
 )
 
 // DefaultPath is the transport path name AddPeer uses when given none.
@@ -88,7 +94,7 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 	if err != nil {
 		return err
 	}
-	m, err := delivery.NewMetrics(n.registerer)
+	m, err := replicate.NewMetrics(n.registerer)
 	if err != nil {
 		return fmt.Errorf("runtime: metrics: %w", err)
 	}
@@ -99,22 +105,29 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 	case interval < 0:
 		interval = 0
 	}
-	n.sync, err = delivery.NewService(n.system, delivery.Deps{
+	n.sync, err = replicate.NewService(n.system, replicate.Deps{
 		Store: n.store, Self: n.signer.Site(), Name: n.name, LogID: logID,
 		Apply:     n.apply.ApplyBatch,
+		ApplyWith: n.apply.ApplyWith,
 		InScope:   scope.Contains,
 		Own:       n.own,
+		WallMS:    n.clock.WallMS,
+		ClockLast: n.clock.Last,
 		Logger:    n.log,
 		Metrics:   m,
 		Mailboxes: n.mailboxes,
-	}, delivery.Config{Interval: interval, Batch: n.cfg.PushBatch, Timeout: n.cfg.PushTimeout, Window: n.cfg.PushWindow, IgnorePeerWatermarks: n.cfg.IgnorePeerWatermarks})
+	}, replicate.Config{Interval: interval, Batch: n.cfg.PushBatch, Timeout: n.cfg.PushTimeout, Window: n.cfg.PushWindow, IgnorePeerWatermarks: n.cfg.IgnorePeerWatermarks})
 	return err
 }
 
 // HandlePush applies a push from a peer and answers with its result. It
 // is the receiving end of every transport: an in-process Network or a
 // Remote calls it; an embedding application with its own transport does
-// too.
+// too. The caller vouches that p.From is the peer its transport
+// authenticated (the Network stamps it, the Remote checks it against the
+// TLS client certificate): a push is attributed to that name only, and a
+// name this node did not configure (AddPeer, AcceptPeer) is refused with
+// ErrUnknownSender, keeping nothing.
 func (n *Node) HandlePush(ctx context.Context, p *messages.SyncPush) (*messages.PushResult, error) {
 	if n.isClosed() {
 		return nil, ErrClosed
@@ -125,15 +138,16 @@ func (n *Node) HandlePush(ctx context.Context, p *messages.SyncPush) (*messages.
 // AddPeer starts pushing this node's log to peer over t: one durable
 // cursor per peer per transport path, starting at genesis for a peer
 // never pushed to (SSP/1 §14.1). path names the transport path (empty:
-// DefaultPath).
-func (n *Node) AddPeer(peer string, t Transport, path string) error {
+// DefaultPath). It also accepts pushes from peer (AcceptPeer, with the
+// same options).
+func (n *Node) AddPeer(peer string, t Transport, path string, opts ...PeerOption) error {
 	if n.isClosed() {
 		return ErrClosed
 	}
 	if path == "" {
 		path = DefaultPath
 	}
-	if err := n.sync.AddPeer(peer, path, t); err != nil {
+	if err := n.sync.AddPeer(peer, path, t, peerOptions(opts)); err != nil {
 		return err
 	}
 	n.peerAdded(peer, t) // reconcile.go

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -72,10 +72,16 @@ func TestSyncLineConvergesThroughTheMiddle(t *testing.T) {
 	if sa != sb || sb != sc {
 		t.Fatalf("line a–b–c did not converge:\n%s\n---\n%s\n---\n%s", sa, sb, sc)
 	}
-	// c's watermark of a's group came through b's relayed claim.
+	// Only a speaks for a's events (the progress rule): b relays them to
+	// c but no claim about them, so c has no watermark of a's group, and
+	// b's of a's group and c's of c's own come from their origins.
 	ga := GroupKey{Site: m.nodes["a"].Identity().Site, Schema: "app", Table: "t"}
-	if watermarkMap(t, m.nodes["c"].Node)[ga] == 0 {
-		t.Fatal("c has no watermark for a's group after converging through b")
+	gc := GroupKey{Site: m.nodes["c"].Identity().Site, Schema: "app", Table: "t"}
+	if w := watermarkMap(t, m.nodes["c"].Node)[ga]; w != 0 {
+		t.Fatalf("c holds a watermark %v for a's group that only a relay could have claimed", messages.HLC(w))
+	}
+	if watermarkMap(t, m.nodes["b"].Node)[ga] == 0 || watermarkMap(t, m.nodes["b"].Node)[gc] == 0 {
+		t.Fatal("b has no watermark for its neighbours' groups")
 	}
 }
 
@@ -102,7 +108,7 @@ func TestFailedPushLeavesCursorAndReoffersTheSameBatch(t *testing.T) {
 	upsertN(t, a, 0, 7, "a")
 	m.net.SetFaults(Faults{Drop: 1})
 	rep, _ := a.SyncNow(context.Background(), "b", "")
-	if !errors.Is(rep.Err, delivery.ErrUnreachable) {
+	if !errors.Is(rep.Err, replicate.ErrUnreachable) {
 		t.Fatalf("dropped push: %+v", rep)
 	}
 	if st := peerStatus(t, a, "b"); st.Cursor != 0 {
@@ -134,6 +140,9 @@ func TestCursorIsDurableAcrossRestart(t *testing.T) {
 	trustNode(t, b.Node, a.Node)
 	net.Register("b", b.Node)
 	if err := a.AddPeer("b", net.Transport("a"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AcceptPeer("a"); err != nil {
 		t.Fatal(err)
 	}
 	upsertN(t, a.Node, 0, 12, "a")
@@ -267,6 +276,9 @@ func TestSenderIgnoringWatermarksStillConverges(t *testing.T) {
 func TestHostilePushIsRefusedAndChangesNothing(t *testing.T) {
 	n := openTestNode(t, Config{Name: "n", SyncInterval: -1})
 	n.define(defT)
+	if err := n.AcceptPeer("evil"); err != nil {
+		t.Fatal(err)
+	}
 	p := newPeer(t, 9)
 	n.trust(p)
 	good := p.upsert(hlcAt(n.wall.MS(), 0), 1, map[string]any{"a": "x"})

@@ -57,10 +57,14 @@ func trustNode(t *testing.T, n, peer *Node) {
 	}
 }
 
-// link makes a push to b (a's sender over the network).
+// link makes a push to b (a's sender over the network); b accepts a's
+// pushes, each bound to the other's site.
 func (m *testMeshNet) link(a, b string) {
 	m.t.Helper()
-	if err := m.nodes[a].AddPeer(b, m.net.Transport(a), ""); err != nil {
+	if err := m.nodes[a].AddPeer(b, m.net.Transport(a), "", PeerSite(m.nodes[b].Identity().Site)); err != nil {
+		m.t.Fatal(err)
+	}
+	if err := m.nodes[b].AcceptPeer(a, PeerSite(m.nodes[a].Identity().Site)); err != nil {
 		m.t.Fatal(err)
 	}
 	m.links[a] = append(m.links[a], b)

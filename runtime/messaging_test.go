@@ -36,6 +36,9 @@ func TestNodeCarriesBothPlanes(t *testing.T) {
 	if err := alice.AddPeer("bob", net.Transport("alice"), ""); err != nil {
 		t.Fatal(err)
 	}
+	if err := bob.AcceptPeer("alice"); err != nil {
+		t.Fatal(err)
+	}
 	upsertN(t, alice.Node, 0, 3, "a")
 	if rep, err := alice.SyncNow(ctx, "bob", ""); err != nil || !rep.Done() {
 		t.Fatal(err, rep)

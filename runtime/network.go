@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -37,7 +37,7 @@ type Faults struct {
 type Network struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
-	nodes    map[string]delivery.Receiver
+	nodes    map[string]replicate.Receiver
 	faults   Faults
 	cut      map[[2]string]bool // unordered pairs that cannot talk
 	stale    map[[2]string][][]byte
@@ -52,13 +52,13 @@ type Network struct {
 
 // NewNetwork returns an empty network whose faults draw from seed.
 func NewNetwork(seed uint64) *Network {
-	return &Network{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), nodes: map[string]delivery.Receiver{},
+	return &Network{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), nodes: map[string]replicate.Receiver{},
 		cut: map[[2]string]bool{}, stale: map[[2]string][][]byte{}}
 }
 
 // Register makes r reachable as name (replacing a previous receiver, as a
 // restarted node does).
-func (n *Network) Register(name string, r delivery.Receiver) {
+func (n *Network) Register(name string, r replicate.Receiver) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.nodes[name] = r
@@ -123,7 +123,9 @@ func (n *Network) Bytes() (pushes, results uint64) {
 	return n.sent, n.received
 }
 
-// Transport returns the transport node from uses to push.
+// Transport returns the transport node from uses to push. Every push
+// sent through it reaches the receiver with From set to from (the
+// network stamps the sender, as an authenticating transport would).
 func (n *Network) Transport(from string) Transport { return &netTransport{n: n, from: from} }
 
 type netTransport struct {
@@ -133,7 +135,7 @@ type netTransport struct {
 
 // plan is what the network decided for one push, drawn under its lock.
 type plan struct {
-	to                   delivery.Receiver
+	to                   replicate.Receiver
 	drop, dropReply, dup bool
 	stale                []byte
 	delay                time.Duration
@@ -144,10 +146,10 @@ func (n *Network) plan(from, to string, raw []byte) (plan, error) {
 	defer n.mu.Unlock()
 	r, ok := n.nodes[to]
 	if !ok {
-		return plan{}, fmt.Errorf("%w: %s is not on the network", delivery.ErrUnreachable, to)
+		return plan{}, fmt.Errorf("%w: %s is not on the network", replicate.ErrUnreachable, to)
 	}
 	if n.cut[pair(from, to)] {
-		return plan{}, fmt.Errorf("%w: %s and %s are partitioned", delivery.ErrUnreachable, from, to)
+		return plan{}, fmt.Errorf("%w: %s and %s are partitioned", replicate.ErrUnreachable, from, to)
 	}
 	f := n.faults
 	p := plan{to: r}
@@ -184,11 +186,11 @@ func (t *netTransport) Push(ctx context.Context, peer string, p *messages.SyncPu
 		select {
 		case <-time.After(pl.delay):
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", delivery.ErrUnreachable, ctx.Err())
+			return nil, fmt.Errorf("%w: %w", replicate.ErrUnreachable, ctx.Err())
 		}
 	}
 	if pl.drop {
-		return nil, fmt.Errorf("%w: push to %s lost", delivery.ErrUnreachable, peer)
+		return nil, fmt.Errorf("%w: push to %s lost", replicate.ErrUnreachable, peer)
 	}
 	if pl.stale != nil {
 		if _, err := t.deliver(ctx, pl.to, pl.stale); err != nil {
@@ -205,21 +207,24 @@ func (t *netTransport) Push(ctx context.Context, peer string, p *messages.SyncPu
 		}
 	}
 	if pl.dropReply {
-		return nil, fmt.Errorf("%w: result from %s lost", delivery.ErrUnreachable, peer)
+		return nil, fmt.Errorf("%w: result from %s lost", replicate.ErrUnreachable, peer)
 	}
 	return res, nil
 }
 
 // deliver hands an encoded push to the receiver and returns the decoded
 // result, as a wire would.
-func (t *netTransport) deliver(ctx context.Context, to delivery.Receiver, raw []byte) (*messages.PushResult, error) {
+func (t *netTransport) deliver(ctx context.Context, to replicate.Receiver, raw []byte) (*messages.PushResult, error) {
 	p, err := messages.DecodeSyncPush(raw)
 	if err != nil {
 		return nil, err
 	}
+	// The network is the authenticator here: a push is from the node
+	// whose transport sent it, whatever its From says.
+	p.From = t.from
 	res, err := to.HandlePush(ctx, p)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", delivery.ErrUnreachable, err)
+		return nil, fmt.Errorf("%w: %w", replicate.ErrUnreachable, err)
 	}
 	out, err := messages.EncodePushResult(res)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -123,10 +123,10 @@ func (t *deviceTransport) target(peer messages.DeviceAddress) (deviceEntry, erro
 	defer t.n.mu.Unlock()
 	e, ok := t.n.devices[peer]
 	if !ok {
-		return deviceEntry{}, fmt.Errorf("%w: device %s is not on the network", delivery.ErrUnreachable, peer)
+		return deviceEntry{}, fmt.Errorf("%w: device %s is not on the network", replicate.ErrUnreachable, peer)
 	}
 	if t.n.cut[pair(t.name, e.name)] {
-		return deviceEntry{}, fmt.Errorf("%w: %s and %s are partitioned", delivery.ErrUnreachable, t.name, e.name)
+		return deviceEntry{}, fmt.Errorf("%w: %s and %s are partitioned", replicate.ErrUnreachable, t.name, e.name)
 	}
 	return e, nil
 }
@@ -138,7 +138,7 @@ func (t *deviceTransport) FetchBundle(ctx context.Context, peer messages.DeviceA
 	}
 	b, err := e.node.Bundle(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", delivery.ErrUnreachable, err)
+		return nil, fmt.Errorf("%w: %w", replicate.ErrUnreachable, err)
 	}
 	// As on a wire: the caller gets its own copy.
 	raw, err := messages.EncodePrekeyBundle(b)

@@ -23,9 +23,9 @@ import (
 
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
-	"github.com/syncmesh/syncmesh/actors/delivery"
 	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/actors/mailbox"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/actors/syncgroup"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
@@ -83,8 +83,8 @@ type Node struct {
 
 	registerer prometheus.Registerer
 	name       string
-	own        *delivery.OwnWrites
-	sync       *delivery.Service
+	own        *replicate.OwnWrites
+	sync       *replicate.Service
 	device     *device.Device
 	dstore     persistence.DeliveryStore
 	remote     *Remote
@@ -199,7 +199,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.clock = clock.New(n.cfg.Wall, hw, n.persistHighWater, clock.DefaultLease)
-	n.own = delivery.NewOwnWrites(hw)
+	n.own = replicate.NewOwnWrites(hw)
 
 	if cfg.System != nil {
 		n.system = cfg.System

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
 	"github.com/syncmesh/syncmesh/actors/promreg"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 	"github.com/syncmesh/syncmesh/runtime/internal/panics"
@@ -47,10 +47,10 @@ const (
 const remoteWindowBytes = 4 << 20
 
 // Errors of the remote transport. Push errors that mean "not delivered,
-// try again later" also match delivery.ErrUnreachable.
+// try again later" also match replicate.ErrUnreachable.
 var (
 	// ErrRemoteClosed is returned (wrapped, together with
-	// delivery.ErrUnreachable) by Push after Close.
+	// replicate.ErrUnreachable) by Push after Close.
 	ErrRemoteClosed = errors.New("runtime: remote closed")
 	// ErrRemoteRunning is returned by StartRemote on an actor system that
 	// already has a protoactor remote.
@@ -173,11 +173,15 @@ type RemoteStats struct {
 	// InboundStreams counts gRPC streams peers opened to this node (one
 	// per connected peer unless connections were reset).
 	InboundStreams uint64
+	// RefusedPushes counts pushes the stream guard refused: a From that
+	// is not the peer the TLS client certificate authenticates, or an
+	// answer address that is not that peer's.
+	RefusedPushes uint64
 }
 
 // Remote is a node's protoactor-go remote (gRPC) transport for SSP/1 §14
-// pushes. It implements delivery.Transport; Serve connects the node's
-// delivery.Receiver. It is safe for concurrent use.
+// pushes. It implements replicate.Transport; Serve connects the node's
+// replicate.Receiver. It is safe for concurrent use.
 type Remote struct {
 	sys     *actor.ActorSystem
 	rem     *remote.Remote
@@ -190,9 +194,15 @@ type Remote struct {
 	recv atomic.Pointer[receiverBox]
 	sem  chan struct{}
 
-	mu     sync.RWMutex // guards peers and closed; held for reading around every send
+	mu     sync.RWMutex // guards peers, bound and closed; held for reading around every send
 	peers  map[string]string
+	bound  map[string]remotePeer // remote_peers.go
 	closed bool
+
+	// inbound holds a token per message the stream guard let through to
+	// the sync actor and the actor has not taken yet: the guard blocks
+	// when it is full (push-back through gRPC flow control).
+	inbound chan struct{}
 
 	pid       *actor.PID
 	evMu      sync.Mutex // see Close
@@ -211,11 +221,12 @@ type Remote struct {
 	bytesSent, bytesRecv   atomic.Uint64
 	pushesSent, pushesRecv atomic.Uint64
 	undecodable, streams   atomic.Uint64
+	refused                atomic.Uint64
 }
 
-type receiverBox struct{ r delivery.Receiver }
+type receiverBox struct{ r replicate.Receiver }
 
-var _ delivery.Transport = (*Remote)(nil)
+var _ replicate.Transport = (*Remote)(nil)
 
 // StartRemote configures and starts protoactor's remote on sys and spawns
 // the sync actor (SyncActorName). The system must not have a remote yet.
@@ -250,6 +261,7 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 		n = DefaultRemoteMaxConcurrentPushes
 	}
 	r.sem = make(chan struct{}, n)
+	r.inbound = make(chan struct{}, 2*n)
 	maxMsg := cfg.MaxMessageBytes
 	if maxMsg == 0 {
 		maxMsg = DefaultRemoteMaxMessageBytes
@@ -303,7 +315,10 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 	// (5 attempts) blocks every push to that peer for 10 s.
 	rc.MaxRetryCount = 1
 	r.rem = remote.NewRemote(sys, rc)
+	// Before Start: the stream guard reads it from gRPC's goroutines.
+	r.baseCtx, r.cancel = context.WithCancel(context.Background())
 	if err := panics.Call(r.rem.Start); err != nil {
+		r.cancel()
 		return nil, fmt.Errorf("%w: %w", ErrRemoteListen, err)
 	}
 
@@ -320,7 +335,6 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 		return false
 	})
 
-	r.baseCtx, r.cancel = context.WithCancel(context.Background())
 	props := actor.PropsFromProducer(func() actor.Actor { return &syncActor{r: r} })
 	pid, err := sys.Root.SpawnNamed(props, SyncActorName)
 	if err != nil {
@@ -337,14 +351,6 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 // address if configured, else the listening address with the real port).
 func (r *Remote) Address() string { return r.sys.Address() }
 
-// AddPeer makes peer reachable at address (host:port), replacing a
-// previous address.
-func (r *Remote) AddPeer(peer, address string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.peers[peer] = address
-}
-
 // RemovePeer forgets peer; later pushes to it fail with ErrUnreachable.
 func (r *Remote) RemovePeer(peer string) {
 	r.mu.Lock()
@@ -355,7 +361,7 @@ func (r *Remote) RemovePeer(peer string) {
 // Serve makes recv handle the pushes this node receives. Until Serve is
 // called, pushes are answered with a rejection. Calling it again replaces
 // the receiver for later pushes.
-func (r *Remote) Serve(recv delivery.Receiver) {
+func (r *Remote) Serve(recv replicate.Receiver) {
 	if recv == nil {
 		r.recv.Store(nil)
 		return
@@ -372,13 +378,14 @@ func (r *Remote) Stats() RemoteStats {
 		PushesReceived:       r.pushesRecv.Load(),
 		Undecodable:          r.undecodable.Load(),
 		InboundStreams:       r.streams.Load(),
+		RefusedPushes:        r.refused.Load(),
 	}
 }
 
-// Push sends p to peer and waits for its result (delivery.Transport,
+// Push sends p to peer and waits for its result (replicate.Transport,
 // SSP/1 §14.1). An unknown peer, a closed transport, a peer that cannot be
 // reached and a missing answer within the request timeout (or ctx's
-// deadline) are errors matching delivery.ErrUnreachable. A push the peer
+// deadline) are errors matching replicate.ErrUnreachable. A push the peer
 // refused matches ErrPushRejected; an invalid p is rejected before
 // sending with the messages error.
 func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*messages.PushResult, error) {
@@ -403,12 +410,12 @@ func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*
 	r.mu.RLock()
 	if r.closed {
 		r.mu.RUnlock()
-		return nil, fmt.Errorf("%w: %w", delivery.ErrUnreachable, ErrRemoteClosed)
+		return nil, fmt.Errorf("%w: %w", replicate.ErrUnreachable, ErrRemoteClosed)
 	}
 	addr, ok := r.peers[peer]
 	if !ok {
 		r.mu.RUnlock()
-		return nil, fmt.Errorf("%w: unknown peer %q", delivery.ErrUnreachable, peer)
+		return nil, fmt.Errorf("%w: unknown peer %q", replicate.ErrUnreachable, peer)
 	}
 	f := r.sys.Root.RequestFuture(actor.NewPID(addr, SyncActorName), env, timeout)
 	r.mu.RUnlock()
@@ -436,11 +443,11 @@ func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*
 		if byCtx || ctx.Err() != nil {
 			return nil, ctxErr(peer, context.DeadlineExceeded)
 		}
-		return nil, fmt.Errorf("%w: %s at %s: no answer within %v", delivery.ErrUnreachable, peer, addr, timeout)
+		return nil, fmt.Errorf("%w: %s at %s: no answer within %v", replicate.ErrUnreachable, peer, addr, timeout)
 	case errors.Is(a.err, actor.ErrDeadLetter):
-		return nil, fmt.Errorf("%w: %s at %s: not connected or not serving", delivery.ErrUnreachable, peer, addr)
+		return nil, fmt.Errorf("%w: %s at %s: not connected or not serving", replicate.ErrUnreachable, peer, addr)
 	case a.err != nil:
-		return nil, fmt.Errorf("%w: %s at %s: %w", delivery.ErrUnreachable, peer, addr, a.err)
+		return nil, fmt.Errorf("%w: %s at %s: %w", replicate.ErrUnreachable, peer, addr, a.err)
 	}
 	v := a.v
 	if e, ok := v.(*wire.Envelope); ok { // answered in-process, not through the remote
@@ -463,7 +470,7 @@ func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*
 
 func ctxErr(peer string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: push to %s: %w", delivery.ErrUnreachable, peer, err)
+		return fmt.Errorf("%w: push to %s: %w", replicate.ErrUnreachable, peer, err)
 	}
 	return fmt.Errorf("runtime: push to %s: %w", peer, err)
 }
@@ -534,6 +541,9 @@ func (a *syncActor) Receive(c actor.Context) {
 	msg := c.Message()
 	if e, ok := msg.(*wire.Envelope); ok { // sent in-process, not through the remote
 		msg, _ = e.Deserialize()
+	} else if _, ok := msg.(remote.RootSerializable); ok {
+		// Came through the stream guard, which took a token for it.
+		defer a.r.release()
 	}
 	switch m := msg.(type) {
 	case *wire.Push:
@@ -611,6 +621,7 @@ type remoteMetrics struct {
 	undecodable *prometheus.CounterVec
 	bytes       *prometheus.CounterVec
 	pushes      *prometheus.CounterVec
+	refused     prometheus.Counter
 }
 
 func newRemoteMetrics(reg prometheus.Registerer) (*remoteMetrics, error) {
@@ -628,8 +639,17 @@ func newRemoteMetrics(reg prometheus.Registerer) (*remoteMetrics, error) {
 			Help: "SSP/1 pushes sent and received over the remote.",
 		}, []string{"direction"}),
 	}
+	m.refused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "syncmesh", Subsystem: "remote", Name: "refused_pushes_total",
+		Help: "Pushes the stream guard refused: From not the peer the TLS client certificate authenticates, or an answer address not that peer's.",
+	})
 	if reg == nil {
 		return m, nil
+	}
+	if c, err := promreg.Register(reg, m.refused); err != nil {
+		return nil, fmt.Errorf("runtime: remote metrics: %w", err)
+	} else {
+		m.refused = c
 	}
 	for _, c := range []**prometheus.CounterVec{&m.undecodable, &m.bytes, &m.pushes} {
 		var err error

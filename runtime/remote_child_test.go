@@ -35,7 +35,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 )
@@ -53,7 +53,7 @@ type remoteChildSpec struct {
 
 // remoteCmd is one command to a child; remoteReply its answer.
 type remoteCmd struct {
-	Op         string // push, raw, guard, stats, bench
+	Op         string // push, raw, guard, stats, bench, addpeer
 	Peer       string // address
 	Name       string // peer name for push ("" = Peer)
 	NoAddPeer  bool
@@ -259,7 +259,7 @@ func runRemoteChild(rawSpec string, in io.Reader, stdout io.Writer) error {
 	if err := r.Close(); err != nil { // idempotent
 		return fmt.Errorf("second Close: %w", err)
 	}
-	if _, err := r.Push(context.Background(), "x", testPush("x", 1, 1)); !errors.Is(err, ErrRemoteClosed) || !errors.Is(err, delivery.ErrUnreachable) {
+	if _, err := r.Push(context.Background(), "x", testPush("x", 1, 1)); !errors.Is(err, ErrRemoteClosed) || !errors.Is(err, replicate.ErrUnreachable) {
 		return fmt.Errorf("push after Close: %v", err)
 	}
 	sys.Shutdown()
@@ -272,7 +272,7 @@ func describe(rep *remoteReply, err error) {
 		return
 	}
 	rep.Err = err.Error()
-	rep.Unreachable = errors.Is(err, delivery.ErrUnreachable)
+	rep.Unreachable = errors.Is(err, replicate.ErrUnreachable)
 	rep.Rejected = errors.Is(err, ErrPushRejected)
 	rep.BadResponse = errors.Is(err, ErrBadResponse)
 }
@@ -283,7 +283,7 @@ func childCommand(sys *actor.ActorSystem, r *Remote, cmd remoteCmd) remoteReply 
 	if name == "" {
 		name = cmd.Peer
 	}
-	if !cmd.NoAddPeer && cmd.Peer != "" {
+	if !cmd.NoAddPeer && cmd.Peer != "" && cmd.Op != "addpeer" {
 		r.AddPeer(name, cmd.Peer)
 	}
 	timeout := r.timeout + 5*time.Second
@@ -357,6 +357,9 @@ func childCommand(sys *actor.ActorSystem, r *Remote, cmd remoteCmd) remoteReply 
 		rep.Elapsed = time.Since(start)
 		rep.Bytes = r.Stats().PayloadBytesSent - before.PayloadBytesSent
 		describe(&rep, firstErr)
+	case "addpeer":
+		// Bind Name to the node at Peer (its TLS certificate by name).
+		describe(&rep, r.AddPeer(cmd.Name, cmd.Peer))
 	case "stats":
 		rep.OK = true
 	default:

@@ -8,7 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 )
@@ -65,13 +65,13 @@ func (t *remoteDeviceTransport) address(peer messages.DeviceAddress) (string, er
 	closed := t.r.closed
 	t.r.mu.RUnlock()
 	if closed {
-		return "", fmt.Errorf("%w: %w", delivery.ErrUnreachable, ErrRemoteClosed)
+		return "", fmt.Errorf("%w: %w", replicate.ErrUnreachable, ErrRemoteClosed)
 	}
 	t.r.dev.mu.RLock()
 	defer t.r.dev.mu.RUnlock()
 	addr, ok := t.r.dev.peers[peer]
 	if !ok {
-		return "", fmt.Errorf("%w: unknown device %s", delivery.ErrUnreachable, peer)
+		return "", fmt.Errorf("%w: unknown device %s", replicate.ErrUnreachable, peer)
 	}
 	return addr, nil
 }
@@ -102,7 +102,7 @@ func (t *remoteDeviceTransport) FetchBundle(ctx context.Context, peer messages.D
 		return nil, ctx.Err()
 	}
 	if a.err != nil {
-		return nil, fmt.Errorf("%w: bundle of %s at %s: %w", delivery.ErrUnreachable, peer, addr, a.err)
+		return nil, fmt.Errorf("%w: bundle of %s at %s: %w", replicate.ErrUnreachable, peer, addr, a.err)
 	}
 	v := a.v
 	if e, ok := v.(*wire.Envelope); ok {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 
@@ -52,12 +53,13 @@ func allowedProtoTypes(extra []string) map[string]bool {
 // counts inbound streams and sanitizes every message protoactor receives.
 func (r *Remote) guardStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	r.streams.Add(1)
-	return handler(srv, &guardedStream{ServerStream: ss, r: r})
+	return handler(srv, &guardedStream{ServerStream: ss, r: r, cert: streamCert(ss.Context())})
 }
 
 type guardedStream struct {
 	grpc.ServerStream
-	r *Remote
+	r    *Remote
+	cert *x509.Certificate // the verified TLS client certificate (nil without TLS)
 }
 
 // RecvMsg implements grpc.ServerStream.
@@ -68,6 +70,9 @@ func (g *guardedStream) RecvMsg(m any) error {
 	if rm, ok := m.(*remote.RemoteMessage); ok {
 		for _, u := range sanitizeBatch(rm.GetMessageBatch(), g.r.allowed) {
 			g.r.surface(u, "stream guard")
+		}
+		if err := g.r.admit(g.Context(), rm.GetMessageBatch(), g.cert); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -43,6 +43,9 @@ func TestRemoteHostsSeveralNodesOnOneSystem(t *testing.T) {
 		if err := c.AddPeer(n.Name(), rem, "remote"); err != nil {
 			t.Fatal(err)
 		}
+		if err := n.AcceptPeer(c.Name()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	upsertN(t, c, 0, 4, "a")
 	for _, to := range []string{"a", "b"} {

@@ -294,7 +294,10 @@ func TestRemoteMutualTLS(t *testing.T) {
 	ca := newRemoteCA(t, "mesh-ca")
 	a := startRemoteChild(t, "a", remoteChildSpec{CertDir: ca.issue(t, dir, "a"), RequestTimeout: 3 * time.Second})
 	b := startRemoteChild(t, "b", remoteChildSpec{CertDir: ca.issue(t, dir, "b"), RequestTimeout: 3 * time.Second})
-	rep := b.call(remoteCmd{Op: "push", Peer: a.addr, Events: 3, EventBytes: 50})
+	if rep := a.call(remoteCmd{Op: "addpeer", Name: "b", Peer: b.addr}); !rep.OK {
+		t.Fatal(rep.Err)
+	}
+	rep := b.call(remoteCmd{Op: "push", Peer: a.addr, Type: "b", Events: 3, EventBytes: 50})
 	if !rep.OK || rep.Result.Applied != 2 {
 		t.Fatalf("push over mutual TLS: %+v", rep)
 	}
@@ -333,9 +336,51 @@ func TestRemoteMutualTLS(t *testing.T) {
 		t.Fatalf("a client without a certificate got %v, want a certificate error", err)
 	}
 	// The mesh still works after the refusals.
-	rep = b.call(remoteCmd{Op: "push", Peer: a.addr, Events: 2, EventBytes: 50})
+	rep = b.call(remoteCmd{Op: "push", Peer: a.addr, Type: "b", Events: 2, EventBytes: 50})
 	if !rep.OK {
 		t.Fatalf("push after refusals: %+v", rep)
+	}
+}
+
+// TestAttackRemoteCertificateForMCannotPushAsV: over the real remote with
+// mutual TLS, m holds a valid mesh certificate (for m) and pushes under
+// v's name. r binds each configured peer to its certificate: the push is
+// refused with a typed rejection answered to m (never to an address the
+// pusher chose), counted, and never reaches r's receiver; v's own pushes
+// and m's honest ones still go through.
+func TestAttackRemoteCertificateForMCannotPushAsV(t *testing.T) {
+	dir := t.TempDir()
+	ca := newRemoteCA(t, "mesh-ca")
+	r := startRemoteChild(t, "r", remoteChildSpec{CertDir: ca.issue(t, dir, "r"), RequestTimeout: 3 * time.Second})
+	v := startRemoteChild(t, "v", remoteChildSpec{CertDir: ca.issue(t, dir, "v"), RequestTimeout: 3 * time.Second})
+	m := startRemoteChild(t, "m", remoteChildSpec{CertDir: ca.issue(t, dir, "m"), RequestTimeout: 3 * time.Second})
+	for _, p := range []*remoteChild{v, m} {
+		if rep := r.call(remoteCmd{Op: "addpeer", Name: p.name, Peer: p.addr}); !rep.OK {
+			t.Fatal(rep.Err)
+		}
+	}
+	rep := m.call(remoteCmd{Op: "push", Peer: r.addr, Name: "r", Type: "v", Events: 2, EventBytes: 20})
+	if rep.OK || !rep.Rejected || !strings.Contains(rep.Err, "authenticated peer") {
+		t.Fatalf("m pushing as v over m's certificate: %+v", rep)
+	}
+	if rep := v.call(remoteCmd{Op: "push", Peer: r.addr, Name: "r", Type: "v", Events: 2, EventBytes: 20}); !rep.OK {
+		t.Fatalf("v's own push: %+v", rep)
+	}
+	if rep := m.call(remoteCmd{Op: "push", Peer: r.addr, Name: "r", Type: "m", Events: 1, EventBytes: 20}); !rep.OK {
+		t.Fatalf("m's honest push: %+v", rep)
+	}
+	got := waitForLen(t, r.pushes, 2)
+	fromV := 0
+	for _, p := range got {
+		if p["From"] == "v" {
+			fromV++
+		}
+	}
+	if len(got) != 2 || fromV != 1 {
+		t.Fatalf("r's receiver saw %v; want v's push once and m's once", got)
+	}
+	if st := r.call(remoteCmd{Op: "stats"}).Stats; st.RefusedPushes != 1 {
+		t.Fatalf("r counted %d refused pushes, want 1", st.RefusedPushes)
 	}
 }
 

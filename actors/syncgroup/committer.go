@@ -21,6 +21,10 @@ import (
 type batchWork struct {
 	run  func(tx persistence.SyncTx) (batchResult, error)
 	from *actor.PID
+	// done, when set, is answered instead of from (a push applied with
+	// its record, push.go), after onCommit ran.
+	done     chan<- committed
+	onCommit func()
 }
 
 // committed answers batchWork, sent back to the group actor.
@@ -85,6 +89,13 @@ func (c *committer) commit(ctx actor.Context) {
 		return nil
 	})
 	for i, w := range works {
+		if w.done != nil {
+			if err == nil && w.onCommit != nil {
+				w.onCommit() // before the next transaction can run
+			}
+			w.done <- committed{res: results[i], err: err}
+			continue
+		}
 		ctx.Send(w.from, &committed{res: results[i], err: err})
 	}
 }

@@ -45,6 +45,10 @@ type Input struct {
 	// verification (Cutoff ≠ 0).
 	Kid    []byte
 	Cutoff messages.HLC
+	// OverHeldQuota, read only for a new event of an undefined table, says
+	// why holding it would pass its signer's held quota (held.go); empty:
+	// within the quota.
+	OverHeldQuota string
 }
 
 // Decision is Decide's verdict: the outcome, the storage action, and the
@@ -79,6 +83,12 @@ func Decide(in Input) Decision {
 	}
 	retains := false
 	switch {
+	case !in.Defined && in.OverHeldQuota != "" && !in.Released:
+		// Past the signer's held quota the event is rejected in §13.6's
+		// sense: nothing retained, watermark not advanced, re-offered.
+		d.Outcome.Kind, d.Outcome.Reason, d.Outcome.Detail = messages.Rejected, messages.ReasonHeldQuota, in.OverHeldQuota
+		d.Notices = append(d.Notices, messages.EventRejected{Outcome: d.Outcome})
+		return d
 	case !in.Defined:
 		// §13.6: destination table missing → hold the group, retry later.
 		d.Outcome.Kind, d.Action, retains = messages.Held, Hold, true

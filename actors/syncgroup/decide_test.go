@@ -42,6 +42,7 @@ func TestDecideTable(t *testing.T) {
 		{"duplicate still held", Input{Known: true, StillHeld: true}, messages.Held, 0, false, Nothing, ""},
 		{"duplicate of a retired key is not surfaced again", Input{Known: true, Cutoff: 9, Kid: []byte{7}}, messages.Duplicate, 0, false, Nothing, ""},
 		{"table missing", Input{}, messages.Held, 0, false, Hold, "messages.GroupHeld "},
+		{"table missing, signer over its held quota: rejected, nothing retained", Input{OverHeldQuota: "1024 held events"}, messages.Rejected, messages.ReasonHeldQuota, false, Nothing, "messages.EventRejected "},
 		{"table missing, reused stamp", Input{Stamped: []messages.EventID{other}}, messages.Held, 0, false, Hold, "messages.Equivocation messages.GroupHeld "},
 		{"key does not resolve", Input{Defined: true, Def: def, Event: ev(5, bad)}, messages.Dropped, messages.ReasonUnknownKeyColumn, false, Nothing, "messages.EventDropped "},
 		{"below the horizon", Input{Defined: true, Def: def, Horizon: 6}, messages.Applied, 0, true, Nothing, ""},

@@ -243,11 +243,13 @@ func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, r
 		return messages.Outcome{}, err
 	}
 	if known {
-		held, err := tx.HeldEvents(key)
+		// A point lookup: a duplicate must not cost a scan of the group's
+		// held list inside the transaction every group shares.
+		held, err := tx.IsHeld(key, se.Seq)
 		if err != nil {
 			return messages.Outcome{}, err
 		}
-		in.Known, in.StillHeld = true, slices.Contains(held, se.Seq)
+		in.Known, in.StillHeld = true, held
 	} else {
 		if err := tc.load(tx, persistence.TableKey{Schema: e.Schema, Table: e.Table}); err != nil {
 			return messages.Outcome{}, err
@@ -258,6 +260,11 @@ func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, r
 		// site signed with this HLC.
 		if in.Stamped, err = tx.EventIDsAt(e.Site, e.HLC, 2); err != nil {
 			return messages.Outcome{}, err
+		}
+		if !in.Defined {
+			if in.OverHeldQuota, err = overHeldQuota(tx, e.Site, len(req.Raw)); err != nil {
+				return messages.Outcome{}, err
+			}
 		}
 	}
 	d := Decide(in)

@@ -170,6 +170,9 @@ func catchupReport(events, sites, writers, applyBatch, pushBatch int) error {
 	}
 	defer remJ.Close()
 	remJ.Serve(joiner)
+	if err := joiner.AcceptPeer(src.Name()); err != nil { // only configured senders are accepted
+		return err
+	}
 	remS, err := runtime.StartRemote(src.System(), runtime.RemoteConfig{Plaintext: true})
 	if err != nil {
 		return err

@@ -110,7 +110,7 @@ func runChild(o options) error {
 		}
 		rem.AddPeer(m.Name, m.Address)
 		rem.AddDevice(runtime.DeviceAddress{User: m.Name, Device: 1}, m.Address)
-		if err := n.AddPeer(m.Name, rem, "remote"); err != nil {
+		if err := n.AddPeer(m.Name, rem, "remote", runtime.PeerSite(site)); err != nil {
 			return err
 		}
 	}

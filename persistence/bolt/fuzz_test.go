@@ -29,12 +29,14 @@ func FuzzDecodeRecords(f *testing.F) {
 	f.Add(tbl, []byte{})
 	f.Add(held, []byte{0xa0})
 	f.Add([]byte{0xa1, 0x01, 0x02}, []byte{0xff})
-	cur, _ := messages.Marshal(&cursorRecord{V: 1, Seq: 9, Retry: []uint64{3}})
+	cur, _ := messages.Marshal(&cursorRecord{V: 1, Seq: 9})
 	wm, _ := messages.Marshal(&watermarkRecord{V: 1, HLC: 5, Seq: 2})
-	prog, _ := messages.Marshal(&progressRecord{V: 1, Log: make([]byte, 16), Through: 4, Gaps: []gapRecord{{Seq: 2, Site: make([]byte, 16), Schema: "s", Table: "t"}}})
+	prog, _ := messages.Marshal(&progressRecord{V: 1, Log: make([]byte, 16), Through: 4})
 	f.Add(cur, []byte{})
 	f.Add(wm, []byte{})
 	f.Add(prog, []byte{})
+	gap, _ := encodeGap(persistence.GroupKey{Schema: "s", Table: "t"})
+	f.Add(gap, []byte{})
 	f.Fuzz(func(t *testing.T, data, rowKey []byte) {
 		check := func(what string, err error) {
 			if err != nil && !isCorrupt(err) {
@@ -76,6 +78,10 @@ func FuzzDecodeRecords(f *testing.F) {
 		check("watermark", err)
 		_, err = decodeProgress(data)
 		check("peer progress", err)
+		_, err = decodeGap(data)
+		check("peer gap", err)
+		_, err = decodeUsage(data)
+		check("held usage", err)
 	})
 }
 

@@ -21,8 +21,10 @@ import (
 // commit-boundary records — pending inbound, processed inbound, pending
 // outbound and their indexes (createInboundV1, inbound.go). Version 5: the
 // event-id index keyed by (site, HLC, id) (migrateEventKeysV1,
-// event_keys.go). Version 6: reserved for the SSP/1 §14 delivery rework
-// (another branch). Version 7: row clocks carry the event id, the last
+// event_keys.go). Version 6: the SSP/1 §14 progress rule of authenticated
+// origins — stored watermarks deleted, gap and re-offer lists one key
+// each, held sizes and per-signer held totals (migrateSyncDeliveryV6,
+// migrate_v6.go). Version 7: row clocks carry the event id, the last
 // tiebreak of an equal (HLC, site) (migrateRowClockIDsV1, row_clock_ids.go).
 const LayoutVersion = 7
 
@@ -64,10 +66,7 @@ var migrations = []migration{
 	{from: 2, to: 3, fn: createSyncDeliveryV1},
 	{from: 3, to: 4, fn: createInboundV1},
 	{from: 4, to: 5, fn: migrateEventKeysV1},
-	// Placeholder: layout 6 belongs to the §14 delivery rework developed on
-	// another branch; its migration replaces this entry when the branches
-	// are merged. Until then it changes nothing.
-	{from: 5, to: 6, fn: func(*bbolt.Tx) error { return nil }},
+	{from: 5, to: 6, fn: migrateSyncDeliveryV6},
 	{from: 6, to: 7, fn: migrateRowClockIDsV1},
 }
 

@@ -49,6 +49,7 @@ var plaintextBuckets = [][]byte{
 	bucketSyncHorizons, bucketSyncHeld, bucketSyncMeta, bucketSyncKeys,
 	bucketDeliveryPins,                                       // pinned public identity keys
 	bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers, // SSP/1 §14 progress: sequence numbers and clocks
+	bucketSyncPeerGaps, bucketSyncCursorRetry, bucketSyncHeldUsage, // layout 6: gaps, re-offers, held totals (sequences, group names, counts)
 	bucketInPendingSeq, bucketInPendingSender, bucketInProcessedTime, bucketOutPendingSeq, // commit-boundary indexes: sequences, times, ids
 	bucketInMeta, // commit-boundary counters
 }

@@ -705,31 +705,6 @@ func (t *syncTx) SetHorizon(k persistence.TableKey, h messages.HLC) error {
 	return t.horizons.Put(tablePrefix(nil, k), u64(uint64(h)))
 }
 
-func (t *syncTx) HoldEvent(g persistence.GroupKey, seq uint64) error {
-	if err := t.checkWrite(); err != nil {
-		return err
-	}
-	return t.held.Put(binary.BigEndian.AppendUint64(groupPrefix(nil, g), seq), empty)
-}
-
-func (t *syncTx) ReleaseGroup(g persistence.GroupKey) error {
-	if err := t.checkWrite(); err != nil {
-		return err
-	}
-	prefix := groupPrefix(nil, g)
-	var keys [][]byte
-	c := t.held.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		keys = append(keys, clone(k))
-	}
-	for _, k := range keys {
-		if err := t.held.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (t *syncTx) PutMeta(key string, value []byte) error {
 	if err := t.checkWrite(); err != nil {
 		return err

@@ -55,6 +55,7 @@ type state struct {
 	cursors    cowMap[string, persistence.SenderCursor]
 	watermarks cowMap[persistence.GroupKey, persistence.Watermark]
 	peers      cowMap[string, persistence.PeerProgress]
+	heldUsage  cowMap[messages.SiteID, persistence.HeldUsage]
 }
 
 func (s *state) begin(gen uint64) {
@@ -74,6 +75,7 @@ func (s *state) begin(gen uint64) {
 	s.cursors.begin(gen)
 	s.watermarks.begin(gen)
 	s.peers.begin(gen)
+	s.heldUsage.begin(gen)
 }
 
 // backing is the data shared by every handle opened over it (Reopen).
@@ -561,23 +563,6 @@ func (t *txn) SetHorizon(k persistence.TableKey, h messages.HLC) error {
 		return err
 	}
 	t.st.horizons.put(k, h)
-	return nil
-}
-
-func (t *txn) HoldEvent(g persistence.GroupKey, seq uint64) error {
-	if err := t.check(true); err != nil {
-		return err
-	}
-	s, _ := t.st.held.get(g)
-	t.st.held.put(g, insertSorted(s, seq))
-	return nil
-}
-
-func (t *txn) ReleaseGroup(g persistence.GroupKey) error {
-	if err := t.check(true); err != nil {
-		return err
-	}
-	t.st.held.del(g)
 	return nil
 }
 

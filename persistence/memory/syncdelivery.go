@@ -2,6 +2,7 @@ package memory
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -36,7 +37,10 @@ func (t *txn) PutCursor(peer string, c persistence.SenderCursor) error {
 	if err := checkPeerName(peer); err != nil {
 		return err
 	}
-	c.Retry = slices.Clone(c.Retry)
+	if len(c.Retry) > persistence.MaxRetry {
+		return fmt.Errorf("memory: cursor of %s: %d re-offers, limit %d: %w", peer, len(c.Retry), persistence.MaxRetry, persistence.ErrLimit)
+	}
+	c.Retry = slices.Compact(slices.Sorted(slices.Values(c.Retry)))
 	t.st.cursors.put(peer, c)
 	return nil
 }
@@ -105,8 +109,25 @@ func (t *txn) PutPeerProgress(peer string, p persistence.PeerProgress) error {
 	if err := checkPeerName(peer); err != nil {
 		return err
 	}
+	if len(p.Gaps) > persistence.MaxPeerGaps {
+		return fmt.Errorf("memory: progress of %s: %d gaps, limit %d: %w", peer, len(p.Gaps), persistence.MaxPeerGaps, persistence.ErrLimit)
+	}
 	p.Log = cloneBytes(p.Log)
 	p.Gaps = slices.Clone(p.Gaps)
+	slices.SortFunc(p.Gaps, func(a, b persistence.PeerGap) int { return cmp.Compare(a.Seq, b.Seq) })
+	p.Gaps = slices.CompactFunc(p.Gaps, func(a, b persistence.PeerGap) bool { return a.Seq == b.Seq })
 	t.st.peers.put(peer, p)
 	return nil
+}
+
+func (t *txn) DeleteWatermarks() (int, error) {
+	if err := t.check(true); err != nil {
+		return 0, err
+	}
+	var gs []persistence.GroupKey
+	t.st.watermarks.each(func(g persistence.GroupKey, _ persistence.Watermark) { gs = append(gs, g) })
+	for _, g := range gs {
+		t.st.watermarks.del(g)
+	}
+	return len(gs), nil
 }

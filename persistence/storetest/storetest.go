@@ -82,6 +82,9 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"TableEventKeysInSiteHLCIDOrder", testTableEventKeys},
 		{"RowClocksKeepEventIDs", testRowClocksKeepEventIDs},
 		{"EventIDsAtListsOneStamp", testEventIDsAt},
+		{"GapAndRetryLimitsAtAndPastTheEdge", testDeliveryLimits},
+		{"HeldPointLookupUsageAndPurge", testHeldUsage},
+		{"DeleteWatermarks", testDeleteWatermarks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })

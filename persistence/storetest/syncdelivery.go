@@ -144,3 +144,164 @@ func testEventKeyedBySiteAndHLC(t *testing.T, open OpenFunc) {
 		return nil
 	})
 }
+
+// testDeliveryLimits: a cursor with exactly MaxRetry re-offers and a
+// progress with exactly MaxPeerGaps gaps are stored and read back whole
+// after reopen (no decoder limit below the writer's); one more is
+// ErrLimit and keeps nothing of that Update.
+func testDeliveryLimits(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	logID := []byte("0123456789abcdef")
+	g := persistence.GroupKey{Site: siteB, Schema: "s", Table: "t"}
+	retry := make([]uint64, persistence.MaxRetry)
+	gaps := make([]persistence.PeerGap, persistence.MaxPeerGaps)
+	for i := range retry {
+		retry[i] = uint64(2*i + 1)
+	}
+	for i := range gaps {
+		gaps[i] = persistence.PeerGap{Seq: uint64(3*i + 1), Group: g}
+	}
+	update(t, s, func(tx persistence.SyncTx) error {
+		if err := tx.PutCursor("p", persistence.SenderCursor{Seq: 1 << 20, Retry: retry}); err != nil {
+			return err
+		}
+		return tx.PutPeerProgress("p", persistence.PeerProgress{Log: logID, Through: 1 << 20, Gaps: gaps})
+	})
+	over := func(name string, fn func(tx persistence.SyncTx) error) {
+		t.Helper()
+		err := s.Update(ctx, func(tx persistence.SyncTx) error {
+			if err := tx.PutCursor("q", persistence.SenderCursor{Seq: 5}); err != nil {
+				return err
+			}
+			return fn(tx)
+		})
+		if !errors.Is(err, persistence.ErrLimit) {
+			t.Fatalf("%s past the limit: %v, want ErrLimit", name, err)
+		}
+	}
+	over("retry", func(tx persistence.SyncTx) error {
+		return tx.PutCursor("p", persistence.SenderCursor{Seq: 1, Retry: append(slices.Clone(retry), 1<<30)})
+	})
+	over("gaps", func(tx persistence.SyncTx) error {
+		return tx.PutPeerProgress("p", persistence.PeerProgress{Log: logID, Through: 1, Gaps: append(slices.Clone(gaps), persistence.PeerGap{Seq: 1 << 30, Group: g})})
+	})
+	s = reopen()
+	view(t, s, func(r persistence.SyncReader) error {
+		c, ok, err := r.Cursor("p")
+		if err != nil || !ok || c.Seq != 1<<20 || !slices.Equal(c.Retry, retry) {
+			t.Fatalf("cursor at the limit read back as seq %d with %d re-offers (%v, %v)", c.Seq, len(c.Retry), ok, err)
+		}
+		p, ok, err := r.PeerProgress("p")
+		if err != nil || !ok || p.Through != 1<<20 || !slices.Equal(p.Gaps, gaps) {
+			t.Fatalf("progress at the limit read back with %d gaps (%v, %v)", len(p.Gaps), ok, err)
+		}
+		if _, ok, err := r.Cursor("q"); err != nil || ok {
+			t.Fatalf("a refused Update kept a cursor: %v %v", ok, err)
+		}
+		return nil
+	})
+	// Shrinking replaces the lists whole.
+	update(t, s, func(tx persistence.SyncTx) error {
+		if err := tx.PutCursor("p", persistence.SenderCursor{Seq: 7, Retry: []uint64{5, 3, 5}}); err != nil {
+			return err
+		}
+		return tx.PutPeerProgress("p", persistence.PeerProgress{Log: logID, Through: 9, Gaps: []persistence.PeerGap{{Seq: 4, Group: g}}})
+	})
+	view(t, s, func(r persistence.SyncReader) error {
+		c, _, _ := r.Cursor("p")
+		p, _, _ := r.PeerProgress("p")
+		if !slices.Equal(c.Retry, []uint64{3, 5}) || len(p.Gaps) != 1 || p.Gaps[0].Seq != 4 {
+			t.Fatalf("after shrinking: retry %v, gaps %v", c.Retry, p.Gaps)
+		}
+		return nil
+	})
+}
+
+// testHeldUsage: IsHeld is a point lookup per (group, seq); HeldUsage
+// counts a signer's held events and bytes across its groups; releasing
+// and purging give them back; purging also removes the events.
+func testHeldUsage(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	g1 := persistence.GroupKey{Site: siteA, Schema: "inv", Table: "a"}
+	g2 := persistence.GroupKey{Site: siteA, Schema: "inv", Table: "b"}
+	e1, e2, e3 := mkEvent(1, persistence.TableKey{Schema: "inv", Table: "a"}, []byte("r1"), 5), mkEvent(2, persistence.TableKey{Schema: "inv", Table: "a"}, []byte("r2"), 6), mkEvent(3, persistence.TableKey{Schema: "inv", Table: "b"}, []byte("r3"), 7)
+	seqs := appendAll(t, s, e1, e2, e3)
+	update(t, s, func(tx persistence.SyncTx) error {
+		for i, g := range []persistence.GroupKey{g1, g1, g2} {
+			if err := tx.HoldEvent(g, seqs[i]); err != nil {
+				return err
+			}
+		}
+		return tx.HoldEvent(g1, seqs[0]) // twice: counted once
+	})
+	size := int64(len(e1.Raw) + len(e2.Raw) + len(e3.Raw))
+	s = reopen()
+	view(t, s, func(r persistence.SyncReader) error {
+		for _, c := range []struct {
+			g    persistence.GroupKey
+			seq  uint64
+			want bool
+		}{{g1, seqs[0], true}, {g1, seqs[1], true}, {g1, seqs[2], false}, {g2, seqs[2], true}, {g2, seqs[0], false}} {
+			if got, err := r.IsHeld(c.g, c.seq); err != nil || got != c.want {
+				t.Fatalf("IsHeld(%v, %d) = %v, %v; want %v", c.g.Table, c.seq, got, err, c.want)
+			}
+		}
+		if u, err := r.HeldUsage(siteA); err != nil || u.Events != 3 || u.Bytes < size {
+			t.Fatalf("HeldUsage = %+v, %v; want 3 events, at least %d bytes", u, err, size)
+		}
+		if u, err := r.HeldUsage(siteB); err != nil || u != (persistence.HeldUsage{}) {
+			t.Fatalf("HeldUsage(other) = %+v, %v", u, err)
+		}
+		return nil
+	})
+	var purged int
+	update(t, s, func(tx persistence.SyncTx) error {
+		if err := tx.ReleaseGroup(g2); err != nil {
+			return err
+		}
+		var err error
+		purged, err = tx.PurgeHeld(g1)
+		return err
+	})
+	view(t, s, func(r persistence.SyncReader) error {
+		if u, err := r.HeldUsage(siteA); err != nil || u != (persistence.HeldUsage{}) || purged != 2 {
+			t.Fatalf("after release and purge: usage %+v (%v), purged %d", u, err, purged)
+		}
+		if ok, _ := r.IsHeld(g1, seqs[0]); ok {
+			t.Fatal("purged entry still held")
+		}
+		if _, ok, err := r.Event(e1.Site, e1.HLC, e1.ID); err != nil || ok {
+			t.Fatalf("purged event still in the log: %v %v", ok, err)
+		}
+		if _, ok, err := r.Event(e3.Site, e3.HLC, e3.ID); err != nil || !ok {
+			t.Fatalf("released event left the log: %v %v", ok, err)
+		}
+		n := 0
+		if err := r.TableEvents(persistence.TableKey{Schema: "inv", Table: "a"}, func(persistence.StoredEvent) (bool, error) { n++; return true, nil }); err != nil || n != 0 {
+			t.Fatalf("purged table still lists %d events (%v)", n, err)
+		}
+		return nil
+	})
+}
+
+// testDeleteWatermarks removes every watermark; absence then reads as
+// not applied, and a watermark may start again from anywhere.
+func testDeleteWatermarks(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	g := persistence.GroupKey{Site: siteA, Schema: "s", Table: "t"}
+	update(t, s, func(tx persistence.SyncTx) error { return tx.PutWatermark(g, persistence.Watermark{HLC: 50, Seq: 3}) })
+	var n int
+	update(t, s, func(tx persistence.SyncTx) error {
+		var err error
+		n, err = tx.DeleteWatermarks()
+		return err
+	})
+	s = reopen()
+	view(t, s, func(r persistence.SyncReader) error {
+		if _, ok, err := r.Watermark(g); err != nil || ok || n != 1 {
+			t.Fatalf("after DeleteWatermarks (%d): present=%v %v", n, ok, err)
+		}
+		return nil
+	})
+	update(t, s, func(tx persistence.SyncTx) error { return tx.PutWatermark(g, persistence.Watermark{HLC: 10, Seq: 1}) })
+}

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/syncmesh/syncmesh/actors/delivery"
 	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/runtime"
@@ -81,7 +81,7 @@ var closedErrs = []error{
 	session.ErrClosed,
 	outbound.ErrClosed,
 	persistence.ErrClosed,
-	delivery.ErrStopped,
+	replicate.ErrStopped,
 }
 
 // isClosed reports whether err comes from a closed component.

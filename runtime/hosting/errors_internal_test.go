@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/syncmesh/syncmesh/actors/actortest"
-	"github.com/syncmesh/syncmesh/actors/delivery"
 	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -78,12 +78,12 @@ func TestClosedComponentErrorsAreRetryable(t *testing.T) {
 	}
 	closedErr["memory delivery store"] = md.Close()
 
-	svc, err := delivery.NewService(sys, delivery.Deps{
+	svc, err := replicate.NewService(sys, replicate.Deps{
 		Store: memory.New(), Name: "n", LogID: make([]byte, 16),
 		Apply:   func(context.Context, [][]byte) ([]messages.Outcome, error) { return nil, nil },
 		InScope: func(string, string) bool { return true },
-		Own:     delivery.NewOwnWrites(0),
-	}, delivery.Config{})
+		Own:     replicate.NewOwnWrites(0),
+	}, replicate.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

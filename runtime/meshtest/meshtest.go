@@ -157,11 +157,18 @@ func (m *Mesh) open(ctx context.Context, i int) error {
 		return err
 	}
 	for _, l := range m.links {
-		if l[0] == i {
-			if err := node.AddPeer(m.nodes[l[1]].Name, m.net.Transport(n.Name), ""); err != nil {
-				_ = node.Close()
-				return err
-			}
+		var err error
+		switch i {
+		case l[0]:
+			err = node.AddPeer(m.nodes[l[1]].Name, m.net.Transport(n.Name), "", m.peerSite(l[1])...)
+		case l[1]:
+			// The receiving end accepts the link's sender (only configured
+			// senders' pushes are kept).
+			err = node.AcceptPeer(m.nodes[l[0]].Name, m.peerSite(l[0])...)
+		}
+		if err != nil {
+			_ = node.Close()
+			return err
 		}
 	}
 	m.mu.Lock()
@@ -315,4 +322,14 @@ func (m *Mesh) Close() {
 	for i := range m.nodes {
 		_ = m.Crash(i)
 	}
+}
+
+// peerSite binds node j's site when it is known (it has been opened once).
+func (m *Mesh) peerSite(j int) []runtime.PeerOption {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.nodes[j]; n.Node != nil {
+		return []runtime.PeerOption{runtime.PeerSite(n.Node.Identity().Site)}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-// Package delivery moves SSP/1 events between nodes (SSP/1 §14): one
+// Package replicate moves SSP/1 events between nodes (SSP/1 §14): one
 // sender actor per peer and transport path keeps a durable cursor over the
 // local log and pushes what lies beyond it; one progress actor records
 // what each sender's pushes applied here and owns the applied watermarks.
@@ -8,7 +8,7 @@
 // cursor moves only after a push succeeded and never from anything the
 // peer says (§14.1); the peer's watermarks only let the sender skip events
 // the peer demonstrably applied (§14.2).
-package delivery
+package replicate
 
 import (
 	"context"
@@ -34,7 +34,22 @@ var (
 	ErrPeerExists = errors.New("delivery: peer already added")
 	// ErrStopped: the service is closed.
 	ErrStopped = errors.New("delivery: stopped")
+	// ErrUnknownSender: a push from a sender this node did not configure
+	// (AddPeer, AcceptPeer). Nothing of it is kept.
+	ErrUnknownSender = errors.New("replicate: push from an unknown sender")
+	// ErrSenderMismatch: a push whose From is not the peer the transport
+	// authenticated. Transports refuse it before it reaches the service.
+	ErrSenderMismatch = errors.New("replicate: push names a sender other than the authenticated peer")
 )
+
+// PeerOptions configure a peer beyond its name.
+type PeerOptions struct {
+	// Site is the peer's own site id. With BindSite, the peer's watermark
+	// claims about that site's groups are accepted (docs/replication.md:
+	// only an origin speaks for its own events); without it, none are.
+	Site     messages.SiteID
+	BindSite bool
+}
 
 // Deps are what the delivery actors need from the node.
 type Deps struct {
@@ -46,12 +61,22 @@ type Deps struct {
 	LogID []byte
 	// Apply runs signed events through the node's apply chokepoint.
 	Apply func(ctx context.Context, raws [][]byte) ([]messages.Outcome, error)
+	// ApplyWith, when set, runs a received push's events through the
+	// chokepoint and the receiver's record of the push in one storage
+	// transaction (one commit per received push); without it the record
+	// takes a second transaction of the progress actor.
+	ApplyWith func(ctx context.Context, raws [][]byte, record func(tx persistence.SyncTx, outs []messages.Outcome) (func(), error)) ([]messages.Outcome, error)
 	// InScope reports whether the node syncs a table (SSP/1 §12 step 3).
 	InScope func(schema, table string) bool
 	// Own tracks local writes in flight.
-	Own     *OwnWrites
-	Logger  *slog.Logger
-	Metrics *Metrics
+	Own *OwnWrites
+	// WallMS is the node's wall clock in Unix ms and ClockLast its HLC's
+	// last value (claims are checked against both). Nil: 0 (every claim
+	// beyond the skew bound of the epoch is refused).
+	WallMS    func() uint64
+	ClockLast func() messages.HLC
+	Logger    *slog.Logger
+	Metrics   *Metrics
 	// Mailboxes measures the senders' and the progress actor's mailboxes.
 	Mailboxes *mailbox.Depths
 }
@@ -84,10 +109,12 @@ type Service struct {
 	cfg      Config
 	progress *actor.PID
 
-	mu      sync.Mutex
-	peers   map[string]*actor.PID // by cursor key
-	stopped bool
-	done    chan struct{} // closed once the progress actor stopped
+	mu       sync.Mutex
+	peers    map[string]*actor.PID // by cursor key
+	accepted map[string]senderInfo // configured senders, by name
+	mem      progressMemory
+	stopped  bool
+	done     chan struct{} // closed once the progress actor stopped
 }
 
 // NewService starts the progress actor. Senders start with AddPeer.
@@ -116,8 +143,14 @@ func NewService(system *actor.ActorSystem, deps Deps, cfg Config) (*Service, err
 	if deps.Metrics == nil {
 		deps.Metrics = noMetrics()
 	}
-	s := &Service{system: system, deps: &deps, cfg: cfg, peers: map[string]*actor.PID{}, done: make(chan struct{})}
-	s.progress = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &progressActor{deps: s.deps} }, deps.Mailboxes.Option("sync_progress")))
+	if deps.WallMS == nil {
+		deps.WallMS = func() uint64 { return 0 }
+	}
+	if deps.ClockLast == nil {
+		deps.ClockLast = func() messages.HLC { return 0 }
+	}
+	s := &Service{system: system, deps: &deps, cfg: cfg, peers: map[string]*actor.PID{}, accepted: map[string]senderInfo{}, done: make(chan struct{})}
+	s.progress = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &progressActor{s: s} }, deps.Mailboxes.Option("sync_progress")))
 	return s, nil
 }
 
@@ -133,12 +166,16 @@ func (s *Service) HandlePush(ctx context.Context, push *messages.SyncPush) (*mes
 	return s.handlePush(ctx, push)
 }
 
+// Stats returns the receiver's refusal counters.
+func (s *Service) Stats() ReceiveStats { return s.deps.Metrics.Stats() }
+
 // CursorKey names the cursor of peer over transport path.
 func CursorKey(peer, path string) string { return peer + "@" + path }
 
-// AddPeer starts a sender toward peer over transport t. path names the
-// transport path: a peer reachable over two paths has one cursor on each.
-func (s *Service) AddPeer(peer, path string, t Transport) error {
+// AddPeer starts a sender toward peer over transport t, and accepts
+// pushes from peer (AcceptPeer). path names the transport path: a peer
+// reachable over two paths has one cursor on each.
+func (s *Service) AddPeer(peer, path string, t Transport, opts PeerOptions) error {
 	if peer == "" || path == "" || t == nil {
 		return fmt.Errorf("delivery: AddPeer needs a peer name, a path and a transport")
 	}
@@ -151,9 +188,50 @@ func (s *Service) AddPeer(peer, path string, t Transport) error {
 	if _, ok := s.peers[key]; ok {
 		return fmt.Errorf("%w: %s", ErrPeerExists, key)
 	}
+	s.acceptLocked(peer, opts)
 	sa := &senderActor{s: s, peer: peer, path: path, key: key, t: t, peerW: map[persistence.GroupKey]messages.HLC{}}
 	s.peers[key] = s.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return sa }, s.deps.Mailboxes.Option("sync_sender")))
 	return nil
+}
+
+// AcceptPeer makes this node accept pushes from peer (a name the
+// transports authenticate). Progress, pending ranges, inbound status and
+// metric series exist only for accepted peers; a push from any other name
+// is refused with ErrUnknownSender and leaves nothing behind. Accepting
+// again replaces the options (a site once bound stays bound: rebinding a
+// name to another site would let it speak for that site's past).
+func (s *Service) AcceptPeer(peer string, opts PeerOptions) error {
+	if peer == "" || len(peer) > 256 {
+		return fmt.Errorf("replicate: AcceptPeer needs a peer name of 1 to 256 bytes")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return ErrStopped
+	}
+	s.acceptLocked(peer, opts)
+	return nil
+}
+
+func (s *Service) acceptLocked(peer string, opts PeerOptions) {
+	cur, ok := s.accepted[peer]
+	if ok && cur.bound && !opts.BindSite {
+		return
+	}
+	s.accepted[peer] = senderInfo{site: opts.Site, bound: opts.BindSite}
+}
+
+func (s *Service) senderInfo(peer string) (senderInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	si, ok := s.accepted[peer]
+	return si, ok
+}
+
+// Accepts reports whether pushes from peer are accepted.
+func (s *Service) Accepts(peer string) bool {
+	_, ok := s.senderInfo(peer)
+	return ok
 }
 
 // RemovePeer stops the sender toward peer over path (its cursor stays).

@@ -1,4 +1,4 @@
-package delivery
+package replicate
 
 import (
 	"cmp"
@@ -245,8 +245,12 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 		p := b.push
 		p.After, p.Tail = a.next, tail
 		var evs []messages.PushedEvent
+		reofferBytes := 0
 		for _, seq := range a.cursor.Retry {
-			if !withRetries || len(evs) >= limit/2 {
+			// Re-offers are capped per push, in events and bytes (§14.1
+			// has no backoff: the retry unit is the next cycle), so held
+			// or rejected events cannot crowd out the log behind them.
+			if !withRetries || len(evs) >= limit/2 || reofferBytes >= maxReofferBytes {
 				break
 			}
 			b.retried = append(b.retried, seq)
@@ -259,6 +263,7 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 					return false, nil
 				}
 				evs = append(evs, messages.PushedEvent{Seq: se.Seq, Raw: se.Raw})
+				reofferBytes += len(se.Raw)
 				return false, nil
 			})
 			if err != nil {
@@ -296,43 +301,39 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 	return b, nil
 }
 
-// applied reports whether the peer's watermark covers the event.
+// applied reports whether the peer's watermark covers the event. A
+// node never skips its own events because of what a peer reports: it is
+// their origin, and the only one whose offer no relay can replace.
 func (a *senderActor) applied(se persistence.StoredEvent) bool {
-	if a.s.cfg.IgnorePeerWatermarks {
+	if a.s.cfg.IgnorePeerWatermarks || se.Site == a.s.deps.Self {
 		return false
 	}
 	h, ok := a.peerW[persistence.GroupKey{Site: se.Site, Schema: se.Schema, Table: se.Table}]
 	return ok && se.HLC <= h
 }
 
-// claims lists this node's watermarks the push can carry: a watermark
-// whose events all lie at or below through, and that the peer does not
-// already report as reached. own holds the own groups' safe HLCs taken
-// before tx's snapshot.
-func (a *senderActor) claims(tx persistence.SyncReader, own map[persistence.GroupKey]messages.HLC, through, tail uint64) ([]messages.WatermarkClaim, error) {
-	d := a.s.deps
+// claims lists the watermark claims the push can carry: this node's own
+// groups only (the progress rule: nobody speaks for another site), when
+// the push reaches the tail, and only those the peer does not already
+// report as reached. own holds the own groups' safe HLCs taken before
+// tx's snapshot: every own event at or below them is in the log at or
+// below tail.
+func (a *senderActor) claims(_ persistence.SyncReader, own map[persistence.GroupKey]messages.HLC, through, tail uint64) ([]messages.WatermarkClaim, error) {
+	if through != tail {
+		return nil, nil
+	}
 	var out []messages.WatermarkClaim
-	add := func(g persistence.GroupKey, h messages.HLC, seq uint64) {
+	for g, h := range own {
 		if cur, ok := a.peerW[g]; ok && cur >= h {
-			return
+			continue
 		}
-		out = append(out, messages.WatermarkClaim{Group: wireGroup(g), HLC: h, Seq: seq})
+		out = append(out, messages.WatermarkClaim{Group: wireGroup(g), HLC: h, Seq: tail})
+		if len(out) == messages.MaxPushEvents {
+			break
+		}
 	}
-	if through == tail {
-		// Own groups: every own event at or below h was durable before the
-		// snapshot, so it is in the log at or below tail.
-		for g, h := range own {
-			add(g, h, tail)
-		}
-		slices.SortFunc(out, func(x, y messages.WatermarkClaim) int { return compareGroups(x.Group, y.Group) })
-	}
-	err := tx.Watermarks(func(g persistence.GroupKey, w persistence.Watermark) (bool, error) {
-		if g.Site != d.Self && w.Seq <= through {
-			add(g, w.HLC, w.Seq)
-		}
-		return len(out) < messages.MaxPushEvents, nil
-	})
-	return out, err
+	slices.SortFunc(out, func(x, y messages.WatermarkClaim) int { return compareGroups(x.Group, y.Group) })
+	return out, nil
 }
 
 // drain handles the finished pushes at the head of the window, in order:
@@ -353,7 +354,7 @@ func (a *senderActor) drain(ctx actor.Context) {
 		case a.broken:
 			rep.Err = errWindowBroken
 		default:
-			next := persistence.SenderCursor{Seq: p.Through, Retry: mergeRetry(without(a.cursor.Retry, f.b.retried), f.result.Retry)}
+			next := nextCursor(a.cursor, f.b.retried, f.result.Retry, p.Through)
 			err := a.s.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error { return tx.PutCursor(a.key, next) })
 			if err != nil {
 				rep.Err = fmt.Errorf("delivery: store cursor: %w", err)
@@ -361,6 +362,11 @@ func (a *senderActor) drain(ctx actor.Context) {
 				break
 			}
 			a.cursor = next
+			if next.Seq < p.Through {
+				// The re-offer set is full: the rest of the window covers
+				// the log past a cursor that stopped short; offer it again.
+				a.broken = true
+			}
 			rep.Result = f.result
 			for _, w := range f.result.Watermarks {
 				g := storeGroup(w.Group)
@@ -435,6 +441,28 @@ func mergeRetry(a, b []uint64) []uint64 {
 	out := append(slices.Clone(a), b...)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// maxReofferBytes caps the signed bytes of re-offers in one push.
+const maxReofferBytes = 4 << 20
+
+// nextCursor is the cursor after a successful push covering up to
+// through: the re-offers it consumed leave the set, the ones the peer
+// asked for join it. The set is bounded by persistence.MaxRetry (the
+// store's limit): when more would be kept, the cursor stops short of the
+// first re-offer that does not fit, so everything past it is offered
+// again from the cursor instead of being forgotten (§14.1).
+func nextCursor(cur persistence.SenderCursor, consumed, asked []uint64, through uint64) persistence.SenderCursor {
+	retry := mergeRetry(without(cur.Retry, consumed), asked)
+	if len(retry) <= persistence.MaxRetry {
+		return persistence.SenderCursor{Seq: through, Retry: retry}
+	}
+	stop := retry[persistence.MaxRetry] - 1
+	if stop < cur.Seq {
+		// Even the old re-offers fill the set: do not move at all.
+		return persistence.SenderCursor{Seq: cur.Seq, Retry: retry[:persistence.MaxRetry]}
+	}
+	return persistence.SenderCursor{Seq: min(through, stop), Retry: retry[:persistence.MaxRetry]}
 }
 
 // lagSeconds is how far the peer's reported watermarks trail this node's

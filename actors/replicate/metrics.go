@@ -1,6 +1,8 @@
-package delivery
+package replicate
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncmesh/syncmesh/actors/promreg"
@@ -16,6 +18,9 @@ type Metrics struct {
 	retry   *prometheus.GaugeVec   // peer
 	lag     *prometheus.GaugeVec   // peer
 	recv    *prometheus.CounterVec // from, verdict
+	refused *prometheus.CounterVec // what (push reason, or claim)
+
+	pushRefusals, claimRefusals, quota atomic.Uint64
 }
 
 // NewMetrics registers the delivery metrics with reg (nil: not exported).
@@ -34,13 +39,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "syncmesh_sync_peer_watermark_lag_seconds",
 			Help: "How far the peer's reported watermarks trail this node's, worst group (SSP/1 §14.2), at the last push."}, []string{"peer"}),
 		recv: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_events_received_total",
-			Help: "Events received in pushes, by sender and verdict (done: applied, duplicate or dropped; retry: held or rejected)."}, []string{"from", "verdict"}),
+			Help: "Events received in pushes, by sender and verdict (done: applied, duplicate or dropped; retry: held or rejected; held_quota: rejected by the signer's held quota). Only configured senders have series."}, []string{"from", "verdict"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_refused_total",
+			Help: "Pushes refused before anything was kept (unknown_sender, sender_mismatch) and watermark claims refused (claim: another site's group, an undefined or out-of-scope table, or beyond the skew bound). No sender label: a name a peer chooses never creates a series."}, []string{"what"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	var err error
-	for _, c := range []**prometheus.CounterVec{&m.pushes, &m.offered, &m.skipped, &m.recv} {
+	for _, c := range []**prometheus.CounterVec{&m.pushes, &m.offered, &m.skipped, &m.recv, &m.refused} {
 		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}
@@ -70,9 +77,49 @@ func (m *Metrics) pushed(peer string, r CycleReport) {
 	m.retry.WithLabelValues(peer).Set(float64(r.Retry))
 }
 
-func (m *Metrics) received(from string, r *messages.PushResult) {
+func (m *Metrics) received(from string, r *messages.PushResult, outs []messages.Outcome) {
 	m.recv.WithLabelValues(from, "done").Add(float64(r.Applied))
 	m.recv.WithLabelValues(from, "retry").Add(float64(len(r.Retry)))
+	quota := 0
+	for _, o := range outs {
+		if o.Kind == messages.Rejected && o.Reason == messages.ReasonHeldQuota {
+			quota++
+		}
+	}
+	if quota > 0 {
+		m.recv.WithLabelValues(from, "held_quota").Add(float64(quota))
+		m.quota.Add(uint64(quota))
+	}
+}
+
+func (m *Metrics) refusedPush(reason string) {
+	m.refused.WithLabelValues(reason).Inc()
+	m.pushRefusals.Add(1)
+}
+
+func (m *Metrics) refusedClaims(n int) {
+	m.refused.WithLabelValues("claim").Add(float64(n))
+	m.claimRefusals.Add(uint64(n))
+}
+
+// RefusedPush counts a push a transport refused before it reached the
+// service (for example ErrSenderMismatch).
+func (m *Metrics) RefusedPush(reason string) { m.refusedPush(reason) }
+
+// ReceiveStats are the receiver's refusal counters since the node opened.
+type ReceiveStats struct {
+	// RefusedPushes counts pushes refused before anything was kept
+	// (unknown sender, a From the transport did not authenticate).
+	RefusedPushes uint64
+	// RefusedClaims counts watermark claims refused by the progress rule.
+	RefusedClaims uint64
+	// HeldQuotaRejections counts events rejected by a signer's held quota.
+	HeldQuotaRejections uint64
+}
+
+// Stats returns the refusal counters.
+func (m *Metrics) Stats() ReceiveStats {
+	return ReceiveStats{RefusedPushes: m.pushRefusals.Load(), RefusedClaims: m.claimRefusals.Load(), HeldQuotaRejections: m.quota.Load()}
 }
 
 func (m *Metrics) peerLag(peer string, seconds float64) { m.lag.WithLabelValues(peer).Set(seconds) }

@@ -1,4 +1,4 @@
-package delivery
+package replicate
 
 import (
 	"bytes"
@@ -18,8 +18,34 @@ var (
 	logA  = bytes.Repeat([]byte{1}, 16)
 )
 
+// testWall is the receivers' wall clock in these tests (Unix ms); every
+// test HLC lies far below it.
+const testWall = 1 << 40
+
 func testDeps() *Deps {
-	return &Deps{Self: self, Own: NewOwnWrites(0), InScope: func(schema, table string) bool { return table != "hidden" }}
+	return &Deps{Self: self, Own: NewOwnWrites(0), InScope: func(schema, table string) bool { return table != "hidden" },
+		WallMS: func() uint64 { return testWall }, ClockLast: func() messages.HLC { return messages.HLC(1) << 60 }, Metrics: noMetrics()}
+}
+
+// fromA is sender "a", bound to siteA (the origin of gT and gU).
+var fromA = senderInfo{site: siteA, bound: true}
+
+// newStore returns a memory store with app.t, app.u and app.hidden
+// defined (claims are only accepted for defined tables).
+func newStore(t *testing.T) persistence.SyncStore {
+	t.Helper()
+	st := memory.New()
+	if err := st.Update(context.Background(), func(tx persistence.SyncTx) error {
+		for _, tb := range []string{"t", "u", "hidden"} {
+			if err := tx.PutTable(persistence.TableDef{Schema: "app", Table: tb, KeyColumns: []string{"id"}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 func applied(g persistence.GroupKey) messages.Outcome {
@@ -61,11 +87,11 @@ func recordWith(t *testing.T, st persistence.SyncStore, ranges *[]pendingRange, 
 		if ranges != nil {
 			in = *ranges
 		}
-		r, _, out, err := recordPush(tx, testDeps(), p, outs, in)
+		r, err := recordPush(tx, testDeps(), fromA, p, outs, in)
 		if err == nil && ranges != nil {
-			*ranges = out
+			*ranges = r.ranges
 		}
-		res = r
+		res = r.res
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -78,7 +104,7 @@ func recordWith(t *testing.T, st persistence.SyncStore, ranges *[]pendingRange, 
 }
 
 func TestClaimRaisesWatermarkOnlyWhenDemonstrablyApplied(t *testing.T) {
-	st := memory.New()
+	st := newStore(t)
 	// The claim reaches past what was pushed: not accepted.
 	_, wm := record(t, st, push(0, 3, []uint64{1, 2, 3}, claim(gT, 50, 4)), applied(gT), applied(gT), applied(gT))
 	if _, ok := wm[gT]; ok {
@@ -96,7 +122,7 @@ func TestClaimRaisesWatermarkOnlyWhenDemonstrablyApplied(t *testing.T) {
 }
 
 func TestHeldEventIsAGapUntilReofferedAndApplied(t *testing.T) {
-	st := memory.New()
+	st := newStore(t)
 	res, wm := record(t, st, push(0, 4, []uint64{1, 2, 3, 4}, claim(gT, 60, 4), claim(gU, 70, 4)),
 		applied(gT), held(gU), applied(gT), applied(gU))
 	if len(res.Retry) != 1 || res.Retry[0] != 2 || len(res.Held) != 1 || res.Held[0] != wireGroup(gU) {
@@ -116,7 +142,7 @@ func TestHeldEventIsAGapUntilReofferedAndApplied(t *testing.T) {
 }
 
 func TestRejectedForSkewIsRetriedAndCounted(t *testing.T) {
-	st := memory.New()
+	st := newStore(t)
 	o := applied(gT)
 	o.Kind, o.Reason = messages.Rejected, messages.ReasonClockSkew
 	res, wm := record(t, st, push(0, 2, []uint64{1, 2}, claim(gT, 9, 2)), applied(gT), o)
@@ -129,7 +155,7 @@ func TestRejectedForSkewIsRetriedAndCounted(t *testing.T) {
 }
 
 func TestCoverageHoleNeverAdvancesProgress(t *testing.T) {
-	st := memory.New()
+	st := newStore(t)
 	record(t, st, push(0, 2, []uint64{1, 2}), applied(gT), applied(gT))
 	// A push starting past what this node saw (its sequences 3..5 never
 	// arrived): nothing about them can be demonstrated.
@@ -145,7 +171,7 @@ func TestCoverageHoleNeverAdvancesProgress(t *testing.T) {
 }
 
 func TestNewSenderLogResetsProgress(t *testing.T) {
-	st := memory.New()
+	st := newStore(t)
 	record(t, st, push(0, 9, []uint64{9}), applied(gT))
 	p := push(9, 9, nil, claim(gT, 5, 9))
 	p.Log = bytes.Repeat([]byte{2}, 16)
@@ -155,7 +181,7 @@ func TestNewSenderLogResetsProgress(t *testing.T) {
 }
 
 func TestClaimsOutsideScopeOrForOwnSiteAreIgnored(t *testing.T) {
-	st := memory.New()
+	st := newStore(t)
 	hidden := persistence.GroupKey{Site: siteA, Schema: "app", Table: "hidden"}
 	mine := persistence.GroupKey{Site: self, Schema: "app", Table: "t"}
 	_, wm := record(t, st, push(0, 1, []uint64{1}, claim(hidden, 5, 1), claim(mine, 5, 1)), applied(gT))
@@ -198,7 +224,7 @@ func TestOwnWritesSafeStaysBelowInFlightAndNeverDecreases(t *testing.T) {
 // Pushes in flight together may be recorded out of order: the later one
 // waits (in memory) until the earlier one is recorded, then both count.
 func TestOutOfOrderPushesMergeOnceContiguous(t *testing.T) {
-	st := memory.New()
+	st := newStore(t)
 	var ranges []pendingRange
 	rec := func(p *messages.SyncPush, outs ...messages.Outcome) map[persistence.GroupKey]messages.HLC {
 		t.Helper()

@@ -1,0 +1,72 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/syncmesh/syncmesh/actors/replicate"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// PeerOption configures a peer in AddPeer and AcceptPeer.
+type PeerOption func(*replicate.PeerOptions)
+
+// PeerSite binds a peer name to the site id of the node behind it. Only
+// a bound peer's watermark claims count, and only those about its own
+// site's groups: no peer speaks for another site, so no relay can make
+// this node, or through it anyone, skip a site's events (SSP/1 §14.2; see
+// docs/replication.md). Without a binding the peer's events still apply;
+// its claims are refused and counted. A name once bound stays bound.
+func PeerSite(site messages.SiteID) PeerOption {
+	return func(o *replicate.PeerOptions) { o.Site, o.BindSite = site, true }
+}
+
+func peerOptions(opts []PeerOption) replicate.PeerOptions {
+	var o replicate.PeerOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// AcceptPeer accepts pushes from peer without pushing to it (AddPeer does
+// both). peer is the name the transport authenticates: the Network's
+// registered name, or the Remote peer bound to a TLS certificate. Receive
+// progress, inbound status and metric series exist only for accepted
+// peers.
+func (n *Node) AcceptPeer(peer string, opts ...PeerOption) error {
+	if n.isClosed() {
+		return ErrClosed
+	}
+	return n.sync.AcceptPeer(peer, peerOptions(opts))
+}
+
+// ReplicationStats are the sync plane's refusal counters (what hostile
+// or misconfigured peers tried): pushes refused before anything was kept,
+// watermark claims the progress rule refused, events rejected by a
+// signer's held quota.
+type ReplicationStats = replicate.ReceiveStats
+
+// ReplicationStats returns the refusal counters since the node opened.
+func (n *Node) ReplicationStats() ReplicationStats { return n.sync.Stats() }
+
+// PurgeHeld drops what is held for group g (SSP/1 §13.6: events waiting
+// for a table that is not defined here) — the held entries and the events
+// themselves — and returns how many it removed. It is the operator's way
+// out of a table that will never exist: the events are gone from this
+// node (and no longer relayed); a peer may offer them again, within the
+// signer's held quota, unless the table is put out of Config.Scope.
+func (n *Node) PurgeHeld(ctx context.Context, g GroupKey) (int, error) {
+	if n.isClosed() {
+		return 0, ErrClosed
+	}
+	var removed int
+	n.ddl.Lock()
+	defer n.ddl.Unlock()
+	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+		var err error
+		removed, err = tx.PurgeHeld(g)
+		return err
+	})
+	return removed, err
+}
