@@ -59,6 +59,9 @@ func TestAdminEndpoint(t *testing.T) {
 	}
 	trustNode(t, b.Node, a.Node)
 	upsertN(t, a.Node, 0, 40, "a")
+	if err := b.AcceptPeer("a", PeerSite(a.Identity().Site)); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.AddPeer("b", net.Transport("a"), ""); err != nil {
 		t.Fatal(err)
 	}

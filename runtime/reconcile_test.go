@@ -158,12 +158,39 @@ func TestReconcileConvergedPairTransfersNothing(t *testing.T) {
 	}
 }
 
-// TestReconcileRepairsOverstatedWatermark: b reports a watermark for a's
-// group far above what it applied (set through its store, a test-only
-// hook); a's sender then skips a's later events and moves its cursor past
-// them. Reconciliation still brings them.
-func TestReconcileRepairsOverstatedWatermark(t *testing.T) {
-	a, b, _ := reconPair(t, true)
+// reconRelay is a line a → c → b with reconciliation at the given
+// interval: a's events reach b only through c.
+func reconRelay(t *testing.T, interval time.Duration) (a, c, b *testNode) {
+	t.Helper()
+	net := NewNetwork(1)
+	a = openTestNode(t, Config{Name: "a", SyncInterval: -1, ReconcileInterval: -1})
+	c = openTestNode(t, Config{Name: "c", SyncInterval: -1, ReconcileInterval: -1})
+	b = openTestNode(t, Config{Name: "b", SyncInterval: -1, ReconcileInterval: interval})
+	nodes := []*testNode{a, c, b}
+	for _, n := range nodes {
+		n.define(defT)
+		net.Register(n.Name(), n.Node)
+		for _, p := range nodes {
+			if p != n {
+				trustNode(t, n.Node, p.Node)
+			}
+		}
+	}
+	for _, l := range [][2]*testNode{{a, c}, {c, a}, {c, b}, {b, c}} {
+		if err := l[0].AddPeer(l[1].Name(), net.Transport(l[0].Name()), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, c, b
+}
+
+// overstateAndRelay makes b's watermark for a's group maximal (through its
+// store, a test-only hook: the progress rule refuses such a claim on the
+// wire), then relays a's six events through c. c skips every event b's
+// reported watermark covers and moves its cursor past them: b holds only
+// what c pushed before it learned the watermark.
+func overstateAndRelay(t *testing.T, a, c, b *testNode) {
+	t.Helper()
 	g := persistence.GroupKey{Site: a.Identity().Site, Schema: "app", Table: "t"}
 	if err := b.store.Update(b.ctx, func(tx persistence.SyncTx) error {
 		return tx.PutWatermark(g, persistence.Watermark{HLC: hlcAt(messages.MaxPhysicalMS, 0)})
@@ -171,18 +198,28 @@ func TestReconcileRepairsOverstatedWatermark(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.write(0)
-	a.syncNow("b") // b applies it and reports the overstated watermark
+	a.syncNow("c")
+	c.syncNow("b") // b applies it and reports the overstated watermark
 	for i := 1; i < 6; i++ {
 		a.write(i)
 	}
-	a.syncNow("b")
-	if rep := a.syncNow("b"); rep.Offered != 0 {
-		t.Fatalf("a still offers %d events", rep.Offered)
+	a.syncNow("c")
+	c.syncNow("b")
+	if rep := c.syncNow("b"); rep.Offered != 0 {
+		t.Fatalf("c still offers %d events", rep.Offered)
 	}
-	if c := rowCount(t, b); c != 1 {
-		t.Fatalf("b holds %d rows: the overstated watermark did not make a skip", c)
+}
+
+// TestReconcileRepairsOverstatedWatermark: b reports a watermark for a's
+// group far above what it applied; its relay c then skips a's later events
+// and moves its cursor past them. Reconciliation still brings them.
+func TestReconcileRepairsOverstatedWatermark(t *testing.T) {
+	a, c, b := reconRelay(t, -1)
+	overstateAndRelay(t, a, c, b)
+	if n := rowCount(t, b); n != 1 {
+		t.Fatalf("b holds %d rows: the overstated watermark did not make a skip", n)
 	}
-	if rep := b.reconcile("a"); rep.Missing != 5 || rep.Outcomes[messages.Applied] != 5 {
+	if rep := b.reconcile("c"); rep.Missing != 5 || rep.Outcomes[messages.Applied] != 5 {
 		t.Fatalf("reconcile: %+v", rep)
 	}
 	if sa, sb := state(t, a.Node), state(t, b.Node); sa != sb {

@@ -3,9 +3,6 @@ package runtime
 import (
 	"testing"
 	"time"
-
-	"github.com/syncmesh/syncmesh/messages"
-	"github.com/syncmesh/syncmesh/persistence"
 )
 
 // waitRows polls until n holds want rows of app.t (reconciliation runs in
@@ -65,22 +62,11 @@ func TestAddPeerReconciles(t *testing.T) {
 }
 
 // TestScheduledReconciliationRepairsWithoutATrigger: with a short
-// interval, events a's sender skipped (an overstated watermark) reach b
+// interval, events a relay skipped (an overstated watermark) reach b
 // with no Reconcile call, no Trust and no AddPeer after the loss.
 func TestScheduledReconciliationRepairsWithoutATrigger(t *testing.T) {
-	a, b, _ := reconPairAuto(t, true, 20*time.Millisecond)
-	g := persistence.GroupKey{Site: a.Identity().Site, Schema: "app", Table: "t"}
-	if err := b.store.Update(b.ctx, func(tx persistence.SyncTx) error {
-		return tx.PutWatermark(g, persistence.Watermark{HLC: hlcAt(messages.MaxPhysicalMS, 0)})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	a.write(0)
-	a.syncNow("b")
-	for i := 1; i < 6; i++ {
-		a.write(i)
-	}
-	a.syncNow("b")
+	a, c, b := reconRelay(t, 20*time.Millisecond)
+	overstateAndRelay(t, a, c, b)
 	waitRows(t, b, 6)
 	mfs, err := b.Gatherer().Gather()
 	if err != nil {

@@ -27,6 +27,9 @@ func TestConfigTrustedAppliedBeforeServing(t *testing.T) {
 	tb.define(defT)
 	net := NewNetwork(1)
 	net.Register("b", b)
+	if err := b.AcceptPeer("a"); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.AddPeer("b", net.Transport("a"), ""); err != nil {
 		t.Fatal(err)
 	}
