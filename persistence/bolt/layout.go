@@ -21,8 +21,9 @@ import (
 // commit-boundary records — pending inbound, processed inbound, pending
 // outbound and their indexes (createInboundV1, inbound.go). Version 5: the
 // event-id index keyed by (site, HLC, id) (migrateEventKeysV1,
-// event_keys.go).
-const LayoutVersion = 5
+// event_keys.go). Version 8: the row → events index keyed by generation
+// first (migrateRowGensV1, row_index.go).
+const LayoutVersion = 8
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -31,7 +32,7 @@ var (
 	bucketSyncTables   = []byte("sync.tables")     // lp(schema)|lp(table) → tableRecord
 	bucketSyncEvents   = []byte("sync.events")     // seq(8, big-endian) → eventRecord (Raw sealed)
 	bucketSyncEventIDs = []byte("sync.event_ids")  // layouts 1–4: event id(32) → seq(8); replaced by bucketSyncEventKeys
-	bucketSyncRowIdx   = []byte("sync.row_events") // lp(schema)|lp(table)|lp(rowkey)|seq(8) → ∅
+	bucketSyncRowIdx   = []byte("sync.row_events") // layouts 1–7: lp(schema)|lp(table)|lp(rowkey)|seq(8) → ∅; replaced by bucketSyncRowGens
 	bucketSyncTableIdx = []byte("sync.table_hlc")  // lp(schema)|lp(table)|hlc(8)|seq(8) → ∅
 	bucketSyncRows     = []byte("sync.rows")       // lp(schema)|lp(table)|rowkey → rowRecord
 	bucketSyncHorizons = []byte("sync.horizons")   // lp(schema)|lp(table) → hlc(8)
@@ -62,7 +63,17 @@ var migrations = []migration{
 	{from: 2, to: 3, fn: createSyncDeliveryV1},
 	{from: 3, to: 4, fn: createInboundV1},
 	{from: 4, to: 5, fn: migrateEventKeysV1},
+	// Versions 6 and 7 belong to other branches (sync delivery, row
+	// records); until they merge, these steps only pass the version on.
+	// MERGE: replace both with the real migrations 5→6 and 6→7.
+	{from: 5, to: 6, fn: passVersion},
+	{from: 6, to: 7, fn: passVersion},
+	{from: 7, to: 8, fn: migrateRowGensV1},
 }
+
+// passVersion is a placeholder migration that changes nothing (see the
+// MERGE note in migrations).
+func passVersion(*bbolt.Tx) error { return nil }
 
 // createV1 creates the initial layout.
 func createV1(tx *bbolt.Tx) error {
