@@ -56,7 +56,9 @@ func TestMigrateLayout7To8RebuildsRowIndex(t *testing.T) {
 	tables := []persistence.TableKey{{Schema: "a", Table: "bc"}, {Schema: "ab", Table: "c"}}
 	rows := [][]byte{[]byte("r"), []byte("r1"), []byte("r12")}
 	want := map[string][]uint64{}
-	wantKey := func(tk persistence.TableKey, row []byte) string { return tk.Schema + "/" + tk.Table + "/" + string(row) }
+	wantKey := func(tk persistence.TableKey, row []byte) string {
+		return tk.Schema + "/" + tk.Table + "/" + string(row)
+	}
 	if err := bdb.Update(func(tx *bbolt.Tx) error {
 		if tx.Bucket(bucketSyncRowGens) != nil {
 			t.Fatal("layout 7 already has the generation index")
