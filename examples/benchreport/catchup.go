@@ -303,7 +303,7 @@ func catchupReport(p catchupParams) error {
 				}
 				x := joinX[s.n]
 				x.bytesPerEvent = append(x.bytesPerEvent, float64(r.WriteBytes)/float64(s.n))
-				x.heap = append(x.heap, float64(r.PeakHeap))
+				x.heap = append(x.heap, float64(r.PeakHeap)/(1<<20))
 				x.wire = append(x.wire, wire/(float64(s.signed)/float64(s.n)))
 				return float64(s.n) / r.Seconds, nil
 			}},
@@ -316,7 +316,7 @@ func catchupReport(p catchupParams) error {
 				}
 				x := freshX[s.n]
 				x.bytesPerEvent = append(x.bytesPerEvent, float64(r.WriteBytes)/float64(s.n))
-				x.heap = append(x.heap, float64(r.PeakHeap))
+				x.heap = append(x.heap, float64(r.PeakHeap)/(1<<20))
 				return float64(s.n) / r.Seconds, nil
 			}},
 		)
@@ -336,7 +336,7 @@ func catchupReport(p catchupParams) error {
 			{"catch-up / single", ratio.String() + "   " + ratio.Verdict(0.9, true)},
 			{"joiner bytes written per event", ab.Summarize(j.bytesPerEvent).Format("%.0f") + " B"},
 			{"single-node bytes written per event", ab.Summarize(fr.bytesPerEvent).Format("%.0f") + " B"},
-			{"joiner peak heap", ab.Summarize(j.heap).Format("%.0f") + " B"},
+			{"joiner peak heap (live objects)", ab.Summarize(j.heap).Format("%.1f") + " MiB"},
 			{"wire bytes toward the joiner / signed event bytes", ab.Summarize(j.wire).Format("%.3f") + "   (target <= 1.20)"},
 		}
 		if s.n != ref {

@@ -20,10 +20,13 @@ import (
 
 type syncParams struct {
 	Events, Writers, Batch, Sites, Trials, Preload int
-	Profile                                        string
+	// Pushes is the number of pushes per trial and forgery arm (0:
+	// pushesPerTrial).
+	Pushes  int
+	Profile string
 }
 
-// pushSize and pushesPerTrial shape the forgery comparison: a push of 1 000
+// pushSize and pushesPerTrial (the default of syncParams.Pushes) shape the forgery comparison: a push of 1 000
 // events, five pushes per arm and trial (one push is too short to time on
 // a noisy machine).
 const (
@@ -36,7 +39,7 @@ const (
 type oneCoreArgs struct {
 	Store, Work            string
 	Trials, Writers, Batch int
-	Sites                  int
+	Sites, Pushes          int
 	Profile                string
 }
 
@@ -73,6 +76,9 @@ func syncReport(p syncParams) error {
 		return err
 	}
 	fmt.Printf("  store history: %d events on the same %d rows as the measured ones (untimed, %.1f s)\n", p.Preload, benchRows, time.Since(start).Seconds())
+	if p.Pushes <= 0 {
+		p.Pushes = pushesPerTrial
+	}
 	epoch := 1
 	write := func(name string, n int, forge func(i int) bool) error {
 		raws, err := makeEventsAt(peers, n, epoch)
@@ -94,9 +100,9 @@ func syncReport(p syncParams) error {
 			forge func(int) bool
 		}{
 			{fmt.Sprintf("one-%d", t), p.Events, nil},
-			{fmt.Sprintf("push-valid-%d", t), pushSize * pushesPerTrial, nil},
-			{fmt.Sprintf("push-one-%d", t), pushSize * pushesPerTrial, func(i int) bool { return i%pushSize == pushSize/2 }},
-			{fmt.Sprintf("push-every-%d", t), pushSize * pushesPerTrial, func(i int) bool { return i%pushSize%sign.BatchSize == sign.BatchSize/3 }},
+			{fmt.Sprintf("push-valid-%d", t), pushSize * p.Pushes, nil},
+			{fmt.Sprintf("push-one-%d", t), pushSize * p.Pushes, func(i int) bool { return i%pushSize == pushSize/2 }},
+			{fmt.Sprintf("push-every-%d", t), pushSize * p.Pushes, func(i int) bool { return i%pushSize%sign.BatchSize == sign.BatchSize/3 }},
 			{fmt.Sprintf("scale1-%d", t), p.Events, nil},
 			{fmt.Sprintf("scale2-%d", t), p.Events, nil},
 		}
@@ -107,7 +113,7 @@ func syncReport(p syncParams) error {
 		}
 	}
 	var one samplesOut
-	if err := ab.Child(ctx, ab.Proc{MaxProcs: 1}, "sync-1core", oneCoreArgs{Store: store, Work: work, Trials: p.Trials, Writers: p.Writers, Batch: p.Batch, Sites: p.Sites, Profile: p.Profile}, &one); err != nil {
+	if err := ab.Child(ctx, ab.Proc{MaxProcs: 1}, "sync-1core", oneCoreArgs{Store: store, Work: work, Pushes: p.Pushes, Trials: p.Trials, Writers: p.Writers, Batch: p.Batch, Sites: p.Sites, Profile: p.Profile}, &one); err != nil {
 		return err
 	}
 	s := &ab.Samples{Names: one.Names, Values: one.Values}
@@ -129,7 +135,7 @@ func syncReport(p syncParams) error {
 	oneForged := s.Ratio("push-valid", "push-one")
 	everyForged := s.Ratio("push-valid", "push-every")
 	everyVerify := s.Ratio("vsingle-every", "vbatch-every")
-	fmt.Printf("pushes of %d (ApplySignedBatch, one core, %d pushes per trial and arm):\n", pushSize, pushesPerTrial)
+	fmt.Printf("pushes of %d (ApplySignedBatch, one core, %d pushes per trial and arm):\n", pushSize, p.Pushes)
 	fmt.Print(ab.Table([][2]string{
 		{"cost(one forged among 1000) / cost(all valid)", oneForged.String() + "   " + oneForged.Verdict(1.3, false)},
 		{fmt.Sprintf("cost(a forgery in every sub-batch of %d) / cost(all valid)", sign.BatchSize), everyForged.String()},
@@ -339,7 +345,7 @@ func runOneCore(arg json.RawMessage) (any, error) {
 		}
 		return rate(len(raws), start), nil
 	}
-	everyBad := pushesPerTrial * ((pushSize + sign.BatchSize - 1) / sign.BatchSize)
+	everyBad := a.Pushes * ((pushSize + sign.BatchSize - 1) / sign.BatchSize)
 	arms := []ab.Arm{
 		{Name: "ed25519", Run: func(t int) (float64, error) {
 			start := time.Now()
@@ -368,7 +374,7 @@ func runOneCore(arg json.RawMessage) (any, error) {
 		{Name: "batch", Run: func(t int) (float64, error) { return verifyBatches(data[t].one, 0) }},
 		{Name: "apply", Run: func(t int) (float64, error) { return applyAll(ctx, n, data[t].one, a.Writers, a.Batch) }},
 		{Name: "push-valid", Run: func(t int) (float64, error) { return pushes(data[t].valid, 0) }},
-		{Name: "push-one", Run: func(t int) (float64, error) { return pushes(data[t].oneF, pushesPerTrial) }},
+		{Name: "push-one", Run: func(t int) (float64, error) { return pushes(data[t].oneF, a.Pushes) }},
 		{Name: "push-every", Run: func(t int) (float64, error) { return pushes(data[t].every, everyBad) }},
 		{Name: "vbatch-every", Run: func(t int) (float64, error) { return verifyBatches(data[t].every, everyBad) }},
 		{Name: "vsingle-every", Run: func(t int) (float64, error) { return verifySingles(data[t].every, everyBad) }},
