@@ -46,6 +46,7 @@ func main() {
 	batch := flag.Int("batch", 2000, "events per ApplySignedBatch call")
 	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
 	trials := flag.Int("trials", 5, "interleaved trials per comparison")
+	pushes := flag.Int("pushes", pushesPerTrial, "pushes of 1 000 events per trial and arm in the forgery comparison")
 	preload := flag.Int("preload", 100000, "events of history on the SAME rows the measured events write (untimed) in the apply store; the issue's figure is at 1 000 000")
 	only := flag.String("only", "", "run one section only: sync, catchup, sessions or hosting (default: all)")
 	catchupEvents := flag.String("catchup-events", "100000", "comma-separated store sizes a joining node catches up on from genesis (the first is the reference of the growth ratios)")
@@ -61,7 +62,7 @@ func main() {
 		run  func() error
 	}{
 		{"sync", func() error {
-			return syncReport(syncParams{Events: *events, Writers: *writers, Batch: *batch, Sites: *sites, Trials: *trials, Preload: *preload, Profile: *cpuprofile})
+			return syncReport(syncParams{Events: *events, Writers: *writers, Batch: *batch, Sites: *sites, Trials: *trials, Preload: *preload, Pushes: *pushes, Profile: *cpuprofile})
 		}},
 		{"catchup", func() error {
 			sizes, err := parseSizes(*catchupEvents)
