@@ -66,8 +66,9 @@ type checked struct {
 // check runs §12 steps 1–3.
 func (c *Chokepoint) check(raw []byte) checked {
 	// Step 1: signature first, so nothing later reads unauthenticated input.
-	v, err := sign.Verify(c.cfg.Keyring.Load(), raw, c.cfg.MeshID)
-	return c.checked(raw, v, err)
+	kr := c.cfg.Keyring.Load()
+	v, err := sign.Verify(kr, raw, c.cfg.MeshID)
+	return c.checkedWith(kr, raw, v, err)
 }
 
 // checkBatch runs §12 steps 1–3 for raws, step 1 for all of them together
@@ -81,11 +82,8 @@ func (c *Chokepoint) checkBatch(raws [][]byte, outs []messages.Outcome, reqs []*
 	}
 }
 
-// checked runs steps 2–3 on the verdict of step 1.
-func (c *Chokepoint) checked(raw []byte, v *sign.Verified, err error) checked {
-	return c.checkedWith(c.cfg.Keyring.Load(), raw, v, err)
-}
-
+// checkedWith runs steps 2–3 on the verdict of step 1 (v, err), reached
+// under the keyring snapshot kr.
 func (c *Chokepoint) checkedWith(kr *sign.Keyring, raw []byte, v *sign.Verified, err error) checked {
 	if err != nil {
 		id := eventid.Of(raw)
