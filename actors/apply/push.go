@@ -2,9 +2,6 @@ package apply
 
 import (
 	"context"
-	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/syncmesh/syncmesh/actors/syncgroup"
 	"github.com/syncmesh/syncmesh/messages"
@@ -12,7 +9,7 @@ import (
 )
 
 // ApplyWith runs a received push's events through the chokepoint like
-// ApplyBatch (the pure checks in parallel), then inserts and materializes
+// ApplyBatch (the pure checks in parallel, signatures verified in batches), then inserts and materializes
 // the ones that passed and runs record in ONE storage transaction
 // (syncgroup.Router.ApplyWith): the push's events and the receiver's
 // record of it commit together. record gets every event's outcome in
@@ -20,24 +17,7 @@ import (
 func (c *Chokepoint) ApplyWith(ctx context.Context, raws [][]byte, record func(tx persistence.SyncTx, outs []messages.Outcome) (func(), error)) ([]messages.Outcome, error) {
 	outs := make([]messages.Outcome, len(raws))
 	reqs := make([]*syncgroup.Apply, len(raws))
-	workers := min(runtime.GOMAXPROCS(0), len(raws))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(raws) {
-					return
-				}
-				ck := c.check(raws[i])
-				outs[i], reqs[i] = ck.out, ck.req
-			}
-		}()
-	}
-	wg.Wait()
+	c.checkAll(raws, outs, reqs)
 	var pass []*syncgroup.Apply
 	var at []int
 	for i, req := range reqs {

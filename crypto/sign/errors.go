@@ -28,6 +28,12 @@ var (
 	ErrNoMeshID = errors.New("sign: empty mesh id")
 	// ErrInvalidKey marks a keyring entry or private key of the wrong shape.
 	ErrInvalidKey = errors.New("sign: invalid key")
+	// ErrSmallOrderKey marks a public key in the curve's small-order
+	// subgroup (the identity and the 7 other torsion points, in any
+	// encoding). The cofactored verification equation holds for such a
+	// key on any message, so a keyring refuses it; the error also matches
+	// ErrInvalidKey.
+	ErrSmallOrderKey = errors.New("sign: public key of small order")
 )
 
 // IsSignatureFailure reports whether err is a failure of SSP/1 §12 step 1

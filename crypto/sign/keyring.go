@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"filippo.io/edwards25519"
 	"github.com/zeebo/blake3"
 
 	"github.com/syncmesh/syncmesh/messages"
@@ -51,6 +52,13 @@ func (k Key) validate() error {
 	if len(k.PublicKey) != ed25519.PublicKeySize {
 		return fmt.Errorf("%w: Ed25519 public key must be %d bytes, got %d", ErrInvalidKey, ed25519.PublicKeySize, len(k.PublicKey))
 	}
+	// Under the cofactored ZIP-215 equation [8][k]A vanishes for a key of
+	// small order, whatever k: anyone could sign anything as that key.
+	// (Under the cofactorless one a forger needs about 8 tries.) No honest
+	// key is one: RFC 8032 keys are multiples of the base point.
+	if a, err := new(edwards25519.Point).SetBytes(k.PublicKey); err == nil && isSmallOrder(a) {
+		return fmt.Errorf("%w: %w: %x", ErrInvalidKey, ErrSmallOrderKey, []byte(k.PublicKey))
+	}
 	return nil
 }
 
@@ -74,7 +82,8 @@ func newEntry(k Key) entry {
 }
 
 // NewKeyring returns a keyring holding keys. It fails with ErrInvalidKey on
-// a key of the wrong size, an empty or over-long kid, or a kid given twice.
+// a key of the wrong size, a public key of small order (also
+// ErrSmallOrderKey), an empty or over-long kid, or a kid given twice.
 func NewKeyring(keys ...Key) (*Keyring, error) {
 	kr := &Keyring{keys: make(map[string]entry, len(keys))}
 	for _, k := range keys {
@@ -90,7 +99,8 @@ func NewKeyring(keys ...Key) (*Keyring, error) {
 }
 
 // With returns a new keyring holding k's keys plus key, replacing any key
-// with the same kid (for example to set a retirement cutoff). k is unchanged.
+// with the same kid (for example to set a retirement cutoff). k is
+// unchanged. It refuses the keys NewKeyring refuses.
 func (k *Keyring) With(key Key) (*Keyring, error) {
 	if err := key.validate(); err != nil {
 		return nil, err

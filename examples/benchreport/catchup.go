@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/syncmesh/syncmesh/examples/benchreport/internal/ab"
 	"github.com/syncmesh/syncmesh/runtime"
 )
 
@@ -91,120 +95,314 @@ func (p *countingProxy) Close() {
 	p.wg.Wait()
 }
 
-func openBenchNode(ctx context.Context, name string, peers []*peer, interval time.Duration, batch int) (*runtime.Node, string, error) {
-	dir, err := os.MkdirTemp("", "syncmesh-catchup-")
-	if err != nil {
-		return nil, "", err
-	}
+func openBenchNode(ctx context.Context, dir, name string, peers []*peer, interval time.Duration, batch int) (*runtime.Node, error) {
 	n, err := runtime.Open(ctx, runtime.Config{Dir: dir, MeshID: mesh, Name: name, SyncInterval: interval, PushBatch: batch})
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, "", err
+		return nil, err
 	}
-	if err := n.DefineTable(ctx, runtime.TableDef{Schema: "bench", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"a", "b"}}); err != nil {
+	if err := n.DefineTable(ctx, benchTable); err != nil {
 		n.Close()
-		os.RemoveAll(dir)
-		return nil, "", err
+		return nil, err
 	}
 	for _, p := range peers {
 		if err := n.Trust(ctx, p.signer.Key()); err != nil {
 			n.Close()
-			os.RemoveAll(dir)
-			return nil, "", err
+			return nil, err
 		}
 	}
-	return n, dir, nil
+	return n, nil
 }
 
-// catchupReport measures a node joining from genesis over the protoactor
-// remote transport: one peer holds events signed events; the joiner's
-// catch-up rate is set beside the same run's single-node ApplySigned
-// rate, and the bytes on the wire (a counting TCP proxy in front of the
-// joiner) beside the signed events' size.
-func catchupReport(events, sites, writers, applyBatch, pushBatch int) error {
+type catchupParams struct {
+	Sizes                                    []int
+	Sites, Writers, Batch, PushBatch, Trials int
+}
+
+// joinerArgs configure the joining node's child process.
+type joinerArgs struct {
+	Dir, Name, Advertise, Ready string
+	Port, Sites, Events         int
+	PushBatch                   int
+}
+
+// freshArgs configure a child applying an event file to a fresh store.
+type freshArgs struct {
+	Dir, File             string
+	Sites, Writers, Batch int
+}
+
+// storeRun is what a child reports: the time its store took to reach the
+// events, the bytes it wrote to storage (/proc/self/io write_bytes: page
+// cache writeback of its bbolt file, not its sockets) and its peak heap.
+type storeRun struct {
+	Seconds    float64
+	WriteBytes int64
+	PeakHeap   uint64
+}
+
+func init() {
+	ab.Register("catchup-joiner", runJoiner)
+	ab.Register("apply-fresh", runApplyFresh)
+}
+
+// runJoiner is the joining node: it serves the remote, says it is ready,
+// and measures until its log holds every event.
+func runJoiner(arg json.RawMessage) (any, error) {
+	var a joinerArgs
+	if err := json.Unmarshal(arg, &a); err != nil {
+		return nil, err
+	}
 	ctx := context.Background()
-	peers, raws, err := makeEvents(events, sites)
+	n, err := openBenchNode(ctx, a.Dir, a.Name, benchPeers(a.Sites), 20*time.Millisecond, a.PushBatch)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var signed int
-	for _, r := range raws {
-		signed += len(r)
-	}
-	fmt.Printf("== sync plane: a node joining from genesis catches up on %d events from one peer over protoactor remote (gRPC, loopback, plaintext), bbolt fsync on, pushes of %d\n", events, pushBatch)
-	single, err := applyRate(peers, raws, goruntimeProcs(), writers, applyBatch)
+	defer n.Close()
+	rem, err := runtime.StartRemote(n.System(), runtime.RemoteConfig{Port: a.Port, AdvertisedAddress: a.Advertise, Plaintext: true})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	src, srcDir, err := openBenchNode(ctx, "source", peers, 20*time.Millisecond, pushBatch)
+	defer rem.Close()
+	rem.Serve(n)
+	if err := n.AcceptPeer("source"); err != nil { // only configured senders are accepted
+		return nil, err
+	}
+	goruntime.GC()
+	io0, err := ab.ReadIO(0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.RemoveAll(srcDir)
-	defer src.Close()
-	for i := 0; i < len(raws); i += applyBatch {
-		if _, err := src.ApplySignedBatch(ctx, raws[i:min(i+applyBatch, len(raws))]); err != nil {
-			return err
-		}
+	hp := ab.StartHeapPeak(5 * time.Millisecond)
+	if err := os.WriteFile(a.Ready, nil, 0o600); err != nil {
+		return nil, err
 	}
-	joiner, joinDir, err := openBenchNode(ctx, "joiner", peers, 20*time.Millisecond, pushBatch)
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(joinDir)
-	defer joiner.Close()
-	port, err := freeTCPPort()
-	if err != nil {
-		return err
-	}
-	proxy, err := newCountingProxy(fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		return err
-	}
-	defer proxy.Close()
-	// The joiner advertises the proxy: pushes to it cross the proxy; its
-	// answers go straight to the source's own address.
-	remJ, err := runtime.StartRemote(joiner.System(), runtime.RemoteConfig{Port: port, AdvertisedAddress: proxy.Addr(), Plaintext: true})
-	if err != nil {
-		return err
-	}
-	defer remJ.Close()
-	remJ.Serve(joiner)
-	if err := joiner.AcceptPeer(src.Name()); err != nil { // only configured senders are accepted
-		return err
-	}
-	remS, err := runtime.StartRemote(src.System(), runtime.RemoteConfig{Plaintext: true})
-	if err != nil {
-		return err
-	}
-	defer remS.Close()
-	remS.Serve(src)
-	remS.AddPeer("joiner", proxy.Addr())
 	start := time.Now()
-	if err := src.AddPeer("joiner", remS, "remote"); err != nil {
+	for {
+		got, err := n.LastSeq(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if got >= uint64(a.Events) {
+			break
+		}
+		if time.Since(start) > 30*time.Minute {
+			return nil, fmt.Errorf("catch-up stalled at %d of %d events", got, a.Events)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	el := time.Since(start)
+	peak := hp.Stop()
+	io1, err := ab.ReadIO(0)
+	if err != nil {
+		return nil, err
+	}
+	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak}, nil
+}
+
+// runApplyFresh applies an event file to a fresh store: the single-node
+// rate catch-up is compared with, measured the same way.
+func runApplyFresh(arg json.RawMessage) (any, error) {
+	var a freshArgs
+	if err := json.Unmarshal(arg, &a); err != nil {
+		return nil, err
+	}
+	raws, err := readEvents(a.File)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	n, err := openApplyNode(ctx, a.Dir, benchPeers(a.Sites))
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	goruntime.GC()
+	io0, err := ab.ReadIO(0)
+	if err != nil {
+		return nil, err
+	}
+	hp := ab.StartHeapPeak(5 * time.Millisecond)
+	start := time.Now()
+	if _, err := applyAll(ctx, n, raws, a.Writers, a.Batch); err != nil {
+		hp.Stop()
+		return nil, err
+	}
+	el := time.Since(start)
+	peak := hp.Stop()
+	io1, err := ab.ReadIO(0)
+	if err != nil {
+		return nil, err
+	}
+	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak}, nil
+}
+
+// catchupSource is one size's source node, serving its log over a remote.
+type catchupSource struct {
+	n      int
+	node   *runtime.Node
+	rem    *runtime.Remote
+	file   string
+	signed int
+}
+
+// catchupReport measures nodes joining from genesis over the protoactor
+// remote transport: a source node (this process) holds the events; the
+// joiner is a child process, so its bytes written (/proc/self/io) and
+// heap are its own. Each trial interleaves, for every size, a catch-up
+// and a single-node ApplySignedBatch of the same events into a fresh
+// store (also a child); the wire bytes toward the joiner are counted by a
+// TCP proxy in front of it.
+func catchupReport(p catchupParams) error {
+	ctx := context.Background()
+	work, err := os.MkdirTemp("", "syncmesh-catchup-")
+	if err != nil {
 		return err
 	}
-	for {
-		n, err := joiner.LastSeq(ctx)
+	defer os.RemoveAll(work)
+	fmt.Printf("== sync plane: a node joining from genesis catches up from one peer over protoactor remote (gRPC, loopback, plaintext), bbolt fsync on, pushes of %d; sizes %v, %d interleaved trials, figures median (min max)\n", p.PushBatch, p.Sizes, p.Trials)
+	var srcs []*catchupSource
+	defer func() {
+		for _, s := range srcs {
+			s.rem.Close()
+			s.node.Close()
+		}
+	}()
+	for _, size := range p.Sizes {
+		peers, raws, err := makeEvents(size, p.Sites)
 		if err != nil {
 			return err
 		}
-		if n >= uint64(events) {
+		s := &catchupSource{n: size, file: eventFile(work, fmt.Sprintf("catchup-%d", size))}
+		for _, r := range raws {
+			s.signed += len(r)
+		}
+		if err := writeEvents(s.file, raws); err != nil {
+			return err
+		}
+		if s.node, err = openBenchNode(ctx, filepath.Join(work, fmt.Sprintf("source-%d", size)), "source", peers, 20*time.Millisecond, p.PushBatch); err != nil {
+			return err
+		}
+		srcs = append(srcs, s)
+		if _, err := applyAll(ctx, s.node, raws, p.Writers, p.Batch); err != nil {
+			return err
+		}
+		if s.rem, err = runtime.StartRemote(s.node.System(), runtime.RemoteConfig{Plaintext: true}); err != nil {
+			return err
+		}
+		s.rem.Serve(s.node)
+	}
+	type extra struct{ bytesPerEvent, heap, wire []float64 }
+	joinX := map[int]*extra{}
+	freshX := map[int]*extra{}
+	var arms []ab.Arm
+	for _, s := range srcs {
+		s := s
+		joinX[s.n], freshX[s.n] = &extra{}, &extra{}
+		arms = append(arms,
+			ab.Arm{Name: fmt.Sprintf("catchup-%d", s.n), Run: func(t int) (float64, error) {
+				r, wire, err := catchupOnce(ctx, work, s, p, t)
+				if err != nil {
+					return 0, err
+				}
+				x := joinX[s.n]
+				x.bytesPerEvent = append(x.bytesPerEvent, float64(r.WriteBytes)/float64(s.n))
+				x.heap = append(x.heap, float64(r.PeakHeap)/(1<<20))
+				x.wire = append(x.wire, wire/(float64(s.signed)/float64(s.n)))
+				return float64(s.n) / r.Seconds, nil
+			}},
+			ab.Arm{Name: fmt.Sprintf("single-%d", s.n), Run: func(t int) (float64, error) {
+				var r storeRun
+				dir := filepath.Join(work, fmt.Sprintf("fresh-%d-%d", s.n, t))
+				defer os.RemoveAll(dir)
+				if err := ab.Child(ctx, ab.Proc{}, "apply-fresh", freshArgs{Dir: dir, File: s.file, Sites: p.Sites, Writers: p.Writers, Batch: p.Batch}, &r); err != nil {
+					return 0, err
+				}
+				x := freshX[s.n]
+				x.bytesPerEvent = append(x.bytesPerEvent, float64(r.WriteBytes)/float64(s.n))
+				x.heap = append(x.heap, float64(r.PeakHeap)/(1<<20))
+				return float64(s.n) / r.Seconds, nil
+			}},
+		)
+	}
+	res, err := ab.Run(p.Trials, arms...)
+	if err != nil {
+		return err
+	}
+	ref := srcs[0].n
+	for _, s := range srcs {
+		c, f := fmt.Sprintf("catchup-%d", s.n), fmt.Sprintf("single-%d", s.n)
+		ratio := res.Ratio(c, f)
+		j, fr := joinX[s.n], freshX[s.n]
+		rows := [][2]string{
+			{"single-node ApplySignedBatch (child, fresh store)", res.Stats(f).Format("%.0f") + " ev/s"},
+			{"catch-up (joiner child)", res.Stats(c).Format("%.0f") + " ev/s"},
+			{"catch-up / single", ratio.String() + "   " + ratio.Verdict(0.9, true)},
+			{"joiner bytes written per event", ab.Summarize(j.bytesPerEvent).Format("%.0f") + " B"},
+			{"single-node bytes written per event", ab.Summarize(fr.bytesPerEvent).Format("%.0f") + " B"},
+			{"joiner peak heap (live objects)", ab.Summarize(j.heap).Format("%.1f") + " MiB"},
+			{"wire bytes toward the joiner / signed event bytes", ab.Summarize(j.wire).Format("%.3f") + "   (target <= 1.20)"},
+		}
+		if s.n != ref {
+			jr := joinX[ref]
+			bg := ab.Paired(j.bytesPerEvent, jr.bytesPerEvent)
+			hg := ab.Paired(j.heap, jr.heap)
+			rows = append(rows,
+				[2]string{fmt.Sprintf("joiner bytes/event at %d / at %d", s.n, ref), bg.String() + "   " + bg.Verdict(1.5, false)},
+				[2]string{fmt.Sprintf("joiner peak heap at %d / at %d", s.n, ref), hg.String() + "   " + hg.Verdict(1.5, false)},
+			)
+		}
+		fmt.Printf("%d events (signed event %.1f B):\n", s.n, float64(s.signed)/float64(s.n))
+		fmt.Print(ab.Table(rows))
+	}
+	return nil
+}
+
+// catchupOnce runs one joiner child against s's source and returns its
+// report and the wire bytes per event toward it.
+func catchupOnce(ctx context.Context, work string, s *catchupSource, p catchupParams, t int) (storeRun, float64, error) {
+	name := fmt.Sprintf("joiner-%d-%d", s.n, t)
+	dir := filepath.Join(work, name)
+	defer os.RemoveAll(dir)
+	port, err := freeTCPPort()
+	if err != nil {
+		return storeRun{}, 0, err
+	}
+	proxy, err := newCountingProxy(fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return storeRun{}, 0, err
+	}
+	defer proxy.Close()
+	ready := filepath.Join(work, name+".ready")
+	var r storeRun
+	done := make(chan error, 1)
+	// The joiner advertises the proxy: pushes to it cross the proxy; its
+	// answers go straight to the source's own address.
+	go func() {
+		done <- ab.Child(ctx, ab.Proc{}, "catchup-joiner", joinerArgs{Dir: dir, Name: name, Advertise: proxy.Addr(), Ready: ready, Port: port, Sites: p.Sites, Events: s.n, PushBatch: p.PushBatch}, &r)
+	}()
+	for {
+		if _, err := os.Stat(ready); err == nil {
 			break
 		}
-		if time.Since(start) > 10*time.Minute {
-			return fmt.Errorf("catch-up stalled at %d of %d events", n, events)
+		select {
+		case err := <-done:
+			if err == nil {
+				err = fmt.Errorf("joiner exited before it was ready")
+			}
+			return storeRun{}, 0, err
+		case <-time.After(time.Millisecond):
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
-	el := time.Since(start)
-	rate := float64(events) / el.Seconds()
-	wire := float64(proxy.toTarget.Load()) / float64(events)
-	size := float64(signed) / float64(events)
-	fmt.Printf("single-node ApplySignedBatch %6.0f ev/s   catch-up %6.0f ev/s in %v   catch-up/single = %.2f (target >= 0.70)\n", single, rate, el.Round(time.Millisecond), rate/single)
-	fmt.Printf("wire bytes toward the joiner %.1f B/event   signed event %.1f B   wire/signed = %.3f (target <= 1.20)\n",
-		wire, size, wire/size)
-	return nil
+	s.rem.AddPeer(name, proxy.Addr())
+	if err := s.node.AddPeer(name, s.rem, "remote"); err != nil {
+		return storeRun{}, 0, err
+	}
+	err = <-done
+	_ = s.node.RemovePeer(name, "remote")
+	if err != nil {
+		return storeRun{}, 0, err
+	}
+	return r, float64(proxy.toTarget.Load()) / float64(s.n), nil
 }
 
 func freeTCPPort() (int, error) {

@@ -1,174 +1,218 @@
 // Command benchreport prints syncmesh's benchmark report (`make bench`):
 // each throughput beside a ceiling or a peer measured in the same run, as
 // a ratio, because the machines it runs on are small and noisy.
+//
+// Every ratio of the sync sections comes from the interleaved harness
+// (internal/ab): A and B alternate in one process, trial after trial, and
+// the report prints the per-trial ratio as median (min, max). One core is
+// a child process started with GOMAXPROCS=1.
 package main
 
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
-	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/veraison/go-cose"
-
 	"github.com/syncmesh/syncmesh/crypto/sign"
+	"github.com/syncmesh/syncmesh/examples/benchreport/internal/ab"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
 )
 
 var (
-	preload    int
 	mesh       = []byte("bench-mesh")
-	cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the one-core apply run here")
+	cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the one-core child (all its arms) here")
 )
 
+// benchRows is the workload's row count (makeEvents): fixed, so a
+// ratio cannot be moved by changing keys.
+const benchRows = 5000
+
 func main() {
-	events := flag.Int("events", 20000, "signed events per apply run")
+	ab.Main() // a child process runs its section here and exits
+	events := flag.Int("events", 20000, "signed events per apply trial")
 	writers := flag.Int("writers", 4, "concurrent ApplySignedBatch callers")
 	batch := flag.Int("batch", 2000, "events per ApplySignedBatch call")
 	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
-	flag.IntVar(&preload, "preload", 0, "events applied (untimed) to each apply run's store before the measured ones: apply cost grows with the store (the design asks for ≥ 1 000 000)")
+	trials := flag.Int("trials", 5, "interleaved trials per comparison")
+	pushes := flag.Int("pushes", pushesPerTrial, "pushes of 1 000 events per trial and arm in the forgery comparison")
+	preload := flag.Int("preload", 100000, "events of history on the SAME rows the measured events write (untimed) in the apply store; the issue's figure is at 1 000 000")
 	only := flag.String("only", "", "run one section only: sync, catchup, sessions, hosting or delivery (default: all)")
-	catchupEvents := flag.Int("catchup-events", 100000, "events the joining node catches up on")
+	catchupEvents := flag.String("catchup-events", "100000", "comma-separated store sizes a joining node catches up on from genesis (the first is the reference of the growth ratios)")
+	catchupTrials := flag.Int("catchup-trials", 3, "interleaved trials per catch-up size")
 	pushBatch := flag.Int("push-batch", 2000, "events per push in the catch-up run")
 	rounds := flag.Int("session-rounds", 20000, "round trips per sessions measurement")
 	idle := flag.Int("idle-sessions", 100000, "idle sessions measured (persisted and live)")
 	hostingDevices := flag.Int("hosting-devices", 10000, "device nodes hosted on one actor system (even)")
 	hostingMessages := flag.Int("hosting-messages", 20000, "messages the hosted devices exchange (a multiple of -hosting-devices)")
 	flag.Parse()
-	if *only != "" && *only != "sync" && *only != "catchup" && *only != "sessions" && *only != "hosting" && *only != "delivery" {
+	sections := []struct {
+		name string
+		run  func() error
+	}{
+		{"sync", func() error {
+			return syncReport(syncParams{Events: *events, Writers: *writers, Batch: *batch, Sites: *sites, Trials: *trials, Preload: *preload, Pushes: *pushes, Profile: *cpuprofile})
+		}},
+		{"catchup", func() error {
+			sizes, err := parseSizes(*catchupEvents)
+			if err != nil {
+				return err
+			}
+			return catchupReport(catchupParams{Sizes: sizes, Sites: *sites, Writers: *writers, Batch: *batch, PushBatch: *pushBatch, Trials: *catchupTrials})
+		}},
+		{"sessions", func() error { return sessionsReport(*rounds, *idle) }},
+		{"hosting", func() error { return hostingReport(*hostingDevices, *hostingMessages) }},
+		{"delivery", func() error { return deliveryReport(*deliveryMessages, *deliveryTrials, *deliveryStrace) }},
+	}
+	known := false
+	for _, s := range sections {
+		known = known || s.name == *only
+	}
+	if *only != "" && !known {
 		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup, sessions, hosting or delivery\n", *only)
 		os.Exit(2)
 	}
-	if *only == "" || *only == "sync" {
-		if err := syncReport(*events, *writers, *batch, *sites); err != nil {
-			fmt.Fprintln(os.Stderr, "benchreport:", err)
-			pprof.StopCPUProfile()
-			os.Exit(1)
+	for _, s := range sections {
+		if *only != "" && *only != s.name {
+			continue
 		}
-	}
-	if *only == "" || *only == "catchup" {
-		if err := catchupReport(*catchupEvents, *sites, *writers, *batch, *pushBatch); err != nil {
+		if err := s.run(); err != nil {
 			fmt.Fprintln(os.Stderr, "benchreport:", err)
 			os.Exit(1)
 		}
 	}
-	if *only == "" || *only == "sessions" {
-		if err := sessionsReport(*rounds, *idle); err != nil {
-			fmt.Fprintln(os.Stderr, "benchreport:", err)
-			os.Exit(1)
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(f), "%d", &n); err != nil || n <= 0 {
+			return nil, fmt.Errorf("-catchup-events %q: want positive sizes separated by commas", s)
 		}
+		out = append(out, n)
 	}
-	if *only == "" || *only == "hosting" {
-		if err := hostingReport(*hostingDevices, *hostingMessages); err != nil {
-			fmt.Fprintln(os.Stderr, "benchreport:", err)
-			os.Exit(1)
-		}
-	}
-	if *only == "" || *only == "delivery" {
-		if err := deliveryReport(*deliveryMessages, *deliveryTrials, *deliveryStrace); err != nil {
-			fmt.Fprintln(os.Stderr, "benchreport:", err)
-			os.Exit(1)
-		}
-	}
+	return out, nil
 }
 
 type peer struct {
 	signer *sign.Signer
 }
 
-func makeEvents(n, sites int) ([]*peer, [][]byte, error) {
+// benchPeers returns the signing sites of the workload. Their keys derive
+// from fixed seeds, so a child process trusts the same keys as the parent
+// that signed its events.
+func benchPeers(sites int) []*peer {
 	peers := make([]*peer, sites)
 	for i := range peers {
-		_, priv, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			return nil, nil, err
-		}
+		seed := sha256.Sum256([]byte(fmt.Sprintf("syncmesh benchreport site %d", i)))
+		priv := ed25519.NewKeyFromSeed(seed[:])
 		peers[i] = &peer{signer: sign.NewSigner(messages.SiteID{byte(i + 1), 0xbe}, priv)}
 	}
-	base := uint64(time.Now().UnixMilli())
-	raws := make([][]byte, n)
-	for i := 0; i < n; i++ {
-		p := peers[i%sites]
-		h, _ := messages.NewHLC(base, uint16(i/sites))
-		if i/sites > 0xffff {
-			h, _ = messages.NewHLC(base+uint64(i/sites>>16), uint16(i/sites))
-		}
-		e := &messages.Event{Site: p.signer.Site(), HLC: h, Schema: "bench", Table: "t",
-			Key:     messages.Columns{"id": messages.MustValue(i % 5000)},
-			Payload: messages.Columns{"a": messages.MustValue(fmt.Sprintf("value-%d", i)), "b": messages.MustValue(i)}}
-		raw, err := p.signer.Sign(e, mesh)
-		if err != nil {
-			return nil, nil, err
-		}
-		raws[i] = raw
-	}
-	return peers, raws, nil
+	return peers
 }
 
-// parallelRate runs fn over every event on procs goroutines (one per
-// core) and returns events per second.
-func parallelRate(raws [][]byte, procs int, fn func([]byte)) float64 {
-	prev := goruntime.GOMAXPROCS(procs)
-	defer goruntime.GOMAXPROCS(prev)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := 0; w < procs; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(raws) {
-					return
-				}
-				fn(raws[i])
-			}
-		}()
-	}
-	wg.Wait()
-	return float64(len(raws)) / time.Since(start).Seconds()
+// benchEpoch is the wall time events of epoch 0 start at: far enough in
+// the past that no epoch reaches the skew bound, recent enough to be a
+// plausible history.
+var benchEpoch = uint64(time.Now().Add(-3 * time.Hour).UnixMilli())
+
+// makeEvents is the workload: n events signed round-robin by sites sites,
+// writing rows i % 5000 of bench.t.
+func makeEvents(n, sites int) ([]*peer, [][]byte, error) {
+	peers := benchPeers(sites)
+	raws, err := makeEventsAt(peers, n, 0)
+	return peers, raws, err
 }
 
-// applyRate measures ApplySigned into a fresh bbolt node (fsync on), every
-// event durable before its outcome returns.
-func applyRate(peers []*peer, raws [][]byte, procs, writers, batch int) (float64, error) {
-	prev := goruntime.GOMAXPROCS(procs)
-	defer goruntime.GOMAXPROCS(prev)
-	dir, err := os.MkdirTemp("", "syncmesh-bench-")
+// makeEventsAt signs the workload's n events in epoch e: the same rows,
+// HLCs one minute later per epoch, so every epoch's events are new events
+// (fresh ids) of the same rows.
+func makeEventsAt(peers []*peer, n, e int) ([][]byte, error) { return makeEventsRange(peers, 0, n, e) }
+
+// writeEvents stores raws in path (uvarint length, bytes; repeated), for
+// a child process to read.
+func writeEvents(path string, raws [][]byte) error {
+	f, err := os.Create(path)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	defer os.RemoveAll(dir)
-	ctx := context.Background()
+	var lb [binary.MaxVarintLen64]byte
+	buf := make([]byte, 0, 1<<20)
+	for _, r := range raws {
+		buf = append(buf, lb[:binary.PutUvarint(lb[:], uint64(len(r)))]...)
+		buf = append(buf, r...)
+		if len(buf) > 1<<20-8<<10 {
+			if _, err := f.Write(buf); err != nil {
+				f.Close()
+				return err
+			}
+			buf = buf[:0]
+		}
+	}
+	if _, err := f.Write(buf); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func readEvents(path string) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for len(b) > 0 {
+		n, w := binary.Uvarint(b)
+		if w <= 0 || uint64(len(b)-w) < n {
+			return nil, fmt.Errorf("%s: truncated", path)
+		}
+		out = append(out, b[w:w+int(n)])
+		b = b[w+int(n):]
+	}
+	return out, nil
+}
+
+var benchTable = runtime.TableDef{Schema: "bench", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"a", "b"}}
+
+// openApplyNode opens (or reopens) a bbolt node in dir that trusts peers.
+func openApplyNode(ctx context.Context, dir string, peers []*peer) (*runtime.Node, error) {
 	n, err := runtime.Open(ctx, runtime.Config{Dir: dir, MeshID: mesh})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer n.Close()
-	if err := n.DefineTable(ctx, runtime.TableDef{Schema: "bench", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"a", "b"}}); err != nil {
-		return 0, err
+	if err := n.DefineTable(ctx, benchTable); err != nil {
+		n.Close()
+		return nil, err
 	}
 	for _, p := range peers {
 		if err := n.Trust(ctx, p.signer.Key()); err != nil {
-			return 0, err
+			n.Close()
+			return nil, err
 		}
 	}
-	if err := preloadStore(ctx, n, peers, batch); err != nil {
-		return 0, err
-	}
+	return n, nil
+}
+
+// applyAll applies raws with writers concurrent ApplySignedBatch callers of
+// batch events each and returns events per second; every outcome must be
+// want (Applied for fresh events).
+func applyAll(ctx context.Context, n *runtime.Node, raws [][]byte, writers, batch int) (float64, error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	var failed atomic.Value
+	var failed atomic.Pointer[error]
 	start := time.Now()
 	for w := 0; w < writers; w++ {
 		wg.Add(1)
@@ -180,15 +224,17 @@ func applyRate(peers []*peer, raws [][]byte, procs, writers, batch int) (float64
 					return
 				}
 				outs, err := n.ApplySignedBatch(ctx, raws[i:min(i+batch, len(raws))])
-				if err != nil {
-					failed.Store(err)
-					return
-				}
-				for j, out := range outs {
-					if out.Kind != messages.Applied {
-						failed.Store(fmt.Errorf("event %d: %v", i+j, out))
-						return
+				if err == nil {
+					for j, out := range outs {
+						if out.Kind != messages.Applied {
+							err = fmt.Errorf("event %d: %v", i+j, out)
+							break
+						}
 					}
+				}
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
 				}
 			}
 		}()
@@ -196,159 +242,86 @@ func applyRate(peers []*peer, raws [][]byte, procs, writers, batch int) (float64
 	wg.Wait()
 	el := time.Since(start)
 	if f := failed.Load(); f != nil {
-		return 0, f.(error)
+		return 0, *f
 	}
 	return float64(len(raws)) / el.Seconds(), nil
 }
 
-// bareCOSE is the issue's ceiling: COSE_Sign1 decode + Ed25519 verify
-// with go-cose, nothing else (no strictness checks, no event decoding).
-func bareCOSE(pubs map[string]ed25519.PublicKey) func([]byte) {
-	verifiers := map[string]cose.Verifier{}
-	for kid, pub := range pubs {
-		v, err := cose.NewVerifier(cose.AlgorithmEdDSA, pub)
-		if err != nil {
-			panic(err)
-		}
-		verifiers[kid] = v
-	}
-	return func(raw []byte) {
-		var m cose.Sign1Message
-		if err := m.UnmarshalCBOR(raw); err != nil {
-			panic(err)
-		}
-		kid, _ := m.Headers.Protected[cose.HeaderLabelKeyID].([]byte)
-		if err := m.Verify(mesh, verifiers[string(kid)]); err != nil {
-			panic(err)
-		}
-	}
-}
-
-// ourVerify is sign.Verify: strict COSE parse, verify, strict event
-// decode, site and cutoff checks — stricter and, here, faster than bare.
-func ourVerify(kr *sign.Keyring) func([]byte) {
-	return func(raw []byte) {
-		if _, err := sign.Verify(kr, raw, mesh); err != nil {
-			panic(err)
-		}
-	}
-}
-
-func syncReport(events, writers, batch, sites int) error {
-	peers, raws, err := makeEvents(events, sites)
+// preloadStore applies history events (epoch 0, the same rows as the
+// measured events) to a fresh store in dir, untimed, on every core.
+func preloadStore(ctx context.Context, dir string, peers []*peer, history, batch int) error {
+	n, err := openApplyNode(ctx, dir, peers)
 	if err != nil {
 		return err
 	}
-	keys := make([]sign.Key, len(peers))
-	for i, p := range peers {
-		keys[i] = p.signer.Key()
-	}
-	kr, err := sign.NewKeyring(keys...)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("== sync plane: ApplySigned into bbolt (fsync on, durable before the outcome), %d events, %d sites, %d concurrent callers of ApplySignedBatch(%d)\n", events, sites, writers, batch)
-	if preload > 0 {
-		fmt.Printf("  each apply run's store first holds %d other events (untimed; -preload)\n", preload)
-	}
-	pubs := map[string]ed25519.PublicKey{}
-	for _, p := range peers {
-		pubs[string(p.signer.Kid())] = p.signer.PublicKey()
-	}
-	bare, ours := bareCOSE(pubs), ourVerify(kr)
-	b1, v1 := parallelRate(raws, 1, bare), parallelRate(raws, 1, ours)
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+	defer n.Close()
+	const chunk = 100_000
+	for done := 0; done < history; done += chunk {
+		raws, err := makeEventsRange(peers, done, min(done+chunk, history), 0)
 		if err != nil {
 			return err
 		}
-		_ = pprof.StartCPUProfile(f)
+		if _, err := applyAll(ctx, n, raws, 4, batch); err != nil {
+			return err
+		}
 	}
-	a1, err := applyRate(peers, raws, 1, writers, batch)
-	pprof.StopCPUProfile()
-	if err != nil {
-		return err
-	}
-	b2, v2 := parallelRate(raws, 2, bare), parallelRate(raws, 2, ours)
-	a2, err := applyRate(peers, raws, 2, writers, batch)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("  ceiling = bare COSE_Sign1 decode+verify (go-cose); also shown: our sign.Verify (strict parse + event decode), a stricter ceiling; GC percent %d\n", gcPercent())
-	fmt.Printf("GOMAXPROCS=1  bare COSE %6.0f ev/s  sign.Verify %6.0f ev/s  apply %6.0f ev/s  apply/bare = %.2f (target >= 0.70)  apply/sign.Verify = %.2f\n", b1, v1, a1, a1/b1, a1/v1)
-	fmt.Printf("GOMAXPROCS=2  bare COSE %6.0f ev/s  sign.Verify %6.0f ev/s  apply %6.0f ev/s  apply/bare = %.2f  apply/sign.Verify = %.2f\n", b2, v2, a2, a2/b2, a2/v2)
-	fmt.Printf("scaling       apply(2)/apply(1) = %.2f  (target >= 1.60)\n", a2/a1)
-
-	// GC policy is the embedding process's choice, not the library's: the
-	// lines above run with the process's setting; this one shows what a
-	// server tuned for throughput (GOGC=200) gets, in the same run.
-	prevGC := debug.SetGCPercent(200)
-	g1, err := applyRate(peers, raws, 1, writers, batch)
-	debug.SetGCPercent(prevGC)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("GOMAXPROCS=1 with GOGC=200 (an operator setting): apply %6.0f ev/s  apply/bare = %.2f\n", g1, g1/b1)
-	return nil
+	return n.Close()
 }
 
-func goruntimeProcs() int { return goruntime.GOMAXPROCS(0) }
-
-func gcPercent() int {
-	p := debug.SetGCPercent(100)
-	debug.SetGCPercent(p)
-	return p
-}
-
-// preloadStore applies -preload events (signed by the same sites, older
-// HLCs, other rows) before a measured run, untimed, at full parallelism.
-func preloadStore(ctx context.Context, n *runtime.Node, peers []*peer, batch int) error {
-	if preload <= 0 {
-		return nil
-	}
-	prev := goruntime.GOMAXPROCS(goruntime.NumCPU())
-	defer goruntime.GOMAXPROCS(prev)
-	base := uint64(time.Now().Add(-time.Hour).UnixMilli())
-	const chunk = 20000
-	raws := make([][]byte, chunk)
-	for done := 0; done < preload; done += chunk {
-		m := min(chunk, preload-done)
-		var wg sync.WaitGroup
-		var next atomic.Int64
-		var failed atomic.Value
-		for w := 0; w < goruntime.NumCPU(); w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := int(next.Add(1)) - 1
-					if i >= m {
-						return
-					}
-					k := done + i
-					p := peers[k%len(peers)]
-					h, _ := messages.NewHLC(base+uint64(k/len(peers))>>16, uint16(k/len(peers)))
-					e := &messages.Event{Site: p.signer.Site(), HLC: h, Schema: "bench", Table: "t",
-						Key:     messages.Columns{"id": messages.MustValue(1_000_000 + k%200_000)},
-						Payload: messages.Columns{"a": messages.MustValue(fmt.Sprintf("preload-%d", k)), "b": messages.MustValue(k)}}
-					raw, err := p.signer.Sign(e, mesh)
-					if err != nil {
-						failed.Store(err)
-						return
-					}
-					raws[i] = raw
+// makeEventsRange signs events [from, to) of epoch e's workload on every
+// core (the preload signs its history in chunks).
+func makeEventsRange(peers []*peer, from, to, e int) ([][]byte, error) {
+	sites := len(peers)
+	base := benchEpoch + uint64(e)*60_000
+	raws := make([][]byte, to-from)
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for w := 0; w < goruntime.NumCPU(); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				j := int(next.Add(1)) - 1
+				if j >= len(raws) {
+					return
 				}
-			}()
-		}
-		wg.Wait()
-		if f := failed.Load(); f != nil {
-			return f.(error)
-		}
-		for i := 0; i < m; i += batch {
-			if _, err := n.ApplySignedBatch(ctx, raws[i:min(i+batch, m)]); err != nil {
-				return err
+				i := from + j
+				p := peers[i%sites]
+				seq := i / sites
+				h, _ := messages.NewHLC(base+uint64(seq>>16), uint16(seq))
+				ev := &messages.Event{Site: p.signer.Site(), HLC: h, Schema: "bench", Table: "t",
+					Key:     messages.Columns{"id": messages.MustValue(i % benchRows)},
+					Payload: messages.Columns{"a": messages.MustValue(fmt.Sprintf("value-%d", i)), "b": messages.MustValue(i)}}
+				raw, err := p.signer.Sign(ev, mesh)
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				raws[j] = raw
 			}
-		}
+		}()
 	}
-	return nil
+	wg.Wait()
+	if f := failed.Load(); f != nil {
+		return nil, *f
+	}
+	return raws, nil
 }
+
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func eventFile(dir, name string) string { return filepath.Join(dir, name+".ev") }

@@ -403,6 +403,9 @@ func TestOpenFixtureV1(t *testing.T) {
 		if n, err := r.LastSeq(); err != nil || n != 1 {
 			t.Fatalf("fixture last seq: %d, %v", n, err)
 		}
+		if got := rowSeqs(t, r, fixtureTable, want.RowKey); len(got) != 1 || got[0] != 1 { // the row index layout 8 rebuilt
+			t.Fatalf("fixture row events: %v", got)
+		}
 		return nil
 	})
 	if err != nil {

@@ -37,9 +37,10 @@ func readLP(b []byte) (part, rest []byte, err error) {
 	return b[w : w+int(n)], b[w+int(n):], nil
 }
 
-// rowIdxKey is lp(schema)|lp(table)|lp(rowkey)|seq.
+// rowIdxKey is the row index key of layout 8 (row_index.go):
+// lp(schema)|lp(table)|gen(seq)|lp(rowkey)|seq.
 func rowIdxKey(b []byte, t persistence.TableKey, rowKey []byte, seq uint64) []byte {
-	b = appendLP(tablePrefix(b, t), rowKey)
+	b = rowGenPrefix(b, t, rowGen(seq), rowKey)
 	return binary.BigEndian.AppendUint64(b, seq)
 }
 

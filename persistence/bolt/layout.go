@@ -26,7 +26,9 @@ import (
 // each, held sizes and per-signer held totals (migrateSyncDeliveryV6,
 // migrate_v6.go). Version 7: row clocks carry the event id, the last
 // tiebreak of an equal (HLC, site) (migrateRowClockIDsV1, row_clock_ids.go).
-const LayoutVersion = 7
+// Version 8: the row → events index keyed by generation first
+// (migrateRowGensV1, row_index.go).
+const LayoutVersion = 8
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -35,7 +37,7 @@ var (
 	bucketSyncTables   = []byte("sync.tables")     // lp(schema)|lp(table) → tableRecord
 	bucketSyncEvents   = []byte("sync.events")     // seq(8, big-endian) → eventRecord (Raw sealed)
 	bucketSyncEventIDs = []byte("sync.event_ids")  // layouts 1–4: event id(32) → seq(8); replaced by bucketSyncEventKeys
-	bucketSyncRowIdx   = []byte("sync.row_events") // lp(schema)|lp(table)|lp(rowkey)|seq(8) → ∅
+	bucketSyncRowIdx   = []byte("sync.row_events") // layouts 1–7: lp(schema)|lp(table)|lp(rowkey)|seq(8) → ∅; replaced by bucketSyncRowGens
 	bucketSyncTableIdx = []byte("sync.table_hlc")  // lp(schema)|lp(table)|hlc(8)|seq(8) → ∅
 	bucketSyncRows     = []byte("sync.rows")       // lp(schema)|lp(table)|rowkey → rowRecord
 	bucketSyncHorizons = []byte("sync.horizons")   // lp(schema)|lp(table) → hlc(8)
@@ -68,6 +70,7 @@ var migrations = []migration{
 	{from: 4, to: 5, fn: migrateEventKeysV1},
 	{from: 5, to: 6, fn: migrateSyncDeliveryV6},
 	{from: 6, to: 7, fn: migrateRowClockIDsV1},
+	{from: 7, to: 8, fn: migrateRowGensV1},
 }
 
 // createV1 creates the initial layout.

@@ -45,7 +45,7 @@ var sealedBuckets = []sealedBucket{
 // seals frames, digests, bodies, session state and the event log).
 var plaintextBuckets = [][]byte{
 	bucketMeta,
-	bucketSyncTables, bucketSyncEventKeys, bucketSyncRowIdx, bucketSyncTableIdx, bucketSyncRows,
+	bucketSyncTables, bucketSyncEventKeys, bucketSyncRowGens, bucketSyncTableIdx, bucketSyncRows,
 	bucketSyncHorizons, bucketSyncHeld, bucketSyncMeta, bucketSyncKeys,
 	bucketDeliveryPins,                                       // pinned public identity keys
 	bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers, // SSP/1 §14 progress: sequence numbers and clocks

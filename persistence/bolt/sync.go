@@ -162,7 +162,7 @@ func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
 		name []byte
 	}{
 		{&t.meta, bucketMeta}, {&t.tables, bucketSyncTables}, {&t.events, bucketSyncEvents},
-		{&t.ids, bucketSyncEventKeys}, {&t.rowIdx, bucketSyncRowIdx}, {&t.tableIdx, bucketSyncTableIdx},
+		{&t.ids, bucketSyncEventKeys}, {&t.rowIdx, bucketSyncRowGens}, {&t.tableIdx, bucketSyncTableIdx},
 		{&t.rows, bucketSyncRows}, {&t.horizons, bucketSyncHorizons}, {&t.held, bucketSyncHeld},
 		{&t.smeta, bucketSyncMeta}, {&t.sealed, bucketSyncSealed}, {&t.keys, bucketSyncKeys},
 	} {
@@ -392,7 +392,18 @@ func (t *syncTx) RowEvents(k persistence.TableKey, rowKey []byte, fn func(persis
 	if err := t.check(); err != nil {
 		return err
 	}
-	return t.visitIndex(t.rowIdx, appendLP(tablePrefix(nil, k), rowKey), 8, fn)
+	return rowEventSeqs(t.rowIdx, k, rowKey, func(seqs []uint64) (bool, error) {
+		for _, seq := range seqs {
+			ev, err := t.event(seq, nil)
+			if err != nil {
+				return false, err
+			}
+			if more, err := fn(ev); err != nil || !more {
+				return false, err
+			}
+		}
+		return true, nil
+	})
 }
 
 func (t *syncTx) TableEvents(k persistence.TableKey, fn func(persistence.StoredEvent) (bool, error)) error {

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+	"github.com/veraison/go-cose"
+
+	"github.com/syncmesh/syncmesh/crypto/sign"
+	"github.com/syncmesh/syncmesh/examples/benchreport/internal/ab"
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+type syncParams struct {
+	Events, Writers, Batch, Sites, Trials, Preload int
+	// Pushes is the number of pushes per trial and forgery arm (0:
+	// pushesPerTrial).
+	Pushes  int
+	Profile string
+}
+
+// pushSize and pushesPerTrial (the default of syncParams.Pushes) shape the forgery comparison: a push of 1 000
+// events, five pushes per arm and trial (one push is too short to time on
+// a noisy machine).
+const (
+	pushSize       = 1000
+	pushesPerTrial = 5
+)
+
+// oneCoreArgs is what the one-core child needs: the store, the event files
+// of each trial, the workload shape.
+type oneCoreArgs struct {
+	Store, Work            string
+	Trials, Writers, Batch int
+	Sites, Pushes          int
+	Profile                string
+}
+
+type samplesOut struct {
+	Names  []string
+	Values [][]float64
+}
+
+type applyOnceArgs struct {
+	Store, File           string
+	Sites, Writers, Batch int
+}
+
+func init() {
+	ab.Register("sync-1core", runOneCore)
+	ab.Register("apply-once", runApplyOnce)
+}
+
+// syncReport prints the apply path against the crypto ceilings, the
+// forgery costs and the two-core scaling, every ratio interleaved.
+func syncReport(p syncParams) error {
+	ctx := context.Background()
+	work, err := os.MkdirTemp("", "syncmesh-bench-sync-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	peers := benchPeers(p.Sites)
+	store := filepath.Join(work, "store")
+	fmt.Printf("== sync plane: ApplySignedBatch into bbolt (fsync on, durable before the outcome): %d events per trial, %d sites, %d rows, %d callers of ApplySignedBatch(%d); %d interleaved trials, figures median (min max)\n",
+		p.Events, p.Sites, benchRows, p.Writers, p.Batch, p.Trials)
+	start := time.Now()
+	if err := preloadStore(ctx, store, peers, p.Preload, p.Batch); err != nil {
+		return err
+	}
+	fmt.Printf("  store history: %d events on the same %d rows as the measured ones (untimed, %.1f s)\n", p.Preload, benchRows, time.Since(start).Seconds())
+	if p.Pushes <= 0 {
+		p.Pushes = pushesPerTrial
+	}
+	epoch := 1
+	write := func(name string, n int, forge func(i int) bool) error {
+		raws, err := makeEventsAt(peers, n, epoch)
+		epoch++
+		if err != nil {
+			return err
+		}
+		for i := range raws {
+			if forge != nil && forge(i) {
+				raws[i] = forged(raws[i])
+			}
+		}
+		return writeEvents(eventFile(work, name), raws)
+	}
+	for t := 0; t < p.Trials; t++ {
+		steps := []struct {
+			name  string
+			n     int
+			forge func(int) bool
+		}{
+			{fmt.Sprintf("one-%d", t), p.Events, nil},
+			{fmt.Sprintf("push-valid-%d", t), pushSize * p.Pushes, nil},
+			{fmt.Sprintf("push-one-%d", t), pushSize * p.Pushes, func(i int) bool { return i%pushSize == pushSize/2 }},
+			{fmt.Sprintf("push-every-%d", t), pushSize * p.Pushes, func(i int) bool { return i%pushSize%sign.BatchSize == sign.BatchSize/3 }},
+			{fmt.Sprintf("scale1-%d", t), p.Events, nil},
+			{fmt.Sprintf("scale2-%d", t), p.Events, nil},
+		}
+		for _, s := range steps {
+			if err := write(s.name, s.n, s.forge); err != nil {
+				return err
+			}
+		}
+	}
+	var one samplesOut
+	if err := ab.Child(ctx, ab.Proc{MaxProcs: 1}, "sync-1core", oneCoreArgs{Store: store, Work: work, Pushes: p.Pushes, Trials: p.Trials, Writers: p.Writers, Batch: p.Batch, Sites: p.Sites, Profile: p.Profile}, &one); err != nil {
+		return err
+	}
+	s := &ab.Samples{Names: one.Names, Values: one.Values}
+	fmt.Printf("one core (a GOMAXPROCS=1 child; every arm below interleaved in it):\n")
+	fmt.Print(ab.Table([][2]string{
+		{"bare crypto/ed25519.Verify (Sig_structure prebuilt)", s.Stats("ed25519").Format("%.0f") + " ev/s"},
+		{"bare go-cose decode+verify", s.Stats("go-cose").Format("%.0f") + " ev/s"},
+		{"sign.Verify (one at a time, ZIP-215)", s.Stats("single").Format("%.0f") + " ev/s"},
+		{fmt.Sprintf("sign.VerifyBatch (batches of %d)", sign.BatchSize), s.Stats("batch").Format("%.0f") + " ev/s"},
+		{"apply (ApplySignedBatch, durable)", s.Stats("apply").Format("%.0f") + " ev/s"},
+	}))
+	applyBare := s.Ratio("apply", "ed25519")
+	fmt.Print(ab.Table([][2]string{
+		{"apply / bare ed25519", applyBare.String() + "   " + applyBare.Verdict(1.6, true) + "; stretch " + applyBare.Verdict(2.0, true)},
+		{"apply / bare go-cose", s.Ratio("apply", "go-cose").String()},
+		{"batch verify / bare ed25519 (the crypto ceiling)", s.Ratio("batch", "ed25519").String()},
+	}))
+	// Pushes: rates are events/s, so cost(x)/cost(valid) = rate(valid)/rate(x).
+	oneForged := s.Ratio("push-valid", "push-one")
+	everyForged := s.Ratio("push-valid", "push-every")
+	everyVerify := s.Ratio("vsingle-every", "vbatch-every")
+	fmt.Printf("pushes of %d (ApplySignedBatch, one core, %d pushes per trial and arm):\n", pushSize, p.Pushes)
+	fmt.Print(ab.Table([][2]string{
+		{"cost(one forged among 1000) / cost(all valid)", oneForged.String() + "   " + oneForged.Verdict(1.3, false)},
+		{fmt.Sprintf("cost(a forgery in every sub-batch of %d) / cost(all valid)", sign.BatchSize), everyForged.String()},
+		{"verification with a forgery in every sub-batch: batch+bisection / per-signature", everyVerify.String() + "   " + everyVerify.Verdict(1.0, false)},
+	}))
+
+	var bpe []float64
+	scale, err := ab.Run(p.Trials,
+		ab.Arm{Name: "1", Run: func(t int) (float64, error) {
+			return applyOnce(ctx, 1, store, eventFile(work, fmt.Sprintf("scale1-%d", t)), p, &bpe)
+		}},
+		ab.Arm{Name: "2", Run: func(t int) (float64, error) {
+			return applyOnce(ctx, 2, store, eventFile(work, fmt.Sprintf("scale2-%d", t)), p, &bpe)
+		}},
+	)
+	if err != nil {
+		return err
+	}
+	sc := scale.Ratio("2", "1")
+	fmt.Printf("two cores (children with GOMAXPROCS=1 and =2 alternating, each applying fresh events to the same store):\n")
+	fmt.Print(ab.Table([][2]string{
+		{"apply, GOMAXPROCS=1", scale.Stats("1").Format("%.0f") + " ev/s"},
+		{"apply, GOMAXPROCS=2", scale.Stats("2").Format("%.0f") + " ev/s"},
+		{"apply(2) / apply(1)", sc.String() + "   " + sc.Verdict(1.5, true)},
+		{fmt.Sprintf("bytes written per applied event (store of %d+ events)", p.Preload), ab.Summarize(bpe).Format("%.0f") + " B"},
+	}))
+	return nil
+}
+
+// applyOnceOut is an apply-once child's report: its rate and the bytes
+// it wrote to storage per applied event (/proc/self/io write_bytes).
+type applyOnceOut struct {
+	Rate, BytesPerEvent float64
+}
+
+func applyOnce(ctx context.Context, procs int, store, file string, p syncParams, bpe *[]float64) (float64, error) {
+	var out applyOnceOut
+	err := ab.Child(ctx, ab.Proc{MaxProcs: procs}, "apply-once", applyOnceArgs{Store: store, File: file, Sites: p.Sites, Writers: p.Writers, Batch: p.Batch}, &out)
+	*bpe = append(*bpe, out.BytesPerEvent)
+	return out.Rate, err
+}
+
+// forged returns raw with one bit of its signature's S flipped: the
+// envelope still parses, the signature fails.
+func forged(raw []byte) []byte {
+	out := append([]byte(nil), raw...)
+	out[len(out)-20] ^= 0x04
+	return out
+}
+
+func runApplyOnce(arg json.RawMessage) (any, error) {
+	var a applyOnceArgs
+	if err := json.Unmarshal(arg, &a); err != nil {
+		return nil, err
+	}
+	raws, err := readEvents(a.File)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	n, err := openApplyNode(ctx, a.Store, benchPeers(a.Sites))
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	goruntime.GC()
+	io0, err := ab.ReadIO(0)
+	if err != nil {
+		return nil, err
+	}
+	rate, err := applyAll(ctx, n, raws, a.Writers, a.Batch)
+	if err != nil {
+		return nil, err
+	}
+	io1, err := ab.ReadIO(0)
+	if err != nil {
+		return nil, err
+	}
+	return applyOnceOut{Rate: rate, BytesPerEvent: float64(io1.WriteBytes-io0.WriteBytes) / float64(len(raws))}, nil
+}
+
+// sigInput is one event's bare Ed25519 input: what crypto/ed25519.Verify
+// checks, with the Sig_structure already built.
+type sigInput struct {
+	pub      ed25519.PublicKey
+	msg, sig []byte
+}
+
+func bareInputs(raws [][]byte, pubs map[string]ed25519.PublicKey) ([]sigInput, error) {
+	out := make([]sigInput, len(raws))
+	for i, raw := range raws {
+		var m cose.Sign1Message
+		if err := m.UnmarshalCBOR(raw); err != nil {
+			return nil, err
+		}
+		kid, _ := m.Headers.Protected[cose.HeaderLabelKeyID].([]byte)
+		msg, err := cbor.Marshal([]any{"Signature1", m.Headers.RawProtected, mesh, m.Payload})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = sigInput{pub: pubs[string(kid)], msg: msg, sig: m.Signature}
+		if !ed25519.Verify(out[i].pub, msg, m.Signature) {
+			return nil, fmt.Errorf("event %d: bare input does not verify", i)
+		}
+	}
+	return out, nil
+}
+
+func runOneCore(arg json.RawMessage) (any, error) {
+	var a oneCoreArgs
+	if err := json.Unmarshal(arg, &a); err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	peers := benchPeers(a.Sites)
+	keys := make([]sign.Key, len(peers))
+	pubs := map[string]ed25519.PublicKey{}
+	verifiers := map[string]cose.Verifier{}
+	for i, p := range peers {
+		keys[i] = p.signer.Key()
+		pubs[string(p.signer.Kid())] = p.signer.PublicKey()
+		v, err := cose.NewVerifier(cose.AlgorithmEdDSA, p.signer.PublicKey())
+		if err != nil {
+			return nil, err
+		}
+		verifiers[string(p.signer.Kid())] = v
+	}
+	kr, err := sign.NewKeyring(keys...)
+	if err != nil {
+		return nil, err
+	}
+	n, err := openApplyNode(ctx, a.Store, peers)
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	load := func(name string, t int) ([][]byte, error) {
+		return readEvents(eventFile(a.Work, fmt.Sprintf("%s-%d", name, t)))
+	}
+	type trialData struct {
+		one, valid, oneF, every [][]byte
+		bare                    []sigInput
+	}
+	data := make([]trialData, a.Trials)
+	for t := range data {
+		d := &data[t]
+		for _, x := range []struct {
+			dst  *[][]byte
+			name string
+		}{{&d.one, "one"}, {&d.valid, "push-valid"}, {&d.oneF, "push-one"}, {&d.every, "push-every"}} {
+			if *x.dst, err = load(x.name, t); err != nil {
+				return nil, err
+			}
+		}
+		if d.bare, err = bareInputs(d.one, pubs); err != nil {
+			return nil, err
+		}
+	}
+	rate := func(n int, start time.Time) float64 { return float64(n) / time.Since(start).Seconds() }
+	pushes := func(raws [][]byte, wantBad int) (float64, error) {
+		start := time.Now()
+		bad := 0
+		for i := 0; i < len(raws); i += pushSize {
+			outs, err := n.ApplySignedBatch(ctx, raws[i:min(i+pushSize, len(raws))])
+			if err != nil {
+				return 0, err
+			}
+			for j, o := range outs {
+				switch {
+				case o.Kind == messages.Dropped && o.Reason == messages.ReasonSignature:
+					bad++
+				case o.Kind != messages.Applied:
+					return 0, fmt.Errorf("push event %d: %v", i+j, o)
+				}
+			}
+		}
+		if bad != wantBad {
+			return 0, fmt.Errorf("pushes dropped %d forged events, want %d", bad, wantBad)
+		}
+		return rate(len(raws), start), nil
+	}
+	verifyBatches := func(raws [][]byte, wantBad int) (float64, error) {
+		start := time.Now()
+		bad := 0
+		for i := 0; i < len(raws); i += sign.BatchSize {
+			for _, r := range sign.VerifyBatch(kr, raws[i:min(i+sign.BatchSize, len(raws))], mesh) {
+				if r.Err != nil {
+					bad++
+				}
+			}
+		}
+		if bad != wantBad {
+			return 0, fmt.Errorf("batch verification found %d bad signatures, want %d", bad, wantBad)
+		}
+		return rate(len(raws), start), nil
+	}
+	verifySingles := func(raws [][]byte, wantBad int) (float64, error) {
+		start := time.Now()
+		bad := 0
+		for _, raw := range raws {
+			if _, err := sign.Verify(kr, raw, mesh); err != nil {
+				bad++
+			}
+		}
+		if bad != wantBad {
+			return 0, fmt.Errorf("single verification found %d bad signatures, want %d", bad, wantBad)
+		}
+		return rate(len(raws), start), nil
+	}
+	everyBad := a.Pushes * ((pushSize + sign.BatchSize - 1) / sign.BatchSize)
+	arms := []ab.Arm{
+		{Name: "ed25519", Run: func(t int) (float64, error) {
+			start := time.Now()
+			for _, in := range data[t].bare {
+				if !ed25519.Verify(in.pub, in.msg, in.sig) {
+					return 0, fmt.Errorf("bare verify failed")
+				}
+			}
+			return rate(len(data[t].bare), start), nil
+		}},
+		{Name: "go-cose", Run: func(t int) (float64, error) {
+			start := time.Now()
+			for _, raw := range data[t].one {
+				var m cose.Sign1Message
+				if err := m.UnmarshalCBOR(raw); err != nil {
+					return 0, err
+				}
+				kid, _ := m.Headers.Protected[cose.HeaderLabelKeyID].([]byte)
+				if err := m.Verify(mesh, verifiers[string(kid)]); err != nil {
+					return 0, err
+				}
+			}
+			return rate(len(data[t].one), start), nil
+		}},
+		{Name: "single", Run: func(t int) (float64, error) { return verifySingles(data[t].one, 0) }},
+		{Name: "batch", Run: func(t int) (float64, error) { return verifyBatches(data[t].one, 0) }},
+		{Name: "apply", Run: func(t int) (float64, error) { return applyAll(ctx, n, data[t].one, a.Writers, a.Batch) }},
+		{Name: "push-valid", Run: func(t int) (float64, error) { return pushes(data[t].valid, 0) }},
+		{Name: "push-one", Run: func(t int) (float64, error) { return pushes(data[t].oneF, a.Pushes) }},
+		{Name: "push-every", Run: func(t int) (float64, error) { return pushes(data[t].every, everyBad) }},
+		{Name: "vbatch-every", Run: func(t int) (float64, error) { return verifyBatches(data[t].every, everyBad) }},
+		{Name: "vsingle-every", Run: func(t int) (float64, error) { return verifySingles(data[t].every, everyBad) }},
+	}
+	stop, err := startProfile(a.Profile)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ab.Run(a.Trials, arms...)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	return samplesOut{Names: s.Names, Values: s.Values}, nil
+}
