@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -96,6 +97,9 @@ type simHostile struct {
 	log    []byte
 	seq    uint64 // the last sequence of h's pretend log
 	floods int
+	// equivocations counts simEquivocate's calls (each a fresh stamp).
+	equivocations int
+	wall          *wall
 }
 
 // push sends p from h's transport (the network stamps From "h") and
@@ -136,16 +140,49 @@ func (h *simHostile) flood(ctx context.Context, t *testing.T, to string, n int) 
 
 const simInventedTables = 8
 
-// simEquivocate and simBackdate are the hooks for the two attacks on the
-// materializer that the hostile node will make once the receivers have
-// their defence (the reused-HLC tiebreak with equivocation notices, and
-// retired-key surfacing): sign two different events with one (site, HLC)
-// for one cell, and sign backdated events with a retired key. Until then
-// they do nothing, and the simulation asserts nothing about them.
-var (
-	simEquivocate = func(ctx context.Context, h *simHostile, to string) {}
-	simBackdate   = func(ctx context.Context, h *simHostile, to string) {}
-)
+// simRetiredFor is how far past h's clock every honest node retires h's
+// key: all of h's events stay valid (HLC ≤ cutoff) and every one that is
+// new to a node after the retirement is surfaced, backdated ones included.
+const simRetiredFor = 30 * 24 * time.Hour
+
+// simEquivocate signs three different events with ONE (site, HLC) for one
+// cell of the honest table — two upserts and a delete — and pushes them to
+// one node in a random order (with simBackdate's, in one push); relays
+// carry them on. The receivers' tiebreak
+// by event id must make every node agree, and each raises an equivocation
+// notice (SSP/1 §13.5 forbids the reuse; convergence must survive it).
+func simEquivocate(t *testing.T, rng *rand.Rand, h *simHostile) []messages.PushedEvent {
+	h.equivocations++
+	stamp := hlcAt(uint64(h.wall.Now().UnixMilli())-uint64(h.equivocations), 0)
+	id := messages.MustValue(9000 + h.equivocations%50)
+	evs := []*messages.Event{
+		{HLC: stamp, Schema: "app", Table: "t", Key: messages.Columns{"id": id}, Payload: messages.Columns{"a": messages.MustValue(1)}},
+		{HLC: stamp, Schema: "app", Table: "t", Key: messages.Columns{"id": id}, Payload: messages.Columns{"a": messages.MustValue(2)}},
+		{HLC: stamp, Schema: "app", Table: "t", Key: messages.Columns{"id": id}, Delete: true},
+	}
+	rng.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
+	var pushed []messages.PushedEvent
+	for _, e := range evs {
+		raw, err := h.n.Sign(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pushed = append(pushed, messages.PushedEvent{Raw: raw})
+	}
+	return pushed
+}
+
+// simBackdate signs writes of the retired key with clocks far in the past
+// over cells honest sites write: valid under §12 (at or below the cutoff),
+// losing to every newer honest write, and surfaced by every receiver.
+func simBackdate(t *testing.T, rng *rand.Rand, h *simHostile) messages.PushedEvent {
+	raw, err := h.n.Sign(&messages.Event{HLC: hlcAt(1_000_000_000_000+uint64(rng.IntN(1_000_000)), 0), Schema: "app", Table: "t",
+		Key: messages.Columns{"id": messages.MustValue(rng.IntN(20))}, Payload: messages.Columns{"c": messages.MustValue("backdated")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return messages.PushedEvent{Raw: raw}
+}
 
 func simulate(t *testing.T, seed uint64, steps int) error {
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -185,7 +222,7 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 	}
 	defer hn.Close()
 	sites["h"] = hn.Identity().Site
-	h := &simHostile{n: hn, net: net, log: bytes.Repeat([]byte{0x4e}, 16)}
+	h := &simHostile{n: hn, net: net, log: bytes.Repeat([]byte{0x4e}, 16), wall: hw}
 	for i, name := range names {
 		w := newWall()
 		w.Advance(time.Duration(i) * 300 * time.Millisecond) // small skews between nodes
@@ -219,6 +256,11 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 				if err := nodes[b].n.Trust(ctx, PeerKey{Kid: id.Kid, Site: id.Site, PublicKey: id.PublicKey}); err != nil {
 					return err
 				}
+				if a == "h" { // the same cutoff on every node (§13.5: same keyring, same state)
+					if err := nodes[b].n.Retire(ctx, id.Kid, hlcAt(uint64(hw.Now().Add(simRetiredFor).UnixMilli()), 0)); err != nil {
+						return err
+					}
+				}
 			}
 		}
 	}
@@ -248,15 +290,24 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 			h.flood(ctx, t, to, 40+rng.IntN(80))
 			attacks.flooded++
 		case 5:
-			simEquivocate(ctx, h, to)
-			simBackdate(ctx, h, to)
+			evs := append(simEquivocate(t, rng, h), simBackdate(t, rng, h))
+			h.push(ctx, "h", to, &messages.SyncPush{Events: evs})
 		}
 	}
-	// Every attack at least once up front, and a flood past the quota.
-	for k := 0; k < 6; k++ {
+	// Every attack three times up front (the network drops pushes: one
+	// try of each could be lost), and a flood past the quota.
+	for k := 0; k < 18; k++ {
 		attack(k)
 	}
-	h.flood(ctx, t, names[0], 1100)
+	// The network may drop a flood: flood again until one arrived.
+	for i := 0; i < 10 && nodes[names[0]].n.ReplicationStats().HeldQuotaRejections == 0; i++ {
+		h.flood(ctx, t, names[0], 1100)
+	}
+	// One reused stamp to every node, so a lossy network cannot lose them all.
+	trio := simEquivocate(t, rng, h)
+	for _, to := range names {
+		h.push(ctx, "h", to, &messages.SyncPush{Events: trio})
+	}
 	seen := map[string]map[GroupKey]uint64{} // highest watermark seen per node
 	checkMonotonic := func(s *simNode, step int) error {
 		ws, err := s.n.Watermarks(ctx)
@@ -290,7 +341,7 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 				}
 				hasU[s.name] = true
 			}
-			if _, err := s.n.Upsert(ctx, "app", "u", map[string]any{"id": rng.IntN(3)}, map[string]any{"v": rng.IntN(10)}); err != nil {
+			if _, err := s.n.Upsert(ctx, "app", "u", map[string]any{"id": rng.IntN(3)}, map[string]any{"v": rng.IntN(10)}); err != nil && !errors.Is(err, ErrNotApplied) {
 				return fmt.Errorf("step %d: upsert u on %s: %w", step, s.name, err)
 			}
 		case r < 7: // a clock jumps past the skew bound
@@ -306,12 +357,15 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 					vals[c] = nil
 				}
 			}
-			if _, err := s.n.Upsert(ctx, "app", "t", map[string]any{"id": rng.IntN(6)}, vals); err != nil {
+			if _, err := s.n.Upsert(ctx, "app", "t", map[string]any{"id": rng.IntN(6)}, vals); err != nil && !errors.Is(err, ErrNotApplied) {
+				// A node whose HLC observed a clock past its own wall plus the
+				// skew bound has its own write rejected (§12 step 2): not
+				// applied, not retained, and said so; anything else fails.
 				return fmt.Errorf("step %d: upsert on %s: %w", step, s.name, err)
 			}
 		case r < 45: // local delete
 			s := pick()
-			if _, err := s.n.Delete(ctx, "app", "t", map[string]any{"id": rng.IntN(6)}); err != nil {
+			if _, err := s.n.Delete(ctx, "app", "t", map[string]any{"id": rng.IntN(6)}); err != nil && !errors.Is(err, ErrNotApplied) {
 				return fmt.Errorf("step %d: delete on %s: %w", step, s.name, err)
 			}
 		case r < 85: // one push cycle over a random link
@@ -434,6 +488,15 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 	}
 	if attacks.stats.RefusedClaims == 0 || attacks.stats.RefusedPushes == 0 || attacks.stats.HeldQuotaRejections == 0 {
 		return fmt.Errorf("attacks not refused: %+v after %+v", attacks.stats, attacks)
+	}
+	// The reused stamps and the retired key's writes were surfaced.
+	var equivocations, retired float64
+	for _, s := range nodes {
+		equivocations += counterValue(t, &testNode{Node: s.n, t: t}, "syncmesh_sync_equivocations_total")
+		retired += counterValue(t, &testNode{Node: s.n, t: t}, "syncmesh_sync_retired_key_events_total")
+	}
+	if h.equivocations == 0 || equivocations == 0 || retired == 0 {
+		return fmt.Errorf("materializer attacks not surfaced: %d reused stamps sent, %v equivocation notices, %v retired-key events", h.equivocations, equivocations, retired)
 	}
 	for _, s := range nodes {
 		if wm := watermarkMap(t, s.n); wm[GroupKey{Site: sites["h"], Schema: "app", Table: "t"}] != 0 {
