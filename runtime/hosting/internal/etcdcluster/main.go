@@ -315,6 +315,7 @@ func (d *driverState) request(ctx context.Context, kind, identity string, req *h
 }
 
 func (d *driverState) fail(err error) {
+	fmt.Fprintln(os.Stderr, "driver:", err) // the test shows it if the load stops
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.errs = append(d.errs, err.Error())

@@ -637,6 +637,7 @@ func noteText(group string, i int) string { return fmt.Sprintf("%s note %d", gro
 // (a stand-in for the application's own writer nodes).
 type Writer struct {
 	n    *runtime.Node
+	mu   sync.Mutex // load drivers sign and record from one goroutine per group
 	logs map[string][][]byte
 }
 
@@ -663,15 +664,20 @@ func (w *Writer) Events(group string, more int) ([][]byte, error) {
 		return nil, err
 	}
 	w.Record(group, evs)
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	return slices.Clone(w.logs[group]), nil
 }
 
 // Sign signs n new upserts for group without recording them (see
 // Record); their row ids continue after the recorded ones.
 func (w *Writer) Sign(group string, n int) ([][]byte, error) {
+	w.mu.Lock()
+	next := len(w.logs[group])
+	w.mu.Unlock()
 	out := make([][]byte, 0, n)
 	for i := 0; i < n; i++ {
-		raw, err := w.sign(group, len(w.logs[group])+i)
+		raw, err := w.sign(group, next+i)
 		if err != nil {
 			return nil, err
 		}
@@ -682,6 +688,8 @@ func (w *Writer) Sign(group string, n int) ([][]byte, error) {
 
 // Record records signed events of group as applied (what Events returns).
 func (w *Writer) Record(group string, evs [][]byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.logs[group] = append(w.logs[group], evs...)
 }
 
