@@ -314,24 +314,35 @@ func (s *Service) handlePush(ctx context.Context, push *messages.SyncPush) (*mes
 	}
 	if s.deps.ApplyWith != nil {
 		// One transaction per received push: its events and its record.
+		// The callback runs on the committer's goroutine; ApplyWith may
+		// return first (ctx done) while the committer still runs it, so
+		// what it leaves for this goroutine is guarded.
+		var mu sync.Mutex
 		var rec recorded
 		var used persistence.SyncTx
 		outs, err := s.deps.ApplyWith(ctx, raws, func(tx persistence.SyncTx, outs []messages.Outcome) (func(), error) {
+			mu.Lock()
 			used = tx
+			mu.Unlock()
 			r, err := recordPush(tx, s.deps, sender, push, outs, s.mem.txRanges(tx, push.From))
 			if err != nil {
 				return nil, err
 			}
 			s.mem.setTxRanges(tx, push.From, r.ranges)
+			mu.Lock()
 			rec = r
+			mu.Unlock()
 			return func() { s.mem.recordedPush(push, r) }, nil
 		})
-		s.mem.endTx(used)
+		mu.Lock()
+		usedTx, res := used, rec.res
+		mu.Unlock()
+		s.mem.endTx(usedTx)
 		if err != nil {
 			return nil, err
 		}
-		s.deps.Metrics.received(push.From, rec.res, outs)
-		return rec.res, nil
+		s.deps.Metrics.received(push.From, res, outs)
+		return res, nil
 	}
 	outs, err := s.deps.Apply(ctx, raws)
 	if err != nil {

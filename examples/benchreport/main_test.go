@@ -24,7 +24,10 @@ func TestSyncAndCatchupReportsRun(t *testing.T) {
 	if err := syncReport(syncParams{Events: 300, Writers: 2, Batch: 100, Sites: 4, Trials: 1, Preload: 1000, Pushes: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := catchupReport(catchupParams{Sizes: []int{600, 1200}, Sites: 4, Writers: 2, Batch: 200, PushBatch: 200, Trials: 1}); err != nil {
+	// One size: each size's source starts a protoactor remote in this
+	// process, and a second remote.Start trips -race inside protoactor
+	// (grpclog.SetLoggerV2); the growth rows run in make bench.
+	if err := catchupReport(catchupParams{Sizes: []int{600}, Sites: 4, Writers: 2, Batch: 200, PushBatch: 200, Trials: 1}); err != nil {
 		t.Fatal(err)
 	}
 }
