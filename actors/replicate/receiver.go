@@ -56,15 +56,20 @@ type progressMemory struct {
 	mu      sync.Mutex
 	senders map[string]InboundStatus
 	ranges  map[string][]pendingRange
-	// byTx is the ranges as pushes recorded earlier in a transaction not
-	// yet committed left them: a later push of the same sender in that
-	// transaction starts from there (published only once it commits).
-	byTx map[persistence.SyncTx]map[string][]pendingRange
+	// tx and txView are the ranges as pushes recorded earlier in the
+	// write transaction not yet committed left them: a later push of the
+	// same sender in that transaction starts from there (published only
+	// once it commits). A store runs one write transaction at a time, so
+	// one slot suffices, and a transaction whose pushes never reached
+	// endTx (a caller gone before its commit) is dropped by the next.
+	tx     persistence.SyncTx
+	txView map[string][]pendingRange
 }
 
 func (m *progressMemory) txRanges(tx persistence.SyncTx, from string) []pendingRange {
 	m.mu.Lock()
-	rs, ok := m.byTx[tx][from]
+	rs, ok := m.txView[from]
+	ok = ok && m.tx == tx
 	m.mu.Unlock()
 	if ok {
 		return clonePending(rs)
@@ -75,13 +80,10 @@ func (m *progressMemory) txRanges(tx persistence.SyncTx, from string) []pendingR
 func (m *progressMemory) setTxRanges(tx persistence.SyncTx, from string, rs []pendingRange) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.byTx == nil {
-		m.byTx = map[persistence.SyncTx]map[string][]pendingRange{}
+	if m.tx != tx {
+		m.tx, m.txView = tx, map[string][]pendingRange{}
 	}
-	if m.byTx[tx] == nil {
-		m.byTx[tx] = map[string][]pendingRange{}
-	}
-	m.byTx[tx][from] = clonePending(rs)
+	m.txView[from] = clonePending(rs)
 }
 
 // endTx forgets a finished transaction's view (committed or not).
@@ -91,7 +93,9 @@ func (m *progressMemory) endTx(tx persistence.SyncTx) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.byTx, tx)
+	if m.tx == tx {
+		m.tx, m.txView = nil, nil
+	}
 }
 
 func (m *progressMemory) rangesOf(from string) []pendingRange {
@@ -316,7 +320,8 @@ func (s *Service) handlePush(ctx context.Context, push *messages.SyncPush) (*mes
 		// One transaction per received push: its events and its record.
 		// The callback runs on the committer's goroutine; ApplyWith may
 		// return first (ctx done) while the committer still runs it, so
-		// what it leaves for this goroutine is guarded.
+		// what it leaves for this goroutine is guarded (and a view this
+		// goroutine cannot end is dropped by the next transaction).
 		var mu sync.Mutex
 		var rec recorded
 		var used persistence.SyncTx
