@@ -31,7 +31,13 @@ func newTestMesh(t *testing.T, seed uint64, names []string, cfg func(name string
 		}
 		c.Name = name
 		if c.SyncInterval == 0 {
+			// Tests on this mesh drive every exchange by hand and count
+			// what each one moved, so reconciliation (which AddPeer and
+			// Trust would otherwise trigger in the background) is manual too.
 			c.SyncInterval = -1
+			if c.ReconcileInterval == 0 {
+				c.ReconcileInterval = -1
+			}
 		}
 		m.cfgs[name] = c
 		n := openTestNode(t, c)
