@@ -211,8 +211,8 @@ func TestRemotePushRoundTripAcrossProcesses(t *testing.T) {
 }
 
 func TestRemoteHostileFramesKeepTheStream(t *testing.T) {
-	a := startRemoteChild(t, "a", remoteChildSpec{Plaintext: true, RequestTimeout: 5 * time.Second})
-	b := startRemoteChild(t, "b", remoteChildSpec{Plaintext: true, RequestTimeout: 5 * time.Second})
+	a := startRemoteChild(t, "a", remoteChildSpec{Plaintext: true, RequestTimeout: 30 * time.Second})
+	b := startRemoteChild(t, "b", remoteChildSpec{Plaintext: true, RequestTimeout: 30 * time.Second})
 	valid := func(step string) {
 		t.Helper()
 		rep := b.call(remoteCmd{Op: "push", Peer: a.addr, Events: 3, EventBytes: 20})
