@@ -63,7 +63,12 @@ func (s stripOneTime) FetchBundle(ctx context.Context, peer messages.DeviceAddre
 // hold) is refused and never decrypted again as a new message.
 func TestAttackLastResortInitiationReplayIsRefused(t *testing.T) {
 	ms := newMesh(t)
-	bob := ms.add(bobAddr, nil, nil)
+	// A small one-time batch keeps the prekey store (rewritten on every
+	// bundle) small: 299 sessions stay cheap under -race.
+	bob := ms.add(bobAddr, nil, func(c *session.Config) {
+		c.Prekeys = ratchet.DefaultPrekeyConfig()
+		c.Prekeys.OneTimeBatch, c.Prekeys.OneTimeThreshold, c.Prekeys.MaxOneTime = 4, 1, 8
+	})
 	alice := ms.add(aliceAddr, nil, func(c *session.Config) { c.Transport = stripOneTime{c.Transport} })
 	bg := context.Background()
 

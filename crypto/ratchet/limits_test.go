@@ -268,3 +268,29 @@ func TestSkippedKeysPerRecordCap(t *testing.T) {
 		t.Fatalf("skipped keys per session (newest first) %v, want [5 3 2]", got)
 	}
 }
+
+// TestVersion1StateAndPrekeysLoad: records and prekey stores of the
+// previous layout decode; skipped keys of a version-1 record still open
+// their message, and a version-1 prekey store accepts initiations.
+func TestVersion1StateAndPrekeysLoad(t *testing.T) {
+	cfg := DefaultConfig()
+	a, b := established(t, cfg)
+	late := a.send(t, cfg, b, []byte("late"))
+	b.mustRecv(t, cfg, a, a.send(t, cfg, b, []byte("x")), nil)
+	rec, err := UnmarshalState(stateV1(t, b.recs["alice"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.recs["alice"] = rec
+	b.mustRecv(t, cfg, a, late, []byte("late"))
+	pk, err := UnmarshalPrekeyStore(prekeysV1(t, b.prekeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pk.AcceptedCount() != 0 || pk.OneTimeCount() != b.prekeys.OneTimeCount() || pk.CurrentSignedPrekeyID() != b.prekeys.CurrentSignedPrekeyID() {
+		t.Fatal("version-1 prekey store decoded differently")
+	}
+	b.prekeys = pk
+	c := newDevice(t, "carol")
+	b.mustRecv(t, cfg, c, initiateTo(t, cfg, c, b, lastResort(t, b), "on v1 prekeys"), []byte("on v1 prekeys"))
+}
