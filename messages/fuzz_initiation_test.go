@@ -8,11 +8,17 @@ import (
 // FuzzDecodePrekeyInitiation: never panics; an accepted initiation
 // re-encodes to exactly the input (the wire decoders accept only the
 // canonical encoding, so one initiation has one session id).
+var (
+	fuzzFrom = DeviceAddress{User: "alice", Device: 1}
+	fuzzTo   = DeviceAddress{User: "bob", Device: 2}
+)
+
 func FuzzDecodePrekeyInitiation(f *testing.F) {
 	otpk := uint32(7)
 	for _, in := range []*PrekeyInitiation{
-		{SignedPrekeyID: 1, KEMPrekeyID: 2, KEMCiphertext: make([]byte, MLKEM768CiphertextSize)},
-		{SignedPrekeyID: 3, KEMPrekeyID: 4, OneTimePrekeyID: &otpk, KEMCiphertext: bytes.Repeat([]byte{9}, MLKEM768CiphertextSize)},
+		{SignedPrekeyID: 1, KEMPrekeyID: 2, KEMCiphertext: make([]byte, MLKEM768CiphertextSize), From: fuzzFrom, To: fuzzTo},
+		{SignedPrekeyID: 3, KEMPrekeyID: 4, OneTimePrekeyID: &otpk, KEMCiphertext: bytes.Repeat([]byte{9}, MLKEM768CiphertextSize),
+			From: fuzzFrom, To: fuzzTo, Signature: [SignatureSize]byte{5}},
 	} {
 		enc, err := EncodePrekeyInitiation(in)
 		if err != nil {

@@ -283,8 +283,12 @@ type RatchetHeader struct {
 
 // PrekeyInitiation is the PQXDH initial-message block (PQXDH §3.3): the
 // initiator's identity, its ephemeral key, the ids of the prekeys it used,
-// and the ML-KEM-768 ciphertext. Its CBOR form is
-// [ik_sign, ik_dh, ephemeral, spk_id, kem_id, otpk_id / null, kem_ct].
+// the ML-KEM-768 ciphertext, both device addresses and the initiator's
+// Ed25519 signature over all of it. Its CBOR form (version 2) is
+// [2, ik_sign, ik_dh, ephemeral, spk_id, kem_id, otpk_id / null, kem_ct,
+// from, to, sig]. Version 1 (the same first seven fields without version,
+// addresses or signature) is refused with ErrUnsupportedVersion: it bound
+// neither address and did not prove the signing key.
 type PrekeyInitiation struct {
 	Identity        IdentityKey
 	Ephemeral       [X25519KeySize]byte
@@ -292,7 +296,16 @@ type PrekeyInitiation struct {
 	KEMPrekeyID     uint32
 	OneTimePrekeyID *uint32 // nil when no one-time prekey was used
 	KEMCiphertext   []byte  // MLKEM768CiphertextSize bytes
+	// From is the initiator's device address and To the responder's: the
+	// responder requires From to be the sender its transport authenticated.
+	From, To DeviceAddress
+	// Signature is Identity.Sign's Ed25519 signature over
+	// PrekeyInitiationSigningBytes.
+	Signature [SignatureSize]byte
 }
+
+// PrekeyInitiationVersion is the only initiation version accepted.
+const PrekeyInitiationVersion = 2
 
 // Envelope is one ratchet message on the wire. Its CBOR form is
 // [1, header, initiation / null, ciphertext]. An envelope whose Initiation
@@ -312,6 +325,38 @@ type wireHeader struct {
 }
 
 type wireInitiation struct {
+	_         struct{} `cbor:",toarray"`
+	V         uint64
+	IKSign    []byte
+	IKDH      []byte
+	Ephemeral []byte
+	SPKID     uint32
+	KEMID     uint32
+	OTPKID    *uint32
+	KEMCT     []byte
+	From      DeviceAddress
+	To        DeviceAddress
+	Sig       []byte
+}
+
+// wireInitiationBody is wireInitiation without the signature: what the
+// signature covers.
+type wireInitiationBody struct {
+	_         struct{} `cbor:",toarray"`
+	V         uint64
+	IKSign    []byte
+	IKDH      []byte
+	Ephemeral []byte
+	SPKID     uint32
+	KEMID     uint32
+	OTPKID    *uint32
+	KEMCT     []byte
+	From      DeviceAddress
+	To        DeviceAddress
+}
+
+// wireInitiationV1 is the version-1 form, decoded only to name its version.
+type wireInitiationV1 struct {
 	_         struct{} `cbor:",toarray"`
 	IKSign    []byte
 	IKDH      []byte
@@ -336,15 +381,46 @@ func EncodeRatchetHeader(h *RatchetHeader) ([]byte, error) {
 	return Marshal(&wireHeader{Session: h.Session[:], DH: h.DH[:], PN: h.PN, N: h.N})
 }
 
+func checkInitiation(in *PrekeyInitiation) error {
+	if len(in.KEMCiphertext) != MLKEM768CiphertextSize {
+		return fmt.Errorf("messages: encode prekey initiation: KEM ciphertext must be %d bytes", MLKEM768CiphertextSize)
+	}
+	if err := in.From.Validate(); err != nil {
+		return fmt.Errorf("messages: encode prekey initiation: from: %w", err)
+	}
+	if err := in.To.Validate(); err != nil {
+		return fmt.Errorf("messages: encode prekey initiation: to: %w", err)
+	}
+	return nil
+}
+
 // EncodePrekeyInitiation returns the canonical encoding of in. The session
 // id of the session it creates is a hash of these bytes.
 func EncodePrekeyInitiation(in *PrekeyInitiation) ([]byte, error) {
-	if len(in.KEMCiphertext) != MLKEM768CiphertextSize {
-		return nil, fmt.Errorf("messages: encode prekey initiation: KEM ciphertext must be %d bytes", MLKEM768CiphertextSize)
+	if err := checkInitiation(in); err != nil {
+		return nil, err
 	}
 	w := wireInitiation{
+		V:      PrekeyInitiationVersion,
 		IKSign: in.Identity.Sign[:], IKDH: in.Identity.DH[:], Ephemeral: in.Ephemeral[:],
 		SPKID: in.SignedPrekeyID, KEMID: in.KEMPrekeyID, OTPKID: in.OneTimePrekeyID, KEMCT: in.KEMCiphertext,
+		From: in.From, To: in.To, Sig: in.Signature[:],
+	}
+	return Marshal(&w)
+}
+
+// PrekeyInitiationSigningBytes returns the canonical encoding of in
+// without its signature: the bytes the initiator signs (behind a context
+// string, crypto/ratchet).
+func PrekeyInitiationSigningBytes(in *PrekeyInitiation) ([]byte, error) {
+	if err := checkInitiation(in); err != nil {
+		return nil, err
+	}
+	w := wireInitiationBody{
+		V:      PrekeyInitiationVersion,
+		IKSign: in.Identity.Sign[:], IKDH: in.Identity.DH[:], Ephemeral: in.Ephemeral[:],
+		SPKID: in.SignedPrekeyID, KEMID: in.KEMPrekeyID, OTPKID: in.OneTimePrekeyID, KEMCT: in.KEMCiphertext,
+		From: in.From, To: in.To,
 	}
 	return Marshal(&w)
 }
@@ -422,16 +498,28 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 func decodeInitiation(what string, b []byte) (*PrekeyInitiation, error) {
 	var wi wireInitiation
 	if err := Unmarshal(what, b, &wi, MaxPrekeyBundleSize); err != nil {
+		var v1 wireInitiationV1
+		if Unmarshal(what, b, &v1, MaxPrekeyBundleSize) == nil {
+			return nil, decodeErr(what, ErrUnsupportedVersion, fmt.Errorf("version 1 (no addresses, no signature)"))
+		}
 		return nil, err
 	}
-	if len(wi.IKSign) != Ed25519PublicKeySize || len(wi.IKDH) != X25519KeySize ||
-		len(wi.Ephemeral) != X25519KeySize || len(wi.KEMCT) != MLKEM768CiphertextSize {
-		return nil, decodeErr(what, ErrMalformed, fmt.Errorf("wrong key or ciphertext size"))
+	if wi.V != PrekeyInitiationVersion {
+		return nil, decodeErr(what, ErrUnsupportedVersion, fmt.Errorf("version %d", wi.V))
 	}
-	in := &PrekeyInitiation{SignedPrekeyID: wi.SPKID, KEMPrekeyID: wi.KEMID, OneTimePrekeyID: wi.OTPKID, KEMCiphertext: wi.KEMCT}
+	if len(wi.IKSign) != Ed25519PublicKeySize || len(wi.IKDH) != X25519KeySize ||
+		len(wi.Ephemeral) != X25519KeySize || len(wi.KEMCT) != MLKEM768CiphertextSize || len(wi.Sig) != SignatureSize {
+		return nil, decodeErr(what, ErrMalformed, fmt.Errorf("wrong key, ciphertext or signature size"))
+	}
+	if wi.From.Validate() != nil || wi.To.Validate() != nil {
+		return nil, decodeErr(what, ErrMalformed, fmt.Errorf("bad device address"))
+	}
+	in := &PrekeyInitiation{SignedPrekeyID: wi.SPKID, KEMPrekeyID: wi.KEMID, OneTimePrekeyID: wi.OTPKID, KEMCiphertext: wi.KEMCT,
+		From: wi.From, To: wi.To}
 	copy(in.Identity.Sign[:], wi.IKSign)
 	copy(in.Identity.DH[:], wi.IKDH)
 	copy(in.Ephemeral[:], wi.Ephemeral)
+	copy(in.Signature[:], wi.Sig)
 	return in, nil
 }
 

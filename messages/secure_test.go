@@ -17,6 +17,8 @@ func sampleEnvelope(withInit bool) *Envelope {
 		e.Initiation = &PrekeyInitiation{
 			Ephemeral: [32]byte{4}, SignedPrekeyID: 5, KEMPrekeyID: 6, OneTimePrekeyID: &otpk,
 			KEMCiphertext: bytes.Repeat([]byte{0x33}, MLKEM768CiphertextSize),
+			From:          DeviceAddress{User: "alice", Device: 1}, To: DeviceAddress{User: "bob", Device: 2},
+			Signature: [SignatureSize]byte{8},
 		}
 		e.Initiation.Identity.Sign[0], e.Initiation.Identity.DH[0] = 1, 2
 	}
@@ -272,4 +274,50 @@ func FuzzDecodePrekeyBundle(f *testing.F) {
 			t.Fatalf("accepted input is not canonical: %v", err)
 		}
 	})
+}
+
+// TestPrekeyInitiationVersion1Refused: a version-1 initiation (no
+// addresses, no signature) is named as an unsupported version, and the
+// signature covers every other field of version 2.
+func TestPrekeyInitiationVersion1Refused(t *testing.T) {
+	in := sampleEnvelope(true).Initiation
+	v1, err := Marshal(&wireInitiationV1{IKSign: in.Identity.Sign[:], IKDH: in.Identity.DH[:], Ephemeral: in.Ephemeral[:],
+		SPKID: in.SignedPrekeyID, KEMID: in.KEMPrekeyID, OTPKID: in.OneTimePrekeyID, KEMCT: in.KEMCiphertext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodePrekeyInitiation(v1); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("version 1 initiation: %v, want ErrUnsupportedVersion", err)
+	}
+	body, err := PrekeyInitiationSigningBytes(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(c *PrekeyInitiation){
+		"from":      func(c *PrekeyInitiation) { c.From.Device++ },
+		"to":        func(c *PrekeyInitiation) { c.To.User = "mallory" },
+		"ik dh":     func(c *PrekeyInitiation) { c.Identity.DH[1] ^= 1 },
+		"ephemeral": func(c *PrekeyInitiation) { c.Ephemeral[1] ^= 1 },
+		"kem ct":    func(c *PrekeyInitiation) { c.KEMCiphertext = bytes.Repeat([]byte{0x34}, MLKEM768CiphertextSize) },
+	} {
+		c := *in
+		mut(&c)
+		other, err := PrekeyInitiationSigningBytes(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(body, other) {
+			t.Errorf("%s is not covered by the signed bytes", name)
+		}
+	}
+	c := *in
+	c.Signature[0] ^= 1
+	if other, _ := PrekeyInitiationSigningBytes(&c); !bytes.Equal(body, other) {
+		t.Error("the signed bytes depend on the signature")
+	}
+	c = *in
+	c.From = DeviceAddress{}
+	if _, err := EncodePrekeyInitiation(&c); err == nil {
+		t.Error("an initiation without a from address was encoded")
+	}
 }

@@ -128,7 +128,7 @@ func (n *Node) openDevice(ctx context.Context) error {
 	timed := timedDelivery{DeliveryStore: store, update: n.txLatency.WithLabelValues("delivery", "update"), view: n.txLatency.WithLabelValues("delivery", "view")}
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
-		Store: timed, Transport: transport, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
+		Store: timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
 		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, Handler: dc.Handler, Buffer: dc.Buffer,
 		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
 	})

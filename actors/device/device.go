@@ -139,6 +139,10 @@ type Config struct {
 	Store persistence.DeliveryStore
 	// Transport fetches bundles and carries envelopes to peers.
 	Transport session.Transport
+	// Address is this device's address (session.Config.Local): signed
+	// into its initiations and required of the initiations it accepts.
+	// Zero: the Transport's, when it implements session.LocalAddresser.
+	Address messages.DeviceAddress
 	// Now is the client wall clock (receive, commit and prune times);
 	// nil: time.Now.
 	Now func() time.Time
@@ -235,6 +239,9 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		cfg.Session(&scfg)
 	}
 	scfg.Store, scfg.Transport, scfg.Now, scfg.Logger, scfg.Mailboxes = cfg.Store, cfg.Transport, cfg.Now, cfg.Logger, cfg.Mailboxes
+	if cfg.Address != (messages.DeviceAddress{}) {
+		scfg.Local = cfg.Address
+	}
 	scfg.MaxPendingPerSender, scfg.MaxBatch, scfg.Observe, scfg.OnAck = cfg.MaxPendingPerSender, cfg.MaxBatch, d.observe, d.acked
 	if d.queue != nil {
 		scfg.OnDelivery = d.queue.push

@@ -109,7 +109,7 @@ func (v *dev) disarm()         { v.fail.Store(nil) }
 func (v *dev) start() {
 	v.ms.tb.Helper()
 	v.tr = &lossyTransport{Transport: v.ms.net.Endpoint(v.addr)}
-	cfg := device.Config{Store: v.store, Transport: v.tr, Now: v.ms.clock.Now,
+	cfg := device.Config{Store: v.store, Transport: v.tr, Address: v.addr, Now: v.ms.clock.Now,
 		Session: func(c *session.Config) { c.RefreshInterval = -1 }}
 	if v.tweak != nil {
 		v.tweak(&cfg)

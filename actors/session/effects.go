@@ -21,10 +21,11 @@ type writes struct {
 	deleteSession bool
 	// pin pins this identity for peer (first contact, AcceptIdentity).
 	pin *ratchet.IdentityPublic
-	// otpk is the one-time prekey an accepted initiation consumed: it is
-	// removed from the stored prekey store (ErrUnknownPrekey when another
-	// initiation consumed it first: one-time prekeys are single use).
-	otpk *uint32
+	// accept is the initiation an envelope was accepted under: applied to
+	// the stored prekey store (its one-time prekey consumed, or a
+	// last-resort initiation's id recorded), refused when another copy was
+	// accepted first (ErrUnknownPrekey, ErrReplay).
+	accept *ratchet.AcceptedInitiation
 	// session is the new encoded session record (nil: unchanged).
 	session []byte
 
@@ -63,7 +64,7 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 			return err
 		}
 	}
-	if w.otpk != nil {
+	if w.accept != nil {
 		raw, ok, err := tx.Prekeys()
 		if err != nil {
 			return err
@@ -75,7 +76,7 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 		if err != nil {
 			return corrupt("prekeys", err)
 		}
-		if ps, err = ps.ConsumeOneTime(*w.otpk); err != nil {
+		if ps, err = ps.Accept(*w.accept); err != nil {
 			return err
 		}
 		if err := putPrekeys(tx, ps); err != nil {

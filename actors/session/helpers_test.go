@@ -44,7 +44,7 @@ func (ms *mesh) add(addr messages.DeviceAddress, store persistence.DeliveryStore
 	if store == nil {
 		store = memory.NewDelivery()
 	}
-	cfg := session.Config{Store: store, Transport: ms.net.Endpoint(addr), Now: ms.clock.Now, RefreshInterval: -1}
+	cfg := session.Config{Store: store, Transport: ms.net.Endpoint(addr), Local: addr, Now: ms.clock.Now, RefreshInterval: -1}
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -56,6 +56,11 @@ type Config struct {
 	Store persistence.DeliveryStore
 	// Transport fetches bundles and carries envelopes.
 	Transport Transport
+	// Local is this device's address, signed into its initiations and
+	// required of the initiations it accepts; zero: the Transport's
+	// LocalAddress when it has one (LocalAddresser). Without either, this
+	// device cannot initiate sessions.
+	Local messages.DeviceAddress
 	// Now is the injected clock (prekey schedule, initiation checks,
 	// receive, commit and send times); nil: time.Now.
 	Now func() time.Time
@@ -103,6 +108,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if la, ok := c.Transport.(LocalAddresser); ok && c.Local == (messages.DeviceAddress{}) {
+		c.Local = la.LocalAddress()
 	}
 	if c.Ratchet == (ratchet.Config{}) {
 		c.Ratchet = ratchet.DefaultConfig()
@@ -190,6 +198,7 @@ type Manager struct {
 	sys       *actor.ActorSystem
 	local     ratchet.Identity
 	pub       ratchet.IdentityPublic
+	self      messages.DeviceAddress // Config.Local
 	committer *actor.PID
 
 	mu        sync.Mutex
@@ -219,7 +228,7 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, sys: sys, peers: make(map[messages.DeviceAddress]*peerEntry), closing: make(chan struct{})}
+	m := &Manager{cfg: cfg, sys: sys, peers: make(map[messages.DeviceAddress]*peerEntry), closing: make(chan struct{}), self: cfg.Local}
 	// ready reports whether the stored identity and prekeys are usable as
 	// they are (loading the identity).
 	ready := func(r persistence.DeliveryReader) (bool, error) {

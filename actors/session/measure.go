@@ -120,7 +120,7 @@ func establishedRecord() (ratchet.SessionRecord, error) {
 	if err != nil {
 		return ratchet.SessionRecord{}, err
 	}
-	ra, _, err := ratchet.Initiate(ratchet.SessionRecord{}, alice, &bundle)
+	ra, _, err := ratchet.Initiate(ratchet.SessionRecord{}, alice, &bundle, aliceToBob)
 	if err != nil {
 		return ratchet.SessionRecord{}, err
 	}
@@ -128,7 +128,7 @@ func establishedRecord() (ratchet.SessionRecord, error) {
 	if err != nil {
 		return ratchet.SessionRecord{}, err
 	}
-	res, err := ratchet.Decrypt(ratchet.SessionRecord{}, bob, ps, env, now)
+	res, err := ratchet.Decrypt(ratchet.SessionRecord{}, bob, ps, env, aliceToBob, now)
 	if err != nil {
 		return ratchet.SessionRecord{}, err
 	}
@@ -136,9 +136,15 @@ func establishedRecord() (ratchet.SessionRecord, error) {
 	if err != nil {
 		return ratchet.SessionRecord{}, err
 	}
-	back, err := ratchet.Decrypt(ra, alice, ratchet.PrekeyStore{}, env, now)
+	back, err := ratchet.Decrypt(ra, alice, ratchet.PrekeyStore{}, env, bobToAlice, now)
 	if err != nil {
 		return ratchet.SessionRecord{}, err
 	}
 	return back.Record, nil
 }
+
+// The routes of the measured pair's envelopes.
+var (
+	aliceToBob = ratchet.Route{From: messages.DeviceAddress{User: "alice", Device: 1}, To: messages.DeviceAddress{User: "bob", Device: 1}}
+	bobToAlice = ratchet.Route{From: aliceToBob.To, To: aliceToBob.From}
+)

@@ -307,7 +307,7 @@ func (a *peerActor) encrypt(ctx context.Context, plaintext []byte) (encrypted, e
 			id := bundle.Identity
 			out.pin = &id
 		}
-		if rec, _, err = cfg.Ratchet.Initiate(rec, a.m.local, bundle); err != nil {
+		if rec, _, err = cfg.Ratchet.Initiate(rec, a.m.local, bundle, ratchet.Route{From: a.m.self, To: a.peer}); err != nil {
 			return out, wrapPeer("initiate", a.peer, err)
 		}
 	}
@@ -335,10 +335,10 @@ func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
 
 // decrypted is an envelope decrypted on the speculative record.
 type decrypted struct {
-	res  ratchet.DecryptResult
-	raw  []byte
-	pin  *ratchet.IdentityPublic
-	otpk *uint32
+	res    ratchet.DecryptResult
+	raw    []byte
+	pin    *ratchet.IdentityPublic
+	accept *ratchet.AcceptedInitiation
 }
 
 func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, error) {
@@ -373,7 +373,9 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 			return out, wrapPeer("load prekeys", a.peer, corrupt("prekeys", err))
 		}
 	}
-	res, err := cfg.Ratchet.Decrypt(a.rec, a.m.local, prekeys, envelope, cfg.Now())
+	// a.peer is the sender the transport authenticated (the caller's
+	// from): an initiation naming another address is refused.
+	res, err := cfg.Ratchet.Decrypt(a.rec, a.m.local, prekeys, envelope, ratchet.Route{From: a.peer, To: a.m.self}, cfg.Now())
 	if err != nil {
 		return out, wrapPeer("decrypt", a.peer, err)
 	}
@@ -385,9 +387,7 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 		id := res.Session.Remote
 		out.pin = &id
 	}
-	if res.PrekeysChanged && env.Initiation != nil {
-		out.otpk = env.Initiation.OneTimePrekeyID
-	}
+	out.accept = res.Accepted
 	if out.raw, err = ratchet.MarshalState(res.Record); err != nil {
 		return out, wrapPeer("decrypt", a.peer, err)
 	}
@@ -398,7 +398,7 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 // adoptDecryption makes d the speculative state and adds its writes.
 func (a *peerActor) adoptDecryption(d decrypted, wr *writes) {
 	a.rec = d.res.Record
-	wr.session, wr.otpk = d.raw, d.otpk
+	wr.session, wr.accept = d.raw, d.accept
 	if d.pin != nil {
 		a.pin = d.pin
 		wr.pin = d.pin

@@ -21,6 +21,12 @@ type Transport interface {
 	Send(ctx context.Context, peer messages.DeviceAddress, envelope []byte) error
 }
 
+// LocalAddresser is implemented by a Transport that knows the address of
+// the device it serves (Config.Local defaults to it).
+type LocalAddresser interface {
+	LocalAddress() messages.DeviceAddress
+}
+
 // Delivered is one envelope queued by the in-process transport.
 type Delivered struct {
 	From     messages.DeviceAddress
@@ -67,6 +73,9 @@ type endpoint struct {
 	n    *InProcess
 	self messages.DeviceAddress
 }
+
+// LocalAddress implements LocalAddresser.
+func (e *endpoint) LocalAddress() messages.DeviceAddress { return e.self }
 
 func (e *endpoint) FetchBundle(ctx context.Context, peer messages.DeviceAddress) (*messages.PrekeyBundle, error) {
 	e.n.mu.Lock()

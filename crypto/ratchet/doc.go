@@ -27,10 +27,24 @@
 //     the identity X25519 key, the prekey id and the public key, so neither
 //     the DH identity key nor a prekey can be swapped under a valid
 //     signature (see signedPrekeyMessage).
-//   - Session id: SHA-256("syncmesh-ratchet-session-v1" || encoded initiation).
+//   - Initiation (version 2): besides PQXDH's fields it names both device
+//     addresses (from, to) and carries the initiator's Ed25519 signature
+//     over all of it (context "syncmesh-pqxdh-v2 initiation"), so the
+//     signing half of the identity is proven and the addresses are bound.
+//     The responder requires from to be the sender its transport
+//     authenticated (Route) and checks, before any DH or KEM work: the
+//     addresses, the session id, the accepted-initiation set, the pin,
+//     the caps on N and PN + N, then the signature.
+//   - Session id: SHA-256("syncmesh-ratchet-session-v2" || encoded
+//     initiation); the header names it, so every envelope's AD binds the
+//     addresses.
+//   - Replay of last-resort initiations: the prekey store keeps the ids of
+//     accepted initiations without a one-time prekey until the prekeys
+//     they name expire (PrekeyStore.Accept, PrekeyConfig.MaxAcceptedInitiations).
 //   - Double Ratchet (DR §5.2): KDF_RK = HKDF-SHA256(salt = RK, ikm = DH
 //     output, info = "syncmesh_Ratchet_Root_v1") split into RK' and CK;
-//     KDF_CK: MK = HMAC-SHA256(CK, 0x01), CK' = HMAC-SHA256(CK, 0x02);
+//     KDF_CK: MK = HMAC-SHA256(CK, 0x01), CK' = HMAC-SHA256(CK, 0x02),
+//     computed without allocating;
 //     ENCRYPT: AES-256-GCM with key and nonce = HKDF-SHA256(ikm = MK,
 //     info = "syncmesh_Ratchet_Message_v1") (32 + 12 bytes), associated
 //     data = encoded header || encoded initiation (prekey envelopes only) ||

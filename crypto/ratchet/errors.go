@@ -37,6 +37,15 @@ var (
 	ErrChainExhausted = errors.New("ratchet: sending chain exhausted")
 	// ErrInvalidConfig marks a Config or PrekeyConfig with a non-positive limit.
 	ErrInvalidConfig = errors.New("ratchet: invalid configuration")
+	// ErrWrongAddress marks an initiation whose device addresses are not
+	// the route it arrived on: its From is not the sender the transport
+	// authenticated, or its To is not this device.
+	ErrWrongAddress = errors.New("ratchet: initiation names other device addresses")
+	// ErrInitiationLimit marks a last-resort initiation (one without a
+	// one-time prekey) refused because the set of accepted initiation ids
+	// is full, or because it names a signed prekey closed to last-resort
+	// initiations when that set last filled up (PrekeyConfig.MaxAcceptedInitiations).
+	ErrInitiationLimit = errors.New("ratchet: last-resort initiations refused until the signed prekey rotates")
 )
 
 // IdentityChangedError reports that a peer presented an identity other

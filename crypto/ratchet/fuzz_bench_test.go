@@ -30,7 +30,7 @@ func FuzzDecrypt(f *testing.F) {
 	pkEnc := mustPrekeys(f, b.prekeys)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for i, rec := range recs {
-			res, err := cfg.Decrypt(rec, b.id, b.prekeys, in, t0)
+			res, err := cfg.Decrypt(rec, b.id, b.prekeys, in, routeOf(a, b), t0)
 			if err != nil && (res.Plaintext != nil || !res.Record.IsEmpty()) {
 				t.Fatal("error with a non-zero result")
 			}
@@ -93,7 +93,7 @@ func BenchmarkInitiation(b *testing.B) {
 			b.StartTimer()
 		}
 		y.prekeys = pk
-		rec, _, err := cfg.Initiate(SessionRecord{}, x.id, &bundle)
+		rec, _, err := cfg.Initiate(SessionRecord{}, x.id, &bundle, routeOf(x, y))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func BenchmarkInitiation(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err := cfg.Decrypt(SessionRecord{}, y.id, y.prekeys, env, t0)
+		res, err := cfg.Decrypt(SessionRecord{}, y.id, y.prekeys, env, routeOf(x, y), t0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package ratchet
 import (
 	"bytes"
 	"testing"
+
+	"github.com/syncmesh/syncmesh/messages"
 )
 
 // The stored-state decoders read what storage hands back (sealed, but a
@@ -34,6 +36,13 @@ func FuzzUnmarshalState(f *testing.F) {
 	for _, r := range b.recs {
 		f.Add(mustState(f, r))
 	}
+	// A record with skipped keys, and the same in the version-1 layout
+	// (skipped keys without times).
+	cfg := DefaultConfig()
+	a.send(f, cfg, b, []byte("skipped"))
+	b.mustRecv(f, cfg, a, a.send(f, cfg, b, []byte("x")), nil)
+	f.Add(mustState(f, b.recs["alice"]))
+	f.Add(stateV1(f, b.recs["alice"]))
 	f.Add(mustState(f, SessionRecord{}))
 	f.Add([]byte{0xa0})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -68,6 +77,20 @@ func FuzzUnmarshalIdentity(f *testing.F) {
 func FuzzUnmarshalPrekeyStore(f *testing.F) {
 	d := newDevice(f, "fuzz")
 	f.Add(mustPrekeys(f, d.prekeys))
+	f.Add(prekeysV1(f, d.prekeys))
+	// With accepted last-resort initiations and a closed signed prekey.
+	a := newDevice(f, "alice")
+	for range 2 {
+		env := initiateTo(f, DefaultConfig(), a, d, lastResort(f, d), "x")
+		d.recs["alice"] = SessionRecord{}
+		d.mustRecv(f, DefaultConfig(), a, env, nil)
+	}
+	pc := d.prekeys.Config()
+	pc.MaxAcceptedInitiations = 2
+	pk, _ := d.prekeys.WithConfig(pc)
+	pk, _, _ = pk.Refresh(d.id, t0)
+	f.Add(mustPrekeys(f, d.prekeys))
+	f.Add(mustPrekeys(f, pk))
 	f.Add([]byte{0xa0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := UnmarshalPrekeyStore(data)
@@ -76,4 +99,46 @@ func FuzzUnmarshalPrekeyStore(f *testing.F) {
 		}
 		stable(t, got, MarshalPrekeyStore, UnmarshalPrekeyStore)
 	})
+}
+
+// stateV1 encodes r in the version-1 record layout.
+func stateV1(tb testing.TB, r SessionRecord) []byte {
+	tb.Helper()
+	var w wireRecord
+	if err := messages.Unmarshal("test", mustState(tb, r), &w, MaxStateSize); err != nil {
+		tb.Fatal(err)
+	}
+	w.V = 1
+	for i := range w.Sessions {
+		var old []byte
+		for p := w.Sessions[i].Skipped; len(p) > 0; p = p[skippedEntry:] {
+			old = append(old, p[:36]...)
+			old = append(old, p[44:76]...)
+		}
+		w.Sessions[i].Skipped = old
+	}
+	b, err := messages.Marshal(&w)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// prekeysV1 encodes p in the version-1 prekey store layout.
+func prekeysV1(tb testing.TB, p PrekeyStore) []byte {
+	tb.Helper()
+	var w wirePrekeyStoreV2
+	if err := messages.Unmarshal("test", mustPrekeys(tb, p), &w, maxPrekeyStoreSize); err != nil {
+		tb.Fatal(err)
+	}
+	old := wirePrekeyStore{V: 1, NextID: w.NextID, KEM: w.KEM, OneTime: w.OneTime}
+	copy(old.Cfg[:], w.Cfg[:5])
+	for _, k := range w.Signed {
+		old.Signed = append(old.Signed, wireSignedKey{ID: k.ID, Priv: k.Priv, Sig: k.Sig, Created: k.Created, Expires: k.Expires})
+	}
+	b, err := messages.Marshal(&old)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }

@@ -55,7 +55,7 @@ func (d *device) bundle(t testing.TB) *messages.PrekeyBundle {
 
 func (d *device) initiate(t testing.TB, cfg Config, peer *device) SessionInfo {
 	t.Helper()
-	rec, info, err := cfg.Initiate(d.recs[peer.name], d.id, peer.bundle(t))
+	rec, info, err := cfg.Initiate(d.recs[peer.name], d.id, peer.bundle(t), routeOf(d, peer))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func (d *device) send(t testing.TB, cfg Config, peer *device, pt []byte) []byte 
 }
 
 func (d *device) recv(cfg Config, peer *device, env []byte, now time.Time) (DecryptResult, error) {
-	res, err := cfg.Decrypt(d.recs[peer.name], d.id, d.prekeys, env, now)
+	res, err := cfg.Decrypt(d.recs[peer.name], d.id, d.prekeys, env, routeOf(peer, d), now)
 	if err != nil {
 		return res, err
 	}
@@ -94,6 +94,14 @@ func (d *device) mustRecv(t testing.TB, cfg Config, peer *device, env []byte, wa
 	}
 	return res
 }
+
+// addr is the device's address: its name, device 1.
+func (d *device) addr() messages.DeviceAddress {
+	return messages.DeviceAddress{User: d.name, Device: 1}
+}
+
+// routeOf is the route of an envelope from → to.
+func routeOf(from, to *device) Route { return Route{From: from.addr(), To: to.addr()} }
 
 func mustState(t testing.TB, r SessionRecord) []byte {
 	t.Helper()

@@ -80,9 +80,25 @@ func CheckPin(pinned, seen IdentityPublic) error {
 
 // Domain-separation prefixes of prekey signatures.
 const (
-	sigContextSPK = "syncmesh-pqxdh-v1 signed prekey"
-	sigContextKEM = "syncmesh-pqxdh-v1 kem prekey"
+	sigContextSPK  = "syncmesh-pqxdh-v1 signed prekey"
+	sigContextKEM  = "syncmesh-pqxdh-v1 kem prekey"
+	sigContextInit = "syncmesh-pqxdh-v2 initiation"
 )
+
+// initiationSigningMessage is what the initiator's identity signs:
+// context || 0x00 || the initiation's canonical encoding without the
+// signature (both addresses, both identity keys, the ephemeral key, the
+// prekey ids and the KEM ciphertext).
+func initiationSigningMessage(in *messages.PrekeyInitiation) ([]byte, error) {
+	body, err := messages.PrekeyInitiationSigningBytes(in)
+	if err != nil {
+		return nil, err
+	}
+	m := make([]byte, 0, len(sigContextInit)+1+len(body))
+	m = append(m, sigContextInit...)
+	m = append(m, 0)
+	return append(m, body...), nil
+}
 
 // signedPrekeyMessage is what the identity key signs for a prekey:
 // context || 0x00 || IK_dh || id (u32 big endian) || public key. Binding

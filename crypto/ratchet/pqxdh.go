@@ -16,7 +16,9 @@ import (
 // §2.2: application name, curve, hash and KEM).
 const InfoPQXDH = "syncmesh_PQXDH_CURVE25519_SHA-256_ML-KEM-768"
 
-const sessionIDContext = "syncmesh-ratchet-session-v1"
+// sessionIDContext names the version-2 initiation the id hashes (its
+// addresses and signature included).
+const sessionIDContext = "syncmesh-ratchet-session-v2"
 
 // SessionIDOf returns the id of the session an initiation creates:
 // SHA-256(sessionIDContext || canonical encoding of the initiation).
@@ -108,7 +110,7 @@ func wipeAll(bs [][]byte) {
 
 // initiatorAgreement runs the sending side of PQXDH (§3.3) against bundle b
 // and returns SK and the initiation block to attach.
-func initiatorAgreement(local Identity, b *messages.PrekeyBundle) ([32]byte, *messages.PrekeyInitiation, error) {
+func initiatorAgreement(local Identity, b *messages.PrekeyBundle, route Route) ([32]byte, *messages.PrekeyInitiation, error) {
 	var sk [32]byte
 	if err := VerifyBundle(b); err != nil {
 		return sk, nil, err
@@ -134,6 +136,7 @@ func initiatorAgreement(local Identity, b *messages.PrekeyBundle) ([32]byte, *me
 	in := &messages.PrekeyInitiation{
 		Identity: local.pub, Ephemeral: ePub,
 		SignedPrekeyID: b.SignedPrekey.ID, KEMPrekeyID: b.KEMPrekey.ID,
+		From: route.From, To: route.To,
 	}
 	if o := b.OneTimePrekey; o != nil {
 		pairs = append(pairs, dhPair{eKey, o.Public}) // DH4 = DH(EK_A, OPK_B)
@@ -152,34 +155,38 @@ func initiatorAgreement(local Identity, b *messages.PrekeyBundle) ([32]byte, *me
 	ss, ct := ek.Encapsulate()
 	defer wipe(ss)
 	in.KEMCiphertext = ct
+	msg, err := initiationSigningMessage(in)
+	if err != nil {
+		return sk, nil, err
+	}
+	in.Signature = local.sign(msg)
 	sk, err = pqxdhKDF(dhs, ss)
 	return sk, in, err
 }
 
 // responderAgreement runs the receiving side of PQXDH (§3.4): it looks up
 // the named prekeys (ErrUnknownPrekey when one is missing, expired or
-// consumed) and returns SK, the signed prekey (the responder's first
-// ratchet key pair, DR §3.3 / X3DH §3.3) and the store without the one-time
-// prekey.
-func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyInitiation, now time.Time) ([32]byte, signedKey, PrekeyStore, error) {
+// consumed) and returns SK and the signed prekey (the responder's first
+// ratchet key pair, DR §3.3 / X3DH §3.3). Consuming the one-time prekey is
+// PrekeyStore.Accept's job.
+func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyInitiation, now time.Time) ([32]byte, signedKey, error) {
 	var sk [32]byte
 	spk, err := store.lookupSigned(in.SignedPrekeyID, now)
 	if err != nil {
-		return sk, signedKey{}, store, err
+		return sk, signedKey{}, err
 	}
 	kk, err := store.lookupKEM(in.KEMPrekeyID, now)
 	if err != nil {
-		return sk, signedKey{}, store, err
+		return sk, signedKey{}, err
 	}
-	out := store
 	spkKey, err := privateKey(spk.key, spk.priv)
 	if err != nil {
-		return sk, signedKey{}, store, err
+		return sk, signedKey{}, err
 	}
 	spk.key = spkKey
 	ik, err := local.dhKey()
 	if err != nil {
-		return sk, signedKey{}, store, err
+		return sk, signedKey{}, err
 	}
 	pairs := []dhPair{
 		{spkKey, in.Identity.DH}, // DH1
@@ -187,13 +194,13 @@ func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyIn
 		{spkKey, in.Ephemeral},   // DH3
 	}
 	if in.OneTimePrekeyID != nil {
-		var ot oneTimeKey
-		if out, ot, err = store.takeOneTime(*in.OneTimePrekeyID); err != nil {
-			return sk, signedKey{}, store, err
+		_, ot, err := store.takeOneTime(*in.OneTimePrekeyID)
+		if err != nil {
+			return sk, signedKey{}, err
 		}
 		otKey, err := privateKey(nil, ot.priv)
 		if err != nil {
-			return sk, signedKey{}, store, err
+			return sk, signedKey{}, err
 		}
 		pairs = append(pairs, dhPair{otKey, in.Ephemeral}) // DH4
 	}
@@ -202,22 +209,22 @@ func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyIn
 	for _, p := range pairs {
 		d, err := x25519(p.priv, p.pub)
 		if err != nil {
-			return sk, signedKey{}, store, err
+			return sk, signedKey{}, err
 		}
 		dhs = append(dhs, d)
 	}
 	dk, err := mlkem.NewDecapsulationKey768(kk.seed[:])
 	if err != nil {
-		return sk, signedKey{}, store, err
+		return sk, signedKey{}, err
 	}
 	ss, err := dk.Decapsulate(in.KEMCiphertext)
 	if err != nil {
-		return sk, signedKey{}, store, fmt.Errorf("%w: %v", ErrTampered, err)
+		return sk, signedKey{}, fmt.Errorf("%w: %v", ErrTampered, err)
 	}
 	defer wipe(ss)
 	sk, err = pqxdhKDF(dhs, ss)
 	if err != nil {
-		return sk, signedKey{}, store, err
+		return sk, signedKey{}, err
 	}
-	return sk, spk, out, nil
+	return sk, spk, nil
 }

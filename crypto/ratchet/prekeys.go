@@ -28,6 +28,27 @@ type PrekeyConfig struct {
 	// MaxOneTime caps the one-time prekeys held; when a replenishment would
 	// exceed it, the oldest issued (handed out, never used) ones are dropped.
 	MaxOneTime int
+	// MaxAcceptedInitiations caps the ids of accepted last-resort
+	// initiations remembered so a replay is refused (they are kept until
+	// the prekeys they name expire). When the set is full, last-resort
+	// initiations are refused (ErrInitiationLimit) and the next Refresh
+	// rotates the signed prekey and closes every replaced one to
+	// last-resort initiations, which empties the set; initiations with a
+	// one-time prekey are never affected. 0: DefaultMaxAcceptedInitiations.
+	MaxAcceptedInitiations int
+}
+
+// DefaultMaxAcceptedInitiations is PrekeyConfig.MaxAcceptedInitiations'
+// default: 2 000 ids (80 KB in the prekey store).
+const DefaultMaxAcceptedInitiations = 2000
+
+const maxAcceptedLimit = 100_000
+
+func (c PrekeyConfig) maxAccepted() int {
+	if c.MaxAcceptedInitiations == 0 {
+		return DefaultMaxAcceptedInitiations
+	}
+	return c.MaxAcceptedInitiations
 }
 
 // DefaultPrekeyConfig returns the defaults: rotation every 7 days, 30 days
@@ -47,7 +68,8 @@ const maxOneTimeLimit = 10000
 
 func (c PrekeyConfig) validate() error {
 	if c.RotationInterval <= 0 || c.GracePeriod < 0 || c.OneTimeBatch <= 0 || c.OneTimeThreshold < 0 ||
-		c.MaxOneTime < c.OneTimeBatch || c.MaxOneTime > maxOneTimeLimit {
+		c.MaxOneTime < c.OneTimeBatch || c.MaxOneTime > maxOneTimeLimit ||
+		c.MaxAcceptedInitiations < 0 || c.MaxAcceptedInitiations > maxAcceptedLimit {
 		return fmt.Errorf("%w: prekey config %+v", ErrInvalidConfig, c)
 	}
 	return nil
@@ -61,6 +83,9 @@ type signedKey struct {
 	sig     [64]byte
 	created int64 // unix ns
 	expires int64 // unix ns; 0 while current
+	// closed: replaced when the accepted set was full; it completes only
+	// initiations with a one-time prekey for the rest of its grace period.
+	closed bool
 }
 
 type kemKey struct {
@@ -91,6 +116,82 @@ type PrekeyStore struct {
 	signed  []signedKey // current is last
 	kem     []kemKey    // current is last
 	oneTime []oneTimeKey
+	// accepted are the session ids of accepted last-resort initiations,
+	// oldest first (issue 13 item 6): such an initiation consumes nothing,
+	// so without them a recorded one would be accepted again once the
+	// session record forgot it (ResetSession, AcceptIdentity, eviction).
+	// An initiation with a one-time prekey needs no entry: its key is gone.
+	accepted []acceptedInit
+}
+
+// acceptedInit is one accepted last-resort initiation and the prekeys it
+// named: it is kept while both are held.
+type acceptedInit struct {
+	id          SessionID
+	signed, kem uint32
+}
+
+// AcceptedInitiation is an initiation Decrypt accepted, to apply to the
+// stored prekey store with Accept in the transaction that persists the
+// new session.
+type AcceptedInitiation struct {
+	session     SessionID
+	signed, kem uint32
+	oneTime     *uint32
+}
+
+// Session returns the id of the session the initiation created.
+func (a AcceptedInitiation) Session() SessionID { return a.session }
+
+// OneTimePrekeyID returns the one-time prekey it consumed (false: a
+// last-resort initiation).
+func (a AcceptedInitiation) OneTimePrekeyID() (uint32, bool) {
+	if a.oneTime == nil {
+		return 0, false
+	}
+	return *a.oneTime, true
+}
+
+func (s PrekeyStore) wasAccepted(id SessionID) bool {
+	for i := range s.accepted {
+		if s.accepted[i].id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// AcceptedCount returns how many last-resort initiation ids are held.
+func (s PrekeyStore) AcceptedCount() int { return len(s.accepted) }
+
+// Accept returns the store after initiation a was accepted: its one-time
+// prekey consumed (ErrUnknownPrekey when it is not held: unknown or
+// already used), or, for a last-resort initiation, its session id
+// recorded (ErrReplay when it is already; ErrInitiationLimit when the set
+// is full or the signed prekey it names is closed to last-resort
+// initiations). Decrypt applies it to its snapshot; the caller applies it
+// again to the stored store when it commits, so two concurrent copies of
+// one initiation are never both accepted (PQXDH §3.4).
+func (s PrekeyStore) Accept(a AcceptedInitiation) (PrekeyStore, error) {
+	if a.oneTime != nil {
+		out, _, err := s.takeOneTime(*a.oneTime)
+		return out, err
+	}
+	if s.wasAccepted(a.session) {
+		return s, fmt.Errorf("%w: initiation of session %s was accepted before", ErrReplay, a.session)
+	}
+	for _, k := range s.signed {
+		if k.id == a.signed && k.closed {
+			return s, fmt.Errorf("%w: signed prekey %d is closed to last-resort initiations", ErrInitiationLimit, a.signed)
+		}
+	}
+	if len(s.accepted) >= s.cfg.maxAccepted() {
+		return s, fmt.Errorf("%w: %d accepted initiation ids held", ErrInitiationLimit, len(s.accepted))
+	}
+	acc := make([]acceptedInit, 0, len(s.accepted)+1)
+	acc = append(acc, s.accepted...)
+	s.accepted = append(acc, acceptedInit{id: a.session, signed: a.signed, kem: a.kem})
+	return s, nil
 }
 
 // NewPrekeyStore creates a store with a fresh signed prekey, signed KEM
@@ -229,11 +330,23 @@ func (s PrekeyStore) Refresh(id Identity, now time.Time) (out PrekeyStore, chang
 	}
 	out = s
 	cur := s.signed[len(s.signed)-1]
-	if now.Sub(time.Unix(0, cur.created)) >= s.cfg.RotationInterval {
+	full := len(s.accepted) >= s.cfg.maxAccepted()
+	if full || now.Sub(time.Unix(0, cur.created)) >= s.cfg.RotationInterval {
 		if out, err = out.rotate(id, now); err != nil {
 			return s, false, err
 		}
 		changed = true
+	}
+	if full {
+		// The set is full: every replaced signed prekey now completes only
+		// initiations with a one-time prekey, so no last-resort initiation
+		// naming it can be accepted again, and its ids can go.
+		signed := make([]signedKey, len(out.signed))
+		copy(signed, out.signed)
+		for i := range signed[:len(signed)-1] {
+			signed[i].closed = true
+		}
+		out.signed = signed
 	}
 	t := now.UnixNano()
 	if n := countExpired(out.signed, t); n > 0 {
@@ -254,6 +367,9 @@ func (s PrekeyStore) Refresh(id Identity, now time.Time) (out PrekeyStore, chang
 	if len(keptKEM) != len(out.kem) {
 		out.kem, changed = keptKEM, true
 	}
+	if kept := out.liveAccepted(); len(kept) != len(out.accepted) {
+		out.accepted, changed = kept, true
+	}
 	before := len(out.oneTime)
 	if out, err = out.replenish(now); err != nil {
 		return s, false, err
@@ -262,6 +378,38 @@ func (s PrekeyStore) Refresh(id Identity, now time.Time) (out PrekeyStore, chang
 		changed = true
 	}
 	return out, changed, nil
+}
+
+// liveAccepted returns the accepted ids whose signed and KEM prekeys are
+// still held and open to last-resort initiations: an initiation naming a
+// forgotten or closed prekey is refused anyway.
+func (s PrekeyStore) liveAccepted() []acceptedInit {
+	open := func(id uint32) bool {
+		for _, k := range s.signed {
+			if k.id == id {
+				return !k.closed
+			}
+		}
+		return false
+	}
+	held := func(id uint32) bool {
+		for _, k := range s.kem {
+			if k.id == id {
+				return true
+			}
+		}
+		return false
+	}
+	var kept []acceptedInit
+	for _, a := range s.accepted {
+		if open(a.signed) && held(a.kem) {
+			kept = append(kept, a)
+		}
+	}
+	if len(kept) == len(s.accepted) {
+		return s.accepted
+	}
+	return kept
 }
 
 func countExpired(ks []signedKey, t int64) int {
@@ -378,7 +526,10 @@ func (s PrekeyStore) takeOneTime(id uint32) (PrekeyStore, oneTimeKey, error) {
 // ---------------------------------------------------------------------------
 // Encoding
 
-const prekeyStoreVersion = 1
+// prekeyStoreVersion 2 adds the accepted last-resort initiation ids, the
+// closed flag of signed prekeys and MaxAcceptedInitiations; version 1 is
+// still read (nothing accepted, nothing closed).
+const prekeyStoreVersion = 2
 
 const maxPrekeyStoreSize = 4 << 20
 
@@ -389,6 +540,16 @@ type wireSignedKey struct {
 	Sig     []byte
 	Created int64
 	Expires int64
+}
+
+type wireSignedKeyV2 struct {
+	_       struct{} `cbor:",toarray"`
+	ID      uint32
+	Priv    []byte
+	Sig     []byte
+	Created int64
+	Expires int64
+	Closed  bool
 }
 
 type wireKEMKey struct {
@@ -412,20 +573,45 @@ type wirePrekeyStore struct {
 	OneTime []byte
 }
 
+type wirePrekeyStoreV2 struct {
+	_      struct{} `cbor:",toarray"`
+	V      uint64
+	Cfg    [6]int64
+	NextID uint32
+	Signed []wireSignedKeyV2
+	KEM    []wireKEMKey
+	// OneTime as in version 1.
+	OneTime []byte
+	// Accepted packs session id (32) || signed prekey id (u32 BE) || KEM
+	// prekey id (u32 BE) per accepted last-resort initiation, oldest first.
+	Accepted []byte
+}
+
+const acceptedEntry = 32 + 4 + 4
+
 const oneTimeEntry = 4 + 1 + 32 + 32
 
 // MarshalPrekeyStore returns the deterministic encoding of s (private keys
 // included: seal it at rest).
 func MarshalPrekeyStore(s PrekeyStore) ([]byte, error) {
-	w := wirePrekeyStore{
-		V:      prekeyStoreVersion,
-		Cfg:    [5]int64{int64(s.cfg.RotationInterval), int64(s.cfg.GracePeriod), int64(s.cfg.OneTimeBatch), int64(s.cfg.OneTimeThreshold), int64(s.cfg.MaxOneTime)},
+	w := wirePrekeyStoreV2{
+		V: prekeyStoreVersion,
+		Cfg: [6]int64{int64(s.cfg.RotationInterval), int64(s.cfg.GracePeriod), int64(s.cfg.OneTimeBatch), int64(s.cfg.OneTimeThreshold),
+			int64(s.cfg.MaxOneTime), int64(s.cfg.MaxAcceptedInitiations)},
 		NextID: s.nextID,
-		Signed: make([]wireSignedKey, len(s.signed)),
+		Signed: make([]wireSignedKeyV2, len(s.signed)),
 		KEM:    make([]wireKEMKey, len(s.kem)),
 	}
 	for i, k := range s.signed {
-		w.Signed[i] = wireSignedKey{ID: k.id, Priv: k.priv[:], Sig: k.sig[:], Created: k.created, Expires: k.expires}
+		w.Signed[i] = wireSignedKeyV2{ID: k.id, Priv: k.priv[:], Sig: k.sig[:], Created: k.created, Expires: k.expires, Closed: k.closed}
+	}
+	if len(s.accepted) > 0 {
+		w.Accepted = make([]byte, 0, len(s.accepted)*acceptedEntry)
+		for _, a := range s.accepted {
+			w.Accepted = append(w.Accepted, a.id[:]...)
+			w.Accepted = binary.BigEndian.AppendUint32(w.Accepted, a.signed)
+			w.Accepted = binary.BigEndian.AppendUint32(w.Accepted, a.kem)
+		}
 	}
 	for i, k := range s.kem {
 		w.KEM[i] = wireKEMKey{ID: k.id, Seed: k.seed[:], Sig: k.sig[:], Created: k.created, Expires: k.expires}
@@ -450,19 +636,33 @@ func MarshalPrekeyStore(s PrekeyStore) ([]byte, error) {
 // messages.ErrMalformed.
 func UnmarshalPrekeyStore(b []byte) (PrekeyStore, error) {
 	const what = "ratchet prekey store"
-	var w wirePrekeyStore
+	var w wirePrekeyStoreV2
 	if err := messages.Unmarshal(what, b, &w, maxPrekeyStoreSize); err != nil {
-		return PrekeyStore{}, err
-	}
-	if w.V != prekeyStoreVersion {
+		// Version 1 (before the accepted initiation ids).
+		var w1 wirePrekeyStore
+		if messages.Unmarshal(what, b, &w1, maxPrekeyStoreSize) != nil || w1.V != 1 {
+			return PrekeyStore{}, err
+		}
+		w = wirePrekeyStoreV2{V: w1.V, NextID: w1.NextID, KEM: w1.KEM, OneTime: w1.OneTime}
+		copy(w.Cfg[:], w1.Cfg[:])
+		for _, k := range w1.Signed {
+			w.Signed = append(w.Signed, wireSignedKeyV2{ID: k.ID, Priv: k.Priv, Sig: k.Sig, Created: k.Created, Expires: k.Expires})
+		}
+	} else if w.V != prekeyStoreVersion {
 		return PrekeyStore{}, &messages.DecodeError{What: what, Kind: messages.ErrUnsupportedVersion, Err: fmt.Errorf("version %d", w.V)}
 	}
 	s := PrekeyStore{
 		cfg: PrekeyConfig{
 			RotationInterval: time.Duration(w.Cfg[0]), GracePeriod: time.Duration(w.Cfg[1]),
 			OneTimeBatch: int(w.Cfg[2]), OneTimeThreshold: int(w.Cfg[3]), MaxOneTime: int(w.Cfg[4]),
+			MaxAcceptedInitiations: int(w.Cfg[5]),
 		},
 		nextID: w.NextID,
+	}
+	// The cap is enforced by Accept; a store holding more (a lowered
+	// MaxAcceptedInitiations) still loads and refuses new ones.
+	if len(w.Accepted)%acceptedEntry != 0 || len(w.Accepted)/acceptedEntry > maxAcceptedLimit {
+		return PrekeyStore{}, decodeError(what, fmt.Errorf("accepted initiation ids: bad size"))
 	}
 	if err := s.cfg.validate(); err != nil {
 		return PrekeyStore{}, decodeError(what, err)
@@ -474,7 +674,7 @@ func UnmarshalPrekeyStore(b []byte) (PrekeyStore, error) {
 		if len(wk.Priv) != 32 || len(wk.Sig) != 64 {
 			return PrekeyStore{}, decodeError(what, fmt.Errorf("signed prekey %d: wrong sizes", wk.ID))
 		}
-		k := signedKey{id: wk.ID, created: wk.Created, expires: wk.Expires}
+		k := signedKey{id: wk.ID, created: wk.Created, expires: wk.Expires, closed: wk.Closed}
 		copy(k.priv[:], wk.Priv)
 		copy(k.sig[:], wk.Sig)
 		pk, err := ecdh.X25519().NewPrivateKey(k.priv[:])
@@ -511,6 +711,15 @@ func UnmarshalPrekeyStore(b []byte) (PrekeyStore, error) {
 		s.oneTime = append(s.oneTime, k)
 	}
 	wipe(w.OneTime)
+	seenAcc := make(map[SessionID]bool, len(w.Accepted)/acceptedEntry)
+	for p := w.Accepted; len(p) > 0; p = p[acceptedEntry:] {
+		a := acceptedInit{id: SessionID(p[:32]), signed: binary.BigEndian.Uint32(p[32:36]), kem: binary.BigEndian.Uint32(p[36:40])}
+		if seenAcc[a.id] {
+			return PrekeyStore{}, decodeError(what, fmt.Errorf("accepted initiation %s twice", a.id))
+		}
+		seenAcc[a.id] = true
+		s.accepted = append(s.accepted, a)
+	}
 	return s, nil
 }
 

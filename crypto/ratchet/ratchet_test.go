@@ -172,7 +172,7 @@ func flipEveryBit(t *testing.T, cfg Config, rx, tx *device, env, want []byte) {
 		for bit := range 8 {
 			mut := bytes.Clone(env)
 			mut[i] ^= 1 << bit
-			res, err := cfg.Decrypt(rx.recs[tx.name], rx.id, rx.prekeys, mut, t0)
+			res, err := cfg.Decrypt(rx.recs[tx.name], rx.id, rx.prekeys, mut, routeOf(tx, rx), t0)
 			if err == nil {
 				t.Fatalf("flip of byte %d bit %d accepted: %q", i, bit, res.Plaintext)
 			}
@@ -218,14 +218,26 @@ func TestIdentityPinning(t *testing.T) {
 	mallory.initiate(t, cfg, b)
 	env := mallory.send(t, cfg, b, []byte("i am alice"))
 	before := mustState(t, b.recs["alice"])
-	if _, err := cfg.Decrypt(b.recs["alice"], b.id, b.prekeys, env, t0); !errors.As(err, &ice) {
+	if _, err := cfg.Decrypt(b.recs["alice"], b.id, b.prekeys, env, Route{From: a.addr(), To: b.addr()}, t0); !errors.Is(err, ErrWrongAddress) {
+		t.Fatalf("mallory's initiation delivered as alice's: %v, want ErrWrongAddress", err)
+	}
+	// Mallory names alice's address in her initiation: the pin refuses it.
+	rec, _, err := cfg.Initiate(SessionRecord{}, mallory.id, b.bundle(t), Route{From: a.addr(), To: b.addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, env, err = cfg.Encrypt(rec, []byte("i am alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.Decrypt(b.recs["alice"], b.id, b.prekeys, env, Route{From: a.addr(), To: b.addr()}, t0); !errors.As(err, &ice) {
 		t.Fatalf("initiation from another identity: %v", err)
 	}
 	if !bytes.Equal(before, mustState(t, b.recs["alice"])) {
 		t.Fatal("state changed")
 	}
 	// Initiating with another identity's bundle on a pinned record.
-	if _, _, err := cfg.Initiate(a.recs["bob"], a.id, mallory.bundle(t)); !errors.As(err, &ice) {
+	if _, _, err := cfg.Initiate(a.recs["bob"], a.id, mallory.bundle(t), routeOf(a, b)); !errors.As(err, &ice) {
 		t.Fatalf("Initiate on a pinned record: %v", err)
 	}
 	// The remote identity is exposed for pinning.
@@ -264,7 +276,7 @@ func TestOneTimePrekeyReuseRefused(t *testing.T) {
 	}
 	otpk := bundle.OneTimePrekey.ID
 	for _, d := range []*device{a, c} {
-		rec, _, err := cfg.Initiate(SessionRecord{}, d.id, bundle)
+		rec, _, err := cfg.Initiate(SessionRecord{}, d.id, bundle, routeOf(d, b))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,7 +318,7 @@ func TestSignedPrekeyRotationAndGrace(t *testing.T) {
 	if nb := b.bundle(t); nb.SignedPrekey.ID == oldBundle.SignedPrekey.ID || nb.KEMPrekey.ID == oldBundle.KEMPrekey.ID {
 		t.Fatal("new bundle still names the old prekeys")
 	}
-	rec, _, err := cfg.Initiate(SessionRecord{}, a.id, oldBundle)
+	rec, _, err := cfg.Initiate(SessionRecord{}, a.id, oldBundle, routeOf(a, b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,11 +328,11 @@ func TestSignedPrekeyRotationAndGrace(t *testing.T) {
 	}
 	_ = rec
 	inGrace := rotatedAt.Add(pcfg.GracePeriod - time.Nanosecond)
-	if _, err := cfg.Decrypt(SessionRecord{}, b.id, b.prekeys, env, inGrace); err != nil {
+	if _, err := cfg.Decrypt(SessionRecord{}, b.id, b.prekeys, env, routeOf(a, b), inGrace); err != nil {
 		t.Fatalf("old signed prekey inside the grace period: %v", err)
 	}
 	after := rotatedAt.Add(pcfg.GracePeriod)
-	if _, err := cfg.Decrypt(SessionRecord{}, b.id, b.prekeys, env, after); !errors.Is(err, ErrUnknownPrekey) {
+	if _, err := cfg.Decrypt(SessionRecord{}, b.id, b.prekeys, env, routeOf(a, b), after); !errors.Is(err, ErrUnknownPrekey) {
 		t.Fatalf("old signed prekey after the grace period: %v", err)
 	}
 	pk, changed, err = b.prekeys.Refresh(b.id, after)
@@ -370,14 +382,19 @@ func TestOneTimePrekeyReplenishment(t *testing.T) {
 	pk2, bundle, _ := b.prekeys.IssueBundle(b.id.Public())
 	_ = pk2
 	bundle.OneTimePrekey = nil
-	rec, _, err := cfg.Initiate(SessionRecord{}, a.id, &bundle)
+	rec, _, err := cfg.Initiate(SessionRecord{}, a.id, &bundle, routeOf(a, b))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, env, _ := cfg.Encrypt(rec, []byte("no otpk"))
-	res, err := cfg.Decrypt(SessionRecord{}, b.id, b.prekeys, env, t0)
-	if err != nil || res.PrekeysChanged || string(res.Plaintext) != "no otpk" {
+	res, err := cfg.Decrypt(SessionRecord{}, b.id, b.prekeys, env, routeOf(a, b), t0)
+	if err != nil || string(res.Plaintext) != "no otpk" {
 		t.Fatalf("last-resort initiation: %v", err)
+	}
+	// It consumed no one-time prekey but is remembered as accepted.
+	if !res.PrekeysChanged || res.Prekeys.OneTimeCount() != b.prekeys.OneTimeCount() || res.Prekeys.AcceptedCount() != b.prekeys.AcceptedCount()+1 {
+		t.Fatalf("last-resort initiation: changed %v, one-time %d → %d, accepted %d → %d", res.PrekeysChanged,
+			b.prekeys.OneTimeCount(), res.Prekeys.OneTimeCount(), b.prekeys.AcceptedCount(), res.Prekeys.AcceptedCount())
 	}
 }
 
@@ -397,7 +414,7 @@ func TestBadPrekeySignatureRefused(t *testing.T) {
 		bad := *good
 		bad.KEMPrekey.Public = bytes.Clone(good.KEMPrekey.Public)
 		mut(&bad)
-		if _, _, err := Initiate(SessionRecord{}, a.id, &bad); !errors.Is(err, ErrBadPrekeySignature) {
+		if _, _, err := Initiate(SessionRecord{}, a.id, &bad, routeOf(a, b)); !errors.Is(err, ErrBadPrekeySignature) {
 			t.Errorf("%s: %v, want ErrBadPrekeySignature", name, err)
 		}
 	}
@@ -498,7 +515,7 @@ func TestUnknownSessionAndMalformed(t *testing.T) {
 	if _, err := UnmarshalState([]byte{0x83, 0x01, 0x80, 0x41, 0x00}); !errors.Is(err, messages.ErrMalformed) {
 		t.Fatalf("state garbage: %v", err)
 	}
-	if _, err := UnmarshalState([]byte{0x83, 0x02, 0x80, 0xf6}); !errors.Is(err, messages.ErrUnsupportedVersion) {
+	if _, err := UnmarshalState([]byte{0x83, 0x03, 0x80, 0xf6}); !errors.Is(err, messages.ErrUnsupportedVersion) {
 		t.Fatalf("state version: %v", err)
 	}
 	if _, err := UnmarshalPrekeyStore([]byte{0xa0}); !errors.Is(err, messages.ErrMalformed) {

@@ -2,6 +2,7 @@ package ratchet
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/subtle"
 	"fmt"
 	"time"
@@ -28,26 +29,86 @@ type Config struct {
 	// MaxRetiredSessionIDs caps the ids of sessions evicted from the archive
 	// that are remembered so their initiations are refused as replays.
 	MaxRetiredSessionIDs int
+	// MaxUnacknowledgedJump caps N, and PN + N, of an envelope before its
+	// sender proved it holds the session: a prekey envelope, or any
+	// envelope on a session we initiated that the peer has not answered.
+	// Its chain steps are work done before authentication, so the cap is
+	// small (issue 13: N = 25 000 cost 24–33 ms per forged envelope).
+	// MaxForwardJump applies when it is smaller.
+	MaxUnacknowledgedJump int
+	// MaxSkippedKeysPerRecord caps the skipped message keys of all
+	// sessions of one record together; past it the keys of the oldest
+	// sessions go first, oldest first.
+	MaxSkippedKeysPerRecord int
+	// MaxSkippedKeyAge drops a skipped message key this long after it was
+	// skipped (a message that late fails with ErrReplay).
+	MaxSkippedKeyAge time.Duration
 }
 
-// DefaultConfig returns the defaults of the issue: MaxForwardJump 25 000,
+// DefaultConfig returns the defaults: MaxForwardJump 25 000,
 // MaxSkippedKeys 2 000 (libsignal's MAX_FORWARD_JUMPS and
-// MAX_MESSAGE_KEYS), 32 old chains, 40 archived sessions, 256 retired ids.
+// MAX_MESSAGE_KEYS), 32 old chains, 40 archived sessions, 256 retired ids,
+// 512 steps before the peer answered, 2 000 skipped keys per record, kept
+// at most 30 days.
 func DefaultConfig() Config {
 	return Config{
-		MaxForwardJump:       25_000,
-		MaxSkippedKeys:       2_000,
-		MaxOldChains:         32,
-		MaxArchivedSessions:  40,
-		MaxRetiredSessionIDs: 256,
+		MaxForwardJump:          25_000,
+		MaxSkippedKeys:          2_000,
+		MaxOldChains:            32,
+		MaxArchivedSessions:     40,
+		MaxRetiredSessionIDs:    256,
+		MaxUnacknowledgedJump:   512,
+		MaxSkippedKeysPerRecord: 2_000,
+		MaxSkippedKeyAge:        30 * 24 * time.Hour,
 	}
 }
 
 // Validate reports whether every limit is usable.
 func (c Config) Validate() error {
 	if c.MaxForwardJump <= 0 || c.MaxSkippedKeys <= 0 || c.MaxOldChains <= 0 ||
-		c.MaxArchivedSessions < 0 || c.MaxArchivedSessions > 1000 || c.MaxRetiredSessionIDs < 0 {
+		c.MaxArchivedSessions < 0 || c.MaxArchivedSessions > 1000 || c.MaxRetiredSessionIDs < 0 ||
+		c.MaxUnacknowledgedJump <= 0 ||
+		c.MaxSkippedKeysPerRecord <= 0 || c.MaxSkippedKeyAge <= 0 {
 		return fmt.Errorf("%w: %+v", ErrInvalidConfig, c)
+	}
+	return nil
+}
+
+func (c Config) unacknowledgedJump() int { return min(c.MaxUnacknowledgedJump, c.MaxForwardJump) }
+
+// Route names the two devices of a session step: From is the sender and
+// To the receiver. On Decrypt, From must be the sender the transport
+// authenticated (never an address the envelope names itself) and To this
+// device; on Initiate, From is this device and To the peer. Both go into
+// the initiation, so into its signature, its session id and the associated
+// data of every envelope of the session (issue 13 item 1).
+type Route struct {
+	From, To messages.DeviceAddress
+}
+
+// checkInitiation requires an initiation's addresses to be the route's.
+// A zero To on the receiving side is not checked (a caller that does not
+// know its own address); From always is.
+func (r Route) checkInitiation(in *messages.PrekeyInitiation) error {
+	if in.From != r.From {
+		return fmt.Errorf("%w: initiation from %s received from %s", ErrWrongAddress, in.From, r.From)
+	}
+	if r.To != (messages.DeviceAddress{}) && in.To != r.To {
+		return fmt.Errorf("%w: initiation for %s received at %s", ErrWrongAddress, in.To, r.To)
+	}
+	return nil
+}
+
+// verifyInitiation checks the initiator's signature over the initiation
+// (issue 13 item 8: the Ed25519 half of the identity is proven, so nobody
+// can present a victim's signing key beside their own DH key).
+func verifyInitiation(in *messages.PrekeyInitiation) error {
+	msg, err := initiationSigningMessage(in)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrTampered, err)
+	}
+	if !ed25519.Verify(ed25519.PublicKey(in.Identity.Sign[:]), msg, in.Signature[:]) {
+		return fmt.Errorf("%w: initiation signature does not verify under its identity key", ErrTampered)
 	}
 	return nil
 }
@@ -152,22 +213,93 @@ func (r SessionRecord) withInserted(cfg Config, pos int, s *session) SessionReco
 	return r
 }
 
+// bounded returns r with skipped keys older than MaxSkippedKeyAge dropped
+// and the record's total cut to MaxSkippedKeysPerRecord, evicting from the
+// oldest sessions first (oldest keys first within one). Keys loaded
+// without a time are stamped now. Sessions it does not change are shared.
+func (r SessionRecord) bounded(c Config, now int64) SessionRecord {
+	cutoff := now - int64(c.MaxSkippedKeyAge)
+	total, dirty := 0, false
+	for _, s := range r.sessions {
+		total += len(s.skipped)
+		for _, k := range s.skipped {
+			if k.at == 0 || k.at < cutoff {
+				dirty = true
+				break
+			}
+		}
+	}
+	if !dirty && total <= c.MaxSkippedKeysPerRecord {
+		return r
+	}
+	ss := make([]*session, len(r.sessions))
+	copy(ss, r.sessions)
+	kept := make([][]skippedKey, len(ss))
+	changed := make([]bool, len(ss))
+	total = 0
+	for i, s := range ss {
+		keep := s.skipped
+		for j, k := range s.skipped {
+			if k.at != 0 && k.at >= cutoff {
+				continue
+			}
+			// First key to drop or stamp: rebuild this session's list.
+			keep = append(make([]skippedKey, 0, len(s.skipped)), s.skipped[:j]...)
+			for _, k := range s.skipped[j:] {
+				if k.at == 0 {
+					k.at = now
+				} else if k.at < cutoff {
+					continue
+				}
+				keep = append(keep, k)
+			}
+			changed[i] = true
+			break
+		}
+		kept[i] = keep
+		total += len(keep)
+	}
+	for i := len(ss) - 1; i >= 0 && total > c.MaxSkippedKeysPerRecord; i-- {
+		if drop := min(len(kept[i]), total-c.MaxSkippedKeysPerRecord); drop > 0 {
+			kept[i], changed[i] = kept[i][drop:], true
+			total -= drop
+		}
+	}
+	for i, s := range ss {
+		if changed[i] {
+			ns := *s
+			ns.skipped = append([]skippedKey(nil), kept[i]...)
+			ss[i] = &ns
+		}
+	}
+	r.sessions = ss
+	return r
+}
+
 // Initiate starts a new session with the device that published bundle
 // (PQXDH §3.3) and makes it current; a previous current session is
-// archived. Every envelope Encrypt produces on it carries the initiation
-// until the peer answers. It fails with ErrBadPrekeySignature on a bad
-// bundle and with *IdentityChangedError when the record already belongs to
-// another identity (start from an empty record to accept a new one).
-func (c Config) Initiate(rec SessionRecord, local Identity, bundle *messages.PrekeyBundle) (SessionRecord, SessionInfo, error) {
+// archived. route.From is this device's address and route.To the peer's;
+// both are signed into the initiation with the identity's signing key.
+// Every envelope Encrypt produces on it carries the initiation until the
+// peer answers. It fails with ErrBadPrekeySignature on a bad bundle and
+// with *IdentityChangedError when the record already belongs to another
+// identity (start from an empty record to accept a new one).
+func (c Config) Initiate(rec SessionRecord, local Identity, bundle *messages.PrekeyBundle, route Route) (SessionRecord, SessionInfo, error) {
 	if err := c.Validate(); err != nil {
 		return rec, SessionInfo{}, err
+	}
+	if err := route.From.Validate(); err != nil {
+		return rec, SessionInfo{}, fmt.Errorf("%w: local address: %v", ErrInvalidConfig, err)
+	}
+	if err := route.To.Validate(); err != nil {
+		return rec, SessionInfo{}, fmt.Errorf("%w: peer address: %v", ErrInvalidConfig, err)
 	}
 	if pinned, ok := rec.RemoteIdentity(); ok {
 		if err := CheckPin(pinned, bundle.Identity); err != nil {
 			return rec, SessionInfo{}, err
 		}
 	}
-	sk, in, err := initiatorAgreement(local, bundle)
+	sk, in, err := initiatorAgreement(local, bundle, route)
 	if err != nil {
 		return rec, SessionInfo{}, err
 	}
@@ -231,21 +363,31 @@ type DecryptResult struct {
 	Established bool
 	// Current reports whether that session is now the record's current one.
 	Current bool
+	// Accepted is the initiation this envelope was accepted under, when it
+	// established the session: apply it to the stored prekey store in the
+	// transaction that persists Record (PrekeyStore.Accept), so two
+	// concurrent copies of one initiation cannot both be accepted.
+	Accepted *AcceptedInitiation
 }
 
 // Decrypt authenticates and decrypts one envelope from the device the
-// record belongs to (DR §3.5, PQXDH §3.4 for prekey envelopes). On error
-// nothing changed: rec and prekeys are never modified, and the result is
-// the zero value.
+// record belongs to (DR §3.5, PQXDH §3.4 for prekey envelopes). route.From
+// is the sender the transport authenticated and route.To this device. On
+// error nothing changed: rec and prekeys are never modified, and the
+// result is the zero value.
 //
 // An envelope names its session. A prekey envelope for a session the record
 // does not hold establishes it from prekeys (consuming its one-time
-// prekey); it must come from the record's identity (else
-// *IdentityChangedError) and becomes current unless we hold our own
-// unanswered initiation with a smaller session id (simultaneous
-// initiation), in which case it is archived. A session we initiated is
-// acknowledged by the first envelope the peer sends on it.
-func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, envelope []byte, now time.Time) (DecryptResult, error) {
+// prekey, or recording a last-resort initiation as accepted); it must name
+// route's addresses (else ErrWrongAddress), carry a valid signature of its
+// identity (else ErrTampered), not have been accepted before (else
+// ErrReplay, also after the session was reset), come from the record's
+// identity (else *IdentityChangedError) and becomes current unless we hold
+// our own unanswered initiation with a smaller session id (simultaneous
+// initiation), in which case it is archived. These checks and the caps on
+// N run before any Diffie-Hellman or KEM operation. A session we
+// initiated is acknowledged by the first envelope the peer sends on it.
+func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, envelope []byte, route Route, now time.Time) (DecryptResult, error) {
 	if err := c.Validate(); err != nil {
 		return DecryptResult{}, err
 	}
@@ -257,6 +399,7 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 	if err != nil {
 		return DecryptResult{}, err
 	}
+	t := now.UnixNano()
 	var initEnc []byte
 	if env.Initiation != nil {
 		if initEnc, err = messages.EncodePrekeyInitiation(env.Initiation); err != nil {
@@ -266,11 +409,14 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 		if subtle.ConstantTimeCompare(want[:], env.Header.Session[:]) != 1 {
 			return DecryptResult{}, fmt.Errorf("%w: session id does not match the initiation", ErrTampered)
 		}
+		if err := route.checkInitiation(env.Initiation); err != nil {
+			return DecryptResult{}, err
+		}
 	}
 
 	if i := rec.find(env.Header.Session); i >= 0 {
 		s := rec.sessions[i]
-		ns, pt, err := s.decrypt(c, env, hdrEnc, initEnc)
+		ns, pt, err := s.decrypt(c, env, hdrEnc, initEnc, t)
 		if err != nil {
 			return DecryptResult{}, err
 		}
@@ -279,7 +425,7 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 			ns.pending, ns.pendingEnc = nil, nil
 		}
 		return DecryptResult{
-			Record: rec.withReplaced(i, ns), Prekeys: prekeys, Plaintext: pt,
+			Record: rec.withReplaced(i, ns).bounded(c, t), Prekeys: prekeys, Plaintext: pt,
 			Session: ns.info(), Current: i == 0,
 		}, nil
 	}
@@ -287,16 +433,29 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 	if env.Initiation == nil {
 		return DecryptResult{}, fmt.Errorf("%w: %s", ErrUnknownSession, env.Header.Session)
 	}
-	if rec.isRetired(env.Header.Session) {
-		return DecryptResult{}, fmt.Errorf("%w: initiation of retired session %s", ErrReplay, env.Header.Session)
-	}
 	in := env.Initiation
+	if rec.isRetired(env.Header.Session) || prekeys.wasAccepted(env.Header.Session) {
+		return DecryptResult{}, fmt.Errorf("%w: initiation of session %s was accepted before", ErrReplay, env.Header.Session)
+	}
 	if pinned, ok := rec.RemoteIdentity(); ok {
 		if err := CheckPin(pinned, in.Identity); err != nil {
 			return DecryptResult{}, err
 		}
 	}
-	sk, spk, newPrekeys, err := responderAgreement(local, prekeys, in, now)
+	// Cheap refusals first (issue 13 item 2): a fresh session's first
+	// chain is all pre-authentication work.
+	if h, jump := env.Header, uint64(c.unacknowledgedJump()); uint64(h.N) > jump || uint64(h.PN)+uint64(h.N) > jump {
+		return DecryptResult{}, fmt.Errorf("%w: PN %d, N %d in a prekey envelope", ErrTooManySkipped, h.PN, h.N)
+	}
+	acc := AcceptedInitiation{session: env.Header.Session, signed: in.SignedPrekeyID, kem: in.KEMPrekeyID, oneTime: in.OneTimePrekeyID}
+	newPrekeys, err := prekeys.Accept(acc)
+	if err != nil {
+		return DecryptResult{}, err
+	}
+	if err := verifyInitiation(in); err != nil {
+		return DecryptResult{}, err
+	}
+	sk, spk, err := responderAgreement(local, prekeys, in, now)
 	if err != nil {
 		return DecryptResult{}, err
 	}
@@ -306,7 +465,7 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 		rk: sk, dhsKey: spk.key, dhsPriv: spk.priv, dhsPub: spk.pub,
 	}
 	wipe(sk[:])
-	ns, pt, err := s.decrypt(c, env, hdrEnc, initEnc)
+	ns, pt, err := s.decrypt(c, env, hdrEnc, initEnc, t)
 	if err != nil {
 		return DecryptResult{}, err
 	}
@@ -319,15 +478,15 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 		}
 	}
 	return DecryptResult{
-		Record: rec.withInserted(c, pos, ns), Prekeys: newPrekeys,
-		PrekeysChanged: in.OneTimePrekeyID != nil, Plaintext: pt,
-		Session: ns.info(), Established: true, Current: pos == 0,
+		Record: rec.withInserted(c, pos, ns).bounded(c, t), Prekeys: newPrekeys,
+		PrekeysChanged: true, Plaintext: pt,
+		Session: ns.info(), Established: true, Current: pos == 0, Accepted: &acc,
 	}, nil
 }
 
 // Initiate is DefaultConfig().Initiate.
-func Initiate(rec SessionRecord, local Identity, bundle *messages.PrekeyBundle) (SessionRecord, SessionInfo, error) {
-	return DefaultConfig().Initiate(rec, local, bundle)
+func Initiate(rec SessionRecord, local Identity, bundle *messages.PrekeyBundle, route Route) (SessionRecord, SessionInfo, error) {
+	return DefaultConfig().Initiate(rec, local, bundle, route)
 }
 
 // Encrypt is DefaultConfig().Encrypt.
@@ -336,6 +495,6 @@ func Encrypt(rec SessionRecord, plaintext []byte) (SessionRecord, []byte, error)
 }
 
 // Decrypt is DefaultConfig().Decrypt.
-func Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, envelope []byte, now time.Time) (DecryptResult, error) {
-	return DefaultConfig().Decrypt(rec, local, prekeys, envelope, now)
+func Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, envelope []byte, route Route, now time.Time) (DecryptResult, error) {
+	return DefaultConfig().Decrypt(rec, local, prekeys, envelope, route, now)
 }

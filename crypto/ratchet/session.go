@@ -5,7 +5,6 @@ import (
 	"crypto/cipher"
 	"crypto/ecdh"
 	"crypto/hkdf"
-	"crypto/hmac"
 	"crypto/sha256"
 	"fmt"
 	"math"
@@ -22,6 +21,7 @@ const (
 type skippedKey struct {
 	dh [32]byte
 	n  uint32
+	at int64 // unix ns when it was skipped; 0: loaded from a record that kept no times
 	mk [32]byte
 }
 
@@ -89,15 +89,34 @@ func kdfRK(rk [32]byte, dhOut []byte) (newRK, ck [32]byte, err error) {
 	return newRK, ck, nil
 }
 
-// kdfCK is KDF_CK (DR §5.2): message key = HMAC(CK, 0x01), next chain key
-// = HMAC(CK, 0x02).
+// kdfCK is KDF_CK (DR §5.2): message key = HMAC-SHA256(CK, 0x01), next
+// chain key = HMAC-SHA256(CK, 0x02). The chain key changes every step, so
+// a keyed HMAC object cannot be reused across steps; HMAC (RFC 2104) is
+// computed here on stack buffers instead — H((K ⊕ opad) || H((K ⊕ ipad) ||
+// m)) with K zero-padded to the 64-byte block — so a chain walk of N steps
+// allocates nothing (issue 13: hmac.New per step churned ~40 MiB in the
+// worst case). TestKDFCKVectors checks it against crypto/hmac.
 func kdfCK(ck [32]byte) (mk, next [32]byte) {
-	m := hmac.New(sha256.New, ck[:])
-	m.Write([]byte{0x01})
-	m.Sum(mk[:0])
-	m.Reset()
-	m.Write([]byte{0x02})
-	m.Sum(next[:0])
+	var in [64 + 1]byte   // (K ⊕ ipad) || m
+	var out [64 + 32]byte // (K ⊕ opad) || inner hash
+	for i := range 64 {
+		var k byte
+		if i < len(ck) {
+			k = ck[i]
+		}
+		in[i], out[i] = k^0x36, k^0x5c
+	}
+	in[64] = 0x01
+	inner := sha256.Sum256(in[:])
+	copy(out[64:], inner[:])
+	mk = sha256.Sum256(out[:])
+	in[64] = 0x02
+	inner = sha256.Sum256(in[:])
+	copy(out[64:], inner[:])
+	next = sha256.Sum256(out[:])
+	clear(in[:])
+	clear(out[:])
+	clear(inner[:])
 	return mk, next
 }
 
@@ -155,7 +174,7 @@ func associatedData(hdr, init []byte, sender, receiver IdentityPublic) []byte {
 // skipKeys advances chain ck from message number from to to, returning the
 // chain key at to and the keys of from..to-1, of which only the last limit
 // are kept (the rest would be evicted at once).
-func skipKeys(ck [32]byte, dh [32]byte, from, to uint32, limit int) ([32]byte, []skippedKey) {
+func skipKeys(ck [32]byte, dh [32]byte, from, to uint32, limit int, now int64) ([32]byte, []skippedKey) {
 	if to <= from {
 		return ck, nil
 	}
@@ -165,7 +184,7 @@ func skipKeys(ck [32]byte, dh [32]byte, from, to uint32, limit int) ([32]byte, [
 	for n := from; n < to; n++ {
 		mk, next := kdfCK(ck)
 		if int(to-n) <= keep {
-			out = append(out, skippedKey{dh: dh, n: n, mk: mk})
+			out = append(out, skippedKey{dh: dh, n: n, at: now, mk: mk})
 		}
 		ck = next
 	}
@@ -201,9 +220,16 @@ func (s *session) findSkipped(dh [32]byte, n uint32) int {
 
 // decrypt is RatchetDecrypt (DR §3.5) on an immutable session: it returns a
 // new session and the plaintext, or an error and nothing.
-func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []byte) (*session, []byte, error) {
+func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []byte, now int64) (*session, []byte, error) {
 	h := &env.Header
 	ad := associatedData(hdrEnc, initEnc, s.remote, s.local)
+	// Before the peer proved it holds this session (an envelope still
+	// carrying its initiation, or our own initiation it has not answered),
+	// a forged header costs us every chain step it names: keep that small.
+	jump, preAuth := cfg.MaxForwardJump, initEnc != nil || s.pending != nil
+	if preAuth {
+		jump = cfg.unacknowledgedJump()
+	}
 
 	// TrySkippedMessageKeys: a used key is deleted, so a replay misses.
 	if i := s.findSkipped(h.DH, h.N); i >= 0 {
@@ -227,10 +253,10 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 		if h.N < s.nr {
 			return nil, nil, fmt.Errorf("%w: message %d of the current chain", ErrReplay, h.N)
 		}
-		if uint64(h.N-s.nr) > uint64(cfg.MaxForwardJump) {
+		if uint64(h.N-s.nr) > uint64(jump) {
 			return nil, nil, fmt.Errorf("%w: %d in one chain", ErrTooManySkipped, h.N-s.nr)
 		}
-		ck, skipped := skipKeys(s.ckr, h.DH, s.nr, h.N, cfg.MaxSkippedKeys)
+		ck, skipped := skipKeys(s.ckr, h.DH, s.nr, h.N, cfg.MaxSkippedKeys, now)
 		mk, next := kdfCK(ck)
 		pt, err := open(mk, env.Ciphertext, ad)
 		wipe(mk[:])
@@ -255,14 +281,21 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 	// A new remote ratchet key: skip the rest of the current receiving
 	// chain up to PN, then DH ratchet (DR §3.5 SkipMessageKeys, DHRatchet).
 	var skippedOld []skippedKey
+	var prev uint64
 	if s.hasCKr && h.PN > s.nr {
-		if uint64(h.PN-s.nr) > uint64(cfg.MaxForwardJump) {
-			return nil, nil, fmt.Errorf("%w: %d in the previous chain", ErrTooManySkipped, h.PN-s.nr)
-		}
-		_, skippedOld = skipKeys(s.ckr, s.dhr, s.nr, h.PN, cfg.MaxSkippedKeys)
+		prev = uint64(h.PN - s.nr)
 	}
-	if uint64(h.N) > uint64(cfg.MaxForwardJump) {
+	if prev > uint64(jump) {
+		return nil, nil, fmt.Errorf("%w: %d in the previous chain", ErrTooManySkipped, prev)
+	}
+	if uint64(h.N) > uint64(jump) {
 		return nil, nil, fmt.Errorf("%w: %d in a new chain", ErrTooManySkipped, h.N)
+	}
+	if preAuth && prev+uint64(h.N) > uint64(jump) {
+		return nil, nil, fmt.Errorf("%w: %d + %d before the peer answered", ErrTooManySkipped, prev, h.N)
+	}
+	if prev > 0 {
+		_, skippedOld = skipKeys(s.ckr, s.dhr, s.nr, h.PN, cfg.MaxSkippedKeys, now)
 	}
 	dhsKey, err := privateKey(s.dhsKey, s.dhsPriv)
 	if err != nil {
@@ -272,7 +305,7 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 	if err != nil {
 		return nil, nil, err
 	}
-	ck, skippedNew := skipKeys(ckr, h.DH, 0, h.N, cfg.MaxSkippedKeys)
+	ck, skippedNew := skipKeys(ckr, h.DH, 0, h.N, cfg.MaxSkippedKeys, now)
 	mk, next := kdfCK(ck)
 	pt, err := open(mk, env.Ciphertext, ad)
 	wipe(mk[:])

@@ -2,13 +2,18 @@ package ratchet
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// StateVersion is the version of the SessionRecord encoding.
-const StateVersion = 1
+// StateVersion is the version of the SessionRecord encoding. Version 2
+// stores the time each skipped key was skipped; version 1 records are
+// still read (their keys are stamped at the next step), and a session
+// whose unanswered initiation is of version 1 is dropped on load (no
+// current peer accepts it: docs/delivery.md, "Initiation version 2").
+const StateVersion = 2
 
 // MaxStateSize is the largest encoded SessionRecord UnmarshalState accepts.
 const MaxStateSize = 64 << 20
@@ -28,7 +33,8 @@ type wireSession struct {
 	CKs        []byte // null when absent
 	CKr        []byte // null when absent
 	Ns, Nr, PN uint32
-	// Skipped packs dh (32) || n (u32 BE) || mk (32) per key, oldest first.
+	// Skipped packs dh (32) || n (u32 BE) || at (i64 BE, unix ns) || mk
+	// (32) per key, oldest first (version 1: without at).
 	Skipped []byte
 	// OldChains packs dh (32) || end (u32 BE) per chain, oldest first.
 	OldChains []byte
@@ -43,8 +49,9 @@ type wireRecord struct {
 }
 
 const (
-	skippedEntry  = 32 + 4 + 32
-	oldChainEntry = 32 + 4
+	skippedEntry   = 32 + 4 + 8 + 32
+	skippedEntryV1 = 32 + 4 + 32
+	oldChainEntry  = 32 + 4
 )
 
 func opt(has bool, b [32]byte) []byte {
@@ -74,6 +81,7 @@ func MarshalState(rec SessionRecord) ([]byte, error) {
 			for _, k := range s.skipped {
 				ws.Skipped = append(ws.Skipped, k.dh[:]...)
 				ws.Skipped = binary.BigEndian.AppendUint32(ws.Skipped, k.n)
+				ws.Skipped = binary.BigEndian.AppendUint64(ws.Skipped, uint64(k.at))
 				ws.Skipped = append(ws.Skipped, k.mk[:]...)
 			}
 		}
@@ -130,8 +138,12 @@ func UnmarshalState(b []byte) (SessionRecord, error) {
 	if err := messages.Unmarshal(what, b, &w, MaxStateSize); err != nil {
 		return SessionRecord{}, err
 	}
-	if w.V != StateVersion {
+	if w.V != StateVersion && w.V != 1 {
 		return SessionRecord{}, &messages.DecodeError{What: what, Kind: messages.ErrUnsupportedVersion, Err: fmt.Errorf("version %d", w.V)}
+	}
+	entry := skippedEntry
+	if w.V == 1 {
+		entry = skippedEntryV1
 	}
 	if len(w.Retired)%32 != 0 {
 		return SessionRecord{}, decodeError(what, fmt.Errorf("retired ids not a multiple of 32 bytes"))
@@ -148,7 +160,7 @@ func UnmarshalState(b []byte) (SessionRecord, error) {
 		ok := get32(&id, ws.ID) && getIdentity(&s.local, ws.Local) && getIdentity(&s.remote, ws.Remote) &&
 			get32(&s.rk, ws.RK) && get32(&s.dhsPriv, ws.DHsPriv) && get32(&s.dhsPub, ws.DHsPub) &&
 			getOpt32(&s.dhr, &s.hasDHr, ws.DHr) && getOpt32(&s.cks, &s.hasCKs, ws.CKs) && getOpt32(&s.ckr, &s.hasCKr, ws.CKr) &&
-			len(ws.Skipped)%skippedEntry == 0 && len(ws.OldChains)%oldChainEntry == 0
+			len(ws.Skipped)%entry == 0 && len(ws.OldChains)%oldChainEntry == 0
 		if !ok {
 			return SessionRecord{}, decodeError(what, fmt.Errorf("session %d: wrong field sizes", i))
 		}
@@ -159,6 +171,17 @@ func UnmarshalState(b []byte) (SessionRecord, error) {
 		seen[s.id] = true
 		if ws.Pending != nil {
 			in, err := messages.DecodePrekeyInitiation(ws.Pending)
+			if w.V == 1 && errors.Is(err, messages.ErrUnsupportedVersion) {
+				// Our own unanswered version-1 initiation: no peer of
+				// this version accepts it, so the session can never be
+				// answered. Forget it; the next send initiates afresh.
+				wipe(ws.RK)
+				wipe(ws.DHsPriv)
+				wipe(ws.CKs)
+				wipe(ws.CKr)
+				wipe(ws.Skipped)
+				continue
+			}
 			if err != nil {
 				return SessionRecord{}, decodeError(what, fmt.Errorf("session %d: bad pending initiation: %w", i, err))
 			}
@@ -167,11 +190,16 @@ func UnmarshalState(b []byte) (SessionRecord, error) {
 				return SessionRecord{}, decodeError(what, fmt.Errorf("session %d: pending initiation does not match its id", i))
 			}
 		}
-		for p := ws.Skipped; len(p) > 0; p = p[skippedEntry:] {
+		for p := ws.Skipped; len(p) > 0; p = p[entry:] {
 			var k skippedKey
 			copy(k.dh[:], p[:32])
 			k.n = binary.BigEndian.Uint32(p[32:36])
-			copy(k.mk[:], p[36:68])
+			if w.V == 1 {
+				copy(k.mk[:], p[36:68])
+			} else {
+				k.at = int64(binary.BigEndian.Uint64(p[36:44]))
+				copy(k.mk[:], p[44:76])
+			}
 			s.skipped = append(s.skipped, k)
 		}
 		for p := ws.OldChains; len(p) > 0; p = p[oldChainEntry:] {

@@ -111,7 +111,7 @@ func ratchetRate(n int, msg []byte, alternate bool) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ra, _, err := ratchet.Initiate(ratchet.SessionRecord{}, alice, &bundle)
+	ra, _, err := ratchet.Initiate(ratchet.SessionRecord{}, alice, &bundle, aliceToBob)
 	if err != nil {
 		return 0, err
 	}
@@ -121,7 +121,7 @@ func ratchetRate(n int, msg []byte, alternate bool) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	res, err := ratchet.Decrypt(rb, bob, ps, env, now)
+	res, err := ratchet.Decrypt(rb, bob, ps, env, aliceToBob, now)
 	if err != nil {
 		return 0, err
 	}
@@ -130,7 +130,7 @@ func ratchetRate(n int, msg []byte, alternate bool) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if res, err = ratchet.Decrypt(ra, alice, ratchet.PrekeyStore{}, env, now); err != nil {
+	if res, err = ratchet.Decrypt(ra, alice, ratchet.PrekeyStore{}, env, bobToAlice, now); err != nil {
 		return 0, err
 	}
 	ra = res.Record
@@ -140,7 +140,7 @@ func ratchetRate(n int, msg []byte, alternate bool) (float64, error) {
 			if rb, env, err = ratchet.Encrypt(rb, msg); err != nil {
 				return 0, err
 			}
-			if res, err = ratchet.Decrypt(ra, alice, ratchet.PrekeyStore{}, env, now); err != nil {
+			if res, err = ratchet.Decrypt(ra, alice, ratchet.PrekeyStore{}, env, bobToAlice, now); err != nil {
 				return 0, err
 			}
 			ra = res.Record
@@ -149,7 +149,7 @@ func ratchetRate(n int, msg []byte, alternate bool) (float64, error) {
 		if ra, env, err = ratchet.Encrypt(ra, msg); err != nil {
 			return 0, err
 		}
-		if res, err = ratchet.Decrypt(rb, bob, ps, env, now); err != nil {
+		if res, err = ratchet.Decrypt(rb, bob, ps, env, aliceToBob, now); err != nil {
 			return 0, err
 		}
 		rb = res.Record
@@ -219,3 +219,9 @@ func actorRate(n int, msg []byte, alternate bool) (float64, error) {
 	}
 	return float64(n) / time.Since(t0).Seconds(), nil
 }
+
+// The routes of the measured pair's envelopes.
+var (
+	aliceToBob = ratchet.Route{From: messages.DeviceAddress{User: "alice", Device: 1}, To: messages.DeviceAddress{User: "bob", Device: 1}}
+	bobToAlice = ratchet.Route{From: aliceToBob.To, To: aliceToBob.From}
+)

@@ -27,8 +27,11 @@ import (
 // migrate_v6.go). Version 7: row clocks carry the event id, the last
 // tiebreak of an equal (HLC, site) (migrateRowClockIDsV1, row_clock_ids.go).
 // Version 8: the row → events index keyed by generation first
-// (migrateRowGensV1, row_index.go).
-const LayoutVersion = 8
+// (migrateRowGensV1, row_index.go). Version 9: the delivery plane's
+// initiation version 2 — addresses and signature in the initiation,
+// accepted last-resort initiation ids in the prekey store, skipped-key
+// times in session records (markInitiationV2, initiation_v2.go).
+const LayoutVersion = 9
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -71,6 +74,7 @@ var migrations = []migration{
 	{from: 5, to: 6, fn: migrateSyncDeliveryV6},
 	{from: 6, to: 7, fn: migrateRowClockIDsV1},
 	{from: 7, to: 8, fn: migrateRowGensV1},
+	{from: 8, to: 9, fn: markInitiationV2},
 }
 
 // createV1 creates the initial layout.
