@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,7 +39,9 @@ var (
 	deliveryStrace   = flag.Int("delivery-strace", 500, "delivery: messages of the extra untimed runs under strace -f -c that count fsync+fdatasync per message on both sides (0: skip)")
 	jetstreamBin     = flag.String("jetstream-bin", "", "delivery: a built examples/benchreport/jetstream binary (default: built from -jetstream-src into a temporary directory)")
 	jetstreamSrc     = flag.String("jetstream-src", filepath.Join("examples", "benchreport", "jetstream"), "delivery: the JetStream peer's module directory")
-	deliveryProfile  = flag.String("delivery-cpuprofile", "", "delivery: after the timed trials, run each syncmesh flow once more (untimed, -delivery-messages) under a CPU profile written to this prefix + the flow number + .pprof")
+	deliveryProfile  = flag.String("delivery-cpuprofile", "", "delivery: after the timed trials, run each syncmesh flow once more (untimed) under a CPU profile written to this prefix + the flow number + .pprof")
+	deliveryProfileF = flag.String("delivery-cpuprofile-flows", "", "delivery: comma-separated flow numbers to profile (default: every flow)")
+	deliveryProfileN = flag.Int("delivery-cpuprofile-messages", 0, "delivery: messages of each profiled run (0: -delivery-messages); with -delivery-trials 0 only the profiled runs happen")
 )
 
 const deliveryBodySize = 256
@@ -95,8 +98,15 @@ type jsResult struct {
 // deliveryReport runs the section: trials × (every syncmesh flow, every
 // JetStream configuration), alternating, then the strace counts.
 func deliveryReport(n, trials, straceN int) error {
-	if n < 16 || trials < 1 {
-		return fmt.Errorf("delivery: want -delivery-messages >= 16 and -delivery-trials >= 1")
+	if n < 16 || trials < 0 || trials == 0 && *deliveryProfile == "" {
+		return fmt.Errorf("delivery: want -delivery-messages >= 16 and -delivery-trials >= 1 (0 only with -delivery-cpuprofile)")
+	}
+	if trials == 0 {
+		pn := *deliveryProfileN
+		if pn <= 0 {
+			pn = n
+		}
+		return profileFlows(context.Background(), *deliveryProfile, pn)
 	}
 	js, cleanup, err := buildJetStream()
 	if err != nil {
@@ -168,7 +178,11 @@ func deliveryReport(n, trials, straceN int) error {
 	fmt.Printf("  pair read-write commits per message: 64 in flight %.2f (target <= 0.25), one at a time %.2f (target <= 4)\n",
 		pairCommits(sm[0]), pairCommits(sm[1]))
 	if *deliveryProfile != "" {
-		if err := profileFlows(ctx, *deliveryProfile, n); err != nil {
+		pn := *deliveryProfileN
+		if pn <= 0 {
+			pn = n
+		}
+		if err := profileFlows(ctx, *deliveryProfile, pn); err != nil {
 			return err
 		}
 	}
@@ -183,6 +197,9 @@ func deliveryReport(n, trials, straceN int) error {
 // that profiled run.
 func profileFlows(ctx context.Context, prefix string, n int) error {
 	for i, f := range smFlows {
+		if *deliveryProfileF != "" && !strings.Contains(","+*deliveryProfileF+",", ","+strconv.Itoa(i)+",") {
+			continue
+		}
 		path := fmt.Sprintf("%s%d.pprof", prefix, i)
 		stop, err := startProfile(path)
 		if err != nil {
@@ -192,6 +209,17 @@ func profileFlows(ctx context.Context, prefix string, n int) error {
 		stop()
 		if err != nil {
 			return fmt.Errorf("delivery: profile %s: %w", f.name, err)
+		}
+		// The allocations of the whole process so far (alloc_space), beside
+		// the CPU profile: GC is a large share of the CPU per message.
+		mp, err := os.Create(fmt.Sprintf("%s%d.mem.pprof", prefix, i))
+		if err != nil {
+			return err
+		}
+		err = pprof.Lookup("allocs").WriteTo(mp, 0)
+		mp.Close()
+		if err != nil {
+			return err
 		}
 		fmt.Printf("  CPU profile of %s (untimed run of %d messages; the profile covers its setup too, %.0f µs CPU/msg in its timed part): %s\n", f.name, r.Messages, r.CPUSeconds/float64(r.Messages)*1e6, path)
 	}
