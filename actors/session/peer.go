@@ -180,7 +180,7 @@ func (a *peerActor) settled(m *settledMsg) {
 func (a *peerActor) submit(w *work, wr *writes, after func(err error)) {
 	a.inflight++
 	self, sys := a.self, a.m.sys
-	a.m.submit(&item{chain: w.chain, apply: wr.run, done: func(err error) {
+	a.m.submit(&item{chain: w.chain, apply: wr.run, writes: wr, done: func(err error) {
 		sys.Root.Send(self, &settledMsg{w: w, err: err})
 		after(err)
 	}})
@@ -276,7 +276,6 @@ func (a *peerActor) outState(ctx context.Context, id messages.LogicalMessageID) 
 // encrypted is an encryption decided on the speculative record.
 type encrypted struct {
 	rec      ratchet.SessionRecord
-	raw      []byte
 	envelope []byte
 	pin      *ratchet.IdentityPublic // to pin (first contact by initiation)
 }
@@ -315,18 +314,14 @@ func (a *peerActor) encrypt(ctx context.Context, plaintext []byte) (encrypted, e
 	if err != nil {
 		return out, wrapPeer("encrypt", a.peer, err)
 	}
-	raw, err := ratchet.MarshalState(next)
-	if err != nil {
-		return out, wrapPeer("encrypt", a.peer, err)
-	}
-	out.rec, out.raw, out.envelope = next, raw, env
+	out.rec, out.envelope = next, env
 	return out, nil
 }
 
 // adoptEncryption makes e the speculative state and adds its writes.
 func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
 	a.rec = e.rec
-	wr.session = e.raw
+	wr.setSession(e.rec)
 	if e.pin != nil {
 		a.pin = e.pin
 		wr.pin = e.pin
@@ -336,7 +331,6 @@ func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
 // decrypted is an envelope decrypted on the speculative record.
 type decrypted struct {
 	res  ratchet.DecryptResult
-	raw  []byte
 	pin  *ratchet.IdentityPublic
 	otpk *uint32
 }
@@ -388,9 +382,6 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 	if res.PrekeysChanged && env.Initiation != nil {
 		out.otpk = env.Initiation.OneTimePrekeyID
 	}
-	if out.raw, err = ratchet.MarshalState(res.Record); err != nil {
-		return out, wrapPeer("decrypt", a.peer, err)
-	}
 	out.res = res
 	return out, nil
 }
@@ -398,7 +389,8 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 // adoptDecryption makes d the speculative state and adds its writes.
 func (a *peerActor) adoptDecryption(d decrypted, wr *writes) {
 	a.rec = d.res.Record
-	wr.session, wr.otpk = d.raw, d.otpk
+	wr.setSession(d.res.Record)
+	wr.otpk = d.otpk
 	if d.pin != nil {
 		a.pin = d.pin
 		wr.pin = d.pin
