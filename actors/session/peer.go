@@ -338,9 +338,17 @@ type decrypted struct {
 func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, error) {
 	cfg := a.m.cfg
 	var out decrypted
-	env, err := messages.DecodeEnvelope(envelope)
-	if err != nil {
-		return out, wrapPeer("decode", a.peer, err)
+	// The session id and the initiation slot decide whether the prekeys
+	// are read; the ratchet decodes the envelope strictly itself, so a
+	// well-formed one is only peeked at here (not decoded twice).
+	session, initiation, ok := messages.PeekEnvelope(envelope)
+	var env *messages.Envelope
+	if !ok {
+		var err error
+		if env, err = messages.DecodeEnvelope(envelope); err != nil {
+			return out, wrapPeer("decode", a.peer, err)
+		}
+		session, initiation = env.Header.Session, env.Initiation != nil
 	}
 	// The prekey store is read only for an initiation of a session the
 	// record does not hold (the only case Decrypt consumes prekeys). It is
@@ -348,7 +356,7 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 	// at commit (writes.otpk), which refuses a one-time prekey consumed
 	// by another initiation meanwhile.
 	var prekeys ratchet.PrekeyStore
-	if env.Initiation != nil && !holds(a.rec, env.Header.Session) {
+	if initiation && !holds(a.rec, session) {
 		var raw []byte
 		if err := cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
 			var ok bool
@@ -363,6 +371,7 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 		}); err != nil {
 			return out, wrapPeer("load prekeys", a.peer, err)
 		}
+		var err error
 		if prekeys, err = ratchet.UnmarshalPrekeyStore(raw); err != nil {
 			return out, wrapPeer("load prekeys", a.peer, corrupt("prekeys", err))
 		}
@@ -379,8 +388,17 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 		id := res.Session.Remote
 		out.pin = &id
 	}
-	if res.PrekeysChanged && env.Initiation != nil {
-		out.otpk = env.Initiation.OneTimePrekeyID
+	if res.PrekeysChanged && initiation {
+		// A new session consumed prekeys (rare): which one-time prekey is
+		// in the initiation, decoded now if it was only peeked at.
+		if env == nil {
+			if env, err = messages.DecodeEnvelope(envelope); err != nil {
+				return out, wrapPeer("decode", a.peer, err)
+			}
+		}
+		if env.Initiation != nil {
+			out.otpk = env.Initiation.OneTimePrekeyID
+		}
 	}
 	out.res = res
 	return out, nil
