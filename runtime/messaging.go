@@ -246,11 +246,21 @@ func (n *Node) ReceiveEnvelope(ctx context.Context, from DeviceAddress, envelope
 // pipeline a link: it queues the envelope on the sender's peer actor and
 // returns; done is called once with the outcome (it must not block).
 func (n *Node) receiveEnvelopeAsync(ctx context.Context, from DeviceAddress, envelope []byte, done func(error)) error {
+	return n.ReceiveEnvelopeAsync(ctx, from, envelope, func(_ ReceiveResult, err error) { done(err) })
+}
+
+// ReceiveEnvelopeAsync is ReceiveEnvelope for a transport that pipelines
+// a link, as the Network and the remote do: it queues the envelope on the
+// sender's peer actor and returns; done is called once with the result,
+// after its transaction is durable, from the node's goroutines (it must
+// not block). Envelopes of one sender queued by one goroutine are decided
+// in that order and share transactions.
+func (n *Node) ReceiveEnvelopeAsync(ctx context.Context, from DeviceAddress, envelope []byte, done func(ReceiveResult, error)) error {
 	d, err := n.dev()
 	if err != nil {
 		return err
 	}
-	return d.ReceiveAsync(ctx, from, envelope, func(_ ReceiveResult, err error) { done(err) })
+	return d.ReceiveAsync(ctx, from, envelope, done)
 }
 
 // CommitReceivedMessage records that the application durably applied the

@@ -47,3 +47,47 @@ func TestDepthCountsQueuedMessages(t *testing.T) {
 	var nilDepths *Depths
 	_ = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &blocker{} }, nilDepths.Option("x")))
 }
+
+type counter struct {
+	n    int
+	done chan int
+}
+
+func (c *counter) Receive(ctx actor.Context) {
+	if v, ok := ctx.Message().(int); ok {
+		c.n += v
+		if v == 0 {
+			c.done <- c.n
+		}
+	}
+}
+
+// A Pool runs every message exactly once, for many actors at once
+// (more than it parks), and keeps at most maxIdle workers parked after.
+func TestPoolRunsEveryMailboxAndParksBoundedWorkers(t *testing.T) {
+	p := NewPool(2, 3)
+	sys := actor.NewActorSystem()
+	const actors, msgs = 16, 200
+	done := make(chan int, actors)
+	for i := 0; i < actors; i++ {
+		c := &counter{done: done}
+		pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }, actor.WithDispatcher(p)))
+		go func() {
+			for j := 1; j <= msgs; j++ {
+				sys.Root.Send(pid, j)
+			}
+			sys.Root.Send(pid, 0)
+		}()
+	}
+	for i := 0; i < actors; i++ {
+		if got, want := <-done, msgs*(msgs+1)/2; got != want {
+			t.Fatalf("an actor summed %d, want %d (a message lost or run twice)", got, want)
+		}
+	}
+	if n := p.idle.Load(); n > 2 {
+		t.Fatalf("%d parked workers, want at most 2", n)
+	}
+	if p.Throughput() != 3 {
+		t.Fatalf("throughput %d", p.Throughput())
+	}
+}

@@ -32,6 +32,10 @@ type item struct {
 	// a write failed (storage error, or a consumed one-time prekey): the
 	// transaction is retried without the item.
 	apply func(tx persistence.DeliveryTx, st *Stats) error
+	// writes are the peer decision's effects that apply runs (nil for
+	// items of no peer): the committer drops the session record writes a
+	// later item of the same transaction supersedes (supersede).
+	writes *writes
 	// done is called from the committer's goroutine once: err nil after
 	// the transaction is durable, else the item's or the commit's error.
 	// It must not block (replies go to buffered channels).
@@ -135,6 +139,7 @@ func (c *committer) commit() {
 		failed := -1
 		var itemErr error
 		var st Stats
+		supersede(kept)
 		err := c.store.Update(context.Background(), func(tx persistence.DeliveryTx) error {
 			st = Stats{}
 			for i, it := range kept {

@@ -26,8 +26,14 @@ type writes struct {
 	// last-resort initiation's id recorded), refused when another copy was
 	// accepted first (ErrUnknownPrekey, ErrReplay).
 	accept *ratchet.AcceptedInitiation
-	// session is the new encoded session record (nil: unchanged).
-	session []byte
+	// session is the new session record (nil: unchanged). It is encoded
+	// in the committer's transaction, and only when no later item of the
+	// same transaction writes the peer's record (superseded): one
+	// encoding, seal and put per peer and transaction, however many
+	// ratchet steps of that peer the transaction holds. Records are
+	// immutable values, so reading it there races with nothing.
+	session    *ratchet.SessionRecord
+	superseded bool
 
 	// putPending stores a new pending inbound entry; the sequence the
 	// store assigns goes to slot.
@@ -46,6 +52,28 @@ type writes struct {
 	markAttempt    bool
 	attemptAt      int64
 	deleteOutbound bool
+}
+
+func (w *writes) setSession(rec ratchet.SessionRecord) { w.session = &rec }
+
+// supersede marks, among items in transaction order, every session record
+// write that a later item overwrites for the same peer (the last one
+// wins: a delete in between is run all the same and the later put comes
+// after it). Called before each attempt of a transaction, since a retry
+// runs without the failed items.
+func supersede(items []*item) {
+	last := map[messages.DeviceAddress]*writes{}
+	for _, it := range items {
+		w := it.writes
+		if w == nil || w.session == nil {
+			continue
+		}
+		if prev := last[w.peer]; prev != nil {
+			prev.superseded = true
+		}
+		w.superseded = false
+		last[w.peer] = w
+	}
 }
 
 // seqSlot receives a store-assigned sequence. It is written by the
@@ -83,8 +111,12 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 			return err
 		}
 	}
-	if w.session != nil {
-		if err := tx.PutSession(w.peer, w.session); err != nil {
+	if w.session != nil && !w.superseded {
+		raw, err := ratchet.MarshalState(*w.session)
+		if err != nil {
+			return err
+		}
+		if err := tx.PutSession(w.peer, raw); err != nil {
 			return err
 		}
 	}

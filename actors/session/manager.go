@@ -270,7 +270,7 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 	m.pub = m.local.Public()
 	m.committer = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &committer{store: cfg.Store, maxBatch: cfg.MaxBatch, observe: cfg.Observe, logger: cfg.Logger}
-	}, cfg.Mailboxes.Option("delivery_committer")))
+	}, cfg.Mailboxes.Option("delivery_committer"), mailbox.Pooled()))
 	if cfg.RefreshInterval > 0 {
 		m.scheduledRefresh()
 		m.armRefresh(cfg.RefreshInterval)
@@ -753,7 +753,7 @@ func (m *Manager) route(peer messages.DeviceAddress, msg request) error {
 	if e == nil {
 		e = &peerEntry{}
 		a := &peerActor{m: m, peer: peer, entry: e}
-		e.pid = m.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }, m.cfg.Mailboxes.Option("session")))
+		e.pid = m.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }, m.cfg.Mailboxes.Option("session"), mailbox.Pooled()))
 		m.peers[peer] = e
 	}
 	e.pending++

@@ -180,7 +180,7 @@ func (a *peerActor) settled(m *settledMsg) {
 func (a *peerActor) submit(w *work, wr *writes, after func(err error)) {
 	a.inflight++
 	self, sys := a.self, a.m.sys
-	a.m.submit(&item{chain: w.chain, apply: wr.run, done: func(err error) {
+	a.m.submit(&item{chain: w.chain, apply: wr.run, writes: wr, done: func(err error) {
 		sys.Root.Send(self, &settledMsg{w: w, err: err})
 		after(err)
 	}})
@@ -276,7 +276,6 @@ func (a *peerActor) outState(ctx context.Context, id messages.LogicalMessageID) 
 // encrypted is an encryption decided on the speculative record.
 type encrypted struct {
 	rec      ratchet.SessionRecord
-	raw      []byte
 	envelope []byte
 	pin      *ratchet.IdentityPublic // to pin (first contact by initiation)
 }
@@ -315,18 +314,14 @@ func (a *peerActor) encrypt(ctx context.Context, plaintext []byte) (encrypted, e
 	if err != nil {
 		return out, wrapPeer("encrypt", a.peer, err)
 	}
-	raw, err := ratchet.MarshalState(next)
-	if err != nil {
-		return out, wrapPeer("encrypt", a.peer, err)
-	}
-	out.rec, out.raw, out.envelope = next, raw, env
+	out.rec, out.envelope = next, env
 	return out, nil
 }
 
 // adoptEncryption makes e the speculative state and adds its writes.
 func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
 	a.rec = e.rec
-	wr.session = e.raw
+	wr.setSession(e.rec)
 	if e.pin != nil {
 		a.pin = e.pin
 		wr.pin = e.pin
@@ -336,7 +331,6 @@ func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
 // decrypted is an envelope decrypted on the speculative record.
 type decrypted struct {
 	res    ratchet.DecryptResult
-	raw    []byte
 	pin    *ratchet.IdentityPublic
 	accept *ratchet.AcceptedInitiation
 }
@@ -344,17 +338,25 @@ type decrypted struct {
 func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, error) {
 	cfg := a.m.cfg
 	var out decrypted
-	env, err := messages.DecodeEnvelope(envelope)
-	if err != nil {
-		return out, wrapPeer("decode", a.peer, err)
+	// The session id and the initiation slot decide whether the prekeys
+	// are read; the ratchet decodes the envelope strictly itself, so a
+	// well-formed one is only peeked at here (not decoded twice).
+	session, initiation, ok := messages.PeekEnvelope(envelope)
+	var env *messages.Envelope
+	if !ok {
+		var err error
+		if env, err = messages.DecodeEnvelope(envelope); err != nil {
+			return out, wrapPeer("decode", a.peer, err)
+		}
+		session, initiation = env.Header.Session, env.Initiation != nil
 	}
 	// The prekey store is read only for an initiation of a session the
 	// record does not hold (the only case Decrypt consumes prekeys). It is
 	// the stored snapshot: the consumption is applied to the stored store
-	// at commit (writes.otpk), which refuses a one-time prekey consumed
-	// by another initiation meanwhile.
+	// at commit (writes.accept), which refuses a one-time prekey consumed
+	// or a last-resort initiation accepted by another copy meanwhile.
 	var prekeys ratchet.PrekeyStore
-	if env.Initiation != nil && !holds(a.rec, env.Header.Session) {
+	if initiation && !holds(a.rec, session) {
 		var raw []byte
 		if err := cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
 			var ok bool
@@ -369,6 +371,7 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 		}); err != nil {
 			return out, wrapPeer("load prekeys", a.peer, err)
 		}
+		var err error
 		if prekeys, err = ratchet.UnmarshalPrekeyStore(raw); err != nil {
 			return out, wrapPeer("load prekeys", a.peer, corrupt("prekeys", err))
 		}
@@ -388,9 +391,6 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 		out.pin = &id
 	}
 	out.accept = res.Accepted
-	if out.raw, err = ratchet.MarshalState(res.Record); err != nil {
-		return out, wrapPeer("decrypt", a.peer, err)
-	}
 	out.res = res
 	return out, nil
 }
@@ -398,7 +398,8 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 // adoptDecryption makes d the speculative state and adds its writes.
 func (a *peerActor) adoptDecryption(d decrypted, wr *writes) {
 	a.rec = d.res.Record
-	wr.session, wr.accept = d.raw, d.accept
+	wr.setSession(d.res.Record)
+	wr.accept = d.accept
 	if d.pin != nil {
 		a.pin = d.pin
 		wr.pin = d.pin

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,6 +39,9 @@ var (
 	deliveryStrace   = flag.Int("delivery-strace", 500, "delivery: messages of the extra untimed runs under strace -f -c that count fsync+fdatasync per message on both sides (0: skip)")
 	jetstreamBin     = flag.String("jetstream-bin", "", "delivery: a built examples/benchreport/jetstream binary (default: built from -jetstream-src into a temporary directory)")
 	jetstreamSrc     = flag.String("jetstream-src", filepath.Join("examples", "benchreport", "jetstream"), "delivery: the JetStream peer's module directory")
+	deliveryProfile  = flag.String("delivery-cpuprofile", "", "delivery: after the timed trials, run each syncmesh flow once more (untimed) under a CPU profile written to this prefix + the flow number + .pprof")
+	deliveryProfileF = flag.String("delivery-cpuprofile-flows", "", "delivery: comma-separated flow numbers to profile (default: every flow)")
+	deliveryProfileN = flag.Int("delivery-cpuprofile-messages", 0, "delivery: messages of each profiled run (0: -delivery-messages); with -delivery-trials 0 only the profiled runs happen")
 )
 
 const deliveryBodySize = 256
@@ -94,8 +98,15 @@ type jsResult struct {
 // deliveryReport runs the section: trials × (every syncmesh flow, every
 // JetStream configuration), alternating, then the strace counts.
 func deliveryReport(n, trials, straceN int) error {
-	if n < 16 || trials < 1 {
-		return fmt.Errorf("delivery: want -delivery-messages >= 16 and -delivery-trials >= 1")
+	if n < 16 || trials < 0 || trials == 0 && *deliveryProfile == "" {
+		return fmt.Errorf("delivery: want -delivery-messages >= 16 and -delivery-trials >= 1 (0 only with -delivery-cpuprofile)")
+	}
+	if trials == 0 {
+		pn := *deliveryProfileN
+		if pn <= 0 {
+			pn = n
+		}
+		return profileFlows(context.Background(), *deliveryProfile, pn)
 	}
 	js, cleanup, err := buildJetStream()
 	if err != nil {
@@ -166,8 +177,51 @@ func deliveryReport(n, trials, straceN int) error {
 		minMedMax(ratio(sm[0], func(j int) float64 { return sm[1][j].rate() }), "%5.2f"))
 	fmt.Printf("  pair read-write commits per message: 64 in flight %.2f (target <= 0.25), one at a time %.2f (target <= 4)\n",
 		pairCommits(sm[0]), pairCommits(sm[1]))
+	if *deliveryProfile != "" {
+		pn := *deliveryProfileN
+		if pn <= 0 {
+			pn = n
+		}
+		if err := profileFlows(ctx, *deliveryProfile, pn); err != nil {
+			return err
+		}
+	}
 	if straceN > 0 {
 		return straceReport(js, straceN)
+	}
+	return nil
+}
+
+// profileFlows runs every syncmesh flow once under a CPU profile of its
+// own (prefix + flow index + .pprof); the CPU per message it prints is of
+// that profiled run.
+func profileFlows(ctx context.Context, prefix string, n int) error {
+	for i, f := range smFlows {
+		if *deliveryProfileF != "" && !strings.Contains(","+*deliveryProfileF+",", ","+strconv.Itoa(i)+",") {
+			continue
+		}
+		path := fmt.Sprintf("%s%d.pprof", prefix, i)
+		stop, err := startProfile(path)
+		if err != nil {
+			return err
+		}
+		r, err := smTrial(ctx, f, n)
+		stop()
+		if err != nil {
+			return fmt.Errorf("delivery: profile %s: %w", f.name, err)
+		}
+		// The allocations of the whole process so far (alloc_space), beside
+		// the CPU profile: GC is a large share of the CPU per message.
+		mp, err := os.Create(fmt.Sprintf("%s%d.mem.pprof", prefix, i))
+		if err != nil {
+			return err
+		}
+		err = pprof.Lookup("allocs").WriteTo(mp, 0)
+		mp.Close()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  CPU profile of %s (untimed run of %d messages; the profile covers its setup too, %.0f µs CPU/msg in its timed part): %s\n", f.name, r.Messages, r.CPUSeconds/float64(r.Messages)*1e6, path)
 	}
 	return nil
 }
@@ -241,17 +295,23 @@ func jsTrial(bin string, f jsFlow, n int) (jsResult, error) {
 
 // benchNet is the in-process device transport of the syncmesh trials,
 // built like runtime.Network's: one ordered queue per (from, to) link,
-// drained by one goroutine calling the receiver's ReceiveEnvelope. It
-// also reports each ACK that cleared a sender's pending entry — the
-// moment a message counts.
+// drained by one goroutine that pipelines the link as the runtime
+// transports do — it hands each envelope to the receiver's
+// ReceiveEnvelopeAsync, in order, with up to benchLinkWindow of them
+// decided and not yet durable at once, so consecutive envelopes of a link
+// share the receiver's transactions. It also reports each ACK that
+// cleared a sender's pending entry — the moment a message counts.
 type benchNet struct {
 	mu      sync.Mutex
 	nodes   map[runtime.DeviceAddress]*runtime.Node
 	links   map[[2]runtime.DeviceAddress]*benchLink
 	waiters map[ackKey]chan struct{}
 	failed  atomic.Pointer[error]
-	drains  sync.WaitGroup
+	drains  sync.WaitGroup // drainers and envelopes in flight at a receiver
 }
+
+// benchLinkWindow is the runtime transports' per-link window.
+const benchLinkWindow = 64
 
 type ackKey struct {
 	sender runtime.DeviceAddress
@@ -261,6 +321,7 @@ type ackKey struct {
 type benchLink struct {
 	queue   [][]byte
 	running bool
+	window  chan struct{} // one token per envelope in flight at the receiver
 }
 
 func newBenchNet() *benchNet {
@@ -329,7 +390,7 @@ func (t *benchTransport) Send(ctx context.Context, peer runtime.DeviceAddress, e
 	b.mu.Lock()
 	l := b.links[k]
 	if l == nil {
-		l = &benchLink{}
+		l = &benchLink{window: make(chan struct{}, benchLinkWindow)}
 		b.links[k] = l
 	}
 	l.queue = append(l.queue, append([]byte(nil), envelope...))
@@ -345,6 +406,8 @@ func (t *benchTransport) Send(ctx context.Context, peer runtime.DeviceAddress, e
 	return nil
 }
 
+// drain hands the link's envelopes to the receiver in queue order until
+// the queue is empty, each as soon as the window has room.
 func (t *benchTransport) drain(l *benchLink, to *runtime.Node) {
 	b := t.b
 	defer b.drains.Done()
@@ -358,22 +421,38 @@ func (t *benchTransport) drain(l *benchLink, to *runtime.Node) {
 		env := l.queue[0]
 		l.queue = l.queue[1:]
 		b.mu.Unlock()
-		res, err := to.ReceiveEnvelope(context.Background(), t.self, env)
+		l.window <- struct{}{}
+		b.drains.Add(1)
+		err := to.ReceiveEnvelopeAsync(context.Background(), t.self, env, func(res runtime.ReceiveResult, err error) {
+			defer func() { <-l.window; b.drains.Done() }()
+			t.received(to, res, err)
+		})
 		if err != nil {
-			if !errors.Is(err, runtime.ErrClosed) {
-				b.fail(fmt.Errorf("%s receiving from %s: %w", to.DeviceAddress(), t.self, err))
-			}
-			continue
+			<-l.window
+			b.drains.Done()
+			t.received(to, runtime.ReceiveResult{}, err)
 		}
-		if res.Kind == runtime.Acknowledgement && res.Cleared {
-			k := ackKey{to.DeviceAddress(), res.ID}
-			b.mu.Lock()
-			ch := b.waiters[k]
-			delete(b.waiters, k)
-			b.mu.Unlock()
-			if ch != nil {
-				close(ch)
-			}
+	}
+}
+
+// received handles one envelope's outcome at the receiver to (called
+// from its goroutines: it must not block).
+func (t *benchTransport) received(to *runtime.Node, res runtime.ReceiveResult, err error) {
+	b := t.b
+	if err != nil {
+		if !errors.Is(err, runtime.ErrClosed) {
+			b.fail(fmt.Errorf("%s receiving from %s: %w", to.DeviceAddress(), t.self, err))
+		}
+		return
+	}
+	if res.Kind == runtime.Acknowledgement && res.Cleared {
+		k := ackKey{to.DeviceAddress(), res.ID}
+		b.mu.Lock()
+		ch := b.waiters[k]
+		delete(b.waiters, k)
+		b.mu.Unlock()
+		if ch != nil {
+			close(ch)
 		}
 	}
 }

@@ -157,22 +157,19 @@ type deliveryTx struct {
 	tx   *bbolt.Tx
 	done bool
 
-	meta, sessions, pins *bbolt.Bucket
+	// opened caches the buckets this transaction opened (bucket): a
+	// read-only bbolt transaction looks a bucket up anew on every
+	// Tx.Bucket, and most transactions need two or three of them.
+	opened [8]openedBucket
+}
+
+type openedBucket struct {
+	name []byte
+	b    *bbolt.Bucket
 }
 
 func newDeliveryTx(d *DB, btx *bbolt.Tx) (*deliveryTx, error) {
-	t := &deliveryTx{d: d, tx: btx}
-	for _, b := range []struct {
-		dst  **bbolt.Bucket
-		name []byte
-	}{
-		{&t.meta, bucketDeliveryMeta}, {&t.sessions, bucketDeliverySessions}, {&t.pins, bucketDeliveryPins},
-	} {
-		if *b.dst = btx.Bucket(b.name); *b.dst == nil {
-			return nil, fmt.Errorf("bolt: bucket %s missing: %w", b.name, persistence.ErrCorrupt)
-		}
-	}
-	return t, nil
+	return &deliveryTx{d: d, tx: btx}, nil
 }
 
 var errDeliveryReadOnly = errors.New("bolt: write in a read-only delivery transaction")
@@ -220,8 +217,12 @@ func (t *deliveryTx) seal(what string, rt persistence.RecordType, identity, v []
 	return out, nil
 }
 
-func (t *deliveryTx) getSealed(what string, b *bbolt.Bucket, key []byte, rt persistence.RecordType, identity []byte) ([]byte, bool, error) {
+func (t *deliveryTx) getSealed(what string, bucket, key []byte, rt persistence.RecordType, identity []byte) ([]byte, bool, error) {
 	if err := t.check(false); err != nil {
+		return nil, false, err
+	}
+	b, err := t.bucket(bucket)
+	if err != nil {
 		return nil, false, err
 	}
 	v := b.Get(key)
@@ -238,8 +239,12 @@ func (t *deliveryTx) getSealed(what string, b *bbolt.Bucket, key []byte, rt pers
 	return pt, true, nil
 }
 
-func (t *deliveryTx) putSealed(what string, b *bbolt.Bucket, key []byte, rt persistence.RecordType, identity, v []byte) error {
+func (t *deliveryTx) putSealed(what string, bucket, key []byte, rt persistence.RecordType, identity, v []byte) error {
 	if err := t.check(true); err != nil {
+		return err
+	}
+	b, err := t.bucket(bucket)
+	if err != nil {
 		return err
 	}
 	s, err := t.seal(what, rt, identity, v)
@@ -253,18 +258,18 @@ func (t *deliveryTx) putSealed(what string, b *bbolt.Bucket, key []byte, rt pers
 }
 
 func (t *deliveryTx) LocalIdentity() ([]byte, bool, error) {
-	return t.getSealed("local identity", t.meta, deliveryKeyIdentity, persistence.RecordIdentity, sealed.DeviceIdentity())
+	return t.getSealed("local identity", bucketDeliveryMeta, deliveryKeyIdentity, persistence.RecordIdentity, sealed.DeviceIdentity())
 }
 
 func (t *deliveryTx) Prekeys() ([]byte, bool, error) {
-	return t.getSealed("prekeys", t.meta, deliveryKeyPrekeys, persistence.RecordPrekey, sealed.PrekeyIdentity([]byte(persistence.PrekeyStoreIdentity)))
+	return t.getSealed("prekeys", bucketDeliveryMeta, deliveryKeyPrekeys, persistence.RecordPrekey, sealed.PrekeyIdentity([]byte(persistence.PrekeyStoreIdentity)))
 }
 
 func (t *deliveryTx) Session(peer messages.DeviceAddress) ([]byte, bool, error) {
 	if err := checkPeer(peer); err != nil {
 		return nil, false, err
 	}
-	return t.getSealed("session "+peer.String(), t.sessions, addrKey(peer), persistence.RecordSession, sessionIdentity(peer))
+	return t.getSealed("session "+peer.String(), bucketDeliverySessions, addrKey(peer), persistence.RecordSession, sessionIdentity(peer))
 }
 
 func (t *deliveryTx) Pin(peer messages.DeviceAddress) (messages.IdentityKey, bool, error) {
@@ -275,7 +280,11 @@ func (t *deliveryTx) Pin(peer messages.DeviceAddress) (messages.IdentityKey, boo
 	if err := checkPeer(peer); err != nil {
 		return k, false, err
 	}
-	v := t.pins.Get(addrKey(peer))
+	pins, err := t.bucket(bucketDeliveryPins)
+	if err != nil {
+		return k, false, err
+	}
+	v := pins.Get(addrKey(peer))
 	if v == nil {
 		return k, false, nil
 	}
@@ -297,7 +306,11 @@ func (t *deliveryTx) Sessions(after *messages.DeviceAddress, fn func(messages.De
 		first = addrKey(*after)
 		start = first
 	}
-	return scan(t.sessions, start, nil, func(k, _ []byte) (bool, error) {
+	sessions, err := t.bucket(bucketDeliverySessions)
+	if err != nil {
+		return err
+	}
+	return scan(sessions, start, nil, func(k, _ []byte) (bool, error) {
 		if first != nil && bytes.Compare(k, first) <= 0 {
 			return true, nil
 		}
@@ -313,18 +326,18 @@ func (t *deliveryTx) Sessions(after *messages.DeviceAddress, fn func(messages.De
 }
 
 func (t *deliveryTx) PutLocalIdentity(identity []byte) error {
-	return t.putSealed("local identity", t.meta, deliveryKeyIdentity, persistence.RecordIdentity, sealed.DeviceIdentity(), identity)
+	return t.putSealed("local identity", bucketDeliveryMeta, deliveryKeyIdentity, persistence.RecordIdentity, sealed.DeviceIdentity(), identity)
 }
 
 func (t *deliveryTx) PutPrekeys(prekeys []byte) error {
-	return t.putSealed("prekeys", t.meta, deliveryKeyPrekeys, persistence.RecordPrekey, sealed.PrekeyIdentity([]byte(persistence.PrekeyStoreIdentity)), prekeys)
+	return t.putSealed("prekeys", bucketDeliveryMeta, deliveryKeyPrekeys, persistence.RecordPrekey, sealed.PrekeyIdentity([]byte(persistence.PrekeyStoreIdentity)), prekeys)
 }
 
 func (t *deliveryTx) PutSession(peer messages.DeviceAddress, record []byte) error {
 	if err := checkPeer(peer); err != nil {
 		return err
 	}
-	return t.putSealed("session "+peer.String(), t.sessions, addrKey(peer), persistence.RecordSession, sessionIdentity(peer), record)
+	return t.putSealed("session "+peer.String(), bucketDeliverySessions, addrKey(peer), persistence.RecordSession, sessionIdentity(peer), record)
 }
 
 func (t *deliveryTx) DeleteSession(peer messages.DeviceAddress) error {
@@ -334,7 +347,11 @@ func (t *deliveryTx) DeleteSession(peer messages.DeviceAddress) error {
 	if err := checkPeer(peer); err != nil {
 		return err
 	}
-	return t.sessions.Delete(addrKey(peer))
+	sessions, err := t.bucket(bucketDeliverySessions)
+	if err != nil {
+		return err
+	}
+	return sessions.Delete(addrKey(peer))
 }
 
 func (t *deliveryTx) PutPin(peer messages.DeviceAddress, identity messages.IdentityKey) error {
@@ -344,5 +361,9 @@ func (t *deliveryTx) PutPin(peer messages.DeviceAddress, identity messages.Ident
 	if err := checkPeer(peer); err != nil {
 		return err
 	}
-	return t.pins.Put(addrKey(peer), identity.Bytes())
+	pins, err := t.bucket(bucketDeliveryPins)
+	if err != nil {
+		return err
+	}
+	return pins.Put(addrKey(peer), identity.Bytes())
 }

@@ -143,9 +143,24 @@ func msgIdentity(peer messages.DeviceAddress, id messages.LogicalMessageID) []by
 func tsKey(ms int64) []byte { return u64(uint64(ms) ^ (1 << 63)) }
 
 func (t *deliveryTx) bucket(name []byte) (*bbolt.Bucket, error) {
+	for i := range t.opened {
+		o := &t.opened[i]
+		if o.b == nil {
+			break
+		}
+		if bytes.Equal(o.name, name) {
+			return o.b, nil
+		}
+	}
 	b := t.tx.Bucket(name)
 	if b == nil {
 		return nil, fmt.Errorf("bolt: bucket %s missing: %w", name, persistence.ErrCorrupt)
+	}
+	for i := range t.opened {
+		if t.opened[i].b == nil {
+			t.opened[i] = openedBucket{name: name, b: b}
+			break
+		}
 	}
 	return b, nil
 }
