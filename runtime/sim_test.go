@@ -646,7 +646,11 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 	// went back to the copy's while the senders' cursors did not, so those
 	// pushes no longer extend it and its watermarks stay where the copy
 	// left them (fail-safe: nothing is skipped toward it; its data
-	// converged above by reconciliation).
+	// converged above by reconciliation). Nor at any receiver for the
+	// groups of a restored writer: its log reuses the sequences of its
+	// earlier incarnation, so a gap a receiver recorded for that
+	// incarnation may never be re-offered and holds its watermark back
+	// (again fail-safe for skipping; reconciliation converged the data).
 	for _, w := range names {
 		site := nodes[w].n.Identity().Site
 		newest := map[GroupKey]uint64{}
@@ -669,13 +673,13 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 		}
 		g := GroupKey{Site: site, Schema: "app", Table: "t"}
 		for _, r := range names {
-			if got := watermarkMap(t, nodes[r].n)[g]; r != w && !restored[r] && newest[g] > 0 && got < newest[g] {
+			if got := watermarkMap(t, nodes[r].n)[g]; r != w && !restored[r] && !restored[w] && newest[g] > 0 && got < newest[g] {
 				return fmt.Errorf("after healing, %s's watermark of %v is %v, below %s's newest event %v", r, g, got, w, newest[g])
 			}
 		}
 		g = GroupKey{Site: site, Schema: "app", Table: "u"}
 		for _, r := range names {
-			if got := watermarkMap(t, nodes[r].n)[g]; r != w && !restored[r] && newest[g] > 0 && got < newest[g] {
+			if got := watermarkMap(t, nodes[r].n)[g]; r != w && !restored[r] && !restored[w] && newest[g] > 0 && got < newest[g] {
 				return fmt.Errorf("after healing, %s's watermark of %v is %v, below %s's newest event %v", r, g, got, w, newest[g])
 			}
 		}
