@@ -26,6 +26,17 @@ type PartialRebuild struct {
 	EventID       EventID
 }
 
+// RebuildCompleted: a row whose resurrection rebuild was bounded by an
+// eviction horizon (see PartialRebuild) now holds the table's history
+// from its tombstone clock up, taken back from a peer by rehydration
+// (SSP/1 §13.5): its state is the complete rebuild.
+type RebuildCompleted struct {
+	Schema, Table string
+	Key           Columns
+	Tomb          Clock
+	Horizon       HLC // the horizon the rebuild had been bounded by
+}
+
 // EventDropped: an event was dropped (it will not be retained).
 type EventDropped struct{ Outcome Outcome }
 
@@ -84,12 +95,13 @@ type RetiredKeyEvent struct {
 	Outcome       OutcomeKind // what the chokepoint did with it
 }
 
-func (Resurrection) notice()    {}
-func (Equivocation) notice()    {}
-func (RetiredKeyEvent) notice() {}
-func (PartialRebuild) notice()  {}
-func (EventDropped) notice()    {}
-func (EventRejected) notice()   {}
-func (GroupHeld) notice()       {}
-func (GroupReleased) notice()   {}
-func (ColumnsIgnored) notice()  {}
+func (Resurrection) notice()     {}
+func (Equivocation) notice()     {}
+func (RetiredKeyEvent) notice()  {}
+func (PartialRebuild) notice()   {}
+func (RebuildCompleted) notice() {}
+func (EventDropped) notice()     {}
+func (EventRejected) notice()    {}
+func (GroupHeld) notice()        {}
+func (GroupReleased) notice()    {}
+func (ColumnsIgnored) notice()   {}

@@ -75,6 +75,20 @@ type Config struct {
 	// earlier and not listed stay trusted.
 	Trusted []PeerKey
 
+	// Restored says Dir was restored from a backup as a whole (node.db
+	// and its clock mark file alike), so the node cannot know from its
+	// files the highest HLC it released (SSP/1 §13.5). Local writes (and
+	// NextHLC, Sign) then wait after Open until one reconciliation this
+	// node starts with a peer (Node.Reconcile, or the one AddPeer
+	// triggers) has completed and applied what the peer holds of this
+	// node's own events; a write waits at most RestoreWait, then fails
+	// with ErrAwaitingReconcile. A node.db restored alone needs no flag.
+	// See docs/operations.md "Backup and restore".
+	Restored bool
+	// RestoreWait bounds a local write's wait under Restored. Zero:
+	// DefaultRestoreWait (30 s).
+	RestoreWait time.Duration
+
 	// Name is how this node's peers know it: the sender name of its pushes
 	// (SSP/1 §14). Empty: the site id in hex.
 	Name string
@@ -180,6 +194,9 @@ func (c *Config) validate() error {
 	}
 	if c.LockTimeout < 0 {
 		return &ConfigError{"LockTimeout", "must not be negative"}
+	}
+	if c.RestoreWait < 0 {
+		return &ConfigError{"RestoreWait", "must not be negative"}
 	}
 	if c.CloseTimeout < 0 {
 		return &ConfigError{"CloseTimeout", "must not be negative"}

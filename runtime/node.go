@@ -92,7 +92,8 @@ type Node struct {
 	mailboxes  *mailbox.Depths
 	httpSrv    *http.Server
 	httpAddr   string
-	recon      reconState // set reconciliation (reconcile.go)
+	recon      reconState   // set reconciliation (reconcile.go)
+	restore    restoreState // restore safety (restore.go)
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.
@@ -198,8 +199,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.loadKeyring(keys); err != nil {
 		return nil, err
 	}
-	n.clock = clock.New(n.cfg.Wall, hw, n.persistHighWater, clock.DefaultLease)
-	n.own = replicate.NewOwnWrites(hw)
+	if n.clock, err = n.openClock(hw); err != nil { // restore.go: above the clock mark file too
+		return nil, err
+	}
+	n.own = replicate.NewOwnWrites(n.clock.Last())
 
 	if cfg.System != nil {
 		n.system = cfg.System

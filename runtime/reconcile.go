@@ -531,6 +531,7 @@ func (n *Node) Reconcile(ctx context.Context, peer string) (ReconcileReport, err
 	n.recon.mu.Unlock()
 	rep, err = n.reconcile(ctx, rt, peer, rep)
 	m.record(rep, err)
+	n.restoreReconciled(rep, err) // restore.go: releases a held clock
 	return rep, err
 }
 

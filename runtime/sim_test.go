@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -56,6 +57,13 @@ func simSeeds(t *testing.T) []uint64 {
 // throughout (forged and inflated claims, impersonation, invented names,
 // held floods for invented tables); each seed asserts the attacks were
 // refused (refused claims, refused pushes, held-quota rejections > 0).
+// Reconciliation is on, driven by the seed like everything else
+// (Reconcile between random pairs, and every pair once healed), and a node
+// loses its store and comes back from a stale copy of node.db taken at an
+// earlier restart, its wall clock sometimes set back: every HLC an honest
+// site issues is recorded and none may be issued twice (SSP/1 §13.5), and
+// the restored node converges like the others (its own lost events come
+// back by reconciliation: the peers' cursors had passed them).
 // Reproduce a failure with SIM_SEED=<seed>.
 func TestSimulatedMeshConverges(t *testing.T) {
 	for _, seed := range simSeeds(t) {
@@ -68,10 +76,11 @@ func TestSimulatedMeshConverges(t *testing.T) {
 }
 
 type simNode struct {
-	name string
-	dir  string
-	wall *wall
-	n    *Node
+	name   string
+	dir    string
+	backup string // a copy of node.db taken at a restart ("" until one is)
+	wall   *wall
+	n      *Node
 }
 
 // simAttacks counts what the hostile node did and what the honest nodes
@@ -193,8 +202,10 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 	nodes := map[string]*simNode{}
 	sites := map[string]messages.SiteID{}
 	var attacks simAttacks
+	restores := 0
+	restored := map[string]bool{}
 	open := func(s *simNode) error {
-		n, err := Open(ctx, Config{Dir: s.dir, MeshID: testMesh, Name: s.name, Wall: s.wall.Now, SyncInterval: -1, NoSync: true, PushBatch: 16})
+		n, err := Open(ctx, Config{Dir: s.dir, MeshID: testMesh, Name: s.name, Wall: s.wall.Now, SyncInterval: -1, ReconcileInterval: -1, NoSync: true, PushBatch: 16})
 		if err != nil {
 			return err
 		}
@@ -326,12 +337,84 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 		return nil
 	}
 	pick := func() *simNode { return nodes[names[rng.IntN(len(names))]] }
-	// app.u is defined on nodes one by one, so pushes meet held groups;
-	// clocks jump ahead, so pushes meet events rejected for skew.
 	defU := TableDef{Schema: "app", Table: "u", KeyColumns: []string{"id"}, Columns: []string{"v"}}
 	hasU := map[string]bool{}
+	// issued records every HLC an honest site issued for a local write
+	// (applied or not): none may come twice, across restarts and restores.
+	issued := map[string]map[messages.HLC]int{}
+	record := func(s *simNode, out messages.Outcome, step int) error {
+		if out.HLC == 0 {
+			return nil
+		}
+		if issued[s.name] == nil {
+			issued[s.name] = map[messages.HLC]int{}
+		}
+		if prev, dup := issued[s.name][out.HLC]; dup {
+			return fmt.Errorf("step %d: %s issued HLC %v twice (first at step %d; restores so far %d)", step, s.name, out.HLC, prev, restores)
+		}
+		issued[s.name][out.HLC] = step
+		return nil
+	}
+	reconcileErr := func(err error) bool {
+		return err != nil && (errors.Is(err, ErrReconcilePeer) || errors.Is(err, ErrClosed))
+	}
+	// restart closes s and opens its directory again; with backup it
+	// first keeps a copy of node.db, with restore it puts the copy back
+	// (a lost store restored from a stale backup).
+	restart := func(s *simNode, step int, backup, restore bool) error {
+		net.Unregister(s.name)
+		attacks.add(s.n.ReplicationStats())
+		if err := s.n.Close(); err != nil {
+			return fmt.Errorf("step %d: close %s: %w", step, s.name, err)
+		}
+		db := filepath.Join(s.dir, "node.db")
+		if restore {
+			copyFile(t, s.backup, db)
+			if rng.IntN(2) == 0 {
+				s.wall.Advance(-time.Duration(rng.IntN(120_000)) * time.Millisecond)
+			}
+		}
+		if backup {
+			s.backup = filepath.Join(t.TempDir(), "node.db")
+			copyFile(t, db, s.backup)
+		}
+		if err := open(s); err != nil {
+			return fmt.Errorf("step %d: reopen %s: %w", step, s.name, err)
+		}
+		if err := link(s); err != nil {
+			return fmt.Errorf("step %d: relink %s: %w", step, s.name, err)
+		}
+		if restore {
+			restores++
+			restored[s.name] = true
+			// A restored node's own watermarks legitimately go back to the
+			// copy's; everyone else's must not.
+			delete(seen, s.name)
+			// The copy may predate app.u's definition there.
+			defs, err := s.n.Tables(ctx)
+			if err != nil {
+				return err
+			}
+			hasU[s.name] = slices.ContainsFunc(defs, func(d TableDef) bool { return d.Table == defU.Table })
+		}
+		return checkMonotonic(s, step)
+	}
+	// app.u is defined on nodes one by one, so pushes meet held groups;
+	// clocks jump ahead, so pushes meet events rejected for skew.
 	cols := []string{"a", "b", "c"}
 	for step := 0; step < steps; step++ {
+		// One node is backed up early and restored from that copy later
+		// in every seed; random restores come on top.
+		switch step {
+		case steps / 5:
+			if err := restart(nodes["n1"], step, true, false); err != nil {
+				return err
+			}
+		case 3 * steps / 4:
+			if err := restart(nodes["n1"], step, false, true); err != nil {
+				return err
+			}
+		}
 		switch r := rng.IntN(100); {
 		case r < 5: // a write to app.u where it is defined
 			s := pick()
@@ -341,8 +424,12 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 				}
 				hasU[s.name] = true
 			}
-			if _, err := s.n.Upsert(ctx, "app", "u", map[string]any{"id": rng.IntN(3)}, map[string]any{"v": rng.IntN(10)}); err != nil && !errors.Is(err, ErrNotApplied) {
+			out, err := s.n.Upsert(ctx, "app", "u", map[string]any{"id": rng.IntN(3)}, map[string]any{"v": rng.IntN(10)})
+			if err != nil && !errors.Is(err, ErrNotApplied) {
 				return fmt.Errorf("step %d: upsert u on %s: %w", step, s.name, err)
+			}
+			if err := record(s, out, step); err != nil {
+				return err
 			}
 		case r < 7: // a clock jumps past the skew bound
 			pick().wall.Advance(time.Duration(5+rng.IntN(4)) * time.Minute)
@@ -357,16 +444,37 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 					vals[c] = nil
 				}
 			}
-			if _, err := s.n.Upsert(ctx, "app", "t", map[string]any{"id": rng.IntN(6)}, vals); err != nil && !errors.Is(err, ErrNotApplied) {
+			out, err := s.n.Upsert(ctx, "app", "t", map[string]any{"id": rng.IntN(6)}, vals)
+			if err != nil && !errors.Is(err, ErrNotApplied) {
 				// A node whose HLC observed a clock past its own wall plus the
 				// skew bound has its own write rejected (§12 step 2): not
 				// applied, not retained, and said so; anything else fails.
 				return fmt.Errorf("step %d: upsert on %s: %w", step, s.name, err)
 			}
+			if err := record(s, out, step); err != nil {
+				return err
+			}
 		case r < 45: // local delete
 			s := pick()
-			if _, err := s.n.Delete(ctx, "app", "t", map[string]any{"id": rng.IntN(6)}); err != nil && !errors.Is(err, ErrNotApplied) {
+			out, err := s.n.Delete(ctx, "app", "t", map[string]any{"id": rng.IntN(6)})
+			if err != nil && !errors.Is(err, ErrNotApplied) {
 				return fmt.Errorf("step %d: delete on %s: %w", step, s.name, err)
+			}
+			if err := record(s, out, step); err != nil {
+				return err
+			}
+		case r < 50: // a reconciliation between a random pair
+			a, b := pick(), pick()
+			if a == b {
+				continue
+			}
+			if _, err := a.n.Reconcile(ctx, b.name); reconcileErr(err) {
+				// Honest peers never break the protocol; a partition is
+				// just an error for this round.
+				return fmt.Errorf("step %d: reconcile %s→%s: %w", step, a.name, b.name, err)
+			}
+			if err := checkMonotonic(a, step); err != nil {
+				return err
 			}
 		case r < 85: // one push cycle over a random link
 			a, b := pick(), pick()
@@ -393,20 +501,11 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 			net.Partition(g1, g2)
 		case r < 93:
 			net.Heal()
-		case r < 96: // crash and restart: reopen the bbolt file
+		case r < 96: // crash and restart: reopen the bbolt file, sometimes
+			// keeping a copy of it, sometimes coming back from an older copy
 			s := pick()
-			net.Unregister(s.name)
-			attacks.add(s.n.ReplicationStats())
-			if err := s.n.Close(); err != nil {
-				return fmt.Errorf("step %d: close %s: %w", step, s.name, err)
-			}
-			if err := open(s); err != nil {
-				return fmt.Errorf("step %d: reopen %s: %w", step, s.name, err)
-			}
-			if err := link(s); err != nil {
-				return fmt.Errorf("step %d: relink %s: %w", step, s.name, err)
-			}
-			if err := checkMonotonic(s, step); err != nil {
+			restore := s.backup != "" && rng.IntN(3) == 0
+			if err := restart(s, step, !restore && rng.IntN(2) == 0, restore); err != nil {
 				return err
 			}
 		case r < 98:
@@ -449,6 +548,26 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 			return fmt.Errorf("mesh not quiescent after %d rounds of healed sync", round)
 		}
 		done := true
+		// Reconciliation repairs what cursors passed: a restored node's
+		// events its peers held before the copy was put back, and what
+		// relays skipped by a restored node's overstated claims.
+		for _, a := range names {
+			for _, b := range names {
+				if a == b {
+					continue
+				}
+				rep, err := nodes[a].n.Reconcile(ctx, b)
+				if err != nil {
+					return fmt.Errorf("healed reconcile %s→%s: %w", a, b, err)
+				}
+				if rep.Missing > 0 {
+					done = false
+					if round > 55 {
+						t.Logf("round %d: %s misses %d of %s (fetched %d, %v)", round, a, rep.Missing, b, rep.Fetched, rep.Outcomes)
+					}
+				}
+			}
+		}
 		for _, a := range names {
 			for _, b := range names {
 				if a == b {
@@ -460,6 +579,9 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 				}
 				if !rep.Done() || rep.Offered > 0 {
 					done = false
+					if round > 55 {
+						t.Logf("round %d: sync %s→%s %+v", round, a, b, rep)
+					}
 				}
 			}
 		}
@@ -470,6 +592,21 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 		}
 		if done {
 			break
+		}
+	}
+	if restores == 0 {
+		return fmt.Errorf("no node was restored from a stale copy")
+	}
+	// No honest site's events share an HLC anywhere (h's reused stamps
+	// are h's; the honest sites' must be unique), across every node's log.
+	for _, w := range names {
+		site := sites[w]
+		for _, r := range names {
+			for h, ids := range ownHLCs(t, nodes[r].n, site) {
+				if len(ids) != 1 {
+					return fmt.Errorf("%s holds %d events of %s at HLC %v", r, len(ids), w, h)
+				}
+			}
 		}
 	}
 	ref := state(t, nodes[names[0]].n)
@@ -504,7 +641,16 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 		}
 	}
 	// After healing, every node's watermark of each writer's group covers
-	// every event that writer produced: nothing is left behind.
+	// every event that writer produced: nothing is left behind. Except at
+	// a node restored from a stale copy: its record of each sender's log
+	// went back to the copy's while the senders' cursors did not, so those
+	// pushes no longer extend it and its watermarks stay where the copy
+	// left them (fail-safe: nothing is skipped toward it; its data
+	// converged above by reconciliation). Nor at any receiver for the
+	// groups of a restored writer: its log reuses the sequences of its
+	// earlier incarnation, so a gap a receiver recorded for that
+	// incarnation may never be re-offered and holds its watermark back
+	// (again fail-safe for skipping; reconciliation converged the data).
 	for _, w := range names {
 		site := nodes[w].n.Identity().Site
 		newest := map[GroupKey]uint64{}
@@ -527,13 +673,13 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 		}
 		g := GroupKey{Site: site, Schema: "app", Table: "t"}
 		for _, r := range names {
-			if got := watermarkMap(t, nodes[r].n)[g]; r != w && newest[g] > 0 && got < newest[g] {
+			if got := watermarkMap(t, nodes[r].n)[g]; r != w && !restored[r] && !restored[w] && newest[g] > 0 && got < newest[g] {
 				return fmt.Errorf("after healing, %s's watermark of %v is %v, below %s's newest event %v", r, g, got, w, newest[g])
 			}
 		}
 		g = GroupKey{Site: site, Schema: "app", Table: "u"}
 		for _, r := range names {
-			if got := watermarkMap(t, nodes[r].n)[g]; r != w && newest[g] > 0 && got < newest[g] {
+			if got := watermarkMap(t, nodes[r].n)[g]; r != w && !restored[r] && !restored[w] && newest[g] > 0 && got < newest[g] {
 				return fmt.Errorf("after healing, %s's watermark of %v is %v, below %s's newest event %v", r, g, got, w, newest[g])
 			}
 		}

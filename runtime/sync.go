@@ -132,6 +132,9 @@ func (n *Node) write(ctx context.Context, schema, table string, key, values map[
 			}
 		}
 	}
+	if err := n.awaitClock(ctx); err != nil { // restore.go: Config.Restored
+		return messages.Outcome{}, err
+	}
 	// Issue the HLC and register the write as in flight in one step: the
 	// group's own watermark stays below it until it is durable (§14.2).
 	g := persistence.GroupKey{Site: e.Site, Schema: schema, Table: table}

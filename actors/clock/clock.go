@@ -25,6 +25,11 @@ const DefaultLease = 10 * time.Second
 // ErrExhausted is returned when the HLC would pass its 48-bit physical range.
 var ErrExhausted = errors.New("clock: hlc range exhausted")
 
+// ErrHeld is returned by Now and Reserve while the clock is held: the
+// node does not yet know the highest HLC it released (a restore, SSP/1
+// §13.5), so it issues nothing until Release.
+var ErrHeld = errors.New("clock: held until the node has learned its released history")
+
 // Persist durably stores a new high-water mark; it returns only when the
 // mark is durable.
 type Persist func(messages.HLC) error
@@ -37,6 +42,8 @@ type Clock struct {
 	lease     uint64 // in HLC units (ms<<16)
 	last      messages.HLC
 	highWater messages.HLC
+	held      bool
+	released  chan struct{} // closed by Release; nil while not held
 }
 
 // New returns a clock resuming above persisted, the last high-water mark
@@ -62,6 +69,9 @@ func (c *Clock) WallMS() uint64 {
 func (c *Clock) Now() (messages.HLC, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.held {
+		return 0, ErrHeld
+	}
 	pt := c.WallMS()
 	if pt > messages.MaxPhysicalMS {
 		return 0, ErrExhausted
@@ -103,6 +113,9 @@ func (c *Clock) Observe(h messages.HLC) {
 func (c *Clock) Reserve(h messages.HLC) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.held {
+		return ErrHeld
+	}
 	if h > c.highWater {
 		hw := messages.HLC(uint64(h) + c.lease)
 		if err := c.persist(hw); err != nil {
@@ -121,4 +134,39 @@ func (c *Clock) Last() messages.HLC {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.last
+}
+
+// Hold stops the clock from issuing (Now and Reserve fail with ErrHeld)
+// until Release; Observe still raises it. A node opened from a restored
+// copy holds its clock until it has applied its own released events
+// from a peer (SSP/1 §13.5), so its first issued value is above them.
+func (c *Clock) Hold() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.held {
+		c.held, c.released = true, make(chan struct{})
+	}
+}
+
+// Release lets a held clock issue again (idempotent).
+func (c *Clock) Release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held {
+		c.held = false
+		close(c.released)
+	}
+}
+
+// Released returns a channel closed once the clock is not held (already
+// closed when it is not).
+func (c *Clock) Released() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.held {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return c.released
 }

@@ -159,3 +159,42 @@ func TestReserveIsDurableAndNeverReissued(t *testing.T) {
 		t.Fatalf("issued %v, not above reserved %v", n, chosen)
 	}
 }
+
+// A held clock issues nothing (Now and Reserve fail with ErrHeld) while
+// Observe still raises it, so the first value after Release is above
+// everything observed during the hold (SSP/1 §13.5 restore).
+func TestHeldClockIssuesNothingUntilReleased(t *testing.T) {
+	w := &fakeWall{t: time.UnixMilli(1_000_000)}
+	s := &store{}
+	c := New(w.now, 0, s.persist, time.Second)
+	select {
+	case <-c.Released():
+	default:
+		t.Fatal("a clock never held is not released")
+	}
+	c.Hold()
+	if _, err := c.Now(); !errors.Is(err, ErrHeld) {
+		t.Fatalf("Now while held: %v", err)
+	}
+	if err := c.Reserve(5); !errors.Is(err, ErrHeld) {
+		t.Fatalf("Reserve while held: %v", err)
+	}
+	seen := messages.HLC(2_000_000 << 16)
+	c.Observe(seen)
+	done := c.Released()
+	select {
+	case <-done:
+		t.Fatal("released before Release")
+	default:
+	}
+	c.Release()
+	c.Release() // idempotent
+	<-done
+	h, err := c.Now()
+	if err != nil || h <= seen {
+		t.Fatalf("first value after release %v (%v), not above the observed %v", h, err, seen)
+	}
+	if s.n != 1 {
+		t.Fatalf("%d persists, want 1 (nothing persisted while held)", s.n)
+	}
+}

@@ -498,3 +498,13 @@ func (s *Session) Found() []Found {
 	}
 	return out
 }
+
+// Bound returns the lower HLC bound the session settled for g (the
+// higher of the two horizons): events below it were not compared.
+func (s *Session) Bound(g Group) (messages.HLC, bool) {
+	st, ok := s.groups[g]
+	if !ok {
+		return 0, false
+	}
+	return st.bound, true
+}

@@ -1,0 +1,286 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncmesh/syncmesh/actors/clock"
+	"github.com/syncmesh/syncmesh/actors/promreg"
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// Restore safety (SSP/1 §13.5): a node must never issue an HLC it already
+// released, also when node.db is an older copy and the wall clock is set
+// back. A copy of node.db cannot be told from the original by looking at
+// it, so the clock's high-water mark is kept twice: in node.db and in a
+// small file beside it (clock.mark), written before any HLC of a new lease
+// window is issued (one atomic file write per window, not per event). Open
+// resumes above the higher of the two. A node.db restored alone is thus
+// safe at once, writes included, and the Open looks like a restore (the
+// file's mark is above node.db's): it is logged and reported by
+// Node.RestoreStatus. A directory restored whole (the file too) is told
+// by the operator (Config.Restored): local writes then wait until one
+// reconciliation with a peer has applied this node's own released events
+// (verified, signed by its key, within the skew bound — the apply
+// chokepoint observes their HLCs, so the clock is past them), at most
+// Config.RestoreWait, then fail with ErrAwaitingReconcile.
+
+// Errors of restore safety (match with errors.Is).
+var (
+	// ErrClockMark: the clock mark file beside node.db is unreadable or
+	// corrupt. Open refuses to guess; see docs/operations.md "Backup and
+	// restore" (deleting the file makes the next Open treat the store as
+	// possibly restored).
+	ErrClockMark = errors.New("runtime: clock mark file unreadable")
+	// ErrAwaitingReconcile: a local write (or NextHLC, Sign) after an Open
+	// with Config.Restored found no completed reconciliation with a peer
+	// yet, so the node does not know the highest HLC it released.
+	ErrAwaitingReconcile = clock.ErrHeld
+)
+
+// DefaultRestoreWait bounds a local write's wait for the first
+// reconciliation after a restore when Config.RestoreWait is zero.
+const DefaultRestoreWait = 30 * time.Second
+
+const (
+	clockMarkName = "clock.mark"
+	clockMarkSize = 8 + len(messages.SiteID{}) + 8 + 4
+)
+
+var clockMarkMagic = []byte("smclock1")
+
+// RestoreStatus says whether this node's last Open looked like a restore
+// and whether local writes are held for it.
+type RestoreStatus struct {
+	// Suspected: node.db's clock mark was below the clock mark file's, or
+	// the file was missing beside an existing store (a restore of node.db
+	// alone, an upgrade from a version without the file, or a deleted
+	// file). The node resumed above the higher mark either way.
+	Suspected bool
+	// Reason says why, for logs and operators.
+	Reason string
+	// StoreMark and FileMark are the two marks read at Open (0: none).
+	StoreMark, FileMark messages.HLC
+	// Held: Config.Restored is set and no reconciliation with a peer has
+	// completed since Open; local writes wait for one.
+	Held bool
+}
+
+// restoreState is the node's restore bookkeeping.
+type restoreState struct {
+	mu     sync.Mutex
+	status RestoreStatus
+	held   prometheus.Gauge
+}
+
+// RestoreStatus reports the restore check of the last Open.
+func (n *Node) RestoreStatus() RestoreStatus {
+	n.restore.mu.Lock()
+	st := n.restore.status
+	n.restore.mu.Unlock()
+	select {
+	case <-n.clock.Released():
+		st.Held = false
+	default:
+		st.Held = true
+	}
+	return st
+}
+
+func (n *Node) clockMarkPath() string { return filepath.Join(n.cfg.Dir, clockMarkName) }
+
+// openClock builds the node's clock above the higher of node.db's mark
+// (storeMark) and the clock mark file's, records whether the Open looks
+// like a restore, and holds the clock when Config.Restored says so.
+func (n *Node) openClock(storeMark messages.HLC) (*clock.Clock, error) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "syncmesh_restore_writes_held",
+		Help: "1 while local writes wait for the first reconciliation after an Open with Config.Restored."})
+	g, err := promreg.Register(n.registerer, g)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: metrics: %w", err)
+	}
+	n.restore.held = g
+	st := RestoreStatus{StoreMark: storeMark}
+	floor := storeMark
+	if !n.cfg.InMemory {
+		mark, found, err := readClockMark(n.clockMarkPath(), n.signer.Site())
+		if err != nil {
+			return nil, err
+		}
+		st.FileMark = mark
+		switch {
+		case !found && storeMark > 0:
+			st.Suspected, st.Reason = true, "clock mark file missing beside an existing store"
+		case mark > storeMark:
+			st.Suspected, st.Reason = true, "node.db is older than its clock mark file (opened from a copy?)"
+		}
+		floor = max(floor, mark)
+		if !found || mark < floor {
+			if err := n.writeClockMark(floor); err != nil {
+				return nil, err
+			}
+		}
+		if storeMark < floor {
+			// node.db catches up, so the next Open does not warn again.
+			if err := n.persistHighWater(floor); err != nil {
+				return nil, fmt.Errorf("runtime: persist clock mark: %w", err)
+			}
+		}
+	}
+	if st.Suspected {
+		n.log.Warn("store looks restored: the clock resumes above the clock mark file; reconcile with peers to take back this node's events",
+			"reason", st.Reason, "store_mark", storeMark, "file_mark", st.FileMark)
+	}
+	n.restore.mu.Lock()
+	n.restore.status = st
+	n.restore.mu.Unlock()
+	c := clock.New(n.cfg.Wall, floor, n.persistMarks, clock.DefaultLease)
+	if n.cfg.Restored {
+		c.Hold()
+		g.Set(1)
+		n.log.Warn("Config.Restored: local writes wait for the first reconciliation with a peer")
+	}
+	return c, nil
+}
+
+// persistMarks is the clock's persist: node.db first, then the file, so a
+// crash between leaves node.db at or above the file (not a restore's
+// signature), and no HLC is issued above either before both are durable.
+func (n *Node) persistMarks(h messages.HLC) error {
+	if err := n.persistHighWater(h); err != nil {
+		return err
+	}
+	if n.cfg.InMemory {
+		return nil
+	}
+	return n.writeClockMark(h)
+}
+
+// restoreReconciled runs after a reconciliation this node started: one
+// that completed (not truncated) applied what the peer holds of this
+// node's own events, and their HLCs were observed, so a held clock is
+// released.
+func (n *Node) restoreReconciled(rep ReconcileReport, err error) {
+	if err != nil || rep.Truncated {
+		return
+	}
+	select {
+	case <-n.clock.Released():
+		return
+	default:
+	}
+	n.clock.Release()
+	n.restore.held.Set(0)
+	n.log.Info("restore: reconciled with a peer; local writes resume", "peer", rep.Peer, "clock", n.clock.Last())
+}
+
+// awaitClock waits, for a local write, until the clock is not held (see
+// Config.Restored), at most Config.RestoreWait.
+func (n *Node) awaitClock(ctx context.Context) error {
+	rel := n.clock.Released()
+	select {
+	case <-rel:
+		return nil
+	default:
+	}
+	wait := n.cfg.RestoreWait
+	if wait == 0 {
+		wait = DefaultRestoreWait
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-rel:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.closed:
+		return ErrClosed
+	case <-t.C:
+		return fmt.Errorf("%w: no reconciliation with a peer completed within %v of waiting", ErrAwaitingReconcile, wait)
+	}
+}
+
+// readClockMark reads the clock mark file. A missing file is (0, false);
+// a file of another site is treated as missing (it says nothing about
+// this node); anything else malformed is ErrClockMark.
+func readClockMark(path string, site messages.SiteID) (messages.HLC, bool, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: %s: %v", ErrClockMark, path, err)
+	}
+	h, s, err := decodeClockMark(b)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: %s: %v", ErrClockMark, path, err)
+	}
+	if s != site {
+		return 0, false, nil
+	}
+	return h, true, nil
+}
+
+func encodeClockMark(h messages.HLC, site messages.SiteID) []byte {
+	b := make([]byte, 0, clockMarkSize)
+	b = append(b, clockMarkMagic...)
+	b = append(b, site[:]...)
+	b = binary.BigEndian.AppendUint64(b, uint64(h))
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
+}
+
+func decodeClockMark(b []byte) (messages.HLC, messages.SiteID, error) {
+	var site messages.SiteID
+	if len(b) != clockMarkSize {
+		return 0, site, fmt.Errorf("%d bytes, want %d", len(b), clockMarkSize)
+	}
+	if !bytes.Equal(b[:len(clockMarkMagic)], clockMarkMagic) {
+		return 0, site, fmt.Errorf("not a clock mark file")
+	}
+	body := b[:clockMarkSize-4]
+	if crc32.ChecksumIEEE(body) != binary.BigEndian.Uint32(b[clockMarkSize-4:]) {
+		return 0, site, fmt.Errorf("checksum mismatch")
+	}
+	copy(site[:], b[len(clockMarkMagic):])
+	return messages.HLC(binary.BigEndian.Uint64(body[len(body)-8:])), site, nil
+}
+
+// writeClockMark replaces the clock mark file atomically (temporary file,
+// fsync, rename, fsync of the directory; no fsync with Config.NoSync).
+func (n *Node) writeClockMark(h messages.HLC) error {
+	path := n.clockMarkPath()
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("runtime: write clock mark: %w", err)
+	}
+	_, err = f.Write(encodeClockMark(h, n.signer.Site()))
+	if err == nil && !n.cfg.NoSync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil && !n.cfg.NoSync {
+		err = syncDir(n.cfg.Dir)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("runtime: write clock mark: %w", err)
+	}
+	return nil
+}
