@@ -79,7 +79,16 @@ type Deps struct {
 	Metrics   *Metrics
 	// Mailboxes measures the senders' and the progress actor's mailboxes.
 	Mailboxes *mailbox.Depths
+	// Failpoint, when set, is called at the named failpoints of the
+	// receiver (FailpointRecordPush); an error is injected there.
+	Failpoint func(name string) error
 }
+
+// FailpointRecordPush is run inside the transaction recording a received
+// push, after the push's events and progress are written, as
+// FailpointRecordPush+":"+the push's From. An error there fails that
+// transaction like a storage error caused by this push would.
+const FailpointRecordPush = "replicate.record_push"
 
 // Config tunes the senders.
 type Config struct {
