@@ -57,7 +57,8 @@ type Config struct {
 	System *actor.ActorSystem
 	// NoSync skips fsync in bbolt. Never for data you keep: tests only.
 	NoSync bool
-	// Failpoint is called at named storage points (see persistence/bolt);
+	// Failpoint is called at named storage points (see persistence/bolt,
+	// and replicate.FailpointRecordPush);
 	// a non-nil error aborts there. Tests only.
 	Failpoint func(name string) error
 	// LockTimeout bounds how long Open waits for the bbolt file lock held

@@ -116,6 +116,7 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 		Logger:    n.log,
 		Metrics:   m,
 		Mailboxes: n.mailboxes,
+		Failpoint: n.cfg.Failpoint,
 	}, replicate.Config{Interval: interval, Batch: n.cfg.PushBatch, Timeout: n.cfg.PushTimeout, Window: n.cfg.PushWindow, IgnorePeerWatermarks: n.cfg.IgnorePeerWatermarks})
 	return err
 }

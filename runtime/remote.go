@@ -95,9 +95,11 @@ type RemoteConfig struct {
 	// wins) and the receiver's handling of one push. Zero:
 	// DefaultRemoteRequestTimeout.
 	RequestTimeout time.Duration
-	// MaxConcurrentPushes bounds the pushes handed to the Receiver at once;
-	// further pushes wait in the sync actor's mailbox. Zero:
-	// DefaultRemoteMaxConcurrentPushes.
+	// MaxConcurrentPushes bounds the pushes of one peer handed to the
+	// Receiver at once; at most twice as many of a peer's pushes are held
+	// (received and not yet answered), then the stream guard stops reading
+	// that peer's stream and gRPC flow control pushes back (see
+	// remote_inbound.go). Zero: DefaultRemoteMaxConcurrentPushes.
 	MaxConcurrentPushes int
 	// MaxMessageBytes bounds one inbound gRPC message (one protoactor
 	// batch). A larger batch is refused by gRPC itself, which resets that
@@ -177,6 +179,12 @@ type RemoteStats struct {
 	// is not the peer the TLS client certificate authenticates, or an
 	// answer address that is not that peer's.
 	RefusedPushes uint64
+	// InboundHeld counts the envelopes received and not yet answered now
+	// (each holds a token of its peer's inbound pool); InboundPeak is the
+	// most one pool ever held (at most 2 × MaxConcurrentPushes);
+	// InboundWaits counts the times the stream guard stopped reading a
+	// stream because its pool was full (push-back).
+	InboundHeld, InboundPeak, InboundWaits uint64
 }
 
 // Remote is a node's protoactor-go remote (gRPC) transport for SSP/1 §14
@@ -192,17 +200,17 @@ type Remote struct {
 	metrics *remoteMetrics
 
 	recv atomic.Pointer[receiverBox]
-	sem  chan struct{}
 
 	mu     sync.RWMutex // guards peers, bound and closed; held for reading around every send
 	peers  map[string]string
 	bound  map[string]remotePeer // remote_peers.go
 	closed bool
 
-	// inbound holds a token per message the stream guard let through to
-	// the sync actor and the actor has not taken yet: the guard blocks
-	// when it is full (push-back through gRPC flow control).
-	inbound chan struct{}
+	// in bounds what peers can make this node hold: a token per envelope
+	// the stream guard let through to the sync actor and not yet answered,
+	// per peer; the guard blocks when a peer's pool is full (push-back
+	// through gRPC flow control). remote_inbound.go.
+	in *inbound
 
 	pid       *actor.PID
 	evMu      sync.Mutex // see Close
@@ -260,8 +268,7 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 	if n == 0 {
 		n = DefaultRemoteMaxConcurrentPushes
 	}
-	r.sem = make(chan struct{}, n)
-	r.inbound = make(chan struct{}, 2*n)
+	r.in = newInbound(n)
 	maxMsg := cfg.MaxMessageBytes
 	if maxMsg == 0 {
 		maxMsg = DefaultRemoteMaxMessageBytes
@@ -371,7 +378,11 @@ func (r *Remote) Serve(recv replicate.Receiver) {
 
 // Stats returns the transport's counters.
 func (r *Remote) Stats() RemoteStats {
+	waits, peak := r.in.stats()
 	return RemoteStats{
+		InboundHeld:          r.in.held(),
+		InboundPeak:          peak,
+		InboundWaits:         waits,
 		PayloadBytesSent:     r.bytesSent.Load(),
 		PayloadBytesReceived: r.bytesRecv.Load(),
 		PushesSent:           r.pushesSent.Load(),
@@ -539,18 +550,23 @@ type syncActor struct{ r *Remote }
 // Receive implements actor.Actor.
 func (a *syncActor) Receive(c actor.Context) {
 	msg := c.Message()
+	var pool *inPool
 	if e, ok := msg.(*wire.Envelope); ok { // sent in-process, not through the remote
 		msg, _ = e.Deserialize()
 	} else if _, ok := msg.(remote.RootSerializable); ok {
-		// Came through the stream guard, which took a token for it.
-		defer a.r.release()
+		// Came through the stream guard, which took a token for it: a
+		// push gives it back once answered, anything else now.
+		pool = a.r.in.claimed(c.Sender())
+	}
+	if _, ok := msg.(*wire.Push); !ok {
+		defer pool.release()
 	}
 	switch m := msg.(type) {
 	case *wire.Push:
 		a.r.pushesRecv.Add(1)
 		a.r.metrics.pushes.WithLabelValues("received").Inc()
 		a.r.countRecv(m.Size)
-		a.r.handle(c.Sender(), m.Push)
+		a.r.handle(c.Sender(), m.Push, pool)
 	case *wire.Undecodable:
 		from := "unknown sender"
 		if s := c.Sender(); s != nil {
@@ -567,25 +583,33 @@ func (a *syncActor) Receive(c actor.Context) {
 	}
 }
 
-// handle runs one push through the Receiver off the actor goroutine. When
-// MaxConcurrentPushes handlers are running it waits (holding the mailbox:
-// backpressure) until one finishes or the transport closes.
-func (r *Remote) handle(sender *actor.PID, p *messages.SyncPush) {
+// handle runs one push through the Receiver off the actor goroutine, at
+// most MaxConcurrentPushes of one pool at once (the rest wait for a
+// handler, bounded by the pool's tokens; the actor never waits, so one
+// peer's pushes never hold up another's). The push's token of pool (nil:
+// sent in-process, no token) is given back once it is answered.
+func (r *Remote) handle(sender *actor.PID, p *messages.SyncPush, pool *inPool) {
 	box := r.receiverFor(p.To)
 	if box == nil {
 		r.reply(sender, &wire.Rejected{Reason: "no receiver"})
+		pool.release()
 		return
 	}
-	select {
-	case r.sem <- struct{}{}:
-	case <-r.baseCtx.Done():
-		r.reply(sender, &wire.Rejected{Reason: "closing"})
-		return
+	sem := r.in.shared.sem
+	if pool != nil {
+		sem = pool.sem
 	}
 	r.inflight.Add(1)
 	go func() {
 		defer r.inflight.Done()
-		defer func() { <-r.sem }()
+		defer pool.release() // after the answer was sent
+		select {
+		case sem <- struct{}{}:
+		case <-r.baseCtx.Done():
+			r.reply(sender, &wire.Rejected{Reason: "closing"})
+			return
+		}
+		defer func() { <-sem }()
 		ctx, cancel := context.WithTimeout(r.baseCtx, r.timeout)
 		defer cancel()
 		res, err := box.r.HandlePush(ctx, p)

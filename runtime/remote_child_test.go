@@ -49,6 +49,8 @@ type remoteChildSpec struct {
 	TrustDir       string // CA to verify peers against; empty: CertDir's
 	RequestTimeout time.Duration
 	HandleDelay    time.Duration // the fake receiver sleeps this long
+	// MaxConcurrentPushes is RemoteConfig.MaxConcurrentPushes.
+	MaxConcurrentPushes int
 }
 
 // remoteCmd is one command to a child; remoteReply its answer.
@@ -111,11 +113,16 @@ func TestRemoteChild(t *testing.T) {
 // A push from "block" waits (up to 10 s, then fails) until a push from
 // "unblock" has been handled: if pushes were handled one at a time on the
 // sync actor's goroutine, the unblocking push would wait behind it.
+//
+// A push from "stall" waits, without a time limit, until the "release"
+// command.
 type fakeReceiver struct {
 	delay     time.Duration
 	out       func(kind string, v any)
 	unblock   chan struct{}
 	unblockMu sync.Once
+	release   chan struct{}
+	releaseMu sync.Once
 }
 
 func (f *fakeReceiver) HandlePush(ctx context.Context, p *messages.SyncPush) (*messages.PushResult, error) {
@@ -136,6 +143,12 @@ func (f *fakeReceiver) HandlePush(ctx context.Context, p *messages.SyncPush) (*m
 		}
 	case "unblock":
 		f.unblockMu.Do(func() { close(f.unblock) })
+	case "stall":
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	f.out("PUSHED", map[string]any{"From": p.From, "Events": len(p.Events)})
 	if p.From == "fail-me" {
@@ -198,9 +211,10 @@ func runRemoteChild(rawSpec string, in io.Reader, stdout io.Writer) error {
 		}
 	})
 	cfg := RemoteConfig{
-		Plaintext:      spec.Plaintext,
-		RequestTimeout: spec.RequestTimeout,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Plaintext:           spec.Plaintext,
+		RequestTimeout:      spec.RequestTimeout,
+		MaxConcurrentPushes: spec.MaxConcurrentPushes,
+		Logger:              slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnUndecodable: func(u wire.Undecodable) {
 			out("UNDECODABLE", remoteChildUndecodable{Type: u.Type, Known: u.Known, Size: u.Size, Err: u.Err.Error()})
 		},
@@ -215,7 +229,8 @@ func runRemoteChild(rawSpec string, in io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r.Serve(&fakeReceiver{delay: spec.HandleDelay, out: out, unblock: make(chan struct{})})
+	fake := &fakeReceiver{delay: spec.HandleDelay, out: out, unblock: make(chan struct{}), release: make(chan struct{})}
+	r.Serve(fake)
 	out("ADDR", r.Address())
 
 	var pending []chan remoteReply
@@ -233,6 +248,9 @@ func runRemoteChild(rawSpec string, in io.Reader, stdout io.Writer) error {
 			ch := make(chan remoteReply, 1)
 			pending = append(pending, ch)
 			go func(cmd remoteCmd) { ch <- childCommand(sys, r, cmd) }(cmd)
+			rep.OK = true
+		case "release":
+			fake.releaseMu.Do(func() { close(fake.release) })
 			rep.OK = true
 		case "await":
 			if len(pending) == 0 {

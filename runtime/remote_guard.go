@@ -60,22 +60,78 @@ type guardedStream struct {
 	grpc.ServerStream
 	r    *Remote
 	cert *x509.Certificate // the verified TLS client certificate (nil without TLS)
+	// pending is what is left of the last batch read: envelopes admitted
+	// but not handed to protoactor yet, each with the inbound pool it
+	// needs a token of (remote_inbound.go).
+	pending *remote.MessageBatch
+	pools   []*inPool
 }
 
-// RecvMsg implements grpc.ServerStream.
+// RecvMsg implements grpc.ServerStream. It hands protoactor's reader a
+// batch in parts, each as long as the envelopes' pools have tokens for:
+// blocking for the first envelope's token stops this stream's reads (gRPC
+// flow control pushes back on the sender), and the envelopes handed over
+// before are already in the sync actor's mailbox, so their tokens come
+// back and the stream goes on.
 func (g *guardedStream) RecvMsg(m any) error {
+	rm, ok := m.(*remote.RemoteMessage)
+	if ok && g.pending != nil {
+		return g.next(rm)
+	}
 	if err := g.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if rm, ok := m.(*remote.RemoteMessage); ok {
-		for _, u := range sanitizeBatch(rm.GetMessageBatch(), g.r.allowed) {
-			g.r.surface(u, "stream guard")
+	if !ok || rm.GetMessageBatch() == nil {
+		return nil
+	}
+	b := rm.GetMessageBatch()
+	for _, u := range sanitizeBatch(b, g.r.allowed) {
+		g.r.surface(u, "stream guard")
+	}
+	g.pending, g.pools = b, g.r.admit(b, g.cert)
+	return g.next(rm)
+}
+
+// next sets rm to the next part of the pending batch.
+func (g *guardedStream) next(rm *remote.RemoteMessage) error {
+	b := g.pending
+	n := 0
+	for ; n < len(b.Envelopes); n++ {
+		p := g.pools[n]
+		if p == nil {
+			continue
 		}
-		if err := g.r.admit(g.Context(), rm.GetMessageBatch(), g.cert); err != nil {
+		e := b.Envelopes[n]
+		var sender *actor.PID
+		if e.Sender > 0 {
+			sender = cloneSender(b.Senders[e.Sender-1], e.SenderRequestId)
+		}
+		ok, err := g.r.in.take(g.Context(), g.r.baseCtx, p, sender, n == 0)
+		if err != nil {
 			return err
 		}
+		if !ok {
+			break
+		}
 	}
+	part := &remote.MessageBatch{TypeNames: b.TypeNames, Targets: b.Targets, Senders: b.Senders, Envelopes: b.Envelopes[:n:n]}
+	if n == len(b.Envelopes) {
+		g.pending, g.pools = nil, nil
+	} else {
+		g.pending = &remote.MessageBatch{TypeNames: b.TypeNames, Targets: b.Targets, Senders: b.Senders, Envelopes: b.Envelopes[n:]}
+		g.pools = g.pools[n:]
+	}
+	rm.MessageType = &remote.RemoteMessage_MessageBatch{MessageBatch: part}
 	return nil
+}
+
+// cloneSender is the sender PID protoactor's reader gives the envelope
+// (with its request id).
+func cloneSender(pid *actor.PID, requestID uint32) *actor.PID {
+	if pid == nil || requestID == 0 {
+		return pid
+	}
+	return &actor.PID{Address: pid.Address, Id: pid.Id, RequestId: requestID}
 }
 
 // rejectUnary answers protoactor's unary RPCs (ListProcesses,

@@ -159,23 +159,26 @@ func (r *Remote) authorize(name string, cert *x509.Certificate, replyAddr string
 
 // admit runs after sanitizeBatch on every inbound batch: it refuses the
 // pushes authorize refuses (answering the authenticated peer, if the
-// reply address is its own), and takes an inbound token for every
-// envelope it lets through to the sync actor — blocking when the sync
-// actor's mailbox holds its bound, which stops this stream's reads and
-// lets gRPC flow control push back on the sender.
-func (r *Remote) admit(ctx context.Context, b *remote.MessageBatch, cert *x509.Certificate) error {
+// reply address is its own), and returns for every envelope it keeps the
+// inbound pool it will take a token of (nil: not for the sync actor).
+func (r *Remote) admit(b *remote.MessageBatch, cert *x509.Certificate) []*inPool {
 	if b == nil {
 		return nil
 	}
 	kept := b.Envelopes[:0]
+	var pools []*inPool
 	for _, e := range b.Envelopes {
 		target := b.Targets[e.Target]
 		if b.TypeNames[e.TypeId] != envelopeName || target.Id != SyncActorName {
+			// Not for the sync actor's Receive (protoactor's own system
+			// messages are handled by the endpoint manager): no token.
 			kept = append(kept, e)
+			pools = append(pools, nil)
 			continue
 		}
+		pool := r.in.shared
 		env := &wire.Envelope{}
-		if err := proto.Unmarshal(e.MessageData, env); err == nil && env.Type == wire.TypeSyncPush {
+		if proto.Unmarshal(e.MessageData, env) == nil && env.Type == wire.TypeSyncPush {
 			replyAddr := ""
 			if e.Sender > 0 {
 				replyAddr = b.Senders[e.Sender-1].Address
@@ -200,21 +203,21 @@ func (r *Remote) admit(ctx context.Context, b *remote.MessageBatch, cert *x509.C
 				}
 				continue
 			}
-		}
-		select {
-		case r.inbound <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-r.baseCtx.Done():
-			return r.baseCtx.Err()
+			r.mu.RLock()
+			_, configured := r.bound[from]
+			r.mu.RUnlock()
+			// A push nobody can be answered for shares the common pool
+			// (the sync actor finds an envelope's pool by its sender).
+			pool = r.in.pool(from, configured && e.Sender > 0)
 		}
 		kept = append(kept, e)
+		pools = append(pools, pool)
 	}
 	for i := len(kept); i < len(b.Envelopes); i++ {
 		b.Envelopes[i] = nil
 	}
 	b.Envelopes = kept
-	return nil
+	return pools
 }
 
 // replyAllowed reports whether a refusal may be answered at replyAddr:
@@ -229,13 +232,4 @@ func (r *Remote) replyAllowed(cert *x509.Certificate, replyAddr string) bool {
 		}
 	}
 	return false
-}
-
-// release gives back the inbound token of one message the sync actor
-// took from its mailbox (a message that came through the remote).
-func (r *Remote) release() {
-	select {
-	case <-r.inbound:
-	default:
-	}
 }

@@ -169,6 +169,9 @@ type recorded struct {
 	res    *messages.PushResult
 	prog   persistence.PeerProgress
 	ranges []pendingRange
+	// refused counts the claims refused, counted once committed (a
+	// transaction may run again after a failure, committer.go).
+	refused int
 }
 
 func (p *progressActor) commit() {
@@ -217,9 +220,17 @@ func (p *progressActor) record(works []*recordWork) ([]recorded, error) {
 
 func (p *progressActor) finish(w *recordWork, r recorded, err error) {
 	if err == nil {
-		p.s.mem.recordedPush(w.push, r)
+		p.s.committed(w.push, r)
 	}
 	w.reply <- recordReply{res: r.res, err: err}
+}
+
+// committed publishes push's record once its transaction is durable.
+func (s *Service) committed(push *messages.SyncPush, r recorded) {
+	if r.refused > 0 {
+		s.deps.Metrics.refusedClaims(r.refused)
+	}
+	s.mem.recordedPush(push, r)
 }
 
 // recordPush is decideProgress's shell: it reads the inputs from tx,
@@ -264,15 +275,17 @@ func recordPush(tx persistence.SyncTx, d *Deps, sender senderInfo, push *message
 	}
 	in.Claimable = func(g persistence.GroupKey) bool { return claimable[g] }
 	out := decideProgress(in)
-	if out.RefusedClaims > 0 {
-		d.Metrics.refusedClaims(out.RefusedClaims)
-	}
 	if err := tx.PutPeerProgress(push.From, out.Prog); err != nil {
 		return recorded{}, err
 	}
 	for g, w := range out.Raise {
 		if err := tx.PutWatermark(g, w); err != nil && !errors.Is(err, persistence.ErrWatermarkRegression) {
 			return recorded{}, err
+		}
+	}
+	if d.Failpoint != nil {
+		if err := d.Failpoint(FailpointRecordPush + ":" + push.From); err != nil {
+			return recorded{}, fmt.Errorf("replicate: failpoint %s: %w", FailpointRecordPush, err)
 		}
 	}
 	res := out.Result
@@ -295,7 +308,7 @@ func recordPush(tx persistence.SyncTx, d *Deps, sender senderInfo, push *message
 		}
 	}
 	slices.SortFunc(res.Watermarks, func(a, b messages.GroupWatermark) int { return compareGroups(a.Group, b.Group) })
-	return recorded{res: res, prog: out.Prog, ranges: out.Ranges}, nil
+	return recorded{res: res, prog: out.Prog, ranges: out.Ranges, refused: out.RefusedClaims}, nil
 }
 
 // handlePush applies a push from an authenticated, configured sender
@@ -337,7 +350,7 @@ func (s *Service) handlePush(ctx context.Context, push *messages.SyncPush) (*mes
 			mu.Lock()
 			rec = r
 			mu.Unlock()
-			return func() { s.mem.recordedPush(push, r) }, nil
+			return func() { s.committed(push, r) }, nil
 		})
 		mu.Lock()
 		usedTx, res := used, rec.res

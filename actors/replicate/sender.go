@@ -194,7 +194,7 @@ func (a *senderActor) fill(ctx actor.Context, max int) {
 // checkResult refuses a result that does not answer the push.
 func checkResult(p *messages.SyncPush, r *messages.PushResult) error {
 	if r == nil {
-		return fmt.Errorf("delivery: empty push result")
+		return fmt.Errorf("replicate: empty push result")
 	}
 	if err := r.Validate(); err != nil {
 		return err
@@ -357,7 +357,7 @@ func (a *senderActor) drain(ctx actor.Context) {
 			next := nextCursor(a.cursor, f.b.retried, f.result.Retry, p.Through)
 			err := a.s.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error { return tx.PutCursor(a.key, next) })
 			if err != nil {
-				rep.Err = fmt.Errorf("delivery: store cursor: %w", err)
+				rep.Err = fmt.Errorf("replicate: store cursor: %w", err)
 				a.broken = true
 				break
 			}
@@ -382,7 +382,7 @@ func (a *senderActor) drain(ctx actor.Context) {
 		a.lastPush, a.lastErr = time.Now(), rep.Err
 		a.s.deps.Metrics.pushed(a.key, rep)
 		if f.err != nil {
-			a.s.deps.Logger.Debug("delivery: push failed", "peer", a.key, "err", f.err)
+			a.s.deps.Logger.Debug("replicate: push failed", "peer", a.key, "err", f.err)
 		}
 		a.last = rep
 	}
@@ -397,7 +397,7 @@ func (a *senderActor) drain(ctx actor.Context) {
 
 // errWindowBroken reports a push that succeeded after an earlier push of
 // the same window failed: its range is offered again.
-var errWindowBroken = errors.New("delivery: an earlier push in flight failed; offered again next cycle")
+var errWindowBroken = errors.New("replicate: an earlier push in flight failed; offered again next cycle")
 
 // finishWindow answers the waiters once nothing is in flight and decides
 // when the next cycle runs: at once while the log has more past the

@@ -29,11 +29,11 @@ import (
 // Errors of the delivery service (match with errors.Is).
 var (
 	// ErrUnknownPeer: no peer of that name and path was added.
-	ErrUnknownPeer = errors.New("delivery: unknown peer")
+	ErrUnknownPeer = errors.New("replicate: unknown peer")
 	// ErrPeerExists: AddPeer of a name and path already added.
-	ErrPeerExists = errors.New("delivery: peer already added")
+	ErrPeerExists = errors.New("replicate: peer already added")
 	// ErrStopped: the service is closed.
-	ErrStopped = errors.New("delivery: stopped")
+	ErrStopped = errors.New("replicate: stopped")
 	// ErrUnknownSender: a push from a sender this node did not configure
 	// (AddPeer, AcceptPeer). Nothing of it is kept.
 	ErrUnknownSender = errors.New("replicate: push from an unknown sender")
@@ -79,7 +79,16 @@ type Deps struct {
 	Metrics   *Metrics
 	// Mailboxes measures the senders' and the progress actor's mailboxes.
 	Mailboxes *mailbox.Depths
+	// Failpoint, when set, is called at the named failpoints of the
+	// receiver (FailpointRecordPush); an error is injected there.
+	Failpoint func(name string) error
 }
+
+// FailpointRecordPush is run inside the transaction recording a received
+// push, after the push's events and progress are written, as
+// FailpointRecordPush+":"+the push's From. An error there fails that
+// transaction like a storage error caused by this push would.
+const FailpointRecordPush = "replicate.record_push"
 
 // Config tunes the senders.
 type Config struct {
@@ -120,10 +129,10 @@ type Service struct {
 // NewService starts the progress actor. Senders start with AddPeer.
 func NewService(system *actor.ActorSystem, deps Deps, cfg Config) (*Service, error) {
 	if deps.Store == nil || deps.Apply == nil || deps.InScope == nil || deps.Own == nil {
-		return nil, fmt.Errorf("delivery: incomplete Deps")
+		return nil, fmt.Errorf("replicate: incomplete Deps")
 	}
 	if len(deps.LogID) != 16 || deps.Name == "" {
-		return nil, fmt.Errorf("delivery: Deps need a 16-byte LogID and a Name")
+		return nil, fmt.Errorf("replicate: Deps need a 16-byte LogID and a Name")
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1000
@@ -177,7 +186,7 @@ func CursorKey(peer, path string) string { return peer + "@" + path }
 // reachable over two paths has one cursor on each.
 func (s *Service) AddPeer(peer, path string, t Transport, opts PeerOptions) error {
 	if peer == "" || path == "" || t == nil {
-		return fmt.Errorf("delivery: AddPeer needs a peer name, a path and a transport")
+		return fmt.Errorf("replicate: AddPeer needs a peer name, a path and a transport")
 	}
 	key := CursorKey(peer, path)
 	s.mu.Lock()

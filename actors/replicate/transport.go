@@ -25,4 +25,4 @@ type Receiver interface {
 
 // ErrUnreachable is returned (wrapped) by transports when the peer cannot
 // be reached: unknown peer, partition, connection refused, timeout.
-var ErrUnreachable = errors.New("delivery: peer unreachable")
+var ErrUnreachable = errors.New("replicate: peer unreachable")

@@ -78,7 +78,43 @@ func (c *committer) commit(ctx actor.Context) {
 	works := c.pending
 	c.pending = nil
 	results := make([]batchResult, len(works))
-	err := c.store.Update(context.Background(), func(tx persistence.SyncTx) error {
+	err := c.run(works, results)
+	if err == nil || len(works) == 1 {
+		for i, w := range works {
+			c.answer(ctx, w, results[i], err)
+		}
+		return
+	}
+	// One failing batch never fails the others that shared its
+	// transaction (a received push's storage error is that push's alone,
+	// SSP/1 §14): the failed transaction rolled back, so each batch runs
+	// again in a transaction of its own, answered (its commit hook run)
+	// before the next one starts.
+	for i, w := range works {
+		err := c.run([]*batchWork{w}, results[i:i+1])
+		c.answer(ctx, w, results[i], err)
+	}
+}
+
+// answer answers w once its transaction ended with err.
+func (c *committer) answer(ctx actor.Context, w *batchWork, res batchResult, err error) {
+	if err != nil {
+		res = batchResult{}
+	}
+	if w.done != nil {
+		if err == nil && w.onCommit != nil {
+			w.onCommit() // before the next transaction can run
+		}
+		w.done <- committed{res: res, err: err}
+		return
+	}
+	ctx.Send(w.from, &committed{res: res, err: err})
+}
+
+// run runs works in one transaction, filling results; on an error the
+// transaction rolled back and results must not be used.
+func (c *committer) run(works []*batchWork, results []batchResult) error {
+	return c.store.Update(context.Background(), func(tx persistence.SyncTx) error {
 		for i, w := range works {
 			r, err := w.run(tx)
 			if err != nil {
@@ -88,14 +124,4 @@ func (c *committer) commit(ctx actor.Context) {
 		}
 		return nil
 	})
-	for i, w := range works {
-		if w.done != nil {
-			if err == nil && w.onCommit != nil {
-				w.onCommit() // before the next transaction can run
-			}
-			w.done <- committed{res: results[i], err: err}
-			continue
-		}
-		ctx.Send(w.from, &committed{res: results[i], err: err})
-	}
 }

@@ -50,7 +50,7 @@ func main() {
 	preload := flag.Int("preload", 100000, "events of history on the SAME rows the measured events write (untimed) in the apply store; the issue's figure is at 1 000 000")
 	only := flag.String("only", "", "run one section only: sync, catchup, sessions, hosting or delivery (default: all)")
 	catchupEvents := flag.String("catchup-events", "100000", "comma-separated store sizes a joining node catches up on from genesis (the first is the reference of the growth ratios)")
-	catchupTrials := flag.Int("catchup-trials", 3, "interleaved trials per catch-up size")
+	catchupTrials := flag.Int("catchup-trials", 5, "interleaved trials per catch-up size (the ratio is their median)")
 	pushBatch := flag.Int("push-batch", 2000, "events per push in the catch-up run")
 	rounds := flag.Int("session-rounds", 20000, "round trips per sessions measurement")
 	idle := flag.Int("idle-sessions", 100000, "idle sessions measured (persisted and live)")

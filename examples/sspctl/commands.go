@@ -337,6 +337,35 @@ func horizonFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
 	}
 }
 
+// ---- purge-held ----
+
+func purgeHeldFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "node directory (required)")
+	site := fs.String("site", "", "the signing site whose held events to drop, hex (required)")
+	schema := fs.String("schema", "", "schema name (required)")
+	table := fs.String("table", "", "table name (required)")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir", "site", "schema", "table"); err != nil {
+			return err
+		}
+		s, err := messages.ParseSiteID(strings.TrimSpace(*site))
+		if err != nil {
+			return err
+		}
+		return withNode(e, *dir, func(n *runtime.Node) error {
+			// SSP/1 §13.6: held events wait for a table; for one that will
+			// never exist the operator drops them (a peer may offer them
+			// again, within the signer's held quota).
+			removed, err := n.PurgeHeld(e.ctx, runtime.GroupKey{Site: s, Schema: *schema, Table: *table})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "purged %d held events of %s %s.%s\n", removed, s, *schema, *table)
+			return nil
+		})
+	}
+}
+
 // ---- sign ----
 
 func signFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {

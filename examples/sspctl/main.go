@@ -73,6 +73,7 @@ func commands() []command {
 		{"trust", "trust a peer's signing key", "--dir DIR --kid HEX --site HEX --pubkey HEX [--cutoff HLC]", trustFlags},
 		{"keys", "list the keyring (trusted signers, this node included)", "--dir DIR", keysFlags},
 		{"horizon", "set (or show) a table's eviction horizon", "--dir DIR --schema S --table T [--hlc HLC]", horizonFlags},
+		{"purge-held", "drop what is held for a site's table that is not defined here (events waiting for it, and their log entries)", "--dir DIR --site HEX --schema S --table T", purgeHeldFlags},
 		{"sign", "sign JSON events with the node's key (does not apply them)", "--dir DIR [--in FILE|-] [--out FILE] [--hex]", signFlags},
 		{"apply", "apply signed events from files and print each outcome", "--dir DIR [--hex] FILE...", applyFlags},
 		{"status", "a running node's status from its admin endpoint", "--addr HOST:PORT [--json]", adminFlags("/admin/status", printStatus)},

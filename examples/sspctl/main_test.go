@@ -710,3 +710,28 @@ func TestAdminCommandsAgainstARunningNode(t *testing.T) {
 		t.Fatalf("status without --addr: %+v", r)
 	}
 }
+
+func TestPurgeHeldDropsEventsForAMissingTable(t *testing.T) {
+	t.Parallel()
+	dirA, dirB, a := mesh(t)
+	mustRun(t, "", "define", "--dir", dirA, "--schema", "app", "--table", "u", "--key", "id", "--columns", "a")
+	ev := mustRun(t, `{"schema":"app","table":"u","key":{"id":1},"payload":{"a":"x"}}`, "sign", "--dir", dirA, "--hex")
+	// B has no table app.u: the event is held (SSP/1 §13.6).
+	if o := outcomes(t, mustRun(t, ev, "apply", "--dir", dirB, "--hex", "-")); len(o) != 1 || o[0].kind != "held" {
+		t.Fatalf("apply on B: %+v", o)
+	}
+	args := []string{"purge-held", "--dir", dirB, "--site", a.site, "--schema", "app", "--table", "u"}
+	if out := mustRun(t, "", args...); !strings.Contains(out, "purged 1 held events") {
+		t.Fatalf("purge-held: %q", out)
+	}
+	if out := mustRun(t, "", args...); !strings.Contains(out, "purged 0 held events") {
+		t.Fatalf("second purge-held: %q", out)
+	}
+	// The event is gone, not just released: offered again, it is new.
+	if o := outcomes(t, mustRun(t, ev, "apply", "--dir", dirB, "--hex", "-")); len(o) != 1 || o[0].kind != "held" {
+		t.Fatalf("apply after the purge: %+v", o)
+	}
+	if r := sspctl(t, "", "purge-held", "--dir", dirB, "--site", "zz", "--schema", "app", "--table", "u"); r.code == 0 {
+		t.Fatalf("purge-held with a bad site: exit 0\n%s", r.out)
+	}
+}
