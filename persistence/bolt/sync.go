@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	bbolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -138,6 +139,32 @@ type syncTx struct {
 	// appended after the one before.
 	pendRow, pendTable [][]byte
 	pendArena          []byte
+
+	// rowsOut holds the rows PutRow encoded in this transaction, by bucket
+	// key, until flushRows puts them in key order (before the commit and
+	// before a scan of the rows bucket): a batch rewrites its rows many
+	// times over (rows of one table shared by every site's events), and
+	// each rewrite read the row back from bbolt and put it again.
+	rowsOut map[string][]byte
+}
+
+// flushRows puts the rows written in this transaction, in key order.
+func (t *syncTx) flushRows() error {
+	if len(t.rowsOut) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(t.rowsOut))
+	for k := range t.rowsOut {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if err := t.rows.Put([]byte(k), t.rowsOut[k]); err != nil {
+			return err
+		}
+	}
+	clear(t.rowsOut)
+	return nil
 }
 
 // pendKey copies key into the pending-index arena (its backing array is
@@ -232,6 +259,9 @@ func (t *syncTx) check() error {
 // mark changed by AppendEvent.
 func (t *syncTx) flush() error {
 	if err := t.flushIndexes(); err != nil {
+		return err
+	}
+	if err := t.flushRows(); err != nil {
 		return err
 	}
 	if !t.seqDirty {
@@ -489,7 +519,10 @@ func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.
 		return persistence.Row{}, false, err
 	}
 	t.keyBuf = append(tablePrefix(t.keyBuf[:0], k), rowKey...)
-	v := get(&t.rowsCur, t.rows, t.keyBuf)
+	v, ok := t.rowsOut[string(t.keyBuf)]
+	if !ok {
+		v = get(&t.rowsCur, t.rows, t.keyBuf)
+	}
 	if v == nil {
 		return persistence.Row{}, false, nil
 	}
@@ -499,6 +532,9 @@ func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.
 
 func (t *syncTx) Rows(k persistence.TableKey, after []byte, fn func(rowKey []byte, row persistence.Row) (bool, error)) error {
 	if err := t.check(); err != nil {
+		return err
+	}
+	if err := t.flushRows(); err != nil {
 		return err
 	}
 	prefix := tablePrefix(nil, k)
@@ -512,7 +548,13 @@ func (t *syncTx) Rows(k persistence.TableKey, after []byte, fn func(rowKey []byt
 		if err != nil {
 			return false, err
 		}
-		return fn(rowKey, row)
+		more, err := fn(rowKey, row)
+		if err == nil && len(t.rowsOut) > 0 {
+			// What fn wrote is in the bucket before the scan reads on,
+			// as if PutRow had put it at once.
+			err = t.flushRows()
+		}
+		return more, err
 	})
 }
 
@@ -762,7 +804,14 @@ func (t *syncTx) PutRow(row persistence.Row) error {
 		return fmt.Errorf("bolt: encode row: %w", err)
 	}
 	t.keyBuf = row.Key.AppendEncode(tablePrefix(t.keyBuf[:0], tableKeyOf(row.Schema, row.Table)))
-	return t.rows.Put(t.keyBuf, v)
+	if len(t.keyBuf) > bbolt.MaxKeySize {
+		return fmt.Errorf("bolt: put row: %w", bolterrors.ErrKeyTooLarge) // as Put would, at once
+	}
+	if t.rowsOut == nil {
+		t.rowsOut = make(map[string][]byte)
+	}
+	t.rowsOut[string(t.keyBuf)] = v // flushRows puts it
+	return nil
 }
 
 func (t *syncTx) SetHorizon(k persistence.TableKey, h messages.HLC) error {

@@ -61,6 +61,7 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"EventsAfterOrderLimitStop", testEventsAfter},
 		{"RowAndTableEventsOnlyTheirOwn", testIndexIsolation},
 		{"IndexesReadBackInTheWritingTransaction", testIndexesInWritingTx},
+		{"RowsRewrittenInOneTransaction", testRowsRewrittenInOneTx},
 		{"DeleteEventsBelowStrictlyBelow", testDeleteBelow},
 		{"RowRoundTripKeepsNeverWrittenAndNull", testRowRoundTrip},
 		{"RowsByteOrderAndResume", testRows},
@@ -671,6 +672,80 @@ func testIndexesInWritingTx(t *testing.T, open OpenFunc) {
 		check(r, 30, 800, "after reopen")
 		return nil
 	})
+}
+
+// testRowsRewrittenInOneTx: a row put several times in one transaction
+// reads back as its last version there (Row and Rows, rows written during
+// a Rows scan included), stays the caller's copy both ways, and commits
+// as its last version; a failed transaction keeps none of it.
+func testRowsRewrittenInOneTx(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	version := func(id any, h messages.HLC) persistence.Row {
+		r := sampleRow(tblX, id)
+		r.Existence = clock(h, siteA)
+		r.Cells["name"] = persistence.Cell{Value: messages.MustValue(fmt.Sprintf("v%d", h)), Clock: clock(h, siteA)}
+		return r
+	}
+	update(t, s, func(tx persistence.SyncTx) error {
+		for h := messages.HLC(1); h <= 3; h++ {
+			for _, id := range []int{3, 1, 2} {
+				r := version(id, h)
+				if err := tx.PutRow(r); err != nil {
+					return err
+				}
+				r.Cells["name"] = persistence.Cell{Value: messages.MustValue("changed after PutRow")}
+				checkRow(t, tx, version(id, h))
+			}
+		}
+		got, _, err := tx.Row(tblX, key(1).Encode())
+		if err != nil {
+			return err
+		}
+		got.Cells["name"] = persistence.Cell{Value: messages.MustValue("changed after Row")}
+		checkRow(t, tx, version(1, 3))
+		// A scan sees the last versions; its callback may write (whether
+		// the scan then sees that write is not part of the contract).
+		var seen []string
+		err = tx.Rows(tblX, nil, func(rowKey []byte, r persistence.Row) (bool, error) {
+			var id int
+			var name string
+			if err := r.Key["id"].Decode(&id); err != nil {
+				return false, err
+			}
+			if err := r.Cells["name"].Value.Decode(&name); err != nil {
+				return false, err
+			}
+			seen = append(seen, fmt.Sprintf("%d:%s", id, name))
+			if len(seen) == 1 {
+				return true, tx.PutRow(version(9, 4))
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(seen) < 3 || seen[0] != "1:v3" || seen[1] != "2:v3" || seen[2] != "3:v3" {
+			t.Fatalf("Rows in the writing transaction saw %v, want rows 1, 2, 3 at v3 first", seen)
+		}
+		return nil
+	})
+	if err := s.Update(ctx, func(tx persistence.SyncTx) error {
+		if err := tx.PutRow(version(1, 8)); err != nil {
+			return err
+		}
+		return errFn
+	}); !errors.Is(err, errFn) {
+		t.Fatalf("failing Update: %v", err)
+	}
+	committed := func(r persistence.SyncReader) error {
+		for _, id := range []int{1, 2, 3} {
+			checkRow(t, r, version(id, 3))
+		}
+		checkRow(t, r, version(9, 4))
+		return nil
+	}
+	view(t, s, committed)
+	view(t, reopen(), committed)
 }
 
 func testDeleteBelow(t *testing.T, open OpenFunc) {
