@@ -13,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"github.com/syncmesh/syncmesh/actors/clock"
@@ -51,6 +49,7 @@ type Config struct {
 type Chokepoint struct {
 	cfg     Config
 	retired atomic.Pointer[retiredKids]
+	pool    verifyPool
 }
 
 // retiredKids is the retirement cutoff of every retired key of one keyring
@@ -182,27 +181,15 @@ func (c *Chokepoint) Apply(ctx context.Context, raw []byte) (messages.Outcome, e
 // sub-batches of sign.BatchSize, writing into outs and reqs (a nil req:
 // decided by the pure checks). Batch verification costs ~0.25× a single
 // check per signature at that size, and a forgery costs its sub-batch a
-// bisection, not the whole push.
+// bisection, not the whole push. The sub-batches run on the chokepoint's
+// pool, behind those of callers that came first (pool.go).
 func (c *Chokepoint) checkAll(raws [][]byte, outs []messages.Outcome, reqs []*syncgroup.Apply) {
-	chunks := (len(raws) + sign.BatchSize - 1) / sign.BatchSize
-	workers := min(runtime.GOMAXPROCS(0), chunks)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				lo := (int(next.Add(1)) - 1) * sign.BatchSize
-				if lo >= len(raws) {
-					return
-				}
-				hi := min(lo+sign.BatchSize, len(raws))
-				c.checkBatch(raws[lo:hi], outs[lo:hi], reqs[lo:hi])
-			}
-		}()
+	jobs := make([]func(), 0, (len(raws)+sign.BatchSize-1)/sign.BatchSize)
+	for lo := 0; lo < len(raws); lo += sign.BatchSize {
+		hi := min(lo+sign.BatchSize, len(raws))
+		jobs = append(jobs, func() { c.checkBatch(raws[lo:hi], outs[lo:hi], reqs[lo:hi]) })
 	}
-	wg.Wait()
+	c.pool.run(jobs)
 }
 
 // ApplyBatch runs many events: the pure checks in parallel on up to

@@ -33,6 +33,7 @@ import (
 var (
 	mesh       = []byte("bench-mesh")
 	cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the one-core child (all its arms) here")
+	storeCache = flag.String("store-cache", "", "keep the sync section's preloaded store in this directory and copy it on later runs")
 )
 
 // benchRows is the workload's row count (makeEvents): fixed, so a
@@ -62,7 +63,7 @@ func main() {
 		run  func() error
 	}{
 		{"sync", func() error {
-			return syncReport(syncParams{Events: *events, Writers: *writers, Batch: *batch, Sites: *sites, Trials: *trials, Preload: *preload, Pushes: *pushes, Profile: *cpuprofile})
+			return syncReport(syncParams{Events: *events, Writers: *writers, Batch: *batch, Sites: *sites, Trials: *trials, Preload: *preload, Pushes: *pushes, Profile: *cpuprofile, StoreCache: *storeCache})
 		}},
 		{"catchup", func() error {
 			sizes, err := parseSizes(*catchupEvents)

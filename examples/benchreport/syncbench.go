@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -24,6 +25,10 @@ type syncParams struct {
 	// pushesPerTrial).
 	Pushes  int
 	Profile string
+	// StoreCache, when set, is a directory keeping preloaded stores by
+	// size: the history is built once and copied for each run (building a
+	// million events takes longer than measuring them).
+	StoreCache string
 }
 
 // pushSize and pushesPerTrial (the default of syncParams.Pushes) shape the forgery comparison: a push of 1 000
@@ -72,7 +77,7 @@ func syncReport(p syncParams) error {
 	fmt.Printf("== sync plane: ApplySignedBatch into bbolt (fsync on, durable before the outcome): %d events per trial, %d sites, %d rows, %d callers of ApplySignedBatch(%d); %d interleaved trials, figures median (min max)\n",
 		p.Events, p.Sites, benchRows, p.Writers, p.Batch, p.Trials)
 	start := time.Now()
-	if err := preloadStore(ctx, store, peers, p.Preload, p.Batch); err != nil {
+	if err := cachedPreload(ctx, p.StoreCache, store, peers, p.Preload, p.Batch); err != nil {
 		return err
 	}
 	fmt.Printf("  store history: %d events on the same %d rows as the measured ones (untimed, %.1f s)\n", p.Preload, benchRows, time.Since(start).Seconds())
@@ -389,4 +394,68 @@ func runOneCore(arg json.RawMessage) (any, error) {
 		return nil, err
 	}
 	return samplesOut{Names: s.Names, Values: s.Values}, nil
+}
+
+// cachedPreload preloads dir with history events, through cache when it
+// is set: a store of that size (sites and batch included in the name)
+// found there is copied, else built there first and then copied.
+func cachedPreload(ctx context.Context, cache, dir string, peers []*peer, history, batch int) error {
+	if cache == "" {
+		return preloadStore(ctx, dir, peers, history, batch)
+	}
+	src := filepath.Join(cache, fmt.Sprintf("store-%d-sites%d-batch%d", history, len(peers), batch))
+	if _, err := os.Stat(filepath.Join(src, ".complete")); err != nil {
+		_ = os.RemoveAll(src)
+		if err := preloadStore(ctx, src, peers, history, batch); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(src, ".complete"), nil, 0o600); err != nil {
+			return err
+		}
+	}
+	return copyDir(src, dir)
+}
+
+// copyDir copies the regular files of src (one level: a node's
+// directory) into dst, skipping the cache's completion marker.
+func copyDir(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || e.Name() == ".complete" {
+			continue
+		}
+		if err := copyFile(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyFile copies src to dst and syncs it: left dirty in the page cache,
+// the copy would be written back by the measured run's first fsync.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

@@ -36,6 +36,9 @@ func (t *syncTx) TableEventKeys(k persistence.TableKey, min messages.HLC, fn fun
 // (its owner's helpers tablePrefix and tableIdxKey build the keys); adapt
 // only this function then.
 func (t *syncTx) tableKeysFrom(k persistence.TableKey, min messages.HLC) ([]persistence.EventKey, error) {
+	if err := t.flushIndexes(); err != nil {
+		return nil, err
+	}
 	prefix := tablePrefix(nil, k)
 	var out []persistence.EventKey
 	c := t.tableIdx.Cursor()

@@ -123,6 +123,9 @@ func (t *syncTx) dropHeld(g persistence.GroupKey, purge bool) (int, error) {
 
 // deleteEvent removes one event and its index entries (absent: nothing).
 func (t *syncTx) deleteEvent(seq uint64) error {
+	if err := t.flushIndexes(); err != nil {
+		return err
+	}
 	seqKey := u64(seq)
 	v := t.events.Get(seqKey)
 	if v == nil {

@@ -60,6 +60,8 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"UpdateErrorKeepsNothing", testUpdateAtomic},
 		{"EventsAfterOrderLimitStop", testEventsAfter},
 		{"RowAndTableEventsOnlyTheirOwn", testIndexIsolation},
+		{"IndexesReadBackInTheWritingTransaction", testIndexesInWritingTx},
+		{"RowsRewrittenInOneTransaction", testRowsRewrittenInOneTx},
 		{"DeleteEventsBelowStrictlyBelow", testDeleteBelow},
 		{"RowRoundTripKeepsNeverWrittenAndNull", testRowRoundTrip},
 		{"RowsByteOrderAndResume", testRows},
@@ -583,6 +585,167 @@ func testIndexIsolation(t *testing.T, open OpenFunc) {
 			return true, nil
 		})
 	})
+}
+
+// testIndexesInWritingTx: events appended in one transaction, out of
+// every index's key order (HLCs falling, rows interleaved, two tables),
+// are visible to RowEvents, TableEvents, TableEventKeys and
+// DeleteEventsBelow in that same transaction, between further appends, and
+// exactly the same after the commit (a store may put index entries late,
+// never lose or misplace them).
+func testIndexesInWritingTx(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	rows := [][]byte{[]byte("r3"), []byte("r1"), []byte("r2")}
+	var first, second []persistence.StoredEvent
+	for i := 0; i < 30; i++ {
+		tk := tblX
+		if i%5 == 4 {
+			tk = tblAB
+		}
+		ev := mkEvent(i+1, tk, rows[i%3], messages.HLC(1000-10*i))
+		if i%2 == 1 {
+			ev.Site = siteB
+		}
+		if i < 20 {
+			first = append(first, ev)
+		} else {
+			second = append(second, ev)
+		}
+	}
+	// want lists the seqs of rowKey's (or, nil, the table's) events among
+	// the first n appended (seq i+1 is event i).
+	want := func(n int, tk persistence.TableKey, rowKey []byte, minHLC messages.HLC) []uint64 {
+		var out []uint64
+		for i, ev := range append(slices.Clone(first), second...)[:n] {
+			if (persistence.TableKey{Schema: ev.Schema, Table: ev.Table}) == tk && (rowKey == nil || bytes.Equal(ev.RowKey, rowKey)) && ev.HLC >= minHLC {
+				out = append(out, uint64(i+1))
+			}
+		}
+		return out
+	}
+	// check compares every index with want; minX is tblX's deletion bound.
+	check := func(r persistence.SyncReader, n int, minX messages.HLC, when string) {
+		t.Helper()
+		for _, tk := range []persistence.TableKey{tblX, tblAB} {
+			minHLC := messages.HLC(0)
+			if tk == tblX {
+				minHLC = minX
+			}
+			for _, rk := range rows {
+				if got, w := rowEvents(t, r, tk, rk), want(n, tk, rk, minHLC); !slices.Equal(got, w) {
+					t.Fatalf("%s: RowEvents(%s, %s) = %v, want %v", when, tk.Table, rk, got, w)
+				}
+			}
+			if got, w := tableEvents(t, r, tk), want(n, tk, nil, minHLC); !slices.Equal(got, w) {
+				t.Fatalf("%s: TableEvents(%s) = %v, want %v", when, tk.Table, got, w)
+			}
+			if got, w := len(tableKeys(t, r, tk, 0)), len(want(n, tk, nil, minHLC)); got != w || w == 0 {
+				t.Fatalf("%s: TableEventKeys(%s) lists %d keys, want %d", when, tk.Table, got, w)
+			}
+		}
+	}
+	update(t, s, func(tx persistence.SyncTx) error {
+		for _, ev := range first {
+			if _, err := tx.AppendEvent(ev); err != nil {
+				return err
+			}
+		}
+		check(tx, len(first), 0, "in the writing transaction")
+		for _, ev := range second {
+			if _, err := tx.AppendEvent(ev); err != nil {
+				return err
+			}
+		}
+		check(tx, len(first)+len(second), 0, "after more appends")
+		// Events 0..29 have HLCs 1000..710: below 800 are events 21..29.
+		if n, err := tx.DeleteEventsBelow(tblX, 800); err != nil || n != len(want(30, tblX, nil, 0))-len(want(30, tblX, nil, 800)) {
+			t.Fatalf("DeleteEventsBelow(800) in the writing transaction = %d, %v", n, err)
+		}
+		check(tx, 30, 800, "after DeleteEventsBelow in the writing transaction")
+		return nil
+	})
+	view(t, s, func(r persistence.SyncReader) error {
+		check(r, 30, 800, "after the commit")
+		return nil
+	})
+	view(t, reopen(), func(r persistence.SyncReader) error {
+		check(r, 30, 800, "after reopen")
+		return nil
+	})
+}
+
+// testRowsRewrittenInOneTx: a row put several times in one transaction
+// reads back as its last version there (Row and Rows, rows written during
+// a Rows scan included), stays the caller's copy both ways, and commits
+// as its last version; a failed transaction keeps none of it.
+func testRowsRewrittenInOneTx(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	version := func(id any, h messages.HLC) persistence.Row {
+		r := sampleRow(tblX, id)
+		r.Existence = clock(h, siteA)
+		r.Cells["name"] = persistence.Cell{Value: messages.MustValue(fmt.Sprintf("v%d", h)), Clock: clock(h, siteA)}
+		return r
+	}
+	update(t, s, func(tx persistence.SyncTx) error {
+		for h := messages.HLC(1); h <= 3; h++ {
+			for _, id := range []int{3, 1, 2} {
+				r := version(id, h)
+				if err := tx.PutRow(r); err != nil {
+					return err
+				}
+				r.Cells["name"] = persistence.Cell{Value: messages.MustValue("changed after PutRow")}
+				checkRow(t, tx, version(id, h))
+			}
+		}
+		got, _, err := tx.Row(tblX, key(1).Encode())
+		if err != nil {
+			return err
+		}
+		got.Cells["name"] = persistence.Cell{Value: messages.MustValue("changed after Row")}
+		checkRow(t, tx, version(1, 3))
+		// A scan sees the last versions; its callback may write (whether
+		// the scan then sees that write is not part of the contract).
+		var seen []string
+		err = tx.Rows(tblX, nil, func(rowKey []byte, r persistence.Row) (bool, error) {
+			var id int
+			var name string
+			if err := r.Key["id"].Decode(&id); err != nil {
+				return false, err
+			}
+			if err := r.Cells["name"].Value.Decode(&name); err != nil {
+				return false, err
+			}
+			seen = append(seen, fmt.Sprintf("%d:%s", id, name))
+			if len(seen) == 1 {
+				return true, tx.PutRow(version(9, 4))
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(seen) < 3 || seen[0] != "1:v3" || seen[1] != "2:v3" || seen[2] != "3:v3" {
+			t.Fatalf("Rows in the writing transaction saw %v, want rows 1, 2, 3 at v3 first", seen)
+		}
+		return nil
+	})
+	if err := s.Update(ctx, func(tx persistence.SyncTx) error {
+		if err := tx.PutRow(version(1, 8)); err != nil {
+			return err
+		}
+		return errFn
+	}); !errors.Is(err, errFn) {
+		t.Fatalf("failing Update: %v", err)
+	}
+	committed := func(r persistence.SyncReader) error {
+		for _, id := range []int{1, 2, 3} {
+			checkRow(t, r, version(id, 3))
+		}
+		checkRow(t, r, version(9, 4))
+		return nil
+	}
+	view(t, s, committed)
+	view(t, reopen(), committed)
 }
 
 func testDeleteBelow(t *testing.T, open OpenFunc) {

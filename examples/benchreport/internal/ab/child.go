@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,10 @@ import (
 const (
 	envChild = "SYNCMESH_BENCH_CHILD"
 	envArgs  = "SYNCMESH_BENCH_ARGS"
+	// EnvProfileDir, when set in the parent's environment, makes every
+	// child write a CPU profile of its run there (<name>-<pid>.pprof):
+	// how the joiners and fresh-store children spend their time.
+	EnvProfileDir = "SYNCMESH_BENCH_PROFILE_DIR"
 )
 
 // ChildFunc runs in a child process: it decodes its argument from arg and
@@ -57,7 +63,9 @@ func Main() {
 		fmt.Fprintf(os.Stderr, "ab child: no function %q\n", name)
 		os.Exit(2)
 	}
+	stop := startChildProfile(name)
 	out, err := fn(json.RawMessage(os.Getenv(envArgs)))
+	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ab child %s: %v\n", name, err)
 		os.Exit(1)
@@ -196,4 +204,23 @@ func (h *HeapPeak) Stop() uint64 {
 	close(h.stop)
 	<-h.done
 	return h.peak.Load()
+}
+
+// startChildProfile starts a CPU profile of this child when
+// EnvProfileDir is set (and the function profiles nothing itself).
+func startChildProfile(name string) (stop func()) {
+	dir := os.Getenv(EnvProfileDir)
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", name, os.Getpid())))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ab child %s: profile: %v\n", name, err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return func() {} // the function profiles itself (-cpuprofile)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
