@@ -26,7 +26,8 @@ var (
 	// fails; nothing was applied from the offending message.
 	ErrReconcilePeer = errors.New("runtime: peer broke the reconciliation protocol")
 	// ErrReconcileUnsupported: the peer's transport does not carry
-	// reconciliation (the remote transport does not yet).
+	// reconciliation (the Network and the Remote do; a custom Transport
+	// may not).
 	ErrReconcileUnsupported = errors.New("runtime: transport does not carry reconciliation")
 	// ErrReconcileBusy: a reconciliation with the same peer is running.
 	ErrReconcileBusy = errors.New("runtime: reconciliation with this peer already running")
@@ -75,9 +76,11 @@ type ReconcileReport struct {
 
 // reconcileTransport is implemented by transports that carry
 // reconciliation requests: a request and its reply, attributed by the
-// transport to the calling node.
+// transport to the calling node. from is the caller's name as peer knows
+// it; the transport vouches for it (the Network stamps its own, the
+// Remote's stream guard checks it against the TLS client certificate).
 type reconcileTransport interface {
-	reconcileCall(ctx context.Context, peer string, kind byte, req []byte) ([]byte, error)
+	reconcileCall(ctx context.Context, from, peer string, kind byte, req []byte) ([]byte, error)
 }
 
 // reconcileHandler is the receiving end (a Node).
@@ -88,7 +91,7 @@ type reconcileHandler interface {
 // reconcileCall carries a reconciliation request over the in-process
 // network. The receiver learns the caller's name from the network, never
 // from the message; bytes are copied both ways, as on a wire.
-func (t *netTransport) reconcileCall(ctx context.Context, peer string, kind byte, req []byte) ([]byte, error) {
+func (t *netTransport) reconcileCall(ctx context.Context, _, peer string, kind byte, req []byte) ([]byte, error) {
 	t.n.mu.Lock()
 	r, ok := t.n.nodes[peer]
 	cut := t.n.cut[pair(t.from, peer)]
@@ -551,7 +554,7 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 		}
 		rep.Rounds++
 		rep.BytesSent += len(req)
-		raw, err := rt.reconcileCall(ctx, peer, reconcileKindRange, req)
+		raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindRange, req)
 		if err != nil {
 			return rep, err
 		}
@@ -593,7 +596,7 @@ func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer str
 		return err
 	}
 	rep.BytesSent += len(req)
-	raw, err := rt.reconcileCall(ctx, peer, reconcileKindFetch, req)
+	raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindFetch, req)
 	if err != nil {
 		return err
 	}

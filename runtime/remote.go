@@ -562,7 +562,9 @@ func (a *syncActor) Receive(c actor.Context) {
 		a.r.deliverDevice(m)
 	case *wire.BundleRequest:
 		a.r.answerBundle(c.Sender(), m)
-	case *wire.Result, *wire.Rejected, *wire.Bundle:
+	case *wire.ReconcileRequest:
+		a.r.serveReconcile(c.Sender(), m) // remote_reconcile.go
+	case *wire.Result, *wire.Rejected, *wire.Bundle, *wire.ReconcileReply:
 		a.r.log.Warn("unexpected message on the sync actor", "type", fmt.Sprintf("%T", m))
 	}
 }

@@ -175,7 +175,8 @@ func (r *Remote) admit(ctx context.Context, b *remote.MessageBatch, cert *x509.C
 			continue
 		}
 		env := &wire.Envelope{}
-		if err := proto.Unmarshal(e.MessageData, env); err == nil && env.Type == wire.TypeSyncPush {
+		// A reconciliation request is bound like a push (remote_reconcile.go).
+		if err := proto.Unmarshal(e.MessageData, env); err == nil && (env.Type == wire.TypeSyncPush || env.Type == wire.TypeReconcileRequest) {
 			replyAddr := ""
 			if e.Sender > 0 {
 				replyAddr = b.Senders[e.Sender-1].Address
