@@ -153,8 +153,9 @@ type reconState struct {
 	scope   apply.Scope
 	scoped  bool
 
-	auto    bool // triggers and schedule on (Config.ReconcileInterval >= 0)
-	stopped bool // Close began: no new background run (wg.Add never races wg.Wait)
+	last    map[string]reconcile.Status // per added peer: the last session this node started
+	auto    bool                        // triggers and schedule on (Config.ReconcileInterval >= 0)
+	stopped bool                        // Close began: no new background run (wg.Add never races wg.Wait)
 	metrics *reconMetrics
 	wg      sync.WaitGroup // background runs; Close waits for them
 }
@@ -532,9 +533,34 @@ func (n *Node) Reconcile(ctx context.Context, peer string) (ReconcileReport, err
 	n.recon.mu.Lock()
 	m := n.recon.metrics
 	n.recon.mu.Unlock()
+	start := time.Now()
 	rep, err = n.reconcile(ctx, rt, peer, rep)
 	m.record(rep, err)
+	n.recon.setLast(peer, reconcile.Status{At: time.Now(), Took: time.Since(start), Rounds: rep.Rounds,
+		BytesSent: rep.BytesSent, BytesReceived: rep.BytesReceived, Missing: rep.Missing, Fetched: rep.Fetched, Err: err})
 	return rep, err
+}
+
+// setLast records the last session with peer (an added peer: bounded by
+// configuration, like the metric labels).
+func (r *reconState) setLast(peer string, st reconcile.Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]reconcile.Status{}
+	}
+	r.last[peer] = st
+}
+
+// withLastReconcile fills in each status's last reconciliation with its
+// peer (Peers calls it).
+func (n *Node) withLastReconcile(ps []PeerStatus) []PeerStatus {
+	n.recon.mu.Lock()
+	defer n.recon.mu.Unlock()
+	for i := range ps {
+		ps[i].LastReconcile = n.recon.last[ps[i].Peer]
+	}
+	return ps
 }
 
 func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string, rep ReconcileReport) (ReconcileReport, error) {
