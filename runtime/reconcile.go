@@ -154,6 +154,7 @@ type reconState struct {
 	scoped  bool
 
 	last    map[string]reconcile.Status // per added peer: the last session this node started
+	resp    []respCache                 // responder sets, a few peers
 	auto    bool                        // triggers and schedule on (Config.ReconcileInterval >= 0)
 	stopped bool                        // Close began: no new background run (wg.Add never races wg.Wait)
 	metrics *reconMetrics
@@ -409,6 +410,7 @@ func (r *reconState) forgetDrops() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.dropped = nil
+	r.resp = nil // cached sets hold dropped keys
 }
 
 // begin marks a session with peer running (one at a time per peer, in
@@ -452,7 +454,36 @@ type nodeSource struct {
 	n     *Node
 	peer  string
 	scope apply.Scope
+	// responder: sets may come from (and go to) the node's responder
+	// cache; the initiator keeps its own per session in sets.
+	responder bool
+	sets      map[setKey]*reconcile.Set
 }
+
+// setKey names one loaded set: a group from a bound.
+type setKey struct {
+	g   reconcile.Group
+	min messages.HLC
+}
+
+// respCache is the responder's last loaded set per peer: a session's
+// rounds each ask for the whole set, and loading it reads every retained
+// event of the table. It is valid while the store's last sequence is
+// unchanged (no event appended since), for a short while, and bounded to
+// a few peers. A stale set costs an extra round or fetch, never a wrong
+// answer: every fetched event is verified and hashed to its key.
+type respCache struct {
+	peer    string
+	key     setKey
+	lastSeq uint64
+	at      time.Time
+	set     *reconcile.Set
+}
+
+const (
+	respCacheTTL   = time.Minute
+	respCachePeers = 4
+)
 
 func (s *nodeSource) Horizon(g reconcile.Group) (h messages.HLC, ok bool, err error) {
 	if !s.scope.Contains(g.Schema, g.Table) {
@@ -470,8 +501,23 @@ func (s *nodeSource) Horizon(g reconcile.Group) (h messages.HLC, ok bool, err er
 }
 
 func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, error) {
+	sk := setKey{g, min}
+	if set := s.sets[sk]; set != nil {
+		return set, nil
+	}
 	var keys []reconcile.Key
+	var last uint64
 	err := s.n.store.View(s.ctx, func(tx persistence.SyncReader) error {
+		var err error
+		if last, err = tx.LastSeq(); err != nil {
+			return err
+		}
+		if s.responder {
+			if set := s.n.recon.cached(s.peer, sk, last); set != nil {
+				s.sets = map[setKey]*reconcile.Set{sk: set}
+				return nil
+			}
+		}
 		return tx.TableEventKeys(persistence.TableKey{Schema: g.Schema, Table: g.Table}, min, func(k persistence.EventKey) (bool, error) {
 			keys = append(keys, messages.NewReconcileKey(k.Site, k.HLC, k.ID))
 			return true, nil
@@ -480,8 +526,49 @@ func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, 
 	if err != nil {
 		return nil, err
 	}
+	if set := s.sets[sk]; set != nil {
+		return set, nil
+	}
 	keys = append(keys, s.n.recon.droppedIn(s.peer, g, min)...)
-	return reconcile.NewSet(keys), nil
+	set := reconcile.NewSet(keys)
+	if s.sets == nil {
+		s.sets = map[setKey]*reconcile.Set{}
+	}
+	s.sets[sk] = set
+	if s.responder {
+		s.n.recon.keep(respCache{peer: s.peer, key: sk, lastSeq: last, at: time.Now(), set: set})
+	}
+	return set, nil
+}
+
+// cached returns the responder's cached set of peer for k, if the store
+// has not grown since it was loaded.
+func (r *reconState) cached(peer string, k setKey, lastSeq uint64) *reconcile.Set {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.resp {
+		if c.peer == peer && c.key == k && c.lastSeq == lastSeq && time.Since(c.at) < respCacheTTL {
+			return c.set
+		}
+	}
+	return nil
+}
+
+// keep caches a responder set, replacing peer's previous one (or the
+// oldest entry past respCachePeers).
+func (r *reconState) keep(c respCache) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, o := range r.resp {
+		if o.peer == c.peer {
+			r.resp[i] = c
+			return
+		}
+	}
+	if len(r.resp) == respCachePeers {
+		r.resp = r.resp[1:]
+	}
+	r.resp = append(r.resp, c)
 }
 
 // syncedGroups lists the tables this node defines and syncs.
@@ -672,7 +759,7 @@ func (n *Node) handleReconcile(ctx context.Context, from string, kind byte, req 
 		return nil, err
 	}
 	defer n.recon.end("responder", from)
-	src := &nodeSource{ctx: ctx, n: n, peer: from, scope: n.reconScope()}
+	src := &nodeSource{ctx: ctx, n: n, peer: from, scope: n.reconScope(), responder: true}
 	switch kind {
 	case reconcileKindRange:
 		in, err := messages.DecodeReconcile(req)
