@@ -155,6 +155,7 @@ type reconState struct {
 
 	last    map[string]reconcile.Status // per added peer: the last session this node started
 	resp    []respCache                 // responder sets, a few peers
+	gen     uint64                      // keyring generation: bumped when drops are forgotten
 	auto    bool                        // triggers and schedule on (Config.ReconcileInterval >= 0)
 	stopped bool                        // Close began: no new background run (wg.Add never races wg.Wait)
 	metrics *reconMetrics
@@ -368,9 +369,22 @@ func (r *reconState) transport(peer string) (Transport, bool) {
 	return t, ok
 }
 
-func (r *reconState) drop(peer string, k droppedKey) {
+// generation returns the keyring generation a session starts in.
+func (r *reconState) generation() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.gen
+}
+
+// drop records k as dropped for good, unless the keyring changed since
+// the session began (gen): a drop decided before a Trust must not hide the
+// event from the reconciliation that Trust starts.
+func (r *reconState) drop(peer string, gen uint64, k droppedKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gen != r.gen {
+		return
+	}
 	if r.dropped == nil {
 		r.dropped = map[string]*droppedSet{}
 	}
@@ -411,6 +425,7 @@ func (r *reconState) forgetDrops() {
 	defer r.mu.Unlock()
 	r.dropped = nil
 	r.resp = nil // cached sets hold dropped keys
+	r.gen++
 }
 
 // begin marks a session with peer running (one at a time per peer, in
@@ -651,6 +666,7 @@ func (n *Node) withLastReconcile(ps []PeerStatus) []PeerStatus {
 }
 
 func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string, rep ReconcileReport) (ReconcileReport, error) {
+	gen := n.recon.generation() // before anything is fetched
 	groups, err := n.syncedGroups(ctx)
 	if err != nil {
 		return rep, err
@@ -690,7 +706,7 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 		for len(f.Need) > 0 {
 			chunk := f.Need[:min(len(f.Need), messages.MaxReconcileKeys)]
 			f.Need = f.Need[len(chunk):]
-			if err := n.fetchMissing(ctx, rt, peer, f.Group, chunk, &rep); err != nil {
+			if err := n.fetchMissing(ctx, rt, peer, gen, f.Group, chunk, &rep); err != nil {
 				return rep, err
 			}
 		}
@@ -702,7 +718,7 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 // fetchMissing asks peer for the events of keys (one group, sorted) and
 // applies what comes back. Every event must hash to a key asked for: a
 // reply with anything else is the peer's error and nothing of it applies.
-func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer string, g reconcile.Group, keys []reconcile.Key, rep *ReconcileReport) error {
+func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer string, gen uint64, g reconcile.Group, keys []reconcile.Key, rep *ReconcileReport) error {
 	keys = reconcile.NewSet(keys).Keys()
 	req, err := messages.EncodeReconcileFetch(&messages.ReconcileFetch{Groups: []messages.FetchGroup{{Schema: g.Schema, Table: g.Table, Keys: keys}}})
 	if err != nil {
@@ -742,7 +758,7 @@ func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer str
 	for i, o := range outs {
 		rep.Outcomes[o.Kind]++
 		if o.Kind == messages.Dropped {
-			n.recon.drop(peer, droppedKey{group: g, key: got[i]})
+			n.recon.drop(peer, gen, droppedKey{group: g, key: got[i]})
 		}
 	}
 	return nil
