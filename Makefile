@@ -4,7 +4,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1x
 TESTFLAGS ?=
 
-.PHONY: run test bench bench-1m fuzz lint soak proto etcd
+.PHONY: run test bench bench-1m fuzz lint soak soak-join proto etcd
 
 ## run: the quickstart on the embedded bbolt default (no setup).
 run:
@@ -41,6 +41,7 @@ bench:
 bench-1m:
 	$(GO) run ./examples/benchreport -only sync -preload 1000000 $(BENCHFLAGS)
 	$(GO) run ./examples/benchreport -only catchup -catchup-events 100000,1000000 -catchup-trials 1 $(BENCHFLAGS)
+	$(GO) run ./examples/benchreport -only reconcile -reconcile-events 1000000 $(BENCHFLAGS)
 
 ## fuzz: a short run of every fuzz target.
 fuzz:
@@ -54,13 +55,21 @@ lint:
 ## soak: long randomized runs: the property tests with many more cases
 ## (SOAK_CHECKS, default 20000), the 5-node mesh simulation over many
 ## seeds (SIM_SEEDS, default 300; reproduce one with SIM_SEED=<seed>),
-## and anything behind the soak build tag.
+## anything behind the soak build tag, and the examples/mesh -join 20000
+## soak (JOIN_RUNS runs, default 20).
 SOAK_CHECKS ?= 20000
 SIM_SEEDS ?= 300
+JOIN_RUNS ?= 20
 soak:
 	$(GO) test -count=1 -timeout 90m -tags soak -run 'Property|Convergence|Canonical|Match' \
 		./actors/materialize ./runtime ./messages ./persistence/bolt -rapid.checks=$(SOAK_CHECKS)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 90m -run 'TestSimulatedMeshConverges' ./runtime
+	GO=$(GO) bash .ci/mesh-join-soak.sh $(JOIN_RUNS) 20000
+
+## soak-join: only the examples/mesh -join 20000 soak (JOIN_RUNS runs, default
+## 20; every one must converge).
+soak-join:
+	GO=$(GO) bash .ci/mesh-join-soak.sh $(JOIN_RUNS) 20000
 
 ## proto: regenerate messages/wire/wire.pb.go (needs protoc: Debian's
 ## protobuf-compiler; installs protoc-gen-go at go.mod's protobuf version).

@@ -28,6 +28,7 @@ import (
 // Config.AdminToken is set, and then need "Authorization: Bearer <token>":
 //
 //	POST /admin/sync?peer=NAME[&path=PATH]  run one push cycle now (SyncNow)
+//	POST /admin/reconcile?peer=NAME         reconcile with peer now (Reconcile)
 //
 // Without a token they answer 403 Forbidden, with a wrong or missing one
 // 401 Unauthorized. The listener is plain HTTP: bind it to loopback or a
@@ -78,6 +79,9 @@ type PeerReport struct {
 	GroupsWithoutWatermark int       `json:"groups_without_watermark"`
 	LastPush               time.Time `json:"last_push,omitzero"`
 	LastError              string    `json:"last_error,omitempty"`
+	// LastReconcile is the last reconciliation this node started with
+	// the peer; absent: none yet.
+	LastReconcile *ReconcileSummary `json:"last_reconcile,omitempty"`
 }
 
 // WatermarkReport is one applied watermark (SSP/1 §14.2).
@@ -127,7 +131,8 @@ func (n *Node) PeerReports(ctx context.Context) ([]PeerReport, error) {
 	}
 	out := make([]PeerReport, 0, len(peers))
 	for _, p := range peers {
-		r := PeerReport{Peer: p.Peer, Path: p.Path, Cursor: p.Cursor, Tail: max(p.Tail, last), RetryEvents: p.Retry, LastPush: p.LastPush}
+		r := PeerReport{Peer: p.Peer, Path: p.Path, Cursor: p.Cursor, Tail: max(p.Tail, last), RetryEvents: p.Retry, LastPush: p.LastPush,
+			LastReconcile: reconcileSummary(p.Peer, p.LastReconcile)}
 		if r.Tail > p.Cursor {
 			r.BacklogEvents = r.Tail - p.Cursor
 		}
@@ -240,6 +245,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 		return out, err
 	})
 	get("/admin/messages", func(ctx context.Context) (any, error) { return n.messageCounts(ctx) })
+	n.adminReconcileRoute(mux) // admin_reconcile.go
 	mux.HandleFunc("/admin/sync", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")

@@ -178,12 +178,14 @@ func (n *Node) SyncNow(ctx context.Context, peer, path string) (CycleReport, err
 
 // Peers returns the status of every peer this node pushes to: cursor,
 // backlog (Tail − Cursor), re-offers waiting, and the peer's applied
-// watermarks as it last reported them — how far behind it is.
+// watermarks as it last reported them — how far behind it is — and the
+// last reconciliation with it (PeerStatus.LastReconcile).
 func (n *Node) Peers(ctx context.Context) ([]PeerStatus, error) {
 	if n.isClosed() {
 		return nil, ErrClosed
 	}
-	return n.sync.Peers(ctx)
+	ps, err := n.sync.Peers(ctx)
+	return n.withLastReconcile(ps), err // reconcile.go
 }
 
 // Watermarks returns this node's applied watermarks (SSP/1 §14.2). They

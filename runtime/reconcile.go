@@ -26,7 +26,8 @@ var (
 	// fails; nothing was applied from the offending message.
 	ErrReconcilePeer = errors.New("runtime: peer broke the reconciliation protocol")
 	// ErrReconcileUnsupported: the peer's transport does not carry
-	// reconciliation (the remote transport does not yet).
+	// reconciliation (the Network and the Remote do; a custom Transport
+	// may not).
 	ErrReconcileUnsupported = errors.New("runtime: transport does not carry reconciliation")
 	// ErrReconcileBusy: a reconciliation with the same peer is running.
 	ErrReconcileBusy = errors.New("runtime: reconciliation with this peer already running")
@@ -75,9 +76,11 @@ type ReconcileReport struct {
 
 // reconcileTransport is implemented by transports that carry
 // reconciliation requests: a request and its reply, attributed by the
-// transport to the calling node.
+// transport to the calling node. from is the caller's name as peer knows
+// it; the transport vouches for it (the Network stamps its own, the
+// Remote's stream guard checks it against the TLS client certificate).
 type reconcileTransport interface {
-	reconcileCall(ctx context.Context, peer string, kind byte, req []byte) ([]byte, error)
+	reconcileCall(ctx context.Context, from, peer string, kind byte, req []byte) ([]byte, error)
 }
 
 // reconcileHandler is the receiving end (a Node).
@@ -88,7 +91,7 @@ type reconcileHandler interface {
 // reconcileCall carries a reconciliation request over the in-process
 // network. The receiver learns the caller's name from the network, never
 // from the message; bytes are copied both ways, as on a wire.
-func (t *netTransport) reconcileCall(ctx context.Context, peer string, kind byte, req []byte) ([]byte, error) {
+func (t *netTransport) reconcileCall(ctx context.Context, _, peer string, kind byte, req []byte) ([]byte, error) {
 	t.n.mu.Lock()
 	r, ok := t.n.nodes[peer]
 	cut := t.n.cut[pair(t.from, peer)]
@@ -150,8 +153,11 @@ type reconState struct {
 	scope   apply.Scope
 	scoped  bool
 
-	auto    bool // triggers and schedule on (Config.ReconcileInterval >= 0)
-	stopped bool // Close began: no new background run (wg.Add never races wg.Wait)
+	last    map[string]reconcile.Status // per added peer: the last session this node started
+	resp    []respCache                 // responder sets, a few peers
+	gen     uint64                      // keyring generation: bumped when drops are forgotten
+	auto    bool                        // triggers and schedule on (Config.ReconcileInterval >= 0)
+	stopped bool                        // Close began: no new background run (wg.Add never races wg.Wait)
 	metrics *reconMetrics
 	wg      sync.WaitGroup // background runs; Close waits for them
 }
@@ -363,9 +369,22 @@ func (r *reconState) transport(peer string) (Transport, bool) {
 	return t, ok
 }
 
-func (r *reconState) drop(peer string, k droppedKey) {
+// generation returns the keyring generation a session starts in.
+func (r *reconState) generation() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.gen
+}
+
+// drop records k as dropped for good, unless the keyring changed since
+// the session began (gen): a drop decided before a Trust must not hide the
+// event from the reconciliation that Trust starts.
+func (r *reconState) drop(peer string, gen uint64, k droppedKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gen != r.gen {
+		return
+	}
 	if r.dropped == nil {
 		r.dropped = map[string]*droppedSet{}
 	}
@@ -405,6 +424,8 @@ func (r *reconState) forgetDrops() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.dropped = nil
+	r.resp = nil // cached sets hold dropped keys
+	r.gen++
 }
 
 // begin marks a session with peer running (one at a time per peer, in
@@ -448,7 +469,36 @@ type nodeSource struct {
 	n     *Node
 	peer  string
 	scope apply.Scope
+	// responder: sets may come from (and go to) the node's responder
+	// cache; the initiator keeps its own per session in sets.
+	responder bool
+	sets      map[setKey]*reconcile.Set
 }
+
+// setKey names one loaded set: a group from a bound.
+type setKey struct {
+	g   reconcile.Group
+	min messages.HLC
+}
+
+// respCache is the responder's last loaded set per peer: a session's
+// rounds each ask for the whole set, and loading it reads every retained
+// event of the table. It is valid while the store's last sequence is
+// unchanged (no event appended since), for a short while, and bounded to
+// a few peers. A stale set costs an extra round or fetch, never a wrong
+// answer: every fetched event is verified and hashed to its key.
+type respCache struct {
+	peer    string
+	key     setKey
+	lastSeq uint64
+	at      time.Time
+	set     *reconcile.Set
+}
+
+const (
+	respCacheTTL   = time.Minute
+	respCachePeers = 4
+)
 
 func (s *nodeSource) Horizon(g reconcile.Group) (h messages.HLC, ok bool, err error) {
 	if !s.scope.Contains(g.Schema, g.Table) {
@@ -466,8 +516,23 @@ func (s *nodeSource) Horizon(g reconcile.Group) (h messages.HLC, ok bool, err er
 }
 
 func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, error) {
+	sk := setKey{g, min}
+	if set := s.sets[sk]; set != nil {
+		return set, nil
+	}
 	var keys []reconcile.Key
+	var last uint64
 	err := s.n.store.View(s.ctx, func(tx persistence.SyncReader) error {
+		var err error
+		if last, err = tx.LastSeq(); err != nil {
+			return err
+		}
+		if s.responder {
+			if set := s.n.recon.cached(s.peer, sk, last); set != nil {
+				s.sets = map[setKey]*reconcile.Set{sk: set}
+				return nil
+			}
+		}
 		return tx.TableEventKeys(persistence.TableKey{Schema: g.Schema, Table: g.Table}, min, func(k persistence.EventKey) (bool, error) {
 			keys = append(keys, messages.NewReconcileKey(k.Site, k.HLC, k.ID))
 			return true, nil
@@ -476,8 +541,49 @@ func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, 
 	if err != nil {
 		return nil, err
 	}
+	if set := s.sets[sk]; set != nil {
+		return set, nil
+	}
 	keys = append(keys, s.n.recon.droppedIn(s.peer, g, min)...)
-	return reconcile.NewSet(keys), nil
+	set := reconcile.NewSet(keys)
+	if s.sets == nil {
+		s.sets = map[setKey]*reconcile.Set{}
+	}
+	s.sets[sk] = set
+	if s.responder {
+		s.n.recon.keep(respCache{peer: s.peer, key: sk, lastSeq: last, at: time.Now(), set: set})
+	}
+	return set, nil
+}
+
+// cached returns the responder's cached set of peer for k, if the store
+// has not grown since it was loaded.
+func (r *reconState) cached(peer string, k setKey, lastSeq uint64) *reconcile.Set {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.resp {
+		if c.peer == peer && c.key == k && c.lastSeq == lastSeq && time.Since(c.at) < respCacheTTL {
+			return c.set
+		}
+	}
+	return nil
+}
+
+// keep caches a responder set, replacing peer's previous one (or the
+// oldest entry past respCachePeers).
+func (r *reconState) keep(c respCache) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, o := range r.resp {
+		if o.peer == c.peer {
+			r.resp[i] = c
+			return
+		}
+	}
+	if len(r.resp) == respCachePeers {
+		r.resp = r.resp[1:]
+	}
+	r.resp = append(r.resp, c)
 }
 
 // syncedGroups lists the tables this node defines and syncs.
@@ -529,13 +635,39 @@ func (n *Node) Reconcile(ctx context.Context, peer string) (ReconcileReport, err
 	n.recon.mu.Lock()
 	m := n.recon.metrics
 	n.recon.mu.Unlock()
+	start := time.Now()
 	rep, err = n.reconcile(ctx, rt, peer, rep)
 	m.record(rep, err)
 	n.restoreReconciled(rep, err) // restore.go: releases a held clock
+	n.recon.setLast(peer, reconcile.Status{At: time.Now(), Took: time.Since(start), Rounds: rep.Rounds,
+		BytesSent: rep.BytesSent, BytesReceived: rep.BytesReceived, Missing: rep.Missing, Fetched: rep.Fetched, Err: err})
 	return rep, err
 }
 
+// setLast records the last session with peer (an added peer: bounded by
+// configuration, like the metric labels).
+func (r *reconState) setLast(peer string, st reconcile.Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]reconcile.Status{}
+	}
+	r.last[peer] = st
+}
+
+// withLastReconcile fills in each status's last reconciliation with its
+// peer (Peers calls it).
+func (n *Node) withLastReconcile(ps []PeerStatus) []PeerStatus {
+	n.recon.mu.Lock()
+	defer n.recon.mu.Unlock()
+	for i := range ps {
+		ps[i].LastReconcile = n.recon.last[ps[i].Peer]
+	}
+	return ps
+}
+
 func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string, rep ReconcileReport) (ReconcileReport, error) {
+	gen := n.recon.generation() // before anything is fetched
 	groups, err := n.syncedGroups(ctx)
 	if err != nil {
 		return rep, err
@@ -552,7 +684,7 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 		}
 		rep.Rounds++
 		rep.BytesSent += len(req)
-		raw, err := rt.reconcileCall(ctx, peer, reconcileKindRange, req)
+		raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindRange, req)
 		if err != nil {
 			return rep, err
 		}
@@ -575,7 +707,7 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 		for len(f.Need) > 0 {
 			chunk := f.Need[:min(len(f.Need), messages.MaxReconcileKeys)]
 			f.Need = f.Need[len(chunk):]
-			if err := n.fetchMissing(ctx, rt, peer, f.Group, chunk, &rep); err != nil {
+			if err := n.fetchMissing(ctx, rt, peer, gen, f.Group, chunk, &rep); err != nil {
 				return rep, err
 			}
 		}
@@ -587,14 +719,14 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 // fetchMissing asks peer for the events of keys (one group, sorted) and
 // applies what comes back. Every event must hash to a key asked for: a
 // reply with anything else is the peer's error and nothing of it applies.
-func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer string, g reconcile.Group, keys []reconcile.Key, rep *ReconcileReport) error {
+func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer string, gen uint64, g reconcile.Group, keys []reconcile.Key, rep *ReconcileReport) error {
 	keys = reconcile.NewSet(keys).Keys()
 	req, err := messages.EncodeReconcileFetch(&messages.ReconcileFetch{Groups: []messages.FetchGroup{{Schema: g.Schema, Table: g.Table, Keys: keys}}})
 	if err != nil {
 		return err
 	}
 	rep.BytesSent += len(req)
-	raw, err := rt.reconcileCall(ctx, peer, reconcileKindFetch, req)
+	raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindFetch, req)
 	if err != nil {
 		return err
 	}
@@ -627,7 +759,7 @@ func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer str
 	for i, o := range outs {
 		rep.Outcomes[o.Kind]++
 		if o.Kind == messages.Dropped {
-			n.recon.drop(peer, droppedKey{group: g, key: got[i]})
+			n.recon.drop(peer, gen, droppedKey{group: g, key: got[i]})
 		}
 	}
 	return nil
@@ -644,7 +776,7 @@ func (n *Node) handleReconcile(ctx context.Context, from string, kind byte, req 
 		return nil, err
 	}
 	defer n.recon.end("responder", from)
-	src := &nodeSource{ctx: ctx, n: n, peer: from, scope: n.reconScope()}
+	src := &nodeSource{ctx: ctx, n: n, peer: from, scope: n.reconScope(), responder: true}
 	switch kind {
 	case reconcileKindRange:
 		in, err := messages.DecodeReconcile(req)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -324,5 +325,26 @@ func TestReconcileUnknownPeer(t *testing.T) {
 	a, _, _ := reconPair(t, true)
 	if _, err := a.Reconcile(context.Background(), "zed"); !errors.Is(err, ErrUnknownPeer) {
 		t.Fatalf("unknown peer: %v", err)
+	}
+}
+
+// A session that began before a Trust and dropped an event (unknown kid)
+// must not remember the drop: the reconciliation Trust starts would count
+// the event as held and never fetch it (a race of a background session
+// with Trust; the late-trust tests over the remote could hit it under
+// load).
+func TestDropDecidedBeforeTrustIsNotRemembered(t *testing.T) {
+	var r reconState
+	g := reconcile.Group{Schema: "app", Table: "t"}
+	k := droppedKey{group: g, key: messages.NewReconcileKey(messages.SiteID{1}, 5, messages.EventID{2})}
+	before := r.generation()
+	r.forgetDrops() // Trust
+	r.drop("p", before, k)
+	if got := r.droppedIn("p", g, 0); len(got) != 0 {
+		t.Fatalf("a drop decided before Trust was remembered: %v", got)
+	}
+	r.drop("p", r.generation(), k)
+	if got := r.droppedIn("p", g, 0); len(got) != 1 {
+		t.Fatalf("a drop after Trust was not remembered: %v", got)
 	}
 }

@@ -90,6 +90,7 @@ func (n *Node) Rehydrate(ctx context.Context, schema, table, peer string) (Rehyd
 		return rep, err
 	}
 	g := reconcile.Group{Schema: schema, Table: table}
+	gen := n.recon.generation() // before anything is fetched
 	rr := ReconcileReport{Peer: peer, Outcomes: map[messages.OutcomeKind]int{}}
 	complete := false
 	for rep.Sessions < maxRehydrateSessions {
@@ -107,7 +108,7 @@ func (n *Node) Rehydrate(ctx context.Context, schema, table, peer string) (Rehyd
 		for len(need) > 0 {
 			chunk := need[:min(len(need), messages.MaxReconcileKeys)]
 			need = need[len(chunk):]
-			if err := n.fetchMissing(ctx, rt, peer, g, chunk, &rr); err != nil {
+			if err := n.fetchMissing(ctx, rt, peer, gen, g, chunk, &rr); err != nil {
 				rep.Fetched = rr.Fetched
 				return rep, err
 			}
@@ -181,7 +182,7 @@ func (n *Node) rehydrateSession(ctx context.Context, rt reconcileTransport, peer
 		}
 		rep.Rounds++
 		rep.BytesSent += len(req)
-		raw, err := rt.reconcileCall(ctx, peer, reconcileKindRange, req)
+		raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindRange, req)
 		if err != nil {
 			return nil, 0, false, err
 		}

@@ -558,7 +558,10 @@ func (a *syncActor) Receive(c actor.Context) {
 		// push gives it back once answered, anything else now.
 		pool = a.r.in.claimed(c.Sender())
 	}
-	if _, ok := msg.(*wire.Push); !ok {
+	switch msg.(type) {
+	case *wire.Push, *wire.ReconcileRequest:
+		// Answered off the actor goroutine: the token goes back then.
+	default:
 		defer pool.release()
 	}
 	switch m := msg.(type) {
@@ -578,7 +581,9 @@ func (a *syncActor) Receive(c actor.Context) {
 		a.r.deliverDevice(m)
 	case *wire.BundleRequest:
 		a.r.answerBundle(c.Sender(), m)
-	case *wire.Result, *wire.Rejected, *wire.Bundle:
+	case *wire.ReconcileRequest:
+		a.r.serveReconcile(c.Sender(), m, pool) // remote_reconcile.go
+	case *wire.Result, *wire.Rejected, *wire.Bundle, *wire.ReconcileReply:
 		a.r.log.Warn("unexpected message on the sync actor", "type", fmt.Sprintf("%T", m))
 	}
 }

@@ -178,7 +178,8 @@ func (r *Remote) admit(b *remote.MessageBatch, cert *x509.Certificate) []*inPool
 		}
 		pool := r.in.shared
 		env := &wire.Envelope{}
-		if proto.Unmarshal(e.MessageData, env) == nil && env.Type == wire.TypeSyncPush {
+		// A reconciliation request is bound like a push (remote_reconcile.go).
+		if proto.Unmarshal(e.MessageData, env) == nil && (env.Type == wire.TypeSyncPush || env.Type == wire.TypeReconcileRequest) {
 			replyAddr := ""
 			if e.Sender > 0 {
 				replyAddr = b.Senders[e.Sender-1].Address

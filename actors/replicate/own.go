@@ -22,7 +22,8 @@ import (
 // Events signed with Node.Sign (tools) and applied later are outside this
 // accounting: a watermark may already cover their HLC.
 type OwnWrites struct {
-	mu       sync.Mutex
+	issuing  sync.Mutex                              // serializes Begin's issue-and-register; never held by Safe
+	mu       sync.Mutex                              // guards the fields below; never held across issue
 	inflight map[persistence.GroupKey][]messages.HLC // ascending
 	issued   messages.HLC                            // highest HLC Begin issued, or the floor
 }
@@ -37,10 +38,19 @@ func NewOwnWrites(floor messages.HLC) *OwnWrites {
 
 // Begin issues an HLC with issue and registers it as in flight for g, in
 // one step.
+//
+// issue may wait for the store (the clock persists its high water), and a
+// store writer may ask Safe: so o.mu is not held across issue (that was a
+// deadlock with the push committer). Begins are serialized by o.issuing
+// instead: one issue at a time, and its HLC is above issued (the clock is
+// monotonic), so until it is registered Safe's answer (at most issued)
+// stays below it.
 func (o *OwnWrites) Begin(g persistence.GroupKey, issue func() (messages.HLC, error)) (messages.HLC, error) {
+	o.issuing.Lock()
+	defer o.issuing.Unlock()
+	h, err := issue()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	h, err := issue()
 	if err != nil {
 		return 0, err
 	}
@@ -86,5 +96,6 @@ func (o *OwnWrites) Safe(g persistence.GroupKey) (h messages.HLC, ok bool) {
 		}
 		return s[0] - 1, true
 	}
+	// An issue in progress yields an HLC above issued (see Begin).
 	return o.issued, o.issued != 0
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/syncmesh/syncmesh/actors/mailbox"
+	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -323,6 +324,9 @@ type PeerStatus struct {
 	// LastPush is when the last push completed; LastErr its failure.
 	LastPush time.Time
 	LastErr  error
+	// LastReconcile is the last reconciliation this node started with
+	// the peer (filled in by the runtime; zero At: none yet).
+	LastReconcile reconcile.Status
 }
 
 // Peers returns the status of every sender, sorted by peer and path.

@@ -87,7 +87,18 @@ func runChild(o options) error {
 	// The node starts the remote transport and serves its pushes on it.
 	// The node is also a device; the same remote carries its envelopes.
 	self := runtime.DeviceAddress{User: o.name, Device: 1}
-	n, err := runtime.Open(ctx, runtime.Config{Dir: filepath.Join(o.dir, o.name), MeshID: meshID, Name: o.name, SyncInterval: o.interval, Remote: &rc,
+	// Peers' keys are in Config.Trusted: applied before the remote serves,
+	// so no push is dropped for a kid not trusted yet (issue 11: a joiner
+	// trusting after Open lost events for good before reconciliation).
+	var trusted []runtime.PeerKey
+	for _, m := range mf.Members {
+		if m.Name != o.name {
+			var site messages.SiteID
+			copy(site[:], m.Site)
+			trusted = append(trusted, runtime.PeerKey{Kid: m.Kid, Site: site, PublicKey: m.PublicKey})
+		}
+	}
+	n, err := runtime.Open(ctx, runtime.Config{Dir: filepath.Join(o.dir, o.name), MeshID: meshID, Name: o.name, SyncInterval: o.interval, Remote: &rc, Trusted: trusted,
 		Device: &runtime.DeviceConfig{Address: self, Buffer: 64,
 			// Resend until the receiver's ACK: it may not be up yet.
 			Retry: runtime.RetryPolicy{Interval: 300 * time.Millisecond, Backoff: 1.5, MaxInterval: 2 * time.Second}}})
@@ -105,9 +116,6 @@ func runChild(o options) error {
 		}
 		var site messages.SiteID
 		copy(site[:], m.Site)
-		if err := n.Trust(ctx, runtime.PeerKey{Kid: m.Kid, Site: site, PublicKey: m.PublicKey}); err != nil {
-			return err
-		}
 		rem.AddPeer(m.Name, m.Address)
 		rem.AddDevice(runtime.DeviceAddress{User: m.Name, Device: 1}, m.Address)
 		if err := n.AddPeer(m.Name, rem, "remote", runtime.PeerSite(site)); err != nil {

@@ -94,6 +94,12 @@ func printPeers(e env, body []byte) error {
 		if p.LastError != "" {
 			errs = " last_error=" + p.LastError
 		}
+		if l := p.LastReconcile; l != nil {
+			errs += fmt.Sprintf(" last_reconcile=%s result=%s fetched=%d", l.At.Format(time.RFC3339), l.Result, l.EventsFetched)
+			if l.Error != "" {
+				errs += " reconcile_error=" + l.Error
+			}
+		}
 		fmt.Fprintf(e.stdout, "peer=%s path=%s behind=%d events (backlog %d, re-offers %d) lag=%s cursor=%d tail=%d%s\n",
 			p.Peer, p.Path, p.LagEvents, p.BacklogEvents, p.RetryEvents, lag, p.Cursor, p.Tail, errs)
 	}

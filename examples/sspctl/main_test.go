@@ -735,3 +735,71 @@ func TestPurgeHeldDropsEventsForAMissingTable(t *testing.T) {
 		t.Fatalf("purge-held with a bad site: exit 0\n%s", r.out)
 	}
 }
+
+// reconcile runs one reconciliation through a running node's admin
+// endpoint (POST with the token), and peers shows it afterwards.
+func TestReconcileCommandAgainstARunningNode(t *testing.T) {
+	ctx := context.Background()
+	const token = "0123456789abcdef-admin"
+	a, err := runtime.Open(ctx, runtime.Config{InMemory: true, MeshID: []byte("m"), Name: "a", SyncInterval: -1, ReconcileInterval: -1, MetricsAddr: "127.0.0.1:0", AdminToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := runtime.Open(ctx, runtime.Config{InMemory: true, MeshID: []byte("m"), Name: "b", SyncInterval: -1, ReconcileInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	def := runtime.TableDef{Schema: "app", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"v"}}
+	for _, n := range []*runtime.Node{a, b} {
+		if err := n.DefineTable(ctx, def); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := b.Identity()
+	if err := a.Trust(ctx, runtime.PeerKey{Kid: id.Kid, Site: id.Site, PublicKey: id.PublicKey}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := b.Upsert(ctx, "app", "t", map[string]any{"id": i}, map[string]any{"v": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	net := runtime.NewNetwork(1)
+	net.Register("a", a)
+	net.Register("b", b)
+	if err := a.AddPeer("b", net.Transport("a"), ""); err != nil {
+		t.Fatal(err)
+	}
+	addr := a.MetricsAddr()
+	t.Setenv(tokenEnv, "")
+	if r := inProcess(t, "", "reconcile", "--addr", addr, "--peer", "b"); r.code != exitUsage || !strings.Contains(r.err, "token") {
+		t.Fatalf("reconcile without a token: %+v", r)
+	}
+	bad := filepath.Join(t.TempDir(), "bad")
+	if err := os.WriteFile(bad, []byte("wrong-token-wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := inProcess(t, "", "reconcile", "--addr", addr, "--peer", "b", "--token-file", bad); r.code != exitError || !strings.Contains(r.err, "401") {
+		t.Fatalf("reconcile with a wrong token: %+v", r)
+	}
+	good := filepath.Join(t.TempDir(), "good")
+	if err := os.WriteFile(good, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := mustRun(t, "", "reconcile", "--addr", addr, "--peer", "b", "--token-file", good)
+	if !strings.Contains(out, "peer=b result=ok") || !strings.Contains(out, "events_missing=4 events_fetched=4") {
+		t.Fatalf("reconcile: %q", out)
+	}
+	t.Setenv(tokenEnv, token)
+	if out := mustRun(t, "", "reconcile", "--addr", addr, "--peer", "b"); !strings.Contains(out, "events_missing=0 events_fetched=0") {
+		t.Fatalf("second reconcile (token from the environment): %q", out)
+	}
+	if r := inProcess(t, "", "reconcile", "--addr", addr, "--peer", "nobody"); r.code != exitError || !strings.Contains(r.err, "404") {
+		t.Fatalf("reconcile with an unknown peer: %+v", r)
+	}
+	if out := mustRun(t, "", "peers", "--addr", addr); !strings.Contains(out, "result=ok fetched=0") || !strings.Contains(out, "last_reconcile=") {
+		t.Fatalf("peers after reconciling: %q", out)
+	}
+}
