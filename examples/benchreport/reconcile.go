@@ -172,4 +172,3 @@ func loadAvg() string {
 	}
 	return f
 }
-
