@@ -93,6 +93,7 @@ type Node struct {
 	httpSrv    *http.Server
 	httpAddr   string
 	recon      reconState // set reconciliation (reconcile.go)
+	changes    changeFeed // the change log's wake-ups (watch.go)
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.
@@ -171,6 +172,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("runtime: metrics: %w", err)
 	}
 	n.store = timedSync{SyncStore: n.store, update: n.txLatency.WithLabelValues("sync", "update"), view: n.txLatency.WithLabelValues("sync", "view")}
+	n.store = n.changes.wrap(n.store, n.cfg.ChangeLogLimit) // watch.go
 	ok := false
 	defer func() {
 		if !ok {

@@ -27,8 +27,10 @@ import (
 // migrate_v6.go). Version 7: row clocks carry the event id, the last
 // tiebreak of an equal (HLC, site) (migrateRowClockIDsV1, row_clock_ids.go).
 // Version 8: the row → events index keyed by generation first
-// (migrateRowGensV1, row_index.go).
-const LayoutVersion = 8
+// (migrateRowGensV1, row_index.go). Version 14: the change log that
+// Watch reads (createChangesV14, changes.go). Versions 9–13 are assigned
+// to other work of the same round; until they land, 14 follows 8.
+const LayoutVersion = 14
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -71,6 +73,8 @@ var migrations = []migration{
 	{from: 5, to: 6, fn: migrateSyncDeliveryV6},
 	{from: 6, to: 7, fn: migrateRowClockIDsV1},
 	{from: 7, to: 8, fn: migrateRowGensV1},
+	// from: the previous entry's version (13 once versions 9–13 land).
+	{from: 8, to: 14, fn: createChangesV14},
 }
 
 // createV1 creates the initial layout.
