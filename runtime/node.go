@@ -92,8 +92,9 @@ type Node struct {
 	mailboxes  *mailbox.Depths
 	httpSrv    *http.Server
 	httpAddr   string
-	recon      reconState // set reconciliation (reconcile.go)
-	changes    changeFeed // the change log's wake-ups (watch.go)
+	recon      reconState     // set reconciliation (reconcile.go)
+	changes    changeFeed     // the change log's wake-ups (watch.go)
+	deliveries deliveryCounts // OnMessage's delivery counts (delivered.go)
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.
