@@ -313,7 +313,7 @@ func TestMetrics(t *testing.T) {
 	for name, want := range map[string]float64{
 		"syncmesh_delivery_pending_inbound_messages":  0,
 		"syncmesh_delivery_pending_outbound_messages": 2,
-		"syncmesh_delivery_commits_total":    1,
+		"syncmesh_delivery_commits_total":             1,
 		// The oldest waiting message's send time, not the latest's.
 		"syncmesh_delivery_oldest_pending_outbound_created_timestamp_seconds": float64(sentAt.UnixMilli()) / 1000,
 		"syncmesh_delivery_discards_total":                                    1,
