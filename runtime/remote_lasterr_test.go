@@ -15,7 +15,8 @@ import (
 // TLS, a node whose CA is not the peer's pushes to it. The first cycle
 // fails at once (well inside the request timeout) with an error naming
 // the TLS cause, and PeerStatus.LastErr holds it after that one cycle; a
-// refused connection is named the same way. The peer runs in a child
+// refused connection is named the same way; a bad address is refused by
+// Remote().AddPeer. The peer runs in a child
 // process: one protoactor remote per process (remote_child_test.go).
 func TestRemoteFirstFailureNamesTheCause(t *testing.T) {
 	dir := t.TempDir()
@@ -32,6 +33,15 @@ func TestRemoteFirstFailureNamesTheCause(t *testing.T) {
 	a.define(defT)
 	if _, err := a.Upsert(a.ctx, "app", "t", map[string]any{"id": 1}, map[string]any{"a": "x"}); err != nil {
 		t.Fatal(err)
+	}
+	// A bad address is refused by AddPeer itself and changes nothing.
+	for _, bad := range []string{"not an address", ":7400", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:x"} {
+		if err := a.Remote().AddPeer("x", bad); !errors.Is(err, ErrInvalidPeerAddress) {
+			t.Fatalf("AddPeer(%q) = %v, want ErrInvalidPeerAddress", bad, err)
+		}
+	}
+	if _, err := a.Remote().Push(a.ctx, "x", testPush("a", 1, 1)); err == nil || !strings.Contains(err.Error(), "unknown peer") {
+		t.Fatalf("a refused address was kept: push to x: %v", err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
