@@ -122,6 +122,7 @@ type SyncReader interface {
 
 	SyncDeliveryReader
 	EventRangeReader
+	ChangeReader
 }
 
 // SyncTx is a read-write sync transaction.
@@ -154,6 +155,7 @@ type SyncTx interface {
 	PutKey(k KeyEntry) error
 
 	SyncDeliveryWriter
+	ChangeWriter
 }
 
 // KeyEntry is one trusted signer: kid → site id, Ed25519 public key and an

@@ -115,6 +115,11 @@ type Config struct {
 	// cursors, without skipping what peers' watermarks show they applied.
 	// Watermarks are an optimization (SSP/1 §14.2); this exists to show it.
 	IgnorePeerWatermarks bool
+	// ChangeLogLimit is how many row changes the node retains for Watch
+	// (the newest; older ones are trimmed in the transaction that adds
+	// new ones). A watcher that resumes from before the oldest retained
+	// change gets a *WatchLagError. Zero: DefaultChangeLogLimit.
+	ChangeLogLimit int
 
 	// MetricsAddr, when set (host:port; port 0 picks one), serves the
 	// node's Prometheus metrics on /metrics, its health on /healthz
@@ -155,6 +160,9 @@ func (c *Config) validate() error {
 	}
 	if len(c.Name) > 256 {
 		return &ConfigError{"Name", "at most 256 bytes"}
+	}
+	if c.ChangeLogLimit < 0 {
+		return &ConfigError{"ChangeLogLimit", "0 (the default) or more"}
 	}
 	if c.PushWindow < 0 || c.PushWindow > 64 {
 		return &ConfigError{"PushWindow", "between 0 and 64"}

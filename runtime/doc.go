@@ -172,6 +172,19 @@
 // /healthz and the read-only admin endpoint under /admin/ (see
 // "Operating a running node" above).
 //
+// # Change feed
+//
+// Watch streams a table's row changes (iter.Seq2[Change, error]): local
+// writes, received events, held events released by DefineTable and
+// AddColumn rebuilds, each with the row key, existence, the cells that
+// changed with their clocks, the cause and the causing event's clock, and
+// a change sequence. The node keeps its own change log, written in the
+// transaction that writes the row and bounded by Config.ChangeLogLimit;
+// Watch after the last Seq processed resumes across restarts without loss
+// or duplicates, and a watcher that fell behind the retained log gets a
+// *WatchLagError (ErrWatchLagged) saying where to resume. A watcher holds
+// one page in memory, never a growing buffer.
+//
 // # Keys
 //
 // Local writes and lookups normalize key values (NormalizeKey): every Go

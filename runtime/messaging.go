@@ -86,6 +86,10 @@ type DeviceConfig struct {
 	// Handler is called with every Delivery (new messages, redeliveries,
 	// and on Open every message still pending), one at a time, in order.
 	Handler func(ctx context.Context, m ReceivedMessage)
+	// OnMessage is Handler for an application that wants the node with
+	// each delivery (to commit it: Delivered.Commit) and its delivery
+	// count. Set at most one of Handler and OnMessage.
+	OnMessage func(ctx context.Context, d Delivered)
 	// Buffer > 0 enables Node.Messages (used only without Handler).
 	Buffer int
 	// MaxPendingPerSender caps one sender's pending messages; past it new
@@ -126,17 +130,27 @@ func (n *Node) openDevice(ctx context.Context) error {
 	}
 	n.dstore = store
 	timed := timedDelivery{DeliveryStore: store, update: n.txLatency.WithLabelValues("delivery", "update"), view: n.txLatency.WithLabelValues("delivery", "view")}
+	handler := dc.Handler
+	n.deliveries.opened, n.deliveries.ready = n.cfg.Wall(), make(chan struct{})
+	if dc.OnMessage != nil {
+		if handler != nil {
+			return &ConfigError{"Device.OnMessage", "set together with Device.Handler"}
+		}
+		handler = n.onMessage(dc.OnMessage) // delivered.go
+	}
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
 		Store: timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
-		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, Handler: dc.Handler, Buffer: dc.Buffer,
+		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, Handler: handler, Buffer: dc.Buffer,
 		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
 	})
 	if err != nil {
 		_ = store.Close()
 		n.dstore = nil
+		return err
 	}
-	return err
+	close(n.deliveries.ready)
+	return nil
 }
 
 func (n *Node) dev() (*device.Device, error) {
@@ -271,6 +285,7 @@ func (n *Node) CommitReceivedMessage(ctx context.Context, sender DeviceAddress, 
 	if err != nil {
 		return CommitResult{}, err
 	}
+	defer n.deliveries.forget(sender, id)
 	return d.CommitReceivedMessage(ctx, sender, id)
 }
 
@@ -286,6 +301,7 @@ func (n *Node) DiscardReceivedMessage(ctx context.Context, sender DeviceAddress,
 	if err != nil {
 		return CommitResult{}, err
 	}
+	defer n.deliveries.forget(sender, id)
 	return d.DiscardReceivedMessage(ctx, sender, id, reason)
 }
 
@@ -336,12 +352,17 @@ func (n *Node) PruneProcessedMessages(ctx context.Context, policy RetentionPolic
 }
 
 // Messages returns the channel of deliveries (DeviceConfig.Buffer > 0 and
-// no Handler; else nil). It is closed by Close.
+// no Handler). It is closed by Close. It is never nil: without a device,
+// with a Handler or without Buffer it is a closed channel, so a range
+// over it ends instead of blocking forever.
 func (n *Node) Messages() <-chan ReceivedMessage {
 	if n.device == nil {
-		return nil
+		return closedMessages
 	}
-	return n.device.Messages()
+	if c := n.device.Messages(); c != nil {
+		return c
+	}
+	return closedMessages
 }
 
 // Sessions returns the device's session manager (identity pinning,

@@ -54,11 +54,34 @@ func TestMetricNamesLint(t *testing.T) {
 	// Gauges of the runtime carry a unit.
 	for _, mf := range mfs {
 		name := mf.GetName()
-		if mf.GetType().String() != "GAUGE" || !strings.HasPrefix(name, "syncmesh_actor") && !strings.HasPrefix(name, "syncmesh_sync") && !strings.HasPrefix(name, "syncmesh_storage") && !strings.HasPrefix(name, "syncmesh_remote") {
+		// Per-peer series carry the peer's name and its path as two
+		// labels, never one packing both ("b@remote").
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if p, ok := labels["peer"]; ok && strings.HasPrefix(name, "syncmesh_sync") {
+				if _, hasPath := labels["path"]; !hasPath || strings.Contains(p, "@") {
+					t.Errorf("%s: peer label %q, labels %v: want peer and path apart", name, p, labels)
+				}
+			}
+		}
+		if mf.GetType().String() != "GAUGE" || !strings.HasPrefix(name, "syncmesh_") {
 			continue
 		}
 		if !hasUnit(name) {
 			t.Errorf("gauge %s has no unit suffix", name)
+		}
+	}
+	for _, want := range []string{"syncmesh_sync_pushes_total",
+		"syncmesh_delivery_pending_inbound_messages", "syncmesh_delivery_pending_outbound_messages"} {
+		found := false
+		for _, mf := range mfs {
+			found = found || mf.GetName() == want
+		}
+		if !found {
+			t.Errorf("family %s not gathered", want)
 		}
 	}
 }

@@ -92,8 +92,10 @@ type Node struct {
 	mailboxes  *mailbox.Depths
 	httpSrv    *http.Server
 	httpAddr   string
-	recon      reconState   // set reconciliation (reconcile.go)
-	restore    restoreState // restore safety (restore.go)
+	recon      reconState     // set reconciliation (reconcile.go)
+	restore    restoreState   // restore safety (restore.go)
+	changes    changeFeed     // the change log's wake-ups (watch.go)
+	deliveries deliveryCounts // OnMessage's delivery counts (delivered.go)
 
 	// ddl serializes schema, horizon and keyring changes; each is one
 	// storage transaction, and row writes are serialized by the store.
@@ -172,6 +174,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("runtime: metrics: %w", err)
 	}
 	n.store = timedSync{SyncStore: n.store, update: n.txLatency.WithLabelValues("sync", "update"), view: n.txLatency.WithLabelValues("sync", "view")}
+	n.store = n.changes.wrap(n.store, n.cfg.ChangeLogLimit) // watch.go
 	ok := false
 	defer func() {
 		if !ok {

@@ -103,8 +103,10 @@ func TestMigrationsQuietAtInfo(t *testing.T) {
 			}
 		}
 	}
-	if steps != int(bolt.LayoutVersion) {
-		t.Fatalf("%d migration steps logged at DEBUG, want %d", steps, bolt.LayoutVersion)
+	// One DEBUG line per step; a version number may be skipped (layout
+	// versions are assigned per piece of work), so at most LayoutVersion.
+	if steps == 0 || steps > int(bolt.LayoutVersion) {
+		t.Fatalf("%d migration steps logged at DEBUG, want 1..%d", steps, bolt.LayoutVersion)
 	}
 }
 

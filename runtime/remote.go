@@ -199,6 +199,8 @@ type Remote struct {
 	allowed map[string]bool
 	metrics *remoteMetrics
 
+	probes probeState // addresses that answered (remote_probe.go)
+
 	recv atomic.Pointer[receiverBox]
 
 	mu     sync.RWMutex // guards peers, bound and closed; held for reading around every send
@@ -419,11 +421,23 @@ func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*
 	}
 
 	r.mu.RLock()
+	addr, ok := r.peers[peer]
+	r.mu.RUnlock()
+	if ok {
+		// The cause of a first failure, at once (remote_probe.go).
+		if err := r.reachable(ctx, addr); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return nil, ctxErr(peer, err)
+			}
+			return nil, fmt.Errorf("%w: %s at %s: %w", replicate.ErrUnreachable, peer, addr, err)
+		}
+	}
+	r.mu.RLock()
 	if r.closed {
 		r.mu.RUnlock()
 		return nil, fmt.Errorf("%w: %w", replicate.ErrUnreachable, ErrRemoteClosed)
 	}
-	addr, ok := r.peers[peer]
+	addr, ok = r.peers[peer]
 	if !ok {
 		r.mu.RUnlock()
 		return nil, fmt.Errorf("%w: unknown peer %q", replicate.ErrUnreachable, peer)
@@ -454,12 +468,20 @@ func (r *Remote) Push(ctx context.Context, peer string, p *messages.SyncPush) (*
 		if byCtx || ctx.Err() != nil {
 			return nil, ctxErr(peer, context.DeadlineExceeded)
 		}
+		if cause := r.failed(ctx, addr); cause != nil {
+			return nil, fmt.Errorf("%w: %s at %s: no answer within %v: %w", replicate.ErrUnreachable, peer, addr, timeout, cause)
+		}
 		return nil, fmt.Errorf("%w: %s at %s: no answer within %v", replicate.ErrUnreachable, peer, addr, timeout)
 	case errors.Is(a.err, actor.ErrDeadLetter):
+		if cause := r.failed(ctx, addr); cause != nil {
+			return nil, fmt.Errorf("%w: %s at %s: %w", replicate.ErrUnreachable, peer, addr, cause)
+		}
 		return nil, fmt.Errorf("%w: %s at %s: not connected or not serving", replicate.ErrUnreachable, peer, addr)
 	case a.err != nil:
+		r.probes.set(addr, false)
 		return nil, fmt.Errorf("%w: %s at %s: %w", replicate.ErrUnreachable, peer, addr, a.err)
 	}
+	r.probes.set(addr, true)
 	v := a.v
 	if e, ok := v.(*wire.Envelope); ok { // answered in-process, not through the remote
 		v, _ = e.Deserialize()

@@ -398,6 +398,10 @@ func TestRemoteUnreachablePeer(t *testing.T) {
 	if rep.OK || !rep.Unreachable {
 		t.Fatalf("push to a closed port: %+v", rep)
 	}
+	// A refused connection is named as such, at once (remote_probe.go).
+	if !strings.Contains(rep.Err, "connection refused") {
+		t.Fatalf("push to a closed port: %q does not name the cause", rep.Err)
+	}
 	// Generous slack: the bound is the request timeout, not a benchmark.
 	if rep.Elapsed > timeout+3*time.Second {
 		t.Fatalf("push to a closed port took %v, timeout %v", rep.Elapsed, timeout)
@@ -406,8 +410,33 @@ func TestRemoteUnreachablePeer(t *testing.T) {
 	if rep.OK || !rep.Unreachable || !strings.Contains(rep.Err, "unknown peer") {
 		t.Fatalf("push to an unknown peer: %+v", rep)
 	}
-	// A context deadline shorter than the request timeout wins.
-	rep = b.call(remoteCmd{Op: "push", Peer: closed, Events: 1, EventBytes: 10, CtxTimeout: 200 * time.Millisecond})
+	// A context deadline shorter than the request timeout wins: a
+	// listener that accepts and never answers.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 16)
+	defer func() {
+		silent.Close()
+		for len(held) > 0 {
+			(<-held).Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case held <- c:
+			default:
+				c.Close()
+			}
+		}
+	}()
+	rep = b.call(remoteCmd{Op: "push", Peer: silent.Addr().String(), Events: 1, EventBytes: 10, CtxTimeout: 200 * time.Millisecond})
 	if rep.OK || !rep.Unreachable || !strings.Contains(rep.Err, "deadline") {
 		t.Fatalf("push with a short context: %+v", rep)
 	}

@@ -395,6 +395,11 @@ func (n *Node) AddColumn(ctx context.Context, schema, table, column string) erro
 				if err := tx.PutRow(nr); err != nil {
 					return err
 				}
+				if ch, ok := materialize.Change(r, nr, persistence.CauseAddColumn, messages.Clock{}); ok {
+					if _, err := tx.AppendChange(ch); err != nil {
+						return err
+					}
+				}
 			}
 		}
 		return nil

@@ -293,7 +293,7 @@ func TestMetrics(t *testing.T) {
 	s1 := a.send(b, "1")
 	s2 := a.send(b, "2")
 	b.pump()
-	if v := metric(t, reg, "syncmesh_delivery_pending_inbound"); v != 2 {
+	if v := metric(t, reg, "syncmesh_delivery_pending_inbound_messages"); v != 2 {
 		t.Fatalf("pending_inbound = %v", v)
 	}
 	b.commit(a, s1.ID)
@@ -311,9 +311,9 @@ func TestMetrics(t *testing.T) {
 	b.ms.clock.Advance(time.Minute)
 	b.send(a, "later")
 	for name, want := range map[string]float64{
-		"syncmesh_delivery_pending_inbound":  0,
-		"syncmesh_delivery_pending_outbound": 2,
-		"syncmesh_delivery_commits_total":    1,
+		"syncmesh_delivery_pending_inbound_messages":  0,
+		"syncmesh_delivery_pending_outbound_messages": 2,
+		"syncmesh_delivery_commits_total":             1,
 		// The oldest waiting message's send time, not the latest's.
 		"syncmesh_delivery_oldest_pending_outbound_created_timestamp_seconds": float64(sentAt.UnixMilli()) / 1000,
 		"syncmesh_delivery_discards_total":                                    1,
@@ -360,13 +360,13 @@ func TestPendingGaugesSumOverDevicesSharingARegistry(t *testing.T) {
 	a.send(c, "3")
 	b.pump()
 	c.pump()
-	if v := metric(t, reg, "syncmesh_delivery_pending_inbound"); v != 3 {
+	if v := metric(t, reg, "syncmesh_delivery_pending_inbound_messages"); v != 3 {
 		t.Fatalf("pending_inbound = %v, want 3 (1 at bob + 2 at carol)", v)
 	}
 	if err := c.d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v := metric(t, reg, "syncmesh_delivery_pending_inbound"); v != 1 {
+	if v := metric(t, reg, "syncmesh_delivery_pending_inbound_messages"); v != 1 {
 		t.Fatalf("pending_inbound after carol closed = %v, want 1", v)
 	}
 }

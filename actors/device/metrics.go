@@ -26,9 +26,9 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		pendingIn: &share{g: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
-			Name: "pending_inbound", Help: "Received messages pending application commit or discard (summed over the devices sharing the registry)."})},
+			Name: "pending_inbound_messages", Help: "Received messages pending application commit or discard (summed over the devices sharing the registry)."})},
 		pendingOut: &share{g: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
-			Name: "pending_outbound", Help: "Sent messages pending the recipient's ACK (summed over the devices sharing the registry)."})},
+			Name: "pending_outbound_messages", Help: "Sent messages pending the recipient's ACK (summed over the devices sharing the registry)."})},
 		oldestOut: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "oldest_pending_outbound_created_timestamp_seconds",
 			Help: "When the oldest sent message still waiting for its ACK was sent (Unix seconds; its age is time() minus this); 0 when none waits."}),

@@ -1,6 +1,7 @@
 package replicate
 
 import (
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,12 +12,12 @@ import (
 
 // Metrics are the delivery service's Prometheus metrics.
 type Metrics struct {
-	pushes  *prometheus.CounterVec // peer, result
-	offered *prometheus.CounterVec // peer
-	skipped *prometheus.CounterVec // peer
-	backlog *prometheus.GaugeVec   // peer
-	retry   *prometheus.GaugeVec   // peer
-	lag     *prometheus.GaugeVec   // peer
+	pushes  *prometheus.CounterVec // peer, path, result
+	offered *prometheus.CounterVec // peer, path
+	skipped *prometheus.CounterVec // peer, path
+	backlog *prometheus.GaugeVec   // peer, path
+	retry   *prometheus.GaugeVec   // peer, path
+	lag     *prometheus.GaugeVec   // peer, path
 	recv    *prometheus.CounterVec // from, verdict
 	refused *prometheus.CounterVec // what (push reason, or claim)
 
@@ -27,17 +28,17 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_pushes_total",
-			Help: "Pushes sent to peers, by peer (name@path) and result (ok, error)."}, []string{"peer", "result"}),
+			Help: "Pushes sent to peers, by peer name, path and result (ok, error)."}, []string{"peer", "path", "result"}),
 		offered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_events_offered_total",
-			Help: "Events offered to peers in pushes that succeeded."}, []string{"peer"}),
+			Help: "Events offered to peers in pushes that succeeded."}, []string{"peer", "path"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_events_skipped_total",
-			Help: "Events left out of pushes because the peer's watermark showed it applied them."}, []string{"peer"}),
+			Help: "Events left out of pushes because the peer's watermark showed it applied them."}, []string{"peer", "path"}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "syncmesh_sync_peer_backlog_events",
-			Help: "Local log entries past the peer's cursor at the last cycle (how far behind the peer is)."}, []string{"peer"}),
+			Help: "Local log entries past the peer's cursor at the last cycle (how far behind the peer is)."}, []string{"peer", "path"}),
 		retry: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "syncmesh_sync_peer_retry_events",
-			Help: "Events the peer held or rejected, waiting to be offered again."}, []string{"peer"}),
+			Help: "Events the peer held or rejected, waiting to be offered again."}, []string{"peer", "path"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "syncmesh_sync_peer_watermark_lag_seconds",
-			Help: "How far the peer's reported watermarks trail this node's, worst group (SSP/1 §14.2), at the last push."}, []string{"peer"}),
+			Help: "How far the peer's reported watermarks trail this node's, worst group (SSP/1 §14.2), at the last push."}, []string{"peer", "path"}),
 		recv: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_events_received_total",
 			Help: "Events received in pushes, by sender and verdict (done: applied, duplicate or dropped; retry: held or rejected; held_quota: rejected by the signer's held quota). Only configured senders have series."}, []string{"from", "verdict"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_refused_total",
@@ -65,16 +66,27 @@ func noMetrics() *Metrics {
 	return m
 }
 
-func (m *Metrics) pushed(peer string, r CycleReport) {
+// splitKey splits a CursorKey into its peer name and path: two labels,
+// not one label packing two dimensions (issue 16). The path is what
+// follows the last "@" (a path never holds one; a name may).
+func splitKey(key string) (peer, path string) {
+	if i := strings.LastIndexByte(key, '@'); i >= 0 {
+		return key[:i], key[i+1:]
+	}
+	return key, ""
+}
+
+func (m *Metrics) pushed(key string, r CycleReport) {
+	peer, path := splitKey(key)
 	if r.Err != nil {
-		m.pushes.WithLabelValues(peer, "error").Inc()
+		m.pushes.WithLabelValues(peer, path, "error").Inc()
 		return
 	}
-	m.pushes.WithLabelValues(peer, "ok").Inc()
-	m.offered.WithLabelValues(peer).Add(float64(r.Offered))
-	m.skipped.WithLabelValues(peer).Add(float64(r.Skipped))
-	m.backlog.WithLabelValues(peer).Set(float64(r.Tail - r.Through))
-	m.retry.WithLabelValues(peer).Set(float64(r.Retry))
+	m.pushes.WithLabelValues(peer, path, "ok").Inc()
+	m.offered.WithLabelValues(peer, path).Add(float64(r.Offered))
+	m.skipped.WithLabelValues(peer, path).Add(float64(r.Skipped))
+	m.backlog.WithLabelValues(peer, path).Set(float64(r.Tail - r.Through))
+	m.retry.WithLabelValues(peer, path).Set(float64(r.Retry))
 }
 
 func (m *Metrics) received(from string, r *messages.PushResult, outs []messages.Outcome) {
@@ -122,4 +134,7 @@ func (m *Metrics) Stats() ReceiveStats {
 	return ReceiveStats{RefusedPushes: m.pushRefusals.Load(), RefusedClaims: m.claimRefusals.Load(), HeldQuotaRejections: m.quota.Load()}
 }
 
-func (m *Metrics) peerLag(peer string, seconds float64) { m.lag.WithLabelValues(peer).Set(seconds) }
+func (m *Metrics) peerLag(key string, seconds float64) {
+	peer, path := splitKey(key)
+	m.lag.WithLabelValues(peer, path).Set(seconds)
+}

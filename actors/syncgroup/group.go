@@ -336,6 +336,7 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 	if err != nil {
 		return err
 	}
+	prev := materialize.Snapshot(row)
 	// The row is this transaction's own copy: hand it over.
 	nr, fx, err := materialize.ApplyOwned(def, h, row, id, e, RowLog(tx, t, rowKey))
 	if err != nil {
@@ -343,6 +344,12 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 	}
 	if err := tx.PutRow(nr); err != nil {
 		return err
+	}
+	// The change log is written in the transaction that writes the row.
+	if ch, ok := materialize.Change(prev, nr, persistence.CauseEvent, e.ClockOf(id)); ok {
+		if _, err := tx.AppendChange(ch); err != nil {
+			return err
+		}
 	}
 	if fx.Resurrected {
 		*ns = append(*ns, messages.Resurrection{Schema: e.Schema, Table: e.Table, Key: e.Key, By: e.ClockOf(id), Tomb: fx.Tomb, EventID: id})

@@ -104,6 +104,11 @@ type outcome struct {
 	Processed map[runtime.MessageID]runtime.ProcessedMessage
 	// Notices are the notices bob's actor received.
 	Notices []messages.Notice
+	// Offered is how many events bob pushed to alice; AliceChanges the
+	// row changes alice's Watch reported for them.
+	Offered      int
+	AliceChanges []runtime.Change
+	BobSite      messages.SiteID
 }
 
 type demo struct {
@@ -283,6 +288,15 @@ func (d *demo) steps(ctx context.Context, out *outcome) error {
 		return err
 	}
 	say("bob: %d rows in inbox.messages (the rewrite after the crash landed on the same row)", out.BobRows)
+	out.Offered, out.BobSite = rep.Offered, d.bob.Identity().Site
+	if out.AliceChanges, err = changesOf(ctx, d.alice); err != nil {
+		return err
+	}
+	for _, c := range out.AliceChanges {
+		var id string
+		_ = c.Key["id"].Decode(&id)
+		say("alice: watch: change %d, row %s…, %v from site %s at %v, %d cell(s) changed", c.Seq, id[:8], c.Cause, c.Event.Site.String()[:8], c.Event.HLC, len(c.Cells))
+	}
 
 	say("\n-- 4. alice (newer schema) annotates a row and pushes back; bob's actor gets a notice")
 	if _, err := d.alice.Upsert(ctx, inboxSchema, inboxTable, map[string]any{"sender": aliceAddr.String(), "id": first.ID.String()}, map[string]any{"note": "read"}); err != nil {
@@ -362,6 +376,28 @@ func waitFor(ctx context.Context, cond func() (bool, error)) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// changesOf reads every change of inbox.messages on n so far with Watch,
+// as a cache or a UI would, stopping at the newest (Watch would otherwise
+// wait for the next one). A real consumer keeps the last Seq it processed
+// and resumes after it on its next start.
+func changesOf(ctx context.Context, n *runtime.Node) ([]runtime.Change, error) {
+	last, err := n.LastChangeSeq(ctx)
+	if err != nil || last == 0 {
+		return nil, err
+	}
+	var out []runtime.Change
+	for c, err := range n.Watch(ctx, inboxSchema, inboxTable, 0) {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, c)
+		if c.Seq >= last {
+			break
+		}
+	}
+	return out, nil
 }
 
 func rand16(id *runtime.MessageID) (int, error) { return rand.Read(id[:]) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
+	"github.com/syncmesh/syncmesh/runtime"
 )
 
 // TestCustomActorFeedsTheSyncPlane runs the demo and checks what it
@@ -59,6 +60,15 @@ func TestCustomActorFeedsTheSyncPlane(t *testing.T) {
 	}
 	if ignored == nil || len(ignored.Columns) != 1 || ignored.Columns[0] != "note" || ignored.Schema != inboxSchema {
 		t.Fatalf("notices: %+v; want ColumnsIgnored{note} on %s", out.Notices, inboxSchema)
+	}
+	// alice's Watch saw one change per event bob pushed, each naming bob's site.
+	if len(out.AliceChanges) != out.Offered || out.Offered == 0 {
+		t.Fatalf("alice watched %d changes for %d events pushed", len(out.AliceChanges), out.Offered)
+	}
+	for _, c := range out.AliceChanges {
+		if c.Cause != runtime.CauseEvent || c.Event.Site != out.BobSite || !c.Exists {
+			t.Fatalf("change %+v: want an existing row changed by an event of bob's site", c)
+		}
 	}
 	for _, want := range []string{"simulated crash", "reopening", "ACK for"} {
 		if !strings.Contains(log.String(), want) {

@@ -31,7 +31,9 @@ import (
 // initiation version 2 — addresses and signature in the initiation,
 // accepted last-resort initiation ids in the prekey store, skipped-key
 // times in session records (markInitiationV2, initiation_v2.go).
-const LayoutVersion = 9
+// Version 10: the change log that Watch reads (createChangesV10,
+// changes.go).
+const LayoutVersion = 10
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -75,6 +77,7 @@ var migrations = []migration{
 	{from: 6, to: 7, fn: migrateRowClockIDsV1},
 	{from: 7, to: 8, fn: migrateRowGensV1},
 	{from: 8, to: 9, fn: markInitiationV2},
+	{from: 9, to: 10, fn: createChangesV10},
 }
 
 // createV1 creates the initial layout.

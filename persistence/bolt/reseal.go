@@ -51,7 +51,8 @@ var plaintextBuckets = [][]byte{
 	bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers, // SSP/1 §14 progress: sequence numbers and clocks
 	bucketSyncPeerGaps, bucketSyncCursorRetry, bucketSyncHeldUsage, // layout 6: gaps, re-offers, held totals (sequences, group names, counts)
 	bucketInPendingSeq, bucketInPendingSender, bucketInProcessedTime, bucketOutPendingSeq, // commit-boundary indexes: sequences, times, ids
-	bucketInMeta, // commit-boundary counters
+	bucketInMeta,      // commit-boundary counters
+	bucketSyncChanges, // layout 10: the change log (row states, plaintext as bucketSyncRows is)
 }
 
 // Reseal re-seals, under the current storage key, every sealed record the

@@ -56,6 +56,9 @@ type state struct {
 	watermarks cowMap[persistence.GroupKey, persistence.Watermark]
 	peers      cowMap[string, persistence.PeerProgress]
 	heldUsage  cowMap[messages.SiteID, persistence.HeldUsage]
+	// The change log (changes.go): dense sequences oldestChange..lastChange.
+	changes                  cowMap[uint64, *persistence.RowChange]
+	oldestChange, lastChange uint64
 }
 
 func (s *state) begin(gen uint64) {
@@ -76,6 +79,7 @@ func (s *state) begin(gen uint64) {
 	s.watermarks.begin(gen)
 	s.peers.begin(gen)
 	s.heldUsage.begin(gen)
+	s.changes.begin(gen)
 }
 
 // backing is the data shared by every handle opened over it (Reopen).

@@ -87,6 +87,7 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"GapAndRetryLimitsAtAndPastTheEdge", testDeliveryLimits},
 		{"HeldPointLookupUsageAndPurge", testHeldUsage},
 		{"DeleteWatermarks", testDeleteWatermarks},
+		{"ChangeLog", testChangeLog},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })

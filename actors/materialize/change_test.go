@@ -1,0 +1,67 @@
+package materialize
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// TestChangeTable pins what counts as a change (persistence.RowChange).
+func TestChangeTable(t *testing.T) {
+	c1 := messages.Clock{HLC: 1, Site: messages.SiteID{1}}
+	c2 := messages.Clock{HLC: 2, Site: messages.SiteID{1}}
+	v := func(s string) messages.Value { return messages.MustValue(s) }
+	base := persistence.Row{Schema: "s", Table: "t", Key: messages.Columns{"id": v("k")}, Exists: true, Existence: c1,
+		Cells: map[string]persistence.Cell{"a": {Value: v("x"), Clock: c1}, "b": {Value: v("y"), Clock: c1}}}
+	with := func(f func(r *persistence.Row)) persistence.Row {
+		r := Snapshot(base)
+		f(&r)
+		return r
+	}
+	tests := []struct {
+		name    string
+		next    persistence.Row
+		changed bool
+		cells   []string
+		cleared []string
+	}{
+		{"identical row: none", with(func(*persistence.Row) {}), false, nil, nil},
+		{"a cell's value", with(func(r *persistence.Row) { r.Cells["a"] = persistence.Cell{Value: v("z"), Clock: c2} }), true, []string{"a"}, nil},
+		{"a cell's clock only", with(func(r *persistence.Row) { r.Cells["b"] = persistence.Cell{Value: v("y"), Clock: c2} }), true, []string{"b"}, nil},
+		{"a new cell", with(func(r *persistence.Row) { r.Cells["c"] = persistence.Cell{Value: messages.Null, Clock: c2} }), true, []string{"c"}, nil},
+		{"existence clock only", with(func(r *persistence.Row) { r.Existence = c2 }), true, nil, nil},
+		{"delete clears cells", with(func(r *persistence.Row) {
+			r.Exists, r.Existence, r.Tomb = false, c2, c2
+			delete(r.Cells, "a")
+			delete(r.Cells, "b")
+		}), true, nil, []string{"a", "b"}},
+		{"tomb only", with(func(r *persistence.Row) { r.Tomb = c1 }), true, nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ch, ok := Change(base, tc.next, persistence.CauseEvent, c2)
+			if ok != tc.changed {
+				t.Fatalf("changed = %v, want %v", ok, tc.changed)
+			}
+			if !ok {
+				return
+			}
+			var cells []string
+			for n, c := range ch.Cells {
+				if c.Clock != tc.next.Cells[n].Clock || !c.Value.Equal(tc.next.Cells[n].Value) {
+					t.Fatalf("cell %s = %+v, want the new state %+v", n, c, tc.next.Cells[n])
+				}
+				cells = append(cells, n)
+			}
+			slices.Sort(cells)
+			if !slices.Equal(cells, tc.cells) || !slices.Equal(ch.Cleared, tc.cleared) {
+				t.Fatalf("cells %v cleared %v; want %v, %v", cells, ch.Cleared, tc.cells, tc.cleared)
+			}
+			if ch.Exists != tc.next.Exists || ch.Existence != tc.next.Existence || ch.Tomb != tc.next.Tomb || ch.Event != c2 || ch.Cause != persistence.CauseEvent {
+				t.Fatalf("row state or cause not the new one: %+v", ch)
+			}
+		})
+	}
+}

@@ -1,0 +1,256 @@
+package bolt
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// bucketSyncChanges is the change log (layout 10 on):
+// seq(8, big-endian)|lp(schema)|lp(table) → changeRecord. Keyed by the
+// change sequence first, so appends are sequential (the cheap case for
+// bbolt) and trimming the oldest is a cursor's First; the table in the
+// key lets ChangesAfter skip other tables' entries without decoding them.
+var bucketSyncChanges = []byte("sync.changes")
+
+// metaSyncLastChange (bucketMeta) is the highest change sequence ever
+// assigned: trimming never lowers it, so a sequence is never reused.
+var metaSyncLastChange = []byte("sync.last_change")
+
+// changeRecord is a value of bucketSyncChanges. Values are plaintext, as
+// the rows they describe are (bucketSyncRows).
+type changeRecord struct {
+	V         uint64                `cbor:"1,keyasint"`
+	RowKey    []byte                `cbor:"2,keyasint"`
+	Exists    bool                  `cbor:"3,keyasint"`
+	Existence clockRecord           `cbor:"4,keyasint"`
+	Tomb      clockRecord           `cbor:"5,keyasint"`
+	Cells     map[string]cellRecord `cbor:"6,keyasint"`
+	Cleared   []string              `cbor:"7,keyasint"`
+	Cause     uint8                 `cbor:"8,keyasint"`
+	Event     clockRecord           `cbor:"9,keyasint"`
+}
+
+// createChangesV10 creates the change log (layout 9 → 10).
+func createChangesV10(tx *bbolt.Tx) error {
+	_, err := tx.CreateBucketIfNotExists(bucketSyncChanges)
+	return err
+}
+
+func (t *syncTx) changes() (*bbolt.Bucket, error) {
+	b := t.tx.Bucket(bucketSyncChanges)
+	if b == nil {
+		return nil, fmt.Errorf("bolt: no change log bucket: %w", persistence.ErrCorrupt)
+	}
+	return b, nil
+}
+
+func (t *syncTx) lastChange() (uint64, error) {
+	v := t.meta.Get(metaSyncLastChange)
+	switch len(v) {
+	case 0:
+		return 0, nil
+	case 8:
+		return binary.BigEndian.Uint64(v), nil
+	}
+	return 0, fmt.Errorf("bolt: last change of %d bytes: %w", len(v), persistence.ErrCorrupt)
+}
+
+func changeKey(seq uint64, t persistence.TableKey) []byte {
+	return tablePrefix(binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(t.Schema)+len(t.Table)), seq), t)
+}
+
+// AppendChange implements persistence.ChangeWriter.
+func (t *syncTx) AppendChange(c persistence.RowChange) (uint64, error) {
+	if err := t.checkWrite(); err != nil {
+		return 0, err
+	}
+	if err := validRowKey(c.Key); err != nil {
+		return 0, err
+	}
+	b, err := t.changes()
+	if err != nil {
+		return 0, err
+	}
+	last, err := t.lastChange()
+	if err != nil {
+		return 0, err
+	}
+	seq := last + 1
+	rec := changeRecord{
+		V: recordVersion, RowKey: c.Key.Encode(), Exists: c.Exists,
+		Existence: toClockRecord(c.Existence), Tomb: toClockRecord(c.Tomb),
+		Cleared: c.Cleared, Cause: uint8(c.Cause), Event: toClockRecord(c.Event),
+	}
+	if len(c.Cells) > 0 {
+		rec.Cells = make(map[string]cellRecord, len(c.Cells))
+		for n, cell := range c.Cells {
+			v := []byte(cell.Value)
+			if v == nil {
+				v = []byte{}
+			}
+			rec.Cells[n] = cellRecord{Value: v, Clock: toClockRecord(cell.Clock)}
+		}
+	}
+	v, err := messages.Marshal(&rec)
+	if err != nil {
+		return 0, fmt.Errorf("bolt: encode change: %w", err)
+	}
+	b.FillPercent = sequentialFill
+	if err := b.Put(changeKey(seq, persistence.TableKey{Schema: c.Schema, Table: c.Table}), v); err != nil {
+		return 0, err
+	}
+	if err := t.meta.Put(metaSyncLastChange, u64(seq)); err != nil {
+		return 0, err
+	}
+	return seq, nil
+}
+
+// TrimChanges implements persistence.ChangeWriter. Sequences are dense
+// and deleted only from the oldest, so the count is last-oldest+1.
+func (t *syncTx) TrimChanges(keep uint64) (int, error) {
+	if err := t.checkWrite(); err != nil {
+		return 0, err
+	}
+	b, err := t.changes()
+	if err != nil {
+		return 0, err
+	}
+	last, err := t.lastChange()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.First() {
+		if len(k) < 8 {
+			return n, fmt.Errorf("bolt: change key of %d bytes: %w", len(k), persistence.ErrCorrupt)
+		}
+		if last-binary.BigEndian.Uint64(k)+1 <= keep {
+			break
+		}
+		if err := c.Delete(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// ChangeBounds implements persistence.ChangeReader.
+func (t *syncTx) ChangeBounds() (oldest, last uint64, err error) {
+	if err := t.check(); err != nil {
+		return 0, 0, err
+	}
+	b, err := t.changes()
+	if err != nil {
+		return 0, 0, err
+	}
+	if last, err = t.lastChange(); err != nil {
+		return 0, 0, err
+	}
+	if k, _ := b.Cursor().First(); k != nil {
+		if len(k) < 8 {
+			return 0, 0, fmt.Errorf("bolt: change key of %d bytes: %w", len(k), persistence.ErrCorrupt)
+		}
+		oldest = binary.BigEndian.Uint64(k)
+	}
+	return oldest, last, nil
+}
+
+// ChangesAfter implements persistence.ChangeReader. Entries are copied
+// out of the cursor in chunks before fn runs, so fn may write.
+func (t *syncTx) ChangesAfter(tk persistence.TableKey, after uint64, limit int, fn func(persistence.RowChange) (bool, error)) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	b, err := t.changes()
+	if err != nil {
+		return err
+	}
+	suffix := tablePrefix(nil, tk)
+	type entry struct {
+		seq uint64
+		v   []byte
+	}
+	visited := 0
+	next, done := after, false
+	for !done {
+		// One chunk of this table's entries; at most 16 × scanChunk keys
+		// are looked at per chunk, so a quiet table behind a busy one
+		// still yields to fn between chunks.
+		var chunk []entry
+		c := b.Cursor()
+		k, v := c.Seek(u64(next + 1))
+		for seen := 0; len(chunk) < scanChunk && seen < 16*scanChunk; seen++ {
+			if k == nil {
+				done = true
+				break
+			}
+			if len(k) < 8 {
+				return fmt.Errorf("bolt: change key of %d bytes: %w", len(k), persistence.ErrCorrupt)
+			}
+			next = binary.BigEndian.Uint64(k)
+			if bytes.Equal(k[8:], suffix) {
+				chunk = append(chunk, entry{next, clone(v)})
+			}
+			k, v = c.Next()
+		}
+		if k == nil {
+			done = true
+		}
+		for _, e := range chunk {
+			ch, err := decodeChange(tk, e.seq, e.v)
+			if err != nil {
+				return err
+			}
+			more, err := fn(ch)
+			if err != nil || !more {
+				return err
+			}
+			if visited++; limit > 0 && visited >= limit {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+func decodeChange(tk persistence.TableKey, seq uint64, b []byte) (persistence.RowChange, error) {
+	var rec changeRecord
+	if err := decodeRecord("change", b, &rec, &rec.V); err != nil {
+		return persistence.RowChange{}, err
+	}
+	key, err := messages.DecodeColumns(rec.RowKey)
+	if err != nil {
+		return persistence.RowChange{}, corrupt("change row key", err)
+	}
+	ch := persistence.RowChange{Seq: seq, Schema: tk.Schema, Table: tk.Table, Key: key, Exists: rec.Exists,
+		Cause: persistence.ChangeCause(rec.Cause), Cleared: slices.Clone(rec.Cleared)}
+	if ch.Existence, err = fromClockRecord(rec.Existence); err != nil {
+		return ch, corrupt("change existence", err)
+	}
+	if ch.Tomb, err = fromClockRecord(rec.Tomb); err != nil {
+		return ch, corrupt("change tomb", err)
+	}
+	if ch.Event, err = fromClockRecord(rec.Event); err != nil {
+		return ch, corrupt("change event", err)
+	}
+	if len(rec.Cells) > 0 {
+		ch.Cells = make(map[string]persistence.Cell, len(rec.Cells))
+		for n, c := range rec.Cells {
+			clk, err := fromClockRecord(c.Clock)
+			if err != nil {
+				return ch, corrupt("change cell", err)
+			}
+			ch.Cells[n] = persistence.Cell{Value: messages.Value(c.Value), Clock: clk}
+		}
+	}
+	return ch, nil
+}

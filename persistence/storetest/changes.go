@@ -1,0 +1,147 @@
+package storetest
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+func sampleChange(tk persistence.TableKey, id any, cause persistence.ChangeCause) persistence.RowChange {
+	r := sampleRow(tk, id)
+	c := persistence.RowChange{Schema: tk.Schema, Table: tk.Table, Key: r.Key, Exists: r.Exists,
+		Existence: r.Existence, Tomb: r.Tomb, Cells: r.Cells, Cleared: []string{"gone"}, Cause: cause}
+	if cause == persistence.CauseEvent {
+		c.Event = messages.Clock{HLC: 7, Site: siteA, ID: eventID(7)}
+	}
+	return c
+}
+
+func changesOf(t *testing.T, r persistence.SyncReader, tk persistence.TableKey, after uint64, limit int) []persistence.RowChange {
+	t.Helper()
+	var out []persistence.RowChange
+	if err := r.ChangesAfter(tk, after, limit, func(c persistence.RowChange) (bool, error) {
+		out = append(out, c)
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func changeSeqs(cs []persistence.RowChange) []uint64 {
+	var out []uint64
+	for _, c := range cs {
+		out = append(out, c.Seq)
+	}
+	return out
+}
+
+// testChangeLog: AppendChange assigns dense sequences across tables, a
+// change reads back field for field, per table (tables whose names
+// collide when concatenated stay apart), in order, with limit and stop;
+// TrimChanges keeps exactly the newest keep (at and past the edge) and
+// never lets a sequence be reused, across a failed Update and a reopen.
+func testChangeLog(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	view(t, s, func(r persistence.SyncReader) error {
+		if o, l, err := r.ChangeBounds(); err != nil || o != 0 || l != 0 {
+			t.Fatalf("empty log bounds = %d, %d, %v", o, l, err)
+		}
+		if got := changesOf(t, r, tblAB, 0, 0); len(got) != 0 {
+			t.Fatalf("empty log yields %v", got)
+		}
+		return nil
+	})
+	want := map[persistence.TableKey][]persistence.RowChange{}
+	update(t, s, func(tx persistence.SyncTx) error {
+		for i := 1; i <= 10; i++ {
+			tk, cause := tblAB, persistence.CauseEvent
+			if i%3 == 0 {
+				tk, cause = tblBC, persistence.CauseAddColumn
+			}
+			c := sampleChange(tk, i, cause)
+			seq, err := tx.AppendChange(c)
+			if err != nil {
+				return err
+			}
+			if seq != uint64(i) {
+				t.Fatalf("change %d got seq %d", i, seq)
+			}
+			c.Seq = seq
+			want[tk] = append(want[tk], c)
+		}
+		return nil
+	})
+	view(t, s, func(r persistence.SyncReader) error {
+		for tk, w := range want {
+			if got := changesOf(t, r, tk, 0, 0); !reflect.DeepEqual(got, w) {
+				t.Fatalf("%v changes:\n got %+v\nwant %+v", tk, got, w)
+			}
+		}
+		if got := changeSeqs(changesOf(t, r, tblAB, 2, 2)); !reflect.DeepEqual(got, []uint64{4, 5}) {
+			t.Fatalf("after 2, limit 2: %v", got)
+		}
+		n := 0
+		if err := r.ChangesAfter(tblAB, 0, 0, func(persistence.RowChange) (bool, error) { n++; return n < 3, nil }); err != nil || n != 3 {
+			t.Fatalf("stop after 3: visited %d, %v", n, err)
+		}
+		if err := r.ChangesAfter(tblAB, 0, 0, func(persistence.RowChange) (bool, error) { return true, errFn }); !errors.Is(err, errFn) {
+			t.Fatalf("callback error: %v", err)
+		}
+		if got := changesOf(t, r, tblX, 0, 0); len(got) != 0 {
+			t.Fatalf("another table's changes: %v", got)
+		}
+		return nil
+	})
+	// A failed Update consumes nothing.
+	if err := s.Update(ctx, func(tx persistence.SyncTx) error {
+		if _, err := tx.AppendChange(sampleChange(tblX, 1, persistence.CauseEvent)); err != nil {
+			return err
+		}
+		return errFn
+	}); !errors.Is(err, errFn) {
+		t.Fatalf("failing update: %v", err)
+	}
+	// Trim: at the edge nothing goes; past it the oldest go.
+	update(t, s, func(tx persistence.SyncTx) error {
+		if n, err := tx.TrimChanges(10); err != nil || n != 0 {
+			t.Fatalf("trim to 10 of 10: %d, %v", n, err)
+		}
+		if n, err := tx.TrimChanges(4); err != nil || n != 6 {
+			t.Fatalf("trim to 4 of 10: %d, %v", n, err)
+		}
+		return nil
+	})
+	s = reopen()
+	view(t, s, func(r persistence.SyncReader) error {
+		if o, l, err := r.ChangeBounds(); err != nil || o != 7 || l != 10 {
+			t.Fatalf("bounds after trim and reopen = %d, %d, %v; want 7, 10", o, l, err)
+		}
+		if got := changeSeqs(changesOf(t, r, tblAB, 0, 0)); !reflect.DeepEqual(got, []uint64{7, 8, 10}) {
+			t.Fatalf("retained %v", got)
+		}
+		return nil
+	})
+	update(t, s, func(tx persistence.SyncTx) error {
+		if n, err := tx.TrimChanges(0); err != nil || n != 4 {
+			t.Fatalf("trim to 0: %d, %v", n, err)
+		}
+		if _, err := tx.AppendChange(persistence.RowChange{Schema: "s", Table: "t"}); !errors.Is(err, messages.ErrEmptyRowKey) {
+			t.Fatalf("change without a key: %v", err)
+		}
+		seq, err := tx.AppendChange(sampleChange(tblX, 1, persistence.CauseEvent))
+		if err != nil || seq != 11 {
+			t.Fatalf("append after trimming everything: seq %d, %v; want 11", seq, err)
+		}
+		return nil
+	})
+	view(t, s, func(r persistence.SyncReader) error {
+		if o, l, err := r.ChangeBounds(); err != nil || o != 11 || l != 11 {
+			t.Fatalf("bounds = %d, %d, %v; want 11, 11", o, l, err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,92 @@
+package runtime
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestOnMessageCarriesTheNodeAndTheDeliveryCount: the OnMessage handler
+// gets the node (it commits through Delivered.Commit, which ACKs the
+// sender) and how the message was delivered: first time, or pending from
+// before a restart (Redelivered). Messages is never nil.
+func TestOnMessageCarriesTheNodeAndTheDeliveryCount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	net := NewNetwork(1)
+	aAddr, bAddr := DeviceAddress{User: "alice", Device: 1}, DeviceAddress{User: "bob", Device: 1}
+	alice := openTestNode(t, Config{Name: "alice", SyncInterval: -1, ReconcileInterval: -1,
+		Device: &DeviceConfig{Address: aAddr, Transport: net.DeviceTransport("alice", aAddr)}})
+	net.RegisterDevice("alice", alice.Node)
+	w := newWall()
+	dir := t.TempDir()
+	got := make(chan Delivered, 4)
+	commit := make(chan bool, 4)
+	openBob := func() *testNode {
+		bob := openTestNode(t, Config{Name: "bob", Dir: dir, NoSync: true, Wall: w.Now, SyncInterval: -1, ReconcileInterval: -1,
+			Device: &DeviceConfig{Address: bAddr, Transport: net.DeviceTransport("bob", bAddr),
+				OnMessage: func(ctx context.Context, d Delivered) {
+					got <- d
+					if <-commit {
+						if _, err := d.Commit(ctx); err != nil {
+							t.Errorf("commit: %v", err)
+						}
+					}
+				}}})
+		net.RegisterDevice("bob", bob.Node)
+		return bob
+	}
+	bob := openBob()
+	for range bob.Messages() {
+		t.Fatal("a message on the channel of a node with a handler")
+	}
+	commit <- false // the first hand-off returns without committing
+	sent, err := alice.Send(ctx, bAddr, []byte("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Delivered
+	select {
+	case d = <-got:
+	case <-ctx.Done():
+		t.Fatal("no delivery")
+	}
+	if d.Node != bob.Node || d.ID != sent.ID || d.Deliveries != 1 || d.Redelivered {
+		t.Fatalf("first delivery: node %p (bob %p), id %v, deliveries %d, redelivered %v", d.Node, bob.Node, d.ID, d.Deliveries, d.Redelivered)
+	}
+	if err := bob.Close(); err != nil {
+		t.Fatal(err)
+	}
+	net.UnregisterDevice(bAddr)
+	w.Advance(time.Second)
+	commit <- true
+	bob = openBob()
+	select {
+	case d = <-got:
+	case <-ctx.Done():
+		t.Fatal("no redelivery after the restart")
+	}
+	if d.Node != bob.Node || d.ID != sent.ID || d.Deliveries != 1 || !d.Redelivered {
+		t.Fatalf("redelivery: id %v, deliveries %d, redelivered %v", d.ID, d.Deliveries, d.Redelivered)
+	}
+	for {
+		p, err := alice.PendingSentMessages(ctx, 0, 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Messages) == 0 {
+			break
+		}
+		if err := net.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the commit through Delivered never ACKed alice")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if c, err := bob.PendingReceivedMessageCount(ctx, nil); err != nil || c != 0 {
+		t.Fatalf("bob pending %d, %v", c, err)
+	}
+}

@@ -1,0 +1,275 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// DefaultChangeLogLimit is how many row changes a node retains for Watch
+// unless Config.ChangeLogLimit says otherwise.
+const DefaultChangeLogLimit = 100_000
+
+// watchPage is how many changes a watcher reads per read transaction: all
+// a watcher ever holds in memory, however far behind it is. What it has
+// not read yet waits in the bounded, persisted change log.
+const watchPage = 256
+
+// ChangeCause says what made a row change.
+type ChangeCause = persistence.ChangeCause
+
+// Change causes.
+const (
+	// CauseEvent: one event was materialized — a local write, an event
+	// received from a peer, or a held event released by DefineTable.
+	// Change.Event is that event's clock (HLC, signing site, event id).
+	CauseEvent = persistence.CauseEvent
+	// CauseAddColumn: AddColumn rebuilt the new column from the retained
+	// events (SSP/1 §13.6). No new event caused it; Change.Event is zero.
+	CauseAddColumn = persistence.CauseAddColumn
+)
+
+// Change is one row change delivered by Watch.
+//
+// What counts as a change: a write of a row that changes what a reader of
+// the row can see — its existence, its existence or tombstone clock, or
+// any cell's value or clock (written, overwritten, or cleared by a
+// delete). A write that leaves the row as stored (a duplicate, a write
+// that loses last-writer-wins, a delete older than everything it could
+// clear) is not a change. Changes are recorded in the storage transaction
+// that writes the row, so a committed write always has its change and a
+// change is never delivered for a write that did not commit.
+type Change struct {
+	// Seq is the change sequence: strictly increasing across the node's
+	// tables and never reused, across restarts too. Resume a watch after
+	// the last Seq you processed.
+	Seq           uint64
+	Schema, Table string
+	Key           messages.Columns
+	// The row's state after the change.
+	Exists    bool
+	Existence messages.Clock
+	Tomb      messages.Clock
+	// Cells holds only the value columns the change touched, as a reader
+	// now sees them: Written (value and clock of the winning write) or
+	// Cleared (null at the tombstone clock).
+	Cells map[string]Cell
+	Cause ChangeCause
+	// Event is the clock of the event that caused the change (its HLC and
+	// signing site: Event.HLC, Event.Site) when Cause is CauseEvent; zero
+	// otherwise.
+	Event messages.Clock
+}
+
+// Value decodes changed column col into out, as Row.Value does: it
+// reports Unmaterialized for a column the change did not touch, and out
+// is untouched unless the state is Written or Cleared.
+func (c Change) Value(col string, out any) (CellState, error) {
+	return Row{Cells: c.Cells}.Value(col, out)
+}
+
+// ErrWatchLagged matches a *WatchLagError.
+var ErrWatchLagged = errors.New("runtime: watcher fell behind the change log")
+
+// ErrWatchAhead is returned by Watch when asked to resume after a
+// sequence the node has never assigned (a store restored from an older
+// copy, or a sequence from another node): nothing would ever be delivered
+// for the changes below it, so Watch refuses instead of waiting.
+var ErrWatchAhead = errors.New("runtime: watch resumes after a change sequence this node never assigned")
+
+// WatchLagError is the error a watcher gets when changes it has not read
+// were trimmed from the change log (Config.ChangeLogLimit): it is never
+// handed a gap silently. To resume, re-read the table (Scan) and Watch
+// again after Resume. Changes committed between Resume and the Scan are
+// then delivered again; each carries its clocks, so a change whose clocks
+// are not newer than what the reader holds changes nothing.
+type WatchLagError struct {
+	Schema, Table string
+	// After is the sequence the watcher asked to continue after.
+	After uint64
+	// Oldest is the oldest change still retained (0: none is).
+	Oldest uint64
+	// Resume is the newest change when the lag was found.
+	Resume uint64
+}
+
+// Error implements the error interface.
+func (e *WatchLagError) Error() string {
+	return fmt.Sprintf("runtime: watch %s.%s after change %d: changes up to %d were trimmed (oldest retained %d); re-read the table and watch after %d",
+		e.Schema, e.Table, e.After, e.Oldest-1, e.Oldest, e.Resume)
+}
+
+// Is makes errors.Is(err, ErrWatchLagged) match.
+func (e *WatchLagError) Is(target error) bool { return target == ErrWatchLagged }
+
+// Watch returns the changes of one table's rows with Seq > after, in
+// sequence order, local and remote alike: it yields what is already in
+// the change log, then waits for more until ctx ends or the node closes.
+// The table need not be defined yet (events held for it materialize when
+// DefineTable runs, and those are changes too).
+//
+// The iteration ends after yielding a non-nil error: ctx.Err(), ErrClosed,
+// a *WatchLagError (matching ErrWatchLagged) when the watcher fell behind
+// the retained log, ErrWatchAhead, or a storage error. Breaking out of the
+// loop stops the watch. A watcher holds at most one page of changes in
+// memory whatever its speed: a slow one falls behind in the persisted log,
+// which is bounded, never in a buffer.
+//
+// After a restart, Watch after the last Seq processed continues without
+// loss or duplicates.
+func (n *Node) Watch(ctx context.Context, schema, table string, after uint64) iter.Seq2[Change, error] {
+	return func(yield func(Change, error) bool) {
+		t := persistence.TableKey{Schema: schema, Table: table}
+		for {
+			if n.isClosed() {
+				yield(Change{}, ErrClosed)
+				return
+			}
+			// Taken before the read: a change committed after the read
+			// has closed this channel already.
+			wake := n.changes.wait()
+			var page []persistence.RowChange
+			var werr error
+			err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+				oldest, last, err := tx.ChangeBounds()
+				if err != nil {
+					return err
+				}
+				switch {
+				case after > last:
+					werr = fmt.Errorf("%w: after %d, newest is %d", ErrWatchAhead, after, last)
+					return nil
+				case last > after && (oldest == 0 || oldest > after+1):
+					werr = &WatchLagError{Schema: schema, Table: table, After: after, Oldest: oldest, Resume: last}
+					return nil
+				}
+				return tx.ChangesAfter(t, after, watchPage, func(c persistence.RowChange) (bool, error) {
+					page = append(page, c)
+					return true, nil
+				})
+			})
+			if err == nil {
+				err = werr
+			}
+			if err != nil {
+				if n.isClosed() && !errors.Is(err, ErrWatchLagged) {
+					err = ErrClosed
+				}
+				yield(Change{}, err)
+				return
+			}
+			for _, c := range page {
+				after = c.Seq
+				if !yield(viewChange(c), nil) {
+					return
+				}
+			}
+			if len(page) == watchPage {
+				continue
+			}
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				yield(Change{}, ctx.Err())
+				return
+			case <-n.closed:
+				yield(Change{}, ErrClosed)
+				return
+			}
+		}
+	}
+}
+
+// LastChangeSeq returns the newest change sequence (0 if none): Watch
+// after it delivers only changes still to come.
+func (n *Node) LastChangeSeq(ctx context.Context) (uint64, error) {
+	var last uint64
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		var err error
+		_, last, err = tx.ChangeBounds()
+		return err
+	})
+	return last, err
+}
+
+func viewChange(c persistence.RowChange) Change {
+	out := Change{Seq: c.Seq, Schema: c.Schema, Table: c.Table, Key: c.Key, Exists: c.Exists,
+		Existence: c.Existence, Tomb: c.Tomb, Cause: c.Cause, Event: c.Event,
+		Cells: make(map[string]Cell, len(c.Cells)+len(c.Cleared))}
+	for name, cell := range c.Cells {
+		out.Cells[name] = Cell{State: Written, Value: cell.Value, Clock: cell.Clock}
+	}
+	for _, name := range c.Cleared {
+		out.Cells[name] = Cell{State: Cleared, Value: messages.Null, Clock: c.Tomb}
+	}
+	return out
+}
+
+// changeFeed wakes watchers when a transaction added changes.
+type changeFeed struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (f *changeFeed) wait() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ch == nil {
+		f.ch = make(chan struct{})
+	}
+	return f.ch
+}
+
+func (f *changeFeed) notify() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ch != nil {
+		close(f.ch)
+		f.ch = nil
+	}
+}
+
+// wrap returns s with the change log kept to limit entries (trimmed in
+// the transaction that added to it) and watchers woken after each commit
+// that added changes.
+func (f *changeFeed) wrap(s persistence.SyncStore, limit int) persistence.SyncStore {
+	if limit <= 0 {
+		limit = DefaultChangeLogLimit
+	}
+	return watchedSync{SyncStore: s, f: f, keep: uint64(limit)}
+}
+
+type watchedSync struct {
+	persistence.SyncStore
+	f    *changeFeed
+	keep uint64
+}
+
+func (s watchedSync) Update(ctx context.Context, fn func(tx persistence.SyncTx) error) error {
+	added := false
+	err := s.SyncStore.Update(ctx, func(tx persistence.SyncTx) error {
+		_, before, err := tx.ChangeBounds()
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		_, last, err := tx.ChangeBounds()
+		if err != nil || last == before {
+			return err
+		}
+		added = true
+		_, err = tx.TrimChanges(s.keep)
+		return err
+	})
+	if err == nil && added {
+		s.f.notify()
+	}
+	return err
+}
