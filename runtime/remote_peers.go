@@ -175,7 +175,14 @@ func (r *Remote) admit(ctx context.Context, b *remote.MessageBatch, cert *x509.C
 			continue
 		}
 		env := &wire.Envelope{}
-		if err := proto.Unmarshal(e.MessageData, env); err == nil && env.Type == wire.TypeSyncPush {
+		perr := proto.Unmarshal(e.MessageData, env)
+		if perr == nil && (env.Type == wire.TypeDeviceEnvelope || env.Type == wire.TypeBundleRequest) {
+			// The delivery plane's binding (remote_device.go).
+			if !r.admitDevice(env, b, e, cert) {
+				continue
+			}
+		}
+		if perr == nil && env.Type == wire.TypeSyncPush {
 			replyAddr := ""
 			if e.Sender > 0 {
 				replyAddr = b.Senders[e.Sender-1].Address
