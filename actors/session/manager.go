@@ -79,6 +79,11 @@ type Config struct {
 	// message past it is refused before its ratchet step is persisted
 	// (inbound.ErrSenderBacklogFull). 0: no cap (the spec's behaviour).
 	MaxPendingPerSender int
+	// MaxPending caps the pending messages of all senders together; a new
+	// message past it is refused in the committer's transaction (where the
+	// count of every peer's writes is exact), before its ratchet step is
+	// persisted (inbound.ErrBacklogFull). 0: no cap.
+	MaxPending int
 	// MaxBatch bounds the items of one committer transaction; 0:
 	// DefaultMaxBatch.
 	MaxBatch int
@@ -122,8 +127,8 @@ func (c *Config) setDefaults() error {
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch
 	}
-	if c.MaxPendingPerSender < 0 {
-		return fmt.Errorf("%w: negative MaxPendingPerSender", ErrInvalidConfig)
+	if c.MaxPendingPerSender < 0 || c.MaxPending < 0 {
+		return fmt.Errorf("%w: negative MaxPendingPerSender or MaxPending", ErrInvalidConfig)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

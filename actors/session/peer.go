@@ -494,7 +494,7 @@ func (r *receiveReq) handle(a *peerActor) {
 	res.Outcome, res.New = dec.Outcome, dec.New
 	if p := dec.Effects.PutPending; p != nil {
 		slot = &seqSlot{}
-		wr.putPending, wr.slot = p, slot
+		wr.putPending, wr.slot, wr.maxPending = p, slot, cfg.MaxPending
 		a.setIn(w, payload.ID, &inKey{pending: p, slot: slot})
 	}
 	var ack []byte
