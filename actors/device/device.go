@@ -837,6 +837,7 @@ func (q *deliveryQueue) take() (m ReceivedMessage, ok, page bool, from uint64) {
 	q.bytes -= len(m.Plaintext)
 	return m, true, false, 0
 }
+
 // stopped records that the dispatcher gave up (the device is closing).
 func (q *deliveryQueue) stopped() {
 	q.mu.Lock()
