@@ -92,17 +92,28 @@ func (a *peerActor) Receive(c actor.Context) {
 	case *settledMsg:
 		a.settled(msg)
 	case request:
-		defer a.m.done(a.entry)
-		if err := msg.context().Err(); err != nil {
-			msg.fail(err)
-			return
+		a.serve(msg)
+		a.m.done(a.entry)
+		// An address this device holds nothing for (no pin, no session,
+		// nothing in flight: an unauthenticated sender, or a failed first
+		// contact) keeps no actor (issue 13, item 9): spoofed addresses
+		// leave no state behind.
+		if a.loaded && a.inflight == 0 && a.pin == nil && a.rec.IsEmpty() && a.m.passivate(a.peer, a.entry) {
+			c.Stop(c.Self())
 		}
-		if err := a.load(msg.context()); err != nil {
-			msg.fail(err)
-			return
-		}
-		msg.handle(a)
 	}
+}
+
+func (a *peerActor) serve(msg request) {
+	if err := msg.context().Err(); err != nil {
+		msg.fail(err)
+		return
+	}
+	if err := a.load(msg.context()); err != nil {
+		msg.fail(err)
+		return
+	}
+	msg.handle(a)
 }
 
 // request is one operation routed to a peer actor.
