@@ -42,7 +42,7 @@ func (c *capturingTransport) captured() [][]byte {
 // remoteDevicePair opens alice and bob hosted on one remote with mutual
 // TLS (certificate "hub"), bound as the peer "hub" at the remote's own
 // address, alice's transport wrapped by tap.
-func remoteDevicePair(t *testing.T, ca *remoteCA, dir string, tap *capturingTransport, dc func(*DeviceConfig)) (rem *Remote, alice, bob *Node) {
+func remoteDevicePair(t *testing.T, ca *remoteCA, dir string, tap *capturingTransport, dc func(*DeviceConfig), wall func() time.Time) (rem *Remote, alice, bob *Node) {
 	t.Helper()
 	ctx := context.Background()
 	sys := actortest.System(t)
@@ -67,7 +67,7 @@ func remoteDevicePair(t *testing.T, ca *remoteCA, dir string, tap *capturingTran
 		if dc != nil {
 			dc(c)
 		}
-		n, err := Open(ctx, Config{InMemory: true, MeshID: testMesh, Name: name, System: sys, SyncInterval: -1, ReconcileInterval: -1, Device: c})
+		n, err := Open(ctx, Config{InMemory: true, MeshID: testMesh, Name: name, System: sys, SyncInterval: -1, ReconcileInterval: -1, Wall: wall, Device: c})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestAttackRemoteThirdProcessCannotSendAsAlice(t *testing.T) {
 	dir := t.TempDir()
 	ca := newRemoteCA(t, "mesh-ca")
 	tap := &capturingTransport{hold: 1}
-	rem, alice, bob := remoteDevicePair(t, ca, dir, tap, nil)
+	rem, alice, bob := remoteDevicePair(t, ca, dir, tap, nil, nil)
 	m := startRemoteChild(t, "m", remoteChildSpec{CertDir: ca.issue(t, dir, "m"), RequestTimeout: 10 * time.Second})
 	if err := rem.AddPeer("m", m.addr); err != nil {
 		t.Fatal(err)

@@ -84,6 +84,16 @@ type Config struct {
 	// count of every peer's writes is exact), before its ratchet step is
 	// persisted (inbound.ErrBacklogFull). 0: no cap.
 	MaxPending int
+	// FailedDecryptBurst and FailedDecryptRate are each sender's budget
+	// of decrypt attempts that fail (budget.go): a burst, refilled per
+	// second of Now. 0: DefaultFailedDecryptBurst, DefaultFailedDecryptRate;
+	// a negative burst turns the budget off.
+	FailedDecryptBurst int
+	FailedDecryptRate  float64
+	// OnUndecryptable, when set, is told about every envelope that could
+	// not be decrypted (from the peer's actor: it must not block), with
+	// its reason (UndecryptableReason).
+	OnUndecryptable func(peer messages.DeviceAddress, reason string, err error)
 	// MaxBatch bounds the items of one committer transaction; 0:
 	// DefaultMaxBatch.
 	MaxBatch int
@@ -126,6 +136,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.FailedDecryptBurst == 0 {
+		c.FailedDecryptBurst = DefaultFailedDecryptBurst
+	}
+	if c.FailedDecryptRate <= 0 {
+		c.FailedDecryptRate = DefaultFailedDecryptRate
 	}
 	if c.MaxPendingPerSender < 0 || c.MaxPending < 0 {
 		return fmt.Errorf("%w: negative MaxPendingPerSender or MaxPending", ErrInvalidConfig)
@@ -196,6 +212,7 @@ type Manager struct {
 	local     ratchet.Identity
 	pub       ratchet.IdentityPublic
 	committer *actor.PID
+	budgets   budgets
 
 	mu        sync.Mutex
 	peers     map[messages.DeviceAddress]*peerEntry
@@ -225,6 +242,7 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, sys: sys, peers: make(map[messages.DeviceAddress]*peerEntry), closing: make(chan struct{})}
+	m.budgets.rate, m.budgets.burst = cfg.FailedDecryptRate, cfg.FailedDecryptBurst
 	// ready reports whether the stored identity and prekeys are usable as
 	// they are (loading the identity).
 	ready := func(r persistence.DeliveryReader) (bool, error) {

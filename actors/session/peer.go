@@ -357,7 +357,9 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 	var out decrypted
 	env, err := messages.DecodeEnvelope(envelope)
 	if err != nil {
-		return out, wrapPeer("decode", a.peer, err)
+		err = wrapPeer("decode", a.peer, err)
+		a.undecryptable(ReasonMalformed, err)
+		return out, err
 	}
 	// The prekey store is read only for an initiation of a session the
 	// record does not hold (the only case Decrypt consumes prekeys). It is
@@ -384,12 +386,29 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 			return out, wrapPeer("load prekeys", a.peer, corrupt("prekeys", err))
 		}
 	}
-	res, err := cfg.Ratchet.Decrypt(a.rec, a.m.local, prekeys, envelope, cfg.Now())
-	if err != nil {
-		return out, wrapPeer("decrypt", a.peer, err)
+	now := cfg.Now()
+	b := &a.m.budgets
+	if !b.take(a.peer, now) {
+		b.refused.Add(1)
+		err := budgetError(a.peer)
+		a.undecryptable(ReasonBudget, err)
+		return out, err
 	}
+	b.attempts.Add(1)
+	if env.Initiation != nil && !holds(a.rec, env.Header.Session) {
+		b.initiations.Add(1)
+	}
+	res, err := cfg.Ratchet.Decrypt(a.rec, a.m.local, prekeys, envelope, now)
+	if err != nil {
+		b.failures.Add(1)
+		err = wrapPeer("decrypt", a.peer, err)
+		a.undecryptable(ReasonDecrypt, err)
+		return out, err
+	}
+	b.refund(a.peer)
 	if a.pin != nil {
 		if err := checkPin(a.peer, *a.pin, res.Session.Remote); err != nil {
+			a.undecryptable(ReasonIdentityChanged, err)
 			return out, err
 		}
 	} else {
@@ -413,6 +432,22 @@ func (a *peerActor) adoptDecryption(d decrypted, wr *writes) {
 	if d.pin != nil {
 		a.pin = d.pin
 		wr.pin = d.pin
+	}
+}
+
+// Reasons an envelope is undecryptable (Config.OnUndecryptable, the
+// delivery plane's metric label): a closed set, so a hostile sender
+// cannot grow the series.
+const (
+	ReasonBudget          = "budget"
+	ReasonDecrypt         = "decrypt"
+	ReasonIdentityChanged = "identity_changed"
+	ReasonMalformed       = "malformed"
+)
+
+func (a *peerActor) undecryptable(reason string, err error) {
+	if f := a.m.cfg.OnUndecryptable; f != nil {
+		f(a.peer, reason, err)
 	}
 }
 
