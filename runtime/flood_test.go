@@ -57,6 +57,7 @@ func TestFloodDoesNotStopAlice(t *testing.T) {
 	clock := newWall()
 	rem, alice, bob := remoteDevicePair(t, ca, dir, tap, nil, clock.Now)
 	m := startRemoteChild(t, "m", remoteChildSpec{CertDir: ca.issue(t, dir, "m"), RequestTimeout: 10 * time.Second})
+	stopChildFirst(t, m, rem, "m")
 	if err := rem.AddPeer("m", m.addr); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,23 @@ func TestFloodDoesNotStopAlice(t *testing.T) {
 	if n != 100 {
 		t.Fatalf("bob committed %d of alice's 100", n)
 	}
-	c := bob.device.Sessions().DecryptCounters()
+	// Wait for bob to have decided every forged envelope (its link may
+	// still hold some): each either failed or was refused by the budget.
+	var c session.DecryptCounters
+	for {
+		c = bob.device.Sessions().DecryptCounters()
+		if c.Failures+c.Refused >= 200 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("bob decided %d of the 200 forged envelopes: %+v", c.Failures+c.Refused, c)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if n := rem.RefusedEnvelopes(); n != 0 {
+		t.Fatalf("%d of mallory's envelopes refused by the guard: m is bound to mallory.1", n)
+	}
 	t.Logf("bob's decrypt work: %+v; m's bundle requests: %d served, %d refused, in %v", c, bundles.Bundles, bundles.Refusals, elapsed)
 	// Every failing decrypt is the flood's (alice's all succeed).
 	if c.Failures > session.DefaultFailedDecryptBurst {

@@ -542,8 +542,11 @@ func (a *syncActor) Receive(c actor.Context) {
 	if e, ok := msg.(*wire.Envelope); ok { // sent in-process, not through the remote
 		msg, _ = e.Deserialize()
 	} else if _, ok := msg.(remote.RootSerializable); ok {
-		// Came through the stream guard, which took a token for it.
-		defer a.r.release()
+		// Came through the stream guard, which took a token for it
+		// (not for the delivery plane's frames: remote_device.go).
+		if !deviceFrame(msg) {
+			defer a.r.release()
+		}
 	}
 	switch m := msg.(type) {
 	case *wire.Push:

@@ -34,6 +34,39 @@ type remoteDevices struct {
 	refused        atomic.Uint64 // envelopes refused by the binding (admitDevice)
 	bundlesRefused atomic.Uint64 // bundle requests past their requester's budget
 	bundles        bundleLimiter
+
+	streamsMu sync.Mutex
+	streams   map[string]int // live inbound streams by certificate CommonName
+}
+
+// trackStream counts a live inbound stream until the returned func runs
+// (when its handler returned: nothing of it runs any more).
+func (r *Remote) trackStream(cert *x509.Certificate) func() {
+	cn := ""
+	if cert != nil {
+		cn = cert.Subject.CommonName
+	}
+	r.dev.streamsMu.Lock()
+	if r.dev.streams == nil {
+		r.dev.streams = map[string]int{}
+	}
+	r.dev.streams[cn]++
+	r.dev.streamsMu.Unlock()
+	return func() {
+		r.dev.streamsMu.Lock()
+		if r.dev.streams[cn]--; r.dev.streams[cn] == 0 {
+			delete(r.dev.streams, cn)
+		}
+		r.dev.streamsMu.Unlock()
+	}
+}
+
+// liveStreamsFrom returns how many inbound streams authenticated as cn
+// are live (tests wait for a stopped peer's to end before closing).
+func (r *Remote) liveStreamsFrom(cn string) int {
+	r.dev.streamsMu.Lock()
+	defer r.dev.streamsMu.Unlock()
+	return r.dev.streams[cn]
 }
 
 // AddDevice makes the device addr reachable at address (host:port of the
@@ -257,6 +290,18 @@ func (r *Remote) admitDevice(env *wire.Envelope, b *remote.MessageBatch, e *remo
 		return false
 	}
 	return true
+}
+
+// deviceFrame reports whether a message the sync actor got through the
+// remote is one of the delivery plane's, which take no inbound token.
+func deviceFrame(msg any) bool {
+	switch m := msg.(type) {
+	case *wire.DeviceEnvelope, *wire.BundleRequest:
+		return true
+	case *wire.Undecodable:
+		return m.Type == wire.TypeDeviceEnvelope || m.Type == wire.TypeBundleRequest
+	}
+	return false
 }
 
 // ErrBundleRateLimited answers a bundle request past its requester's

@@ -178,9 +178,14 @@ func (r *Remote) admit(ctx context.Context, b *remote.MessageBatch, cert *x509.C
 		perr := proto.Unmarshal(e.MessageData, env)
 		if perr == nil && (env.Type == wire.TypeDeviceEnvelope || env.Type == wire.TypeBundleRequest) {
 			// The delivery plane's binding (remote_device.go).
-			if !r.admitDevice(env, b, e, cert) {
-				continue
+			if r.admitDevice(env, b, e, cert) {
+				// No inbound token: a batch of one-way envelopes can
+				// exceed the token pool and would block on tokens that
+				// only its own delivery gives back. They are bounded by
+				// the per-link queues, bundle requests by their budget.
+				kept = append(kept, e)
 			}
+			continue
 		}
 		if perr == nil && env.Type == wire.TypeSyncPush {
 			replyAddr := ""
