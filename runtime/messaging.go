@@ -139,6 +139,9 @@ func (n *Node) openDevice(ctx context.Context) error {
 		Store: timed, Transport: transport, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
 		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, Handler: dc.Handler, Buffer: dc.Buffer,
 		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
+		OnUndecryptable: func(from DeviceAddress, reason string, err error) {
+			n.publish(messages.UndecryptableEnvelope{From: from, Reason: reason, Err: err.Error()})
+		},
 	})
 	if err != nil {
 		_ = store.Close()

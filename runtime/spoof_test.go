@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/syncmesh/syncmesh/actors/session"
+	"github.com/syncmesh/syncmesh/messages"
 )
 
 // TestAttackSpoofedAddressesLeaveBoundedState (issue 13, item 9): 20 000
@@ -52,5 +53,52 @@ func TestAttackSpoofedAddressesLeaveBoundedState(t *testing.T) {
 	}
 	if n, err := bob.PendingReceivedMessageCount(ctx, nil); err != nil || n != 0 {
 		t.Fatalf("%d pending (%v)", n, err)
+	}
+}
+
+// TestUndecryptableEnvelopesRaiseANoticeAndAMetric (issue 13, item 10):
+// an envelope bob cannot decrypt is no longer silent: a notice names the
+// authenticated sender and the reason, and the reason-labelled counter
+// moves.
+func TestUndecryptableEnvelopesRaiseANoticeAndAMetric(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	net := NewNetwork(1)
+	alice, bob := twoDevices(t, net, nil)
+	got := make(chan messages.UndecryptableEnvelope, 4)
+	stop := bob.Subscribe(func(n messages.Notice) {
+		if u, ok := n.(messages.UndecryptableEnvelope); ok {
+			got <- u
+		}
+	})
+	defer stop()
+	if err := net.DeviceTransport("alice", alice.DeviceAddress()).Send(ctx, bob.DeviceAddress(), []byte{0x82, 0x01, 0x02}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case u := <-got:
+		if u.From != alice.DeviceAddress() || u.Reason != session.ReasonMalformed || u.Err == "" {
+			t.Fatalf("notice %+v", u)
+		}
+	case <-ctx.Done():
+		t.Fatal("no notice for an undecryptable envelope")
+	}
+	mfs, err := bob.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() != "syncmesh_delivery_undecryptable_envelopes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == session.ReasonMalformed && m.GetCounter().GetValue() >= 1 {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatal("syncmesh_delivery_undecryptable_envelopes_total{reason=\"malformed\"} not counted")
 	}
 }

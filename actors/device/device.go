@@ -187,6 +187,11 @@ type Config struct {
 	Prune PruneSchedule
 	// Mailboxes measures the device's actors' mailboxes (nil: not measured).
 	Mailboxes *mailbox.Depths
+	// OnUndecryptable, when set, is told about every envelope that could
+	// not be decrypted, with its reason (session.Reason*); it is also
+	// counted in syncmesh_delivery_undecryptable_envelopes_total. It must
+	// not block.
+	OnUndecryptable func(from messages.DeviceAddress, reason string, err error)
 }
 
 // Device is one local device's delivery plane. Methods are safe for
@@ -258,6 +263,12 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	scfg.MaxPendingPerSender, scfg.MaxPending, scfg.MaxBatch, scfg.Observe, scfg.OnAck = cfg.MaxPendingPerSender, cfg.MaxPending, cfg.MaxBatch, d.observe, d.acked
 	if d.queue != nil {
 		scfg.OnDelivery = d.queue.push
+	}
+	scfg.OnUndecryptable = func(from messages.DeviceAddress, reason string, err error) {
+		d.metrics.undecryptable.WithLabelValues(reason).Inc()
+		if cfg.OnUndecryptable != nil {
+			cfg.OnUndecryptable(from, reason, err)
+		}
 	}
 	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
 		return nil, fmt.Errorf("device: %w", err)
