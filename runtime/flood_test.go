@@ -48,7 +48,9 @@ func forgedInitiation(t *testing.T, ctx context.Context, bob *Node) []byte {
 // standing still: no refill), each one initiation (a bounded number of
 // DH and KEM operations); and m got at most its bundle burst plus the
 // refill of the seconds the test ran, the rest refused.
-func TestFloodDoesNotStopAlice(t *testing.T) {
+func TestFloodDoesNotStopAlice(t *testing.T) { runIsolated(t, floodDoesNotStopAlice) }
+
+func floodDoesNotStopAlice(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
