@@ -96,6 +96,14 @@ type DeviceConfig struct {
 	// ones are refused before their ratchet step (the sender keeps them
 	// pending and retries). 0: no cap.
 	MaxPendingPerSender int
+	// MaxPending caps the pending messages of all senders together (beside
+	// MaxPendingPerSender); past it new ones are refused before their
+	// ratchet step (inbound.ErrBacklogFull; the sender retries). 0: no cap.
+	MaxPending int
+	// MaxQueued bounds the deliveries held in memory for Handler /
+	// Messages; past it the device pages them from the store. 0:
+	// device.DefaultMaxQueued.
+	MaxQueued int
 	// Retry is the opt-in resend schedule of pending sent messages.
 	Retry RetryPolicy
 	// OnRetryExhausted is told about each pending sent message that
@@ -141,8 +149,11 @@ func (n *Node) openDevice(ctx context.Context) error {
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
 		Store: timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
-		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, Handler: handler, Buffer: dc.Buffer,
+		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, Handler: handler, Buffer: dc.Buffer,
 		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
+		OnUndecryptable: func(from DeviceAddress, reason string, err error) {
+			n.publish(messages.UndecryptableEnvelope{From: from, Reason: reason, Err: err.Error()})
+		},
 	})
 	if err != nil {
 		_ = store.Close()

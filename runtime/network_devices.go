@@ -39,11 +39,19 @@ type envelopeLink struct {
 
 func newEnvelopeLink() *envelopeLink { return &envelopeLink{window: make(chan struct{}, linkWindow)} }
 
+// maxLinkQueue bounds the envelopes one link queues ahead of its window:
+// past it an envelope is dropped (the sender keeps its message pending and
+// resends), so one sender's flood holds bounded memory.
+const maxLinkQueue = 4 * linkWindow
+
 // add queues env (first, with front) and reports whether the caller must
-// start the drainer.
-func (l *envelopeLink) add(env []byte, front bool) (start bool) {
+// start the drainer; ok false when the queue is full (env dropped).
+func (l *envelopeLink) add(env []byte, front bool) (start, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if len(l.queue) >= maxLinkQueue {
+		return false, false
+	}
 	if front && len(l.queue) > 0 {
 		l.queue = append([][]byte{env}, l.queue...)
 	} else {
@@ -51,7 +59,7 @@ func (l *envelopeLink) add(env []byte, front bool) (start bool) {
 	}
 	start = !l.running
 	l.running = true
-	return start
+	return start, true
 }
 
 // next returns the next envelope, or false when the queue is empty (the
@@ -178,26 +186,38 @@ func (t *deviceTransport) Send(ctx context.Context, peer messages.DeviceAddress,
 	if drop {
 		copies = 0
 	}
-	n.inflight += copies
-	n.mu.Unlock()
-	if copies == 0 {
-		return nil // handed over, then lost on the way
-	}
 	env := append([]byte(nil), envelope...)
 	start := false
+	// Added under n.mu: the drainer removes an empty link under it too
+	// (idle links keep no state), so nothing lands on a removed link.
 	for i := 0; i < copies; i++ {
-		start = l.add(env, reorder) || start
+		s, ok := l.add(env, reorder)
+		if ok {
+			n.inflight++
+		}
+		start = s || start
 	}
+	if len(l.queue) == 0 && !l.running && n.links[k] == l {
+		delete(n.links, k)
+	}
+	n.mu.Unlock()
 	if start {
-		go t.drain(l, peer, delay)
+		go t.drain(l, k, delay)
 	}
 	return nil
 }
 
-// drain delivers a link's envelopes in queue order until it is empty.
-func (t *deviceTransport) drain(l *envelopeLink, peer messages.DeviceAddress, delay time.Duration) {
+// drain delivers a link's envelopes in queue order until it is empty,
+// then removes the link.
+func (t *deviceTransport) drain(l *envelopeLink, k linkKey, delay time.Duration) {
+	peer := k.to
 	for {
+		t.n.mu.Lock()
 		env, ok := l.next()
+		if !ok && t.n.links[k] == l {
+			delete(t.n.links, k)
+		}
+		t.n.mu.Unlock()
 		if !ok {
 			return
 		}

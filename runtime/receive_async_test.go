@@ -9,15 +9,15 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// capturingTransport fetches bundles over the Network and keeps the
+// recordingTransport fetches bundles over the Network and keeps the
 // envelopes it is handed instead of delivering them.
-type capturingTransport struct {
+type recordingTransport struct {
 	DeviceTransport
 	mu   sync.Mutex
 	envs [][]byte
 }
 
-func (c *capturingTransport) Send(_ context.Context, _ messages.DeviceAddress, env []byte) error {
+func (c *recordingTransport) Send(_ context.Context, _ messages.DeviceAddress, env []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.envs = append(c.envs, append([]byte(nil), env...))
@@ -34,7 +34,7 @@ func TestReceiveEnvelopeAsyncAnswersEachEnvelope(t *testing.T) {
 	ctx := context.Background()
 	net := NewNetwork(1)
 	aAddr, bAddr := DeviceAddress{User: "alice", Device: 1}, DeviceAddress{User: "bob", Device: 1}
-	ct := &capturingTransport{DeviceTransport: net.DeviceTransport("alice", aAddr)}
+	ct := &recordingTransport{DeviceTransport: net.DeviceTransport("alice", aAddr)}
 	alice := openTestNode(t, Config{Name: "alice", SyncInterval: -1, Device: &DeviceConfig{Address: aAddr, Transport: ct}})
 	bob := openTestNode(t, Config{Name: "bob", SyncInterval: -1, Device: &DeviceConfig{Address: bAddr, Transport: net.DeviceTransport("bob", bAddr), Buffer: 16}})
 	for _, n := range []*testNode{alice, bob} {

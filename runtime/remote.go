@@ -575,9 +575,11 @@ func (a *syncActor) Receive(c actor.Context) {
 	var pool *inPool
 	if e, ok := msg.(*wire.Envelope); ok { // sent in-process, not through the remote
 		msg, _ = e.Deserialize()
-	} else if _, ok := msg.(remote.RootSerializable); ok {
-		// Came through the stream guard, which took a token for it: a
-		// push gives it back once answered, anything else now.
+	} else if _, ok := msg.(remote.RootSerializable); ok && !deviceFrame(msg) {
+		// Came through the stream guard, which took a token for it (not
+		// for the delivery plane's frames: remote_device.go): a push or a
+		// reconciliation request gives it back once answered, anything
+		// else now.
 		pool = a.r.in.claimed(c.Sender())
 	}
 	switch msg.(type) {

@@ -62,11 +62,12 @@ type remoteCmd struct {
 	Events     int
 	EventBytes int
 	CtxTimeout time.Duration
-	Type       string // raw envelope type
-	CBOR       []byte // raw envelope payload
-	Zeros      int    // raw envelope payload of this many zero bytes instead
-	N          int    // bench pushes
-	Parallel   int    // bench pushes in flight
+	Type       string                 // raw envelope type
+	CBOR       []byte                 // raw envelope payload
+	Zeros      int                    // raw envelope payload of this many zero bytes instead
+	N          int                    // bench pushes
+	Parallel   int                    // bench pushes in flight
+	Device     messages.DeviceAddress // bundles: the device asked
 }
 
 type remoteReply struct {
@@ -82,6 +83,8 @@ type remoteReply struct {
 	Terminated  int // EndpointTerminatedEvents seen by this node
 	Guard       []string
 	Bytes       uint64
+	Bundles     int // bundles: requests answered with a bundle
+	Refusals    int // bundles: requests answered with a rejection or not at all
 }
 
 // remoteChildUndecodable is what a child reports from OnUndecodable.
@@ -335,11 +338,56 @@ func childCommand(sys *actor.ActorSystem, r *Remote, cmd remoteCmd) remoteReply 
 			err = fmt.Errorf("%w: %s", ErrPushRejected, m.Reason)
 		case *wire.Result:
 			rep.Result = m.Result
+		case *wire.Bundle:
 		case nil:
 		default:
 			err = fmt.Errorf("unexpected answer %T", v)
 		}
 		describe(&rep, err)
+	case "rawsend":
+		// A one-way frame (a device envelope) to the peer's sync actor,
+		// N times (at least once).
+		env := &wire.Envelope{Type: cmd.Type, Cbor: cmd.CBOR}
+		for i := 0; i < max(cmd.N, 1); i++ {
+			sys.Root.Send(actor.NewPID(cmd.Peer, SyncActorName), env)
+		}
+		rep.OK = true
+	case "bundles":
+		// N unauthenticated bundle requests for Device, Parallel at once.
+		env, err := wire.EnvelopeOf(&wire.BundleRequest{To: cmd.Device})
+		if err != nil {
+			describe(&rep, err)
+			break
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		next := make(chan struct{}, cmd.N)
+		for i := 0; i < cmd.N; i++ {
+			next <- struct{}{}
+		}
+		close(next)
+		for w := 0; w < max(cmd.Parallel, 1); w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range next {
+					v, err := sys.Root.RequestFuture(actor.NewPID(cmd.Peer, SyncActorName), env, timeout).Result()
+					if e, ok := v.(*wire.Envelope); ok {
+						v, _ = e.Deserialize()
+					}
+					_, ok := v.(*wire.Bundle)
+					mu.Lock()
+					if err == nil && ok {
+						rep.Bundles++
+					} else {
+						rep.Refusals++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		rep.OK = true
 	case "guard":
 		rep.Guard, rep.Result, rep.Err = guardProbe(sys, cmd.Peer, timeout)
 		rep.OK = rep.Err == ""

@@ -2,11 +2,16 @@ package runtime
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/fxamacker/cbor/v2"
 
 	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
@@ -24,11 +29,65 @@ type remoteDevices struct {
 	mu     sync.RWMutex
 	peers  map[messages.DeviceAddress]string // remote devices → host:port
 	local  map[messages.DeviceAddress]*Node  // devices served here
-	queues map[linkKey]*envelopeLink         // inbound, in order per (from, to)
+	queues map[linkKey]*envelopeLink         // inbound, in order per (from, to); a drained link is removed
+
+	refused        atomic.Uint64 // envelopes refused by the binding (admitDevice)
+	bundlesRefused atomic.Uint64 // bundle requests past their requester's budget
+	bundles        bundleLimiter
+
+	streamsMu sync.Mutex
+	streams   map[string]int // live inbound streams by certificate CommonName
+}
+
+// trackStream counts a live inbound stream until the returned func runs
+// (when its handler returned: nothing of it runs any more).
+func (r *Remote) trackStream(cert *x509.Certificate) func() {
+	cn := ""
+	if cert != nil {
+		cn = cert.Subject.CommonName
+	}
+	r.dev.streamsMu.Lock()
+	if r.dev.streams == nil {
+		r.dev.streams = map[string]int{}
+	}
+	r.dev.streams[cn]++
+	r.dev.streamsMu.Unlock()
+	return func() {
+		r.dev.streamsMu.Lock()
+		if r.dev.streams[cn]--; r.dev.streams[cn] == 0 {
+			delete(r.dev.streams, cn)
+		}
+		r.dev.streamsMu.Unlock()
+	}
+}
+
+// liveStreamsFrom returns how many inbound streams authenticated as cn
+// are live (tests wait for a stopped peer's to end before closing).
+func (r *Remote) liveStreamsFrom(cn string) int {
+	r.dev.streamsMu.Lock()
+	defer r.dev.streamsMu.Unlock()
+	return r.dev.streams[cn]
 }
 
 // AddDevice makes the device addr reachable at address (host:port of the
 // remote hosting it), replacing a previous address.
+//
+// It also binds addr to that host (issue 13): an envelope whose From is
+// addr is accepted only over a connection authenticated (TLS) as the peer
+// configured with AddPeer at the same address — the sync plane's binding,
+// so a device shares the certificate of the cluster member that hosts it.
+// An envelope from a device not configured here, or over any other
+// connection, is refused at the stream guard before it reaches a device
+// (counted in RefusedEnvelopes) and no state is kept for it. Without TLS
+// (RemoteConfig.Plaintext) nothing is authenticated: From must still be
+// a configured device.
+//
+// A device moving to another cluster member: call AddDevice(addr,
+// newAddress) (and AddPeer for the new member if it is not configured
+// yet). From then on addr's envelopes are accepted only from the new
+// member; envelopes still in flight from the old one are refused, stay
+// pending at the sender, and reach this node again on its next resend
+// (DeviceConfig.Retry or Resend) over the new member.
 func (r *Remote) AddDevice(addr messages.DeviceAddress, address string) {
 	r.dev.mu.Lock()
 	defer r.dev.mu.Unlock()
@@ -140,8 +199,193 @@ func (t *remoteDeviceTransport) Send(ctx context.Context, peer messages.DeviceAd
 	return nil
 }
 
+// RefusedEnvelopes counts the device envelopes the stream guard refused:
+// a From that is not a device configured (AddDevice) at the connection's
+// authenticated peer.
+func (r *Remote) RefusedEnvelopes() uint64 { return r.dev.refused.Load() }
+
+// RefusedBundleRequests counts the bundle requests refused because their
+// requester was past its budget (LimitBundles).
+func (r *Remote) RefusedBundleRequests() uint64 { return r.dev.bundlesRefused.Load() }
+
+// envelopeFrom reads only the addresses of a device envelope's CBOR (the
+// full decode happens once, in the endpoint reader).
+func envelopeFrom(b []byte) (from messages.DeviceAddress, err error) {
+	var e struct {
+		_    struct{} `cbor:",toarray"`
+		From messages.DeviceAddress
+		To   cbor.RawMessage
+		Env  cbor.RawMessage
+	}
+	if err := cbor.Unmarshal(b, &e); err != nil {
+		return from, err
+	}
+	return e.From, e.From.Validate()
+}
+
+// authorizeDevice decides whether an envelope claiming to be from from,
+// over a stream authenticated by cert, may reach a device here: from must
+// be a configured device (AddDevice) and, with TLS, cert must be that of
+// the peer configured (AddPeer) at the device's address.
+func (r *Remote) authorizeDevice(from messages.DeviceAddress, cert *x509.Certificate) error {
+	r.dev.mu.RLock()
+	address, ok := r.dev.peers[from]
+	r.dev.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("%w: %s is not a configured device", replicate.ErrUnknownSender, truncateName(from.String()))
+	}
+	if r.cfg.TLS == nil {
+		return nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for name, p := range r.bound {
+		if p.addr == address && p.matches(name, cert) {
+			return nil
+		}
+	}
+	who := "no certificate"
+	if cert != nil {
+		who = "the certificate of " + truncateName(cert.Subject.CommonName)
+	}
+	return fmt.Errorf("%w: envelope from %s over a connection with %s, not the peer at %s", replicate.ErrSenderMismatch, truncateName(from.String()), who, address)
+}
+
+// admitDevice runs in the stream guard for the delivery plane's frames: a
+// device envelope passes only from a device bound to the connection's
+// authenticated peer (authorizeDevice); a bundle request only within its
+// requester's budget (LimitBundles; a refused one is answered with a
+// rejection when the answer goes to the authenticated peer). It reports
+// whether the frame goes on to the sync actor.
+func (r *Remote) admitDevice(env *wire.Envelope, b *remote.MessageBatch, e *remote.MessageEnvelope, cert *x509.Certificate) bool {
+	replyAddr := ""
+	if e.Sender > 0 {
+		replyAddr = b.Senders[e.Sender-1].Address
+	}
+	if env.Type == wire.TypeBundleRequest {
+		// The requester: its TLS key, or (plaintext, nothing
+		// authenticated) the address it asks to be answered at.
+		key := "addr:" + replyAddr
+		if cert != nil {
+			h := SPKIHash(cert)
+			key = "key:" + string(h[:])
+		}
+		if r.dev.bundles.allow(key, time.Now()) {
+			return true
+		}
+		r.dev.bundlesRefused.Add(1)
+		if e.Sender > 0 && (r.cfg.TLS == nil || r.replyAllowed(cert, replyAddr)) {
+			r.reply(b.Senders[e.Sender-1], &wire.Rejected{Reason: ErrBundleRateLimited.Error()})
+		}
+		return false
+	}
+	from, err := envelopeFrom(env.Cbor)
+	if err != nil {
+		// Undecodable: the endpoint reader surfaces it and drops it.
+		return true
+	}
+	if err := r.authorizeDevice(from, cert); err != nil {
+		r.dev.refused.Add(1)
+		r.log.Debug("envelope refused by the stream guard", "error", err)
+		return false
+	}
+	return true
+}
+
+// deviceFrame reports whether a message the sync actor got through the
+// remote is one of the delivery plane's, which take no inbound token.
+func deviceFrame(msg any) bool {
+	switch m := msg.(type) {
+	case *wire.DeviceEnvelope, *wire.BundleRequest:
+		return true
+	case *wire.Undecodable:
+		return m.Type == wire.TypeDeviceEnvelope || m.Type == wire.TypeBundleRequest
+	}
+	return false
+}
+
+// ErrBundleRateLimited answers a bundle request past its requester's
+// budget (LimitBundles).
+var ErrBundleRateLimited = errors.New("runtime: bundle requests rate-limited")
+
+// Defaults of LimitBundles.
+const (
+	DefaultBundleBurst      = 32
+	DefaultBundlesPerSecond = 1.0
+	// maxBundleRequesters bounds the requesters tracked at once.
+	maxBundleRequesters = 4096
+)
+
+// LimitBundles sets the bundle budget of each requester (a TLS key, or a
+// reply address without TLS): a burst of burst requests, refilled at
+// perSecond. Every bundle issued hands out a one-time prekey, so an
+// unbounded requester could cycle them out (issue 13, item 3); an honest
+// device asks once per new session. Default DefaultBundleBurst and
+// DefaultBundlesPerSecond; burst ≤ 0 turns the limit off.
+func (r *Remote) LimitBundles(perSecond float64, burst int) {
+	r.dev.bundles.mu.Lock()
+	defer r.dev.bundles.mu.Unlock()
+	r.dev.bundles.rate, r.dev.bundles.burst, r.dev.bundles.set = perSecond, burst, true
+	r.dev.bundles.buckets = nil
+}
+
+// bundleLimiter is a token bucket per requester, bounded in how many
+// requesters it tracks.
+type bundleLimiter struct {
+	mu      sync.Mutex
+	set     bool
+	rate    float64
+	burst   int
+	buckets map[string]*tokenBucket
+}
+
+type tokenBucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func (l *bundleLimiter) allow(key string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.set {
+		l.rate, l.burst, l.set = DefaultBundlesPerSecond, DefaultBundleBurst, true
+	}
+	if l.burst <= 0 {
+		return true
+	}
+	if l.buckets == nil {
+		l.buckets = map[string]*tokenBucket{}
+	}
+	b := l.buckets[key]
+	if b == nil {
+		if len(l.buckets) >= maxBundleRequesters {
+			// Forget the requesters whose budget is full again (they
+			// lose nothing); if none is, refuse the newcomer.
+			for k, o := range l.buckets {
+				if o.tokens+now.Sub(o.at).Seconds()*l.rate >= float64(l.burst) {
+					delete(l.buckets, k)
+				}
+			}
+			if len(l.buckets) >= maxBundleRequesters {
+				return false
+			}
+		}
+		b = &tokenBucket{tokens: float64(l.burst), at: now}
+		l.buckets[key] = b
+	}
+	b.tokens = min(float64(l.burst), b.tokens+now.Sub(b.at).Seconds()*l.rate)
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
 // deliverDevice hands an inbound envelope to the local device it names,
-// in order per (from, to), off the actor goroutine.
+// in order per (from, to), off the actor goroutine. A link's state lives
+// only while it holds envelopes: the drainer removes it when it empties
+// (issue 13, item 9), so idle or spoofed links keep nothing.
 func (r *Remote) deliverDevice(m *wire.DeviceEnvelope) {
 	r.countRecv(m.Size)
 	r.metrics.pushes.WithLabelValues("device_received").Inc()
@@ -161,15 +405,27 @@ func (r *Remote) deliverDevice(m *wire.DeviceEnvelope) {
 		l = newEnvelopeLink()
 		r.dev.queues[k] = l
 	}
+	// Added under dev.mu: the drainer removes an empty link under it too,
+	// so an envelope never lands on a link already removed.
+	start, ok := l.add(m.Envelope, false)
 	r.dev.mu.Unlock()
-	if !l.add(m.Envelope, false) {
+	if !ok {
+		r.log.Debug("link queue full: envelope dropped (the sender retries)", "from", m.From.String(), "to", m.To.String())
+		return
+	}
+	if !start {
 		return
 	}
 	r.inflight.Add(1)
 	go func() {
 		defer r.inflight.Done()
 		for {
+			r.dev.mu.Lock()
 			env, ok := l.next()
+			if !ok && r.dev.queues[k] == l {
+				delete(r.dev.queues, k)
+			}
+			r.dev.mu.Unlock()
 			if !ok {
 				return
 			}

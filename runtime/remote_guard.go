@@ -53,7 +53,9 @@ func allowedProtoTypes(extra []string) map[string]bool {
 // counts inbound streams and sanitizes every message protoactor receives.
 func (r *Remote) guardStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	r.streams.Add(1)
-	return handler(srv, &guardedStream{ServerStream: ss, r: r, cert: streamCert(ss.Context())})
+	cert := streamCert(ss.Context())
+	defer r.trackStream(cert)()
+	return handler(srv, &guardedStream{ServerStream: ss, r: r, cert: cert})
 }
 
 type guardedStream struct {

@@ -178,8 +178,21 @@ func (r *Remote) admit(b *remote.MessageBatch, cert *x509.Certificate) []*inPool
 		}
 		pool := r.in.shared
 		env := &wire.Envelope{}
+		perr := proto.Unmarshal(e.MessageData, env)
+		if perr == nil && (env.Type == wire.TypeDeviceEnvelope || env.Type == wire.TypeBundleRequest) {
+			// The delivery plane's binding (remote_device.go).
+			if r.admitDevice(env, b, e, cert) {
+				// No inbound token: a batch of one-way envelopes can
+				// exceed the token pool and would block on tokens that
+				// only its own delivery gives back. They are bounded by
+				// the per-link queues, bundle requests by their budget.
+				kept = append(kept, e)
+				pools = append(pools, nil)
+			}
+			continue
+		}
 		// A reconciliation request is bound like a push (remote_reconcile.go).
-		if proto.Unmarshal(e.MessageData, env) == nil && (env.Type == wire.TypeSyncPush || env.Type == wire.TypeReconcileRequest) {
+		if perr == nil && (env.Type == wire.TypeSyncPush || env.Type == wire.TypeReconcileRequest) {
 			replyAddr := ""
 			if e.Sender > 0 {
 				replyAddr = b.Senders[e.Sender-1].Address

@@ -158,6 +158,20 @@ type Config struct {
 	// messages are refused before their ratchet step is persisted
 	// (inbound.ErrSenderBacklogFull). 0: no cap.
 	MaxPendingPerSender int
+	// MaxPending caps the pending messages of all senders together (the
+	// global cap beside MaxPendingPerSender); past it a new message is
+	// refused before its ratchet step is persisted
+	// (inbound.ErrBacklogFull; the sender keeps it pending and retries).
+	// 0: no cap.
+	MaxPending int
+	// MaxQueued and MaxQueuedBytes bound the in-memory delivery queue
+	// between the store and Handler / Messages: past either, deliveries
+	// are not queued and the dispatcher pages them from the store once
+	// the queue drained (nothing is lost: a delivery is durable before it
+	// is queued). Copies of one pending message (sender retries) are
+	// queued once. 0: DefaultMaxQueued, DefaultMaxQueuedBytes.
+	MaxQueued      int
+	MaxQueuedBytes int
 	// MaxBatch bounds the items of one group commit of the store's
 	// committer; 0: session.DefaultMaxBatch.
 	MaxBatch int
@@ -177,6 +191,11 @@ type Config struct {
 	Prune PruneSchedule
 	// Mailboxes measures the device's actors' mailboxes (nil: not measured).
 	Mailboxes *mailbox.Depths
+	// OnUndecryptable, when set, is told about every envelope that could
+	// not be decrypted, with its reason (session.Reason*); it is also
+	// counted in syncmesh_delivery_undecryptable_envelopes_total. It must
+	// not block.
+	OnUndecryptable func(from messages.DeviceAddress, reason string, err error)
 }
 
 // Device is one local device's delivery plane. Methods are safe for
@@ -209,8 +228,14 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	if cfg.Prune.Interval < 0 || (cfg.Prune.Interval > 0 && cfg.Prune.Policy.MaxAge <= 0) {
 		return nil, fmt.Errorf("%w: prune schedule needs a positive interval and MaxAge", ErrInvalidConfig)
 	}
-	if cfg.Buffer < 0 {
-		return nil, fmt.Errorf("%w: negative Buffer", ErrInvalidConfig)
+	if cfg.Buffer < 0 || cfg.MaxPending < 0 || cfg.MaxQueued < 0 || cfg.MaxQueuedBytes < 0 {
+		return nil, fmt.Errorf("%w: negative Buffer, MaxPending or queue bound", ErrInvalidConfig)
+	}
+	if cfg.MaxQueued == 0 {
+		cfg.MaxQueued = DefaultMaxQueued
+	}
+	if cfg.MaxQueuedBytes == 0 {
+		cfg.MaxQueuedBytes = DefaultMaxQueuedBytes
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -231,7 +256,7 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		// The dispatcher runs only while there is something to hand over
 		// (an idle device costs no goroutine); it starts at the end of
 		// Open with the messages still pending from before.
-		d.queue = newDeliveryQueue(func() { d.loops.Add(1); go d.dispatch(false) })
+		d.queue = newDeliveryQueue(cfg.MaxQueued, cfg.MaxQueuedBytes, func() { d.loops.Add(1); go d.dispatch(false) })
 		d.queue.running = true
 	}
 	scfg := session.Config{}
@@ -242,9 +267,15 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	if cfg.Address != (messages.DeviceAddress{}) {
 		scfg.Local = cfg.Address
 	}
-	scfg.MaxPendingPerSender, scfg.MaxBatch, scfg.Observe, scfg.OnAck = cfg.MaxPendingPerSender, cfg.MaxBatch, d.observe, d.acked
+	scfg.MaxPendingPerSender, scfg.MaxPending, scfg.MaxBatch, scfg.Observe, scfg.OnAck = cfg.MaxPendingPerSender, cfg.MaxPending, cfg.MaxBatch, d.observe, d.acked
 	if d.queue != nil {
 		scfg.OnDelivery = d.queue.push
+	}
+	scfg.OnUndecryptable = func(from messages.DeviceAddress, reason string, err error) {
+		d.metrics.undecryptable.WithLabelValues(reason).Inc()
+		if cfg.OnUndecryptable != nil {
+			cfg.OnUndecryptable(from, reason, err)
+		}
 	}
 	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
 		return nil, fmt.Errorf("device: %w", err)
@@ -667,7 +698,15 @@ func (d *Device) dispatch(redeliver bool) {
 		}
 	}
 	for {
-		m, ok := d.queue.take()
+		m, ok, page, from := d.queue.take()
+		if page {
+			// The queue overflowed: what it did not take is in the store.
+			if !d.pageFrom(ctx, from) {
+				d.queue.stopped()
+				return
+			}
+			continue
+		}
 		if !ok {
 			return
 		}
@@ -680,6 +719,45 @@ func (d *Device) dispatch(redeliver bool) {
 			return
 		}
 	}
+}
+
+// pageFrom hands every pending message from sequence from on, paged from
+// the store (after the delivery queue overflowed); false when the device
+// is closing.
+func (d *Device) pageFrom(ctx context.Context, from uint64) bool {
+	var after uint64
+	if from > 0 {
+		after = from - 1
+	}
+	for {
+		page, err := d.PendingReceivedMessages(ctx, after, MaxPageSize, nil)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.cfg.Logger.Warn("device: paging pending messages failed", "err", err)
+			}
+			return ctx.Err() == nil
+		}
+		for _, m := range page.Messages {
+			if !d.hand(ctx, m) {
+				return false
+			}
+		}
+		if !page.More {
+			return true
+		}
+		after = page.Next
+	}
+}
+
+// Queued returns how many deliveries the in-memory delivery queue holds
+// (bounded by Config.MaxQueued).
+func (d *Device) Queued() int {
+	if d.queue == nil {
+		return 0
+	}
+	d.queue.mu.Lock()
+	defer d.queue.mu.Unlock()
+	return len(d.queue.items)
 }
 
 func (d *Device) hand(ctx context.Context, m ReceivedMessage) bool {
@@ -695,44 +773,87 @@ func (d *Device) hand(ctx context.Context, m ReceivedMessage) bool {
 	}
 }
 
-// deliveryQueue is an unbounded FIFO between Receive and dispatch, so a
-// slow application never blocks the receive path. A dispatcher runs only
-// while it holds messages: push starts one when none is running.
+// Defaults of Config.MaxQueued and MaxQueuedBytes.
+const (
+	DefaultMaxQueued      = 1024
+	DefaultMaxQueuedBytes = 64 << 20
+)
+
+// deliveryQueue is a bounded FIFO between Receive and dispatch, so a slow
+// application never blocks the receive path (issue 13, item 5). A copy of
+// a message already queued (same sequence: a sender's retry of a pending
+// message) is not queued again. Past maxItems or maxBytes a delivery is
+// not queued: the queue remembers the lowest sequence it left out and the
+// dispatcher, once it drained what is queued, pages from the store from
+// there (every delivery is durable before it is queued). A dispatcher
+// runs only while it holds messages: push starts one when none is running.
 type deliveryQueue struct {
-	mu      sync.Mutex
-	items   []ReceivedMessage
-	closed  bool
-	running bool
-	start   func() // starts a dispatcher (called with mu held)
+	mu       sync.Mutex
+	items    []ReceivedMessage
+	queued   map[uint64]bool // sequences in items
+	bytes    int
+	maxItems int
+	maxBytes int
+	overflow bool
+	from     uint64 // lowest sequence left out while overflowing
+	closed   bool
+	running  bool
+	start    func() // starts a dispatcher (called with mu held)
 }
 
-func newDeliveryQueue(start func()) *deliveryQueue { return &deliveryQueue{start: start} }
+func newDeliveryQueue(maxItems, maxBytes int, start func()) *deliveryQueue {
+	return &deliveryQueue{start: start, maxItems: maxItems, maxBytes: maxBytes, queued: map[uint64]bool{}}
+}
 
 func (q *deliveryQueue) push(m ReceivedMessage) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed {
+	if q.closed || q.queued[m.Sequence] {
 		return
 	}
-	q.items = append(q.items, m)
+	switch {
+	case q.overflow || len(q.items) >= q.maxItems || (len(q.items) > 0 && q.bytes+len(m.Plaintext) > q.maxBytes):
+		if !q.overflow || m.Sequence < q.from {
+			q.from = m.Sequence
+		}
+		q.overflow = true
+	default:
+		q.items = append(q.items, m)
+		q.queued[m.Sequence] = true
+		q.bytes += len(m.Plaintext)
+	}
 	if !q.running {
 		q.running = true
 		q.start()
 	}
 }
 
-// take returns the next message, or false when the queue is empty (the
-// dispatcher then stops) or closed.
-func (q *deliveryQueue) take() (ReceivedMessage, bool) {
+// take returns the next message; or page with the sequence to page the
+// store from, when the queue drained after an overflow; or false when the
+// queue is empty (the dispatcher then stops) or closed.
+func (q *deliveryQueue) take() (m ReceivedMessage, ok, page bool, from uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed || len(q.items) == 0 {
+	if q.closed {
 		q.running = false
-		return ReceivedMessage{}, false
+		return m, false, false, 0
 	}
-	m := q.items[0]
+	if len(q.items) == 0 {
+		if q.overflow {
+			// Cleared before paging: a delivery pushed meanwhile is
+			// queued (at worst handed twice, never missed).
+			q.overflow = false
+			return m, false, true, q.from
+		}
+		q.running = false
+		return m, false, false, 0
+	}
+	m = q.items[0]
+	q.items[0] = ReceivedMessage{}
 	q.items = q.items[1:]
-	return m, true
+	delete(q.queued, m.Sequence)
+	q.bytes -= len(m.Plaintext)
+	return m, true, false, 0
 }
 
 // stopped records that the dispatcher gave up (the device is closing).

@@ -21,6 +21,9 @@ type metrics struct {
 	pruned     prometheus.Counter
 	acksSent   prometheus.Counter
 	acksFailed prometheus.Counter
+	// undecryptable is labelled by reason only (a closed set): spoofed
+	// addresses cannot grow its series.
+	undecryptable *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,6 +45,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "acks_sent_total", Help: "ACKs encrypted and handed to the transport."}),
 		acksFailed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "acks_failed_total", Help: "ACKs that could not be encrypted or handed off (the commit stands; ackSent=false)."}),
+		undecryptable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "undecryptable_envelopes_total", Help: "Received envelopes that could not be decrypted, by reason (malformed, decrypt, identity_changed, budget)."}, []string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -51,6 +56,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		if *g, err = promreg.Register(reg, *g); err != nil {
 			return nil, err
 		}
+	}
+	if m.undecryptable, err = promreg.Register(reg, m.undecryptable); err != nil {
+		return nil, err
 	}
 	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed} {
 		if *c, err = promreg.Register(reg, *c); err != nil {

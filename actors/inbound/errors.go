@@ -27,6 +27,11 @@ var (
 	// persisted (the sender keeps it pending and retries later). Returned
 	// as *BacklogFullError.
 	ErrSenderBacklogFull = errors.New("inbound: sender backlog full")
+	// ErrBacklogFull: all senders together already have the global cap
+	// (Config.MaxPending) of messages pending; a new one is refused
+	// before its ratchet step is persisted, as for ErrSenderBacklogFull.
+	// Returned as *BacklogFullError with Global set.
+	ErrBacklogFull = errors.New("inbound: pending backlog full")
 	// ErrInvalidDiscardReason: a discard reason outside the closed set.
 	ErrInvalidDiscardReason = errors.New("inbound: invalid discard reason")
 	// ErrInvalidRetention: a retention policy with maxAge ≤ 0.
@@ -64,18 +69,29 @@ func (e *ConflictError) Is(target error) bool { return target == ErrLogicalMessa
 
 // BacklogFullError reports that Sender has Pending ≥ Limit pending
 // messages. It matches ErrSenderBacklogFull.
+// With Global, Pending and Limit are the counts of all senders together
+// and it matches ErrBacklogFull instead.
 type BacklogFullError struct {
 	Sender         messages.DeviceAddress
 	Pending, Limit int
+	Global         bool
 }
 
 // Error implements error.
 func (e *BacklogFullError) Error() string {
+	if e.Global {
+		return fmt.Sprintf("inbound: %d messages pending from all senders (limit %d): new message from %s refused", e.Pending, e.Limit, e.Sender)
+	}
 	return fmt.Sprintf("inbound: %s has %d pending messages (limit %d): new message refused", e.Sender, e.Pending, e.Limit)
 }
 
-// Is matches ErrSenderBacklogFull.
-func (e *BacklogFullError) Is(target error) bool { return target == ErrSenderBacklogFull }
+// Is matches ErrSenderBacklogFull, or ErrBacklogFull when Global.
+func (e *BacklogFullError) Is(target error) bool {
+	if e.Global {
+		return target == ErrBacklogFull
+	}
+	return target == ErrSenderBacklogFull
+}
 
 // NotPendingError reports ReceivedMessageNotPending for (Sender, ID). It
 // matches ErrReceivedMessageNotPending.

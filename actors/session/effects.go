@@ -1,6 +1,7 @@
 package session
 
 import (
+	"github.com/syncmesh/syncmesh/actors/inbound"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -39,6 +40,9 @@ type writes struct {
 	// store assigns goes to slot.
 	putPending *persistence.PendingInbound
 	slot       *seqSlot
+	// maxPending is the global pending cap checked before putPending
+	// (0: none).
+	maxPending int
 	// deletePending removes the pending entry of (peer, id).
 	deletePending bool
 	// putProcessed writes the processed entry of (peer, id).
@@ -82,6 +86,16 @@ func supersede(items []*item) {
 type seqSlot struct{ v uint64 }
 
 func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
+	if w.putPending != nil && w.maxPending > 0 {
+		// First, before any write: a refusal leaves nothing of the item.
+		n, err := tx.PendingInboundCount(nil)
+		if err != nil {
+			return err
+		}
+		if n >= w.maxPending {
+			return &inbound.BacklogFullError{Sender: w.peer, Pending: n, Limit: w.maxPending, Global: true}
+		}
+	}
 	if w.deleteSession {
 		if err := tx.DeleteSession(w.peer); err != nil {
 			return err

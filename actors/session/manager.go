@@ -84,6 +84,21 @@ type Config struct {
 	// message past it is refused before its ratchet step is persisted
 	// (inbound.ErrSenderBacklogFull). 0: no cap (the spec's behaviour).
 	MaxPendingPerSender int
+	// MaxPending caps the pending messages of all senders together; a new
+	// message past it is refused in the committer's transaction (where the
+	// count of every peer's writes is exact), before its ratchet step is
+	// persisted (inbound.ErrBacklogFull). 0: no cap.
+	MaxPending int
+	// FailedDecryptBurst and FailedDecryptRate are each sender's budget
+	// of decrypt attempts that fail (budget.go): a burst, refilled per
+	// second of Now. 0: DefaultFailedDecryptBurst, DefaultFailedDecryptRate;
+	// a negative burst turns the budget off.
+	FailedDecryptBurst int
+	FailedDecryptRate  float64
+	// OnUndecryptable, when set, is told about every envelope that could
+	// not be decrypted (from the peer's actor: it must not block), with
+	// its reason (UndecryptableReason).
+	OnUndecryptable func(peer messages.DeviceAddress, reason string, err error)
 	// MaxBatch bounds the items of one committer transaction; 0:
 	// DefaultMaxBatch.
 	MaxBatch int
@@ -130,8 +145,14 @@ func (c *Config) setDefaults() error {
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch
 	}
-	if c.MaxPendingPerSender < 0 {
-		return fmt.Errorf("%w: negative MaxPendingPerSender", ErrInvalidConfig)
+	if c.FailedDecryptBurst == 0 {
+		c.FailedDecryptBurst = DefaultFailedDecryptBurst
+	}
+	if c.FailedDecryptRate <= 0 {
+		c.FailedDecryptRate = DefaultFailedDecryptRate
+	}
+	if c.MaxPendingPerSender < 0 || c.MaxPending < 0 {
+		return fmt.Errorf("%w: negative MaxPendingPerSender or MaxPending", ErrInvalidConfig)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -200,6 +221,7 @@ type Manager struct {
 	pub       ratchet.IdentityPublic
 	self      messages.DeviceAddress // Config.Local
 	committer *actor.PID
+	budgets   budgets
 
 	mu        sync.Mutex
 	peers     map[messages.DeviceAddress]*peerEntry
@@ -229,6 +251,7 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, sys: sys, peers: make(map[messages.DeviceAddress]*peerEntry), closing: make(chan struct{}), self: cfg.Local}
+	m.budgets.rate, m.budgets.burst = cfg.FailedDecryptRate, cfg.FailedDecryptBurst
 	// ready reports whether the stored identity and prekeys are usable as
 	// they are (loading the identity).
 	ready := func(r persistence.DeliveryReader) (bool, error) {

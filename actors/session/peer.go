@@ -92,17 +92,28 @@ func (a *peerActor) Receive(c actor.Context) {
 	case *settledMsg:
 		a.settled(msg)
 	case request:
-		defer a.m.done(a.entry)
-		if err := msg.context().Err(); err != nil {
-			msg.fail(err)
-			return
+		a.serve(msg)
+		a.m.done(a.entry)
+		// An address this device holds nothing for (no pin, no session,
+		// nothing in flight: an unauthenticated sender, or a failed first
+		// contact) keeps no actor (issue 13, item 9): spoofed addresses
+		// leave no state behind.
+		if a.loaded && a.inflight == 0 && a.pin == nil && a.rec.IsEmpty() && a.m.passivate(a.peer, a.entry) {
+			c.Stop(c.Self())
 		}
-		if err := a.load(msg.context()); err != nil {
-			msg.fail(err)
-			return
-		}
-		msg.handle(a)
 	}
+}
+
+func (a *peerActor) serve(msg request) {
+	if err := msg.context().Err(); err != nil {
+		msg.fail(err)
+		return
+	}
+	if err := a.load(msg.context()); err != nil {
+		msg.fail(err)
+		return
+	}
+	msg.handle(a)
 }
 
 // request is one operation routed to a peer actor.
@@ -342,13 +353,24 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 	// are read; the ratchet decodes the envelope strictly itself, so a
 	// well-formed one is only peeked at here (not decoded twice).
 	session, initiation, ok := messages.PeekEnvelope(envelope)
-	var env *messages.Envelope
 	if !ok {
-		var err error
-		if env, err = messages.DecodeEnvelope(envelope); err != nil {
-			return out, wrapPeer("decode", a.peer, err)
+		env, err := messages.DecodeEnvelope(envelope)
+		if err != nil {
+			err = wrapPeer("decode", a.peer, err)
+			a.undecryptable(ReasonMalformed, err)
+			return out, err
 		}
 		session, initiation = env.Header.Session, env.Initiation != nil
+	}
+	// The sender's budget is spent before anything costs (the prekey
+	// read, the agreement): a flood stops at its own sender's budget.
+	now := cfg.Now()
+	b := &a.m.budgets
+	if !b.take(a.peer, now) {
+		b.refused.Add(1)
+		err := budgetError(a.peer)
+		a.undecryptable(ReasonBudget, err)
+		return out, err
 	}
 	// The prekey store is read only for an initiation of a session the
 	// record does not hold (the only case Decrypt consumes prekeys). It is
@@ -376,14 +398,23 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 			return out, wrapPeer("load prekeys", a.peer, corrupt("prekeys", err))
 		}
 	}
+	b.attempts.Add(1)
+	if initiation && !holds(a.rec, session) {
+		b.initiations.Add(1)
+	}
 	// a.peer is the sender the transport authenticated (the caller's
 	// from): an initiation naming another address is refused.
-	res, err := cfg.Ratchet.Decrypt(a.rec, a.m.local, prekeys, envelope, ratchet.Route{From: a.peer, To: a.m.self}, cfg.Now())
+	res, err := cfg.Ratchet.Decrypt(a.rec, a.m.local, prekeys, envelope, ratchet.Route{From: a.peer, To: a.m.self}, now)
 	if err != nil {
-		return out, wrapPeer("decrypt", a.peer, err)
+		b.failures.Add(1)
+		err = wrapPeer("decrypt", a.peer, err)
+		a.undecryptable(ReasonDecrypt, err)
+		return out, err
 	}
+	b.refund(a.peer)
 	if a.pin != nil {
 		if err := checkPin(a.peer, *a.pin, res.Session.Remote); err != nil {
+			a.undecryptable(ReasonIdentityChanged, err)
 			return out, err
 		}
 	} else {
@@ -403,6 +434,22 @@ func (a *peerActor) adoptDecryption(d decrypted, wr *writes) {
 	if d.pin != nil {
 		a.pin = d.pin
 		wr.pin = d.pin
+	}
+}
+
+// Reasons an envelope is undecryptable (Config.OnUndecryptable, the
+// delivery plane's metric label): a closed set, so a hostile sender
+// cannot grow the series.
+const (
+	ReasonBudget          = "budget"
+	ReasonDecrypt         = "decrypt"
+	ReasonIdentityChanged = "identity_changed"
+	ReasonMalformed       = "malformed"
+)
+
+func (a *peerActor) undecryptable(reason string, err error) {
+	if f := a.m.cfg.OnUndecryptable; f != nil {
+		f(a.peer, reason, err)
 	}
 }
 
@@ -495,7 +542,7 @@ func (r *receiveReq) handle(a *peerActor) {
 	res.Outcome, res.New = dec.Outcome, dec.New
 	if p := dec.Effects.PutPending; p != nil {
 		slot = &seqSlot{}
-		wr.putPending, wr.slot = p, slot
+		wr.putPending, wr.slot, wr.maxPending = p, slot, cfg.MaxPending
 		a.setIn(w, payload.ID, &inKey{pending: p, slot: slot})
 	}
 	var ack []byte

@@ -337,7 +337,9 @@ func TestPassivationStopsIdleActorAndResumesFromStore(t *testing.T) {
 	a := ms.add(aliceAddr, nil, short)
 	b := ms.add(bobAddr, nil, short)
 	mustDecrypt(t, b, a.addr, mustEncrypt(t, a, b.addr, "hello"), "hello")
-	if a.m.LiveSessions() != 1 || b.m.LiveSessions() != 1 {
+	// At most one actor each (the 50 ms idle timeout may already have
+	// passivated one on a loaded machine: no timing assumption here).
+	if a.m.LiveSessions() > 1 || b.m.LiveSessions() > 1 {
 		t.Fatalf("live sessions: %d %d", a.m.LiveSessions(), b.m.LiveSessions())
 	}
 	waitIdle := func(n *node) {

@@ -118,6 +118,11 @@ func runDevice(o options) error {
 	defer n.Close()
 	for name, a := range cf.Devices {
 		if name != o.child {
+			// The peer hosting the device: its envelopes are accepted
+			// only over a connection with its certificate.
+			if err := n.Remote().AddPeer(name, a); err != nil {
+				return err
+			}
 			n.Remote().AddDevice(addr(name), a)
 		}
 	}
