@@ -337,9 +337,10 @@ func TestPassivationStopsIdleActorAndResumesFromStore(t *testing.T) {
 	a := ms.add(aliceAddr, nil, short)
 	b := ms.add(bobAddr, nil, short)
 	mustDecrypt(t, b, a.addr, mustEncrypt(t, a, b.addr, "hello"), "hello")
-	if a.m.LiveSessions() != 1 || b.m.LiveSessions() != 1 {
-		t.Fatalf("live sessions: %d %d", a.m.LiveSessions(), b.m.LiveSessions())
-	}
+	// No "both live now" check: with a 50 ms idle timeout a loaded machine
+	// passivates alice's actor while bob decrypts (it failed that way on
+	// main too). Passivation and the resume from the store are asserted
+	// below.
 	waitIdle := func(n *node) {
 		deadline := time.Now().Add(5 * time.Second)
 		for n.m.LiveSessions() != 0 {
