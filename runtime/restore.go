@@ -103,8 +103,8 @@ func (n *Node) clockMarkPath() string { return filepath.Join(n.cfg.Dir, clockMar
 // (storeMark) and the clock mark file's, records whether the Open looks
 // like a restore, and holds the clock when Config.Restored says so.
 func (n *Node) openClock(storeMark messages.HLC) (*clock.Clock, error) {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "syncmesh_restore_writes_held",
-		Help: "1 while local writes wait for the first reconciliation after an Open with Config.Restored."})
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "syncmesh_restore_writes_held_since_timestamp_seconds",
+		Help: "When local writes began to wait for the first reconciliation after an Open with Config.Restored (Unix seconds); 0 when they do not wait."})
 	g, err := promreg.Register(n.registerer, g)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: metrics: %w", err)
@@ -147,7 +147,7 @@ func (n *Node) openClock(storeMark messages.HLC) (*clock.Clock, error) {
 	c := clock.New(n.cfg.Wall, floor, n.persistMarks, clock.DefaultLease)
 	if n.cfg.Restored {
 		c.Hold()
-		g.Set(1)
+		g.SetToCurrentTime()
 		n.log.Warn("Config.Restored: local writes wait for the first reconciliation with a peer")
 	}
 	return c, nil

@@ -268,7 +268,7 @@ func TestRestoredDirectoryWaitsForReconciliation(t *testing.T) {
 	if _, err := a.Upsert(ctx, "app", "t", map[string]any{"id": 20}, map[string]any{"a": 20}); !errors.Is(err, ErrAwaitingReconcile) {
 		t.Fatalf("write while held: %v", err)
 	}
-	if got := gaugeValue(t, a, "syncmesh_restore_writes_held"); got != 1 {
+	if got := gaugeValue(t, a, "syncmesh_restore_writes_held_since_timestamp_seconds"); got <= 0 {
 		t.Fatalf("held gauge %v", got)
 	}
 	link()
@@ -276,7 +276,7 @@ func TestRestoredDirectoryWaitsForReconciliation(t *testing.T) {
 	if st := a.RestoreStatus(); st.Held {
 		t.Fatalf("still held after a reconciliation: %+v", st)
 	}
-	if got := gaugeValue(t, a, "syncmesh_restore_writes_held"); got != 0 {
+	if got := gaugeValue(t, a, "syncmesh_restore_writes_held_since_timestamp_seconds"); got != 0 {
 		t.Fatalf("held gauge %v after the reconciliation", got)
 	}
 	for i := 20; i < 23; i++ {

@@ -34,8 +34,13 @@ var ErrHeld = errors.New("clock: held until the node has learned its released hi
 // mark is durable.
 type Persist func(messages.HLC) error
 
-// Clock is safe for concurrent use.
+// Clock is safe for concurrent use. mu guards the state and is never held
+// while a mark is persisted: the persist callback waits for the store's
+// writer, and that writer's transaction reads the clock (Last, Observe)
+// while it applies received events — holding mu across persist deadlocked
+// the two. pmu serializes the persists themselves.
 type Clock struct {
+	pmu       sync.Mutex
 	mu        sync.Mutex
 	wall      func() time.Time
 	persist   Persist
@@ -67,33 +72,64 @@ func (c *Clock) WallMS() uint64 {
 // Now issues a new HLC for a local event: greater than every value issued
 // or observed before, and not below the wall clock.
 func (c *Clock) Now() (messages.HLC, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.held {
-		return 0, ErrHeld
-	}
-	pt := c.WallMS()
-	if pt > messages.MaxPhysicalMS {
-		return 0, ErrExhausted
-	}
-	next := messages.HLC(pt << 16)
-	if next <= c.last {
-		// Same or earlier physical time: bump the logical counter. A full
-		// counter carries into the physical part, which stays monotonic.
-		next = c.last + 1
-	}
-	if next.Physical() > messages.MaxPhysicalMS {
-		return 0, ErrExhausted
-	}
-	if next > c.highWater {
-		hw := messages.HLC(uint64(next) + c.lease)
-		if err := c.persist(hw); err != nil {
-			return 0, fmt.Errorf("clock: persist high-water: %w", err)
+	for {
+		c.mu.Lock()
+		if c.held {
+			c.mu.Unlock()
+			return 0, ErrHeld
 		}
-		c.highWater = hw
+		pt := c.WallMS()
+		if pt > messages.MaxPhysicalMS {
+			c.mu.Unlock()
+			return 0, ErrExhausted
+		}
+		next := messages.HLC(pt << 16)
+		if next <= c.last {
+			// Same or earlier physical time: bump the logical counter. A full
+			// counter carries into the physical part, which stays monotonic.
+			next = c.last + 1
+		}
+		if next.Physical() > messages.MaxPhysicalMS {
+			c.mu.Unlock()
+			return 0, ErrExhausted
+		}
+		if next > c.highWater {
+			// Nothing above the durable mark is issued: raise it (outside
+			// mu) and decide again, since the clock may have moved meanwhile.
+			c.mu.Unlock()
+			if err := c.raise(next); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		c.last = next
+		c.mu.Unlock()
+		return next, nil
 	}
-	c.last = next
-	return next, nil
+}
+
+// raise durably moves the high-water mark a lease past h, unless another
+// caller already moved it past h. It holds pmu, never mu, while the mark
+// is persisted.
+func (c *Clock) raise(h messages.HLC) error {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	c.mu.Lock()
+	hw := c.highWater
+	c.mu.Unlock()
+	if h <= hw {
+		return nil
+	}
+	target := messages.HLC(uint64(h) + c.lease)
+	if err := c.persist(target); err != nil {
+		return fmt.Errorf("clock: persist high-water: %w", err)
+	}
+	c.mu.Lock()
+	if target > c.highWater {
+		c.highWater = target
+	}
+	c.mu.Unlock()
+	return nil
 }
 
 // Observe merges a remote HLC into the clock (SSP/1 §12 step 5), so the
@@ -111,22 +147,25 @@ func (c *Clock) Observe(h messages.HLC) {
 // anything below it, even after a crash. For events signed with an HLC
 // chosen by the caller instead of issued by Now.
 func (c *Clock) Reserve(h messages.HLC) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.held {
-		return ErrHeld
-	}
-	if h > c.highWater {
-		hw := messages.HLC(uint64(h) + c.lease)
-		if err := c.persist(hw); err != nil {
-			return fmt.Errorf("clock: persist high-water: %w", err)
+	for {
+		c.mu.Lock()
+		if c.held {
+			c.mu.Unlock()
+			return ErrHeld
 		}
-		c.highWater = hw
+		if h > c.highWater {
+			c.mu.Unlock()
+			if err := c.raise(h); err != nil {
+				return err
+			}
+			continue
+		}
+		if h > c.last {
+			c.last = h
+		}
+		c.mu.Unlock()
+		return nil
 	}
-	if h > c.last {
-		c.last = h
-	}
-	return nil
 }
 
 // Last returns the highest value issued or observed.

@@ -198,3 +198,42 @@ func TestHeldClockIssuesNothingUntilReleased(t *testing.T) {
 		t.Fatalf("%d persists, want 1 (nothing persisted while held)", s.n)
 	}
 }
+
+// TestClockIsReadableWhileAMarkIsPersisted: persisting a mark waits for
+// the store's writer, and the writer's transaction reads the clock (Last,
+// Observe) while it applies received events. A clock that held its lock
+// across the persist deadlocked the two (the mesh -join soak and
+// TestSyncCyclesRunOnTheirOwn hung that way).
+func TestClockIsReadableWhileAMarkIsPersisted(t *testing.T) {
+	var c *Clock
+	persist := func(messages.HLC) error {
+		done := make(chan struct{})
+		go func() { // the writer's transaction, running while we wait for it
+			c.Observe(c.Last() + 1)
+			close(done)
+		}()
+		select {
+		case <-done:
+			return nil
+		case <-time.After(10 * time.Second):
+			return errors.New("the clock was locked while its mark was persisted")
+		}
+	}
+	wall := time.UnixMilli(1_800_000_000_000)
+	c = New(func() time.Time { return wall }, 0, persist, time.Second)
+	prev := messages.HLC(0)
+	for i := range 3 {
+		h, err := c.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h <= prev {
+			t.Fatalf("issue %d: %v not above %v", i, h, prev)
+		}
+		prev = h
+		wall = wall.Add(2 * time.Second) // past the lease: the next Now persists again
+	}
+	if err := c.Reserve(prev + messages.HLC(uint64(5*time.Second.Milliseconds())<<16)); err != nil {
+		t.Fatal(err)
+	}
+}
