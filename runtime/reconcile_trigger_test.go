@@ -68,20 +68,29 @@ func TestScheduledReconciliationRepairsWithoutATrigger(t *testing.T) {
 	a, c, b := reconRelay(t, 20*time.Millisecond)
 	overstateAndRelay(t, a, c, b)
 	waitRows(t, b, 6)
-	mfs, err := b.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs, missing float64
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			switch mf.GetName() {
-			case "syncmesh_reconcile_total":
-				runs += m.GetCounter().GetValue()
-			case "syncmesh_reconcile_events_missing_total":
-				missing += m.GetCounter().GetValue()
+	// The rows are applied while the reconciliation runs; its metrics are
+	// recorded when it returns, so they may trail the rows a little.
+	count := func() (runs, missing float64) {
+		mfs, err := b.Gatherer().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch mf.GetName() {
+				case "syncmesh_reconcile_total":
+					runs += m.GetCounter().GetValue()
+				case "syncmesh_reconcile_events_missing_total":
+					missing += m.GetCounter().GetValue()
+				}
 			}
 		}
+		return runs, missing
+	}
+	runs, missing := count()
+	for deadline := time.Now().Add(30 * time.Second); (runs < 1 || missing < 5) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		runs, missing = count()
 	}
 	if runs < 1 || missing < 5 {
 		t.Fatalf("metrics: %v reconciliations, %v events found missing", runs, missing)
