@@ -98,11 +98,18 @@ type remoteChildUndecodable struct {
 // TestRemoteChild is not a test: it is the body of a child node process,
 // run only when the parent sets SYNCMESH_REMOTE_CHILD.
 func TestRemoteChild(t *testing.T) {
-	raw := os.Getenv(remoteChildEnv)
+	runAsChild(t, remoteChildEnv, "helper process for the remote tests", runRemoteChild)
+}
+
+// runAsChild is the body of a test that is a child process's main: it
+// skips unless the parent set env to the child's JSON spec, and otherwise
+// runs body on stdin/stdout and exits (3 on an error).
+func runAsChild(t *testing.T, env, why string, body func(spec string, in io.Reader, out io.Writer) error) {
+	raw := os.Getenv(env)
 	if raw == "" {
-		t.Skip("helper process for the remote tests")
+		t.Skip(why)
 	}
-	if err := runRemoteChild(raw, os.Stdin, os.Stdout); err != nil {
+	if err := body(raw, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(3)
 	}

@@ -63,15 +63,7 @@ type reconReply struct {
 // TestRemoteReconcileChild is not a test: it is the body of a child node
 // process, run only when the parent sets SYNCMESH_RECON_CHILD.
 func TestRemoteReconcileChild(t *testing.T) {
-	raw := os.Getenv(reconChildEnv)
-	if raw == "" {
-		t.Skip("helper process for the remote reconciliation tests")
-	}
-	if err := runReconChild(raw, os.Stdin, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(3)
-	}
-	os.Exit(0)
+	runAsChild(t, reconChildEnv, "helper process for the remote reconciliation tests", runReconChild)
 }
 
 func runReconChild(rawSpec string, in io.Reader, out io.Writer) error {
