@@ -1,8 +1,12 @@
 package persistence
 
+import "github.com/syncmesh/syncmesh/messages"
+
 // RecordType numbers a kind of sealed record; it is bound into the AEAD's
-// associated data so a record moved to another type fails to open.
-type RecordType uint8
+// associated data so a record moved to another type fails to open. It is
+// messages.RecordType, so the storage cipher (crypto/sealed) implements
+// Sealer without importing this package.
+type RecordType = messages.RecordType
 
 // Record types sealed by this project. Numbers are part of the storage
 // format: never reuse or renumber one.
@@ -14,13 +18,15 @@ const (
 	RecordIdentity        RecordType = 5  // local device identity private keys; identity = "device"
 	RecordOutboundBody    RecordType = 6  // pending outbound message body; identity = recipient user, device, logical id
 	RecordPendingFrame    RecordType = 11 // pending inbound SecurePayload frame; identity = sender user, device, logical id (docs/protocol.md, commit boundary)
-	RecordProcessedDigest RecordType = 12 // processed inbound digest (version 1 | digest[32]); identity as RecordPendingFrame
+	RecordProcessedDigest RecordType = 12 // layouts ≤ 10: processed inbound digest (version 1 | digest[32]); identity as RecordPendingFrame
+	RecordPin             RecordType = 13 // pinned identity of a remote device (sign | dh); identity = peer user, device (docs/delivery.md, "Sealed pins and processed entries")
+	RecordProcessedEntry  RecordType = 14 // processed inbound entry: finalization, time, digest, reason, legacy marker; identity as RecordPendingFrame
 )
 
 // Sealer seals and opens records at rest. identity is the row's identity
 // (for example the event id, or sender user | device | logical id), bound
 // with the record type into the associated data. Open of a damaged or moved
-// record returns an error matching ErrCorrupt.
+// record returns an error (a store maps it to ErrCorrupt).
 //
 // crypto/sealed implements it; a nil Sealer stores plaintext (the memory
 // store and tests).

@@ -22,8 +22,10 @@
 //
 // The record type and the row's identity are bound in the associated data,
 // so a record copied to another row or another record type fails to open
-// (docs/protocol.md, "At rest"). Every Open failure matches both ErrOpen and
-// persistence.ErrCorrupt: a damaged record is an error, never "missing".
+// (docs/protocol.md, "At rest"). Every Open failure matches ErrOpen; the
+// bbolt store wraps it in persistence.ErrCorrupt, so a damaged record is an
+// error, never "missing". This package imports nothing above messages
+// (the record type is messages.RecordType; TestCryptoImportsNothingAboveMessages).
 //
 // # Identities per record type
 //
@@ -38,11 +40,13 @@
 //	RecordIdentity        (5)  DeviceIdentity()               = Identity("device")
 //	RecordOutboundBody    (6)  MessageIdentity(recipient user, recipient device, logical id)
 //	RecordPendingFrame    (11) MessageIdentity(sender user, sender device, logical id)
-//	RecordProcessedDigest (12) MessageIdentity(sender user, sender device, logical id)
+//	RecordProcessedDigest (12) MessageIdentity(sender user, sender device, logical id) — layouts ≤ 10
+//	RecordPin             (13) PinIdentity(peer user, peer device)
+//	RecordProcessedEntry  (14) MessageIdentity(sender user, sender device, logical id)
 //
-// Types 11 and 12 share the identity of the (sender, logical id) row and
-// differ by record type, so the frame and the digest of one row cannot be
-// swapped (docs/protocol.md, commit boundary, Storage).
+// Types 11, 12 and 14 share the identity of the (sender, logical id) row
+// and differ by record type, so the frame and the processed entry of one
+// row cannot be swapped (docs/protocol.md, commit boundary, Storage).
 //
 // # Keys
 //
@@ -55,11 +59,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/syncmesh/syncmesh/persistence"
+	"github.com/syncmesh/syncmesh/messages"
 )
 
 // Errors of this package. Open failures are *OpenError values, which match
-// both ErrOpen and persistence.ErrCorrupt via errors.Is.
+// ErrOpen via errors.Is.
 var (
 	// ErrOpen is matched by every failure to open a sealed record.
 	ErrOpen = errors.New("sealed: cannot open record")
@@ -115,11 +119,12 @@ func (r OpenReason) String() string {
 	}
 }
 
-// OpenError is the error of a failed Open. It matches ErrOpen and
-// persistence.ErrCorrupt via errors.Is.
+// OpenError is the error of a failed Open. It matches ErrOpen via
+// errors.Is; the stores wrap it in their corrupt-record error
+// (persistence/bolt: persistence.ErrCorrupt).
 type OpenError struct {
 	// Type is the record type Open was asked for.
-	Type persistence.RecordType
+	Type messages.RecordType
 	// Reason classifies the failure.
 	Reason OpenReason
 	// KeyID is the record's key id when the header could be read.
@@ -131,6 +136,5 @@ func (e *OpenError) Error() string {
 	return fmt.Sprintf("sealed: cannot open record of type %d: %s", uint8(e.Type), e.Reason)
 }
 
-// Unwrap returns ErrOpen and persistence.ErrCorrupt, so errors.Is matches
-// both.
-func (e *OpenError) Unwrap() []error { return []error{ErrOpen, persistence.ErrCorrupt} }
+// Unwrap returns ErrOpen, so errors.Is matches it.
+func (e *OpenError) Unwrap() error { return ErrOpen }

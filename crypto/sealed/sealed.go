@@ -12,7 +12,7 @@ import (
 	"io"
 	"math"
 
-	"github.com/syncmesh/syncmesh/persistence"
+	"github.com/syncmesh/syncmesh/messages"
 )
 
 // FormatVersion is the first byte of every sealed record.
@@ -62,18 +62,14 @@ type keyEntry struct {
 
 // Sealer seals records under a current storage key and opens records under
 // the current key or any older key it was given. It implements
-// persistence.Sealer and persistence.KeyRotator. A Sealer is immutable and
-// safe for concurrent use.
+// persistence.Sealer and persistence.KeyRotator (checked by the stores'
+// tests: this package imports nothing above messages). A Sealer is
+// immutable and safe for concurrent use.
 type Sealer struct {
 	current keyEntry
 	keys    []keyEntry // current first; looked up by key id
 	rand    io.Reader
 }
-
-var (
-	_ persistence.Sealer     = (*Sealer)(nil)
-	_ persistence.KeyRotator = (*Sealer)(nil)
-)
 
 // New returns a Sealer that seals under current and opens records under
 // current or any of older (key rotation). Repeated identical keys are
@@ -118,7 +114,7 @@ func (s *Sealer) CurrentKeyID() [KeyIDSize]byte {
 
 // associatedData appends "syncmesh-sealed-v1" | type:u8 | u32be(len) |
 // identity to dst.
-func associatedData(dst []byte, t persistence.RecordType, identity []byte) ([]byte, error) {
+func associatedData(dst []byte, t messages.RecordType, identity []byte) ([]byte, error) {
 	if uint64(len(identity)) > math.MaxUint32 {
 		return nil, ErrIdentityTooLong
 	}
@@ -134,7 +130,7 @@ const adBufSize = 128
 
 // Seal encrypts plaintext as a record of type t for the row identified by
 // identity, under the current key with a fresh random nonce.
-func (s *Sealer) Seal(t persistence.RecordType, identity, plaintext []byte) ([]byte, error) {
+func (s *Sealer) Seal(t messages.RecordType, identity, plaintext []byte) ([]byte, error) {
 	if s == nil {
 		return nil, ErrNilSealer
 	}
@@ -150,7 +146,7 @@ func (s *Sealer) Seal(t persistence.RecordType, identity, plaintext []byte) ([]b
 
 // sealWithNonce is Seal with a caller-chosen nonce; only tests (frozen
 // vectors) call it. Reusing a nonce under one key breaks GCM.
-func (s *Sealer) sealWithNonce(t persistence.RecordType, identity, plaintext []byte, nonce [NonceSize]byte) ([]byte, error) {
+func (s *Sealer) sealWithNonce(t messages.RecordType, identity, plaintext []byte, nonce [NonceSize]byte) ([]byte, error) {
 	out, err := newRecord(s.current.id, len(plaintext))
 	if err != nil {
 		return nil, err
@@ -172,7 +168,7 @@ func newRecord(id [KeyIDSize]byte, n int) ([]byte, error) {
 }
 
 // sealInto appends ciphertext and tag to out = header | nonce.
-func (s *Sealer) sealInto(out []byte, t persistence.RecordType, identity, plaintext []byte) ([]byte, error) {
+func (s *Sealer) sealInto(out []byte, t messages.RecordType, identity, plaintext []byte) ([]byte, error) {
 	var buf [adBufSize]byte
 	ad, err := associatedData(buf[:0], t, identity)
 	if err != nil {
@@ -182,9 +178,9 @@ func (s *Sealer) sealInto(out []byte, t persistence.RecordType, identity, plaint
 }
 
 // Open authenticates and decrypts a record sealed as type t for identity.
-// Every failure is an *OpenError matching ErrOpen and
-// persistence.ErrCorrupt. The returned plaintext never aliases sealed.
-func (s *Sealer) Open(t persistence.RecordType, identity, sealed []byte) ([]byte, error) {
+// Every failure is an *OpenError matching ErrOpen (a store maps it to its
+// own corrupt-record error). The returned plaintext never aliases sealed.
+func (s *Sealer) Open(t messages.RecordType, identity, sealed []byte) ([]byte, error) {
 	if s == nil {
 		return nil, ErrNilSealer
 	}
@@ -225,7 +221,7 @@ func (s *Sealer) Open(t persistence.RecordType, identity, sealed []byte) ([]byte
 // IsCurrent reports whether sealed carries the current format version and
 // the current key's id. It reads only the header: a damaged record under
 // the current key still reports true and fails in Open. A store's reseal
-// pass re-seals every record for which it is false (persistence.KeyRotator).
+// pass re-seals every record for which it is false.
 func (s *Sealer) IsCurrent(sealed []byte) bool {
 	if s == nil || len(sealed) < HeaderSize || sealed[0] != FormatVersion {
 		return false
@@ -265,9 +261,15 @@ func PrekeyIdentity(prekeyID []byte) []byte { return Identity(prekeyID) }
 // DeviceIdentity is the identity of the RecordIdentity record: "device".
 func DeviceIdentity() []byte { return Identity([]byte("device")) }
 
+// PinIdentity is the identity of a RecordPin: peer user, peer device. The
+// address in the associated data makes a pin copied to another device's
+// row fail to open (issue 13 item 7).
+func PinIdentity(user, device []byte) []byte { return Identity(user, device) }
+
 // MessageIdentity is the identity of a RecordOutboundBody (recipient user,
-// device, logical id) and of RecordPendingFrame and RecordProcessedDigest
-// (sender user, device, logical id; docs/protocol.md, commit boundary, Storage).
+// device, logical id) and of RecordPendingFrame, RecordProcessedDigest and
+// RecordProcessedEntry (sender user, device, logical id; docs/protocol.md,
+// commit boundary, Storage).
 func MessageIdentity(user, device, logicalID []byte) []byte {
 	return Identity(user, device, logicalID)
 }

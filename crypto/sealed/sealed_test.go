@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/syncmesh/syncmesh/persistence"
+	"github.com/syncmesh/syncmesh/messages"
 )
 
 func mustNew(t testing.TB, cur Key, older ...Key) *Sealer {
@@ -28,15 +28,15 @@ func keyOf(b byte) Key {
 	return k
 }
 
-// assertOpenErr checks an Open failure matches ErrOpen, persistence.ErrCorrupt
-// and the expected reason.
+// assertOpenErr checks an Open failure matches ErrOpen and the expected
+// reason.
 func assertOpenErr(t *testing.T, err error, reason OpenReason) {
 	t.Helper()
 	if err == nil {
 		t.Fatal("Open succeeded, want failure")
 	}
-	if !errors.Is(err, ErrOpen) || !errors.Is(err, persistence.ErrCorrupt) {
-		t.Fatalf("err %v does not match ErrOpen and persistence.ErrCorrupt", err)
+	if !errors.Is(err, ErrOpen) {
+		t.Fatalf("err %v does not match ErrOpen", err)
 	}
 	var oe *OpenError
 	if !errors.As(err, &oe) {
@@ -116,11 +116,11 @@ func TestPendingFrameAndDigestOfOneRowNotSwappable(t *testing.T) {
 	// Types 11 and 12 share an identity; the record type alone keeps them apart.
 	s := mustNew(t, vectorKey())
 	id := MessageIdentity([]byte("alice"), []byte("tablet"), []byte("m1"))
-	frame, _ := s.Seal(persistence.RecordPendingFrame, id, []byte("frame"))
-	dig, _ := s.Seal(persistence.RecordProcessedDigest, id, []byte("digest"))
-	_, err := s.Open(persistence.RecordProcessedDigest, id, frame)
+	frame, _ := s.Seal(recPendingFrame, id, []byte("frame"))
+	dig, _ := s.Seal(recProcessedDigest, id, []byte("digest"))
+	_, err := s.Open(recProcessedDigest, id, frame)
 	assertOpenErr(t, err, ReasonAuth)
-	_, err = s.Open(persistence.RecordPendingFrame, id, dig)
+	_, err = s.Open(recPendingFrame, id, dig)
 	assertOpenErr(t, err, ReasonAuth)
 }
 
@@ -212,18 +212,18 @@ func TestSealOpenRoundTripAndFreshNonces(t *testing.T) {
 	s := mustNew(t, keyOf(1))
 	id := EventIdentity([]byte("event-1"))
 	for _, pt := range [][]byte{nil, {}, []byte("x"), bytes.Repeat([]byte{7}, 4096)} {
-		a, err := s.Seal(persistence.RecordEvent, id, pt)
+		a, err := s.Seal(recEvent, id, pt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := s.Seal(persistence.RecordEvent, id, pt)
+		b, err := s.Seal(recEvent, id, pt)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if bytes.Equal(a[HeaderSize:HeaderSize+NonceSize], b[HeaderSize:HeaderSize+NonceSize]) {
 			t.Fatal("two seals used the same nonce")
 		}
-		got, err := s.Open(persistence.RecordEvent, id, a)
+		got, err := s.Open(recEvent, id, a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,7 @@ func TestSealOpenRoundTripAndFreshNonces(t *testing.T) {
 		}
 		if len(got) > 0 {
 			got[0] ^= 0xff // must not alias the sealed record
-			if _, err := s.Open(persistence.RecordEvent, id, a); err != nil {
+			if _, err := s.Open(recEvent, id, a); err != nil {
 				t.Fatal("plaintext aliases sealed bytes")
 			}
 		}
@@ -242,7 +242,7 @@ func TestSealOpenRoundTripAndFreshNonces(t *testing.T) {
 func TestSealDoesNotAliasPlaintext(t *testing.T) {
 	s := mustNew(t, keyOf(1))
 	pt := []byte("secret")
-	out, _ := s.Seal(persistence.RecordSession, SessionIdentity([]byte("u"), []byte("d")), pt)
+	out, _ := s.Seal(recSession, SessionIdentity([]byte("u"), []byte("d")), pt)
 	if bytes.Contains(out, pt) {
 		t.Fatal("plaintext visible in sealed record")
 	}
@@ -252,17 +252,17 @@ func TestKeyRotation(t *testing.T) {
 	oldK, newK := keyOf(1), keyOf(100)
 	oldS := mustNew(t, oldK)
 	id := MessageIdentity([]byte("a"), []byte("d"), []byte("m"))
-	rec, _ := oldS.Seal(persistence.RecordPendingFrame, id, []byte("frame"))
+	rec, _ := oldS.Seal(recPendingFrame, id, []byte("frame"))
 
 	rot := mustNew(t, newK, oldK)
 	if rot.IsCurrent(rec) {
 		t.Fatal("old-key record reported current")
 	}
-	pt, err := rot.Open(persistence.RecordPendingFrame, id, rec)
+	pt, err := rot.Open(recPendingFrame, id, rec)
 	if err != nil || string(pt) != "frame" {
 		t.Fatalf("rotated sealer cannot open old record: %v", err)
 	}
-	resealed, _ := rot.Seal(persistence.RecordPendingFrame, id, pt)
+	resealed, _ := rot.Seal(recPendingFrame, id, pt)
 	if !rot.IsCurrent(resealed) {
 		t.Fatal("resealed record not current")
 	}
@@ -273,18 +273,18 @@ func TestKeyRotation(t *testing.T) {
 	// Once the old key is dropped, old records fail as unknown key, not as
 	// missing; new records still open.
 	newOnly := mustNew(t, newK)
-	_, err = newOnly.Open(persistence.RecordPendingFrame, id, rec)
+	_, err = newOnly.Open(recPendingFrame, id, rec)
 	assertOpenErr(t, err, ReasonUnknownKey)
 	var oe *OpenError
 	errors.As(err, &oe)
 	if oe.KeyID != oldK.ID() {
 		t.Fatalf("OpenError.KeyID = %x, want %x", oe.KeyID, oldK.ID())
 	}
-	if _, err := newOnly.Open(persistence.RecordPendingFrame, id, resealed); err != nil {
+	if _, err := newOnly.Open(recPendingFrame, id, resealed); err != nil {
 		t.Fatal(err)
 	}
 	// And a sealer whose current key is old opens neither new record.
-	_, err = oldS.Open(persistence.RecordPendingFrame, id, resealed)
+	_, err = oldS.Open(recPendingFrame, id, resealed)
 	assertOpenErr(t, err, ReasonUnknownKey)
 }
 
@@ -338,10 +338,10 @@ func TestNewRejectsKeyIDCollision(t *testing.T) {
 
 func TestNilSealer(t *testing.T) {
 	var s *Sealer
-	if _, err := s.Seal(persistence.RecordEvent, nil, nil); !errors.Is(err, ErrNilSealer) {
+	if _, err := s.Seal(recEvent, nil, nil); !errors.Is(err, ErrNilSealer) {
 		t.Fatal(err)
 	}
-	if _, err := s.Open(persistence.RecordEvent, nil, nil); !errors.Is(err, ErrNilSealer) {
+	if _, err := s.Open(recEvent, nil, nil); !errors.Is(err, ErrNilSealer) {
 		t.Fatal(err)
 	}
 	if s.IsCurrent([]byte{1, 2, 3, 4, 5}) {
@@ -356,7 +356,7 @@ func (failingReader) Read([]byte) (int, error) { return 0, errors.New("entropy e
 func TestSealReportsRandomFailure(t *testing.T) {
 	s := mustNew(t, keyOf(1))
 	s.rand = failingReader{}
-	if _, err := s.Seal(persistence.RecordEvent, nil, []byte("x")); err == nil {
+	if _, err := s.Seal(recEvent, nil, []byte("x")); err == nil {
 		t.Fatal("Seal succeeded without a nonce")
 	}
 }
@@ -389,10 +389,10 @@ func TestConcurrentUse(t *testing.T) {
 			id := EventIdentity([]byte{byte(g)})
 			for i := range 200 {
 				pt := []byte(fmt.Sprintf("g%d-%d", g, i))
-				rec, err := s.Seal(persistence.RecordEvent, id, pt)
+				rec, err := s.Seal(recEvent, id, pt)
 				if err == nil {
 					var got []byte
-					got, err = s.Open(persistence.RecordEvent, id, rec)
+					got, err = s.Open(recEvent, id, rec)
 					if err == nil && !bytes.Equal(got, pt) {
 						err = fmt.Errorf("mismatch")
 					}
@@ -420,9 +420,9 @@ func FuzzOpen(f *testing.F) {
 	f.Add(uint8(1), []byte{0}, []byte{1, 0x35, 0x44, 0x4b, 0x58})
 	s := mustNew(f, vectorKey())
 	f.Fuzz(func(t *testing.T, typ uint8, identity, sealed []byte) {
-		pt, err := s.Open(persistence.RecordType(typ), identity, sealed)
+		pt, err := s.Open(messages.RecordType(typ), identity, sealed)
 		if err != nil {
-			if !errors.Is(err, ErrOpen) || !errors.Is(err, persistence.ErrCorrupt) {
+			if !errors.Is(err, ErrOpen) {
 				t.Fatalf("untyped error %v", err)
 			}
 			return
@@ -442,7 +442,7 @@ func BenchmarkSeal256(b *testing.B) {
 	b.SetBytes(256)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Seal(persistence.RecordPendingFrame, id, pt); err != nil {
+		if _, err := s.Seal(recPendingFrame, id, pt); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -451,11 +451,11 @@ func BenchmarkSeal256(b *testing.B) {
 func BenchmarkOpen256(b *testing.B) {
 	s := mustNew(b, keyOf(1))
 	id := MessageIdentity([]byte("alice"), []byte("phone"), []byte("0123456789abcdef"))
-	rec, _ := s.Seal(persistence.RecordPendingFrame, id, make([]byte, 256))
+	rec, _ := s.Seal(recPendingFrame, id, make([]byte, 256))
 	b.SetBytes(256)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Open(persistence.RecordPendingFrame, id, rec); err != nil {
+		if _, err := s.Open(recPendingFrame, id, rec); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -469,15 +469,15 @@ func ExampleNew() {
 		panic(err)
 	}
 	id := MessageIdentity([]byte("alice"), []byte("phone"), []byte("msg-1"))
-	rec, _ := s.Seal(persistence.RecordPendingFrame, id, []byte("frame"))
-	pt, err := s.Open(persistence.RecordPendingFrame, id, rec)
+	rec, _ := s.Seal(recPendingFrame, id, []byte("frame"))
+	pt, err := s.Open(recPendingFrame, id, rec)
 	fmt.Println(string(pt), err, s.IsCurrent(rec))
 
 	// The same bytes under another row fail, as corrupt, never as missing.
 	other := MessageIdentity([]byte("alice"), []byte("phone"), []byte("msg-2"))
-	_, err = s.Open(persistence.RecordPendingFrame, other, rec)
-	fmt.Println(errors.Is(err, ErrOpen), errors.Is(err, persistence.ErrCorrupt))
+	_, err = s.Open(recPendingFrame, other, rec)
+	fmt.Println(errors.Is(err, ErrOpen))
 	// Output:
 	// frame <nil> true
-	// true true
+	// true
 }
