@@ -33,7 +33,10 @@ type DeliveryReader interface {
 	Session(peer messages.DeviceAddress) (record []byte, ok bool, err error)
 	// Pin returns the identity pinned for peer (the first identity seen,
 	// or the one the application accepted); ok is false when none is
-	// pinned. Identities are public: pins are not sealed.
+	// pinned. Identities are public, but a pin decides who may speak as
+	// peer, so at rest it is sealed (RecordPin, identity
+	// sealed.PinIdentity(user, device as 4 big-endian bytes)): a pin
+	// swapped or copied from another address is ErrCorrupt.
 	Pin(peer messages.DeviceAddress) (identity messages.IdentityKey, ok bool, err error)
 	// Sessions calls fn with the address of every stored session record in
 	// messages.DeviceAddress.Compare order, starting strictly after *after

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -108,7 +109,12 @@ type PendingInbound struct {
 }
 
 // ProcessedInbound is the entry kept for a finalized inbound message, for
-// duplicate suppression until pruned. An entry is never replaced.
+// duplicate suppression until pruned. An entry is never replaced. At rest
+// Finalization, FinalizedAt, Digest, Reason and Legacy are sealed together
+// as RecordProcessedEntry with identity sealed.MessageIdentity(sender
+// user, u32be sender device, id); only the ids and a time index for
+// pruning stay plaintext (docs/delivery.md, "Sealed pins and processed
+// entries").
 type ProcessedInbound struct {
 	Sender       messages.DeviceAddress
 	ID           messages.LogicalMessageID
@@ -116,12 +122,17 @@ type ProcessedInbound struct {
 	// FinalizedAt is the client clock at the commit or discard, in Unix
 	// milliseconds (the stored precision).
 	FinalizedAt int64
-	// Digest is ApplicationMessageDigest v1 of the finalized body (sealed
-	// as RecordProcessedDigest in its stored form version|digest); nil for
-	// a legacy entry, which matches any body.
+	// Digest is ApplicationMessageDigest v1 of the finalized body. It is
+	// nil only on a legacy entry (Legacy set), which matches any body.
 	Digest *[32]byte
 	// Reason is set for a discarded entry only (0 for a committed one).
 	Reason DiscardReason
+	// Legacy marks a committed entry brought over from an older schema
+	// that kept no digest (the spec's legacy rule). Only
+	// LegacyImporter.ImportLegacyProcessed writes it; PutProcessedInbound
+	// refuses it, and a stored entry without digest that lacks the marker
+	// reads as ErrCorrupt.
+	Legacy bool
 }
 
 // PendingOutbound is a sent application message kept until the
@@ -185,8 +196,10 @@ type InboundWriter interface {
 	// reports whether there was one.
 	DeletePendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (bool, error)
 	// PutProcessedInbound stores a processed entry. An existing entry is
-	// never replaced: ErrDuplicate. An invalid Finalization, or a Reason
-	// outside the closed set on a discarded entry, is an error.
+	// never replaced: ErrDuplicate. An invalid Finalization, a Reason
+	// outside the closed set on a discarded entry, a missing Digest or a
+	// Legacy marker is ErrInvalidRecord (legacy entries come only from
+	// LegacyImporter).
 	PutProcessedInbound(p ProcessedInbound) error
 	// PruneProcessedInbound removes every processed entry whose
 	// FinalizedAt ≤ cutoff (Unix ms) and returns how many it removed.
@@ -203,8 +216,74 @@ type InboundWriter interface {
 	DeletePendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (bool, error)
 }
 
-// CheckProcessedInbound validates the fields of p a store checks on write.
+// LegacyProcessed is a committed entry of an older schema that kept no
+// digest, as a migration from that schema hands it to ImportLegacyProcessed.
+type LegacyProcessed struct {
+	Sender messages.DeviceAddress
+	ID     messages.LogicalMessageID
+	// FinalizedAt is the commit time to keep (Unix ms); a migration from a
+	// schema without one stamps the upgrade time, so the entry gets a full
+	// retention period from then on.
+	FinalizedAt int64
+}
+
+// LegacyImporter is implemented by the delivery stores. It is the one
+// writer of the legacy marker (the spec's legacy rule: an entry without
+// digest acknowledges any body): a migration from an older schema calls
+// it, nothing in the delivery plane does. On bbolt the marker is sealed
+// inside the processed entry, so someone who can write the file but lacks
+// the storage key cannot turn an entry into a legacy one.
+type LegacyImporter interface {
+	// ImportLegacyProcessed stores every entry as a committed processed
+	// entry without digest, with the legacy marker, in one transaction: an
+	// invalid address or an entry that already exists (ErrDuplicate) fails
+	// the whole import and writes nothing.
+	ImportLegacyProcessed(ctx context.Context, entries []LegacyProcessed) error
+}
+
+// CheckLegacyProcessed validates an imported legacy entry and returns the
+// processed entry a store keeps for it.
+func CheckLegacyProcessed(e LegacyProcessed) (ProcessedInbound, error) {
+	if err := e.Sender.Validate(); err != nil {
+		return ProcessedInbound{}, fmt.Errorf("persistence: legacy entry: %w: %w", ErrInvalidRecord, err)
+	}
+	return ProcessedInbound{Sender: e.Sender, ID: e.ID, Finalization: FinalizationCommitted, FinalizedAt: e.FinalizedAt, Legacy: true}, nil
+}
+
+// CheckProcessedInbound validates the fields of p a store checks on write
+// through PutProcessedInbound: a digest is required and the legacy marker
+// refused.
 func CheckProcessedInbound(p ProcessedInbound) error {
+	if err := checkProcessedFields(p); err != nil {
+		return err
+	}
+	if p.Legacy {
+		return fmt.Errorf("persistence: processed entry: the legacy marker is written only by ImportLegacyProcessed: %w", ErrInvalidRecord)
+	}
+	if p.Digest == nil {
+		return fmt.Errorf("persistence: processed entry: no digest: %w", ErrInvalidRecord)
+	}
+	return nil
+}
+
+// CheckStoredProcessed reports whether p, as read back from a store, is
+// consistent: the fields PutProcessedInbound checks, and a digest unless
+// the entry carries the legacy marker (then no digest and committed). A
+// store returns ErrCorrupt for an entry that fails it.
+func CheckStoredProcessed(p ProcessedInbound) error {
+	if err := checkProcessedFields(p); err != nil {
+		return err
+	}
+	switch {
+	case p.Legacy && (p.Digest != nil || p.Finalization != FinalizationCommitted):
+		return fmt.Errorf("persistence: processed entry: legacy marker on a %s entry with digest %v: %w", p.Finalization, p.Digest != nil, ErrInvalidRecord)
+	case !p.Legacy && p.Digest == nil:
+		return fmt.Errorf("persistence: processed entry: no digest and no legacy marker: %w", ErrInvalidRecord)
+	}
+	return nil
+}
+
+func checkProcessedFields(p ProcessedInbound) error {
 	if err := p.Sender.Validate(); err != nil {
 		return fmt.Errorf("persistence: processed entry: %w: %w", ErrInvalidRecord, err)
 	}

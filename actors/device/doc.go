@@ -42,9 +42,10 @@ package device
 //   - Transport ordering: Receive calls for one sender are serialized by
 //     that sender's session actor; the sequence reflects local acceptance
 //     order only.
-//   - Legacy processed entries (no digest) exist only if written by a
-//     migration; this layout has none, but the store contract and the
-//     decision core accept them (a copy then counts as committed).
+//   - Legacy processed entries (no digest) exist only if imported by a
+//     migration (persistence.LegacyImporter), which writes a sealed legacy
+//     marker; a copy then counts as committed. An entry without digest
+//     and without the marker is persistence.ErrCorrupt.
 //   - Context cancellation: a call whose context ends before the sender's
 //     peer actor reaches it changes nothing; one whose writes were handed
 //     to the store's committer completes, and its caller gets ctx.Err() — for a

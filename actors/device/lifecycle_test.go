@@ -174,16 +174,16 @@ func TestLifecycleProcessedConflictNoAck(t *testing.T) {
 }
 
 // Row PROCESSED, legacy entry without digest: a copy counts as committed
-// and is ACKed whatever its body.
+// and is ACKed whatever its body. The entry is written the only way a
+// legacy entry can be, through the migration importer that writes the
+// legacy marker (persistence.LegacyImporter).
 func TestLifecycleProcessedLegacyWithoutDigestAcksAnyBody(t *testing.T) {
 	_, a, b := pair(t)
 	a.send(b, "warm-up")
 	b.mustRecv(b.takeOne())
 	var id messages.LogicalMessageID
 	id[0] = 0x42
-	if err := b.store.Update(bg, func(tx persistence.DeliveryTx) error {
-		return tx.PutProcessedInbound(persistence.ProcessedInbound{Sender: a.addr, ID: id, Finalization: persistence.FinalizationCommitted, FinalizedAt: 1})
-	}); err != nil {
+	if err := b.store.(persistence.LegacyImporter).ImportLegacyProcessed(bg, []persistence.LegacyProcessed{{Sender: a.addr, ID: id, FinalizedAt: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	a.sendRaw(b, id, "any body at all")

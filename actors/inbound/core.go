@@ -121,7 +121,7 @@ type ReceiveInput struct {
 // "Transactions", Receive; lifecycle table):
 //
 //   - processed: the body's digest must equal the stored one (a legacy
-//     entry without digest matches any body) → AlreadyCommitted or
+//     entry, marked by a migration, has no digest and matches any body) → AlreadyCommitted or
 //     AlreadyDiscarded, ACK again; else LogicalMessageConflict, no ACK;
 //   - pending: the body must equal the stored body (constant time) →
 //     Delivery of the stored message, no second row, no ACK; else
@@ -134,6 +134,11 @@ type ReceiveInput struct {
 // nothing, so that ratchet step rolls back like a malformed frame.
 func DecideReceive(st State, in ReceiveInput) Decision {
 	if p := st.Processed; p != nil {
+		if p.Digest == nil && !p.Legacy {
+			// Only a migrated entry carries no digest (the stores refuse
+			// and never return one without the legacy marker).
+			return Decision{Err: fmt.Errorf("inbound: processed entry of %s/%s without digest or legacy marker: %w", in.Sender, in.ID, persistence.ErrCorrupt)}
+		}
 		if p.Digest != nil {
 			d := digest.ApplicationMessage(in.Body)
 			if !digest.Equal(d, *p.Digest) {

@@ -94,9 +94,13 @@ func TestDecideReceiveProcessed(t *testing.T) {
 		}
 	}
 	legacy := processedOf("b", persistence.FinalizationCommitted)
-	legacy.Digest = nil
+	legacy.Digest, legacy.Legacy = nil, true
 	if d := DecideReceive(State{Processed: legacy}, recvIn(t, "anything")); d.Outcome != OutcomeAlreadyCommitted || !d.Effects.Ack {
 		t.Fatalf("legacy: %+v", d)
+	}
+	legacy.Legacy = false // no digest, no marker: corrupt, never "any body"
+	if d := DecideReceive(State{Processed: legacy}, recvIn(t, "anything")); !errors.Is(d.Err, persistence.ErrCorrupt) || d.Effects.Ack {
+		t.Fatalf("no digest, no legacy marker: %+v", d)
 	}
 }
 
@@ -219,7 +223,7 @@ func TestDecideReceiveProperties(t *testing.T) {
 		case 2:
 			st.Processed = processedOf(string(stored), persistence.Finalization(rapid.IntRange(1, 2).Draw(rt, "fin")))
 			if rapid.Bool().Draw(rt, "legacy") {
-				st.Processed.Digest = nil
+				st.Processed.Digest, st.Processed.Legacy = nil, true
 			}
 		}
 		st.SenderPending = rapid.IntRange(0, 5).Draw(rt, "senderPending")

@@ -287,7 +287,7 @@ func TestMigrationsRunInOrderInOneTransaction(t *testing.T) {
 			return err
 		}
 	}
-	list := []migration{{0, 1, step(1)}, {1, 2, step(2)}, {2, 3, func(*bbolt.Tx) error { return errors.New("boom") }}}
+	list := []migration{{from: 0, to: 1, fn: step(1)}, {from: 1, to: 2, fn: step(2)}, {from: 2, to: 3, fn: func(*bbolt.Tx) error { return errors.New("boom") }}}
 	if err := migrateTo(bdb, discard(), list, 3); err == nil {
 		t.Fatal("failing migration succeeded")
 	}

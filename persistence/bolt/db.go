@@ -90,7 +90,7 @@ func Open(path string, opts Options) (*DB, error) {
 	if d.log == nil {
 		d.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if err := migrate(bdb, d.log); err != nil {
+	if err := migrate(bdb, d.log, opts.Sealer); err != nil {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}

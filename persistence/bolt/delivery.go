@@ -28,7 +28,7 @@ const (
 var (
 	bucketDeliveryMeta     = []byte("delivery.meta")     // "identity" | "prekeys" → sealed value
 	bucketDeliverySessions = []byte("delivery.sessions") // addrKey → sealed session record
-	bucketDeliveryPins     = []byte("delivery.pins")     // addrKey → identity (64: sign || dh)
+	bucketDeliveryPins     = []byte("delivery.pins")     // addrKey → sealed RecordPin: identity (64: sign || dh); layouts ≤ 10: plaintext
 )
 
 var (
@@ -103,6 +103,13 @@ func parseAddrKey(k []byte) (messages.DeviceAddress, error) {
 // sessionIdentity is the sealed row identity of peer's session record.
 func sessionIdentity(peer messages.DeviceAddress) []byte {
 	return sealed.SessionIdentity([]byte(peer.User), binary.BigEndian.AppendUint32(nil, peer.Device))
+}
+
+// pinIdentity is the sealed row identity of peer's pin: the address is in
+// the associated data, so a pin copied to another device's row fails to
+// open (issue 13 item 7).
+func pinIdentity(peer messages.DeviceAddress) []byte {
+	return sealed.PinIdentity([]byte(peer.User), binary.BigEndian.AppendUint32(nil, peer.Device))
 }
 
 // Delivery returns the delivery-plane store over the file. Closing the
@@ -280,13 +287,9 @@ func (t *deliveryTx) Pin(peer messages.DeviceAddress) (messages.IdentityKey, boo
 	if err := checkPeer(peer); err != nil {
 		return k, false, err
 	}
-	pins, err := t.bucket(bucketDeliveryPins)
-	if err != nil {
+	v, ok, err := t.getSealed("pin "+peer.String(), bucketDeliveryPins, addrKey(peer), persistence.RecordPin, pinIdentity(peer))
+	if err != nil || !ok {
 		return k, false, err
-	}
-	v := pins.Get(addrKey(peer))
-	if v == nil {
-		return k, false, nil
 	}
 	if len(v) != len(k.Sign)+len(k.DH) {
 		return k, false, corrupt("pin "+peer.String(), fmt.Errorf("%d bytes", len(v)))
@@ -361,9 +364,27 @@ func (t *deliveryTx) PutPin(peer messages.DeviceAddress, identity messages.Ident
 	if err := checkPeer(peer); err != nil {
 		return err
 	}
-	pins, err := t.bucket(bucketDeliveryPins)
-	if err != nil {
-		return err
-	}
-	return pins.Put(addrKey(peer), identity.Bytes())
+	return t.putSealed("pin "+peer.String(), bucketDeliveryPins, addrKey(peer), persistence.RecordPin, pinIdentity(peer), identity.Bytes())
+}
+
+// ImportLegacyProcessed implements persistence.LegacyImporter: the legacy
+// marker is sealed inside each entry (RecordProcessedEntry), in one
+// transaction.
+func (s *deliveryStore) ImportLegacyProcessed(ctx context.Context, entries []persistence.LegacyProcessed) error {
+	return s.Update(ctx, func(ptx persistence.DeliveryTx) error {
+		t := ptx.(*deliveryTx)
+		for _, e := range entries {
+			p, err := persistence.CheckLegacyProcessed(e)
+			if err != nil {
+				return err
+			}
+			if err := t.check(true); err != nil {
+				return err
+			}
+			if err := t.putProcessed(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -7,7 +7,6 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
-	"github.com/syncmesh/syncmesh/crypto/digest"
 	"github.com/syncmesh/syncmesh/crypto/sealed"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -21,7 +20,7 @@ var (
 	bucketInPending       = []byte("delivery.in_pending")        // msgKey → pendingInRecord (Frame sealed)
 	bucketInPendingSeq    = []byte("delivery.in_pending_seq")    // seq → msgKey
 	bucketInPendingSender = []byte("delivery.in_pending_sender") // addrKey|seq → id(16)
-	bucketInProcessed     = []byte("delivery.in_processed")      // msgKey → processedRecord (Digest sealed)
+	bucketInProcessed     = []byte("delivery.in_processed")      // msgKey → processedRecord (layout 11: whole entry sealed)
 	bucketInProcessedTime = []byte("delivery.in_processed_time") // ts|msgKey → ∅ (prune index)
 	bucketOutPending      = []byte("delivery.out_pending")       // msgKey → outboundRecord (Body sealed)
 	bucketOutPendingSeq   = []byte("delivery.out_pending_seq")   // seq → msgKey
@@ -62,11 +61,37 @@ type pendingInRecord struct {
 	Frame      []byte `cbor:"4,keyasint"` // sealed RecordPendingFrame
 }
 
+// processedRecord is a processed entry from layout 11 on: everything but
+// the row's key is one sealed RecordProcessedEntry, so the finalization,
+// its time, the digest, the discard reason and the legacy marker cannot be
+// changed or removed without the storage key (issue 13 item 7). The time
+// is also in the plaintext prune index (bucketInProcessedTime).
 type processedRecord struct {
+	V     uint64 `cbor:"1,keyasint"` // processedRecordVersion
+	Entry []byte `cbor:"2,keyasint"` // sealed RecordProcessedEntry: processedEntry
+}
+
+// processedRecordVersion is the version of processedRecord (version 1 was
+// processedRecordV1, layouts 4–10).
+const processedRecordVersion = 2
+
+// processedEntry is the sealed plaintext of a processedRecord.
+type processedEntry struct {
+	Kind        uint8  `cbor:"1,keyasint"`
+	FinalizedAt int64  `cbor:"2,keyasint"`
+	Digest      []byte `cbor:"3,keyasint,omitempty"` // ApplicationMessageDigest v1, 32 bytes; absent only with Legacy
+	Reason      uint8  `cbor:"4,keyasint,omitempty"`
+	Legacy      bool   `cbor:"5,keyasint,omitempty"` // written only by ImportLegacyProcessed
+}
+
+// processedRecordV1 is a processed entry of layouts 4–10: kind, time and
+// reason in plaintext, only the digest sealed (RecordProcessedDigest), and
+// "no digest" meant legacy. Only the layout-11 migration reads it.
+type processedRecordV1 struct {
 	V           uint64 `cbor:"1,keyasint"`
 	Kind        uint8  `cbor:"2,keyasint"`
 	FinalizedAt int64  `cbor:"3,keyasint"`
-	Digest      []byte `cbor:"4,keyasint,omitempty"` // sealed RecordProcessedDigest; absent: legacy
+	Digest      []byte `cbor:"4,keyasint,omitempty"` // sealed RecordProcessedDigest
 	Reason      uint8  `cbor:"5,keyasint,omitempty"`
 }
 
@@ -92,15 +117,61 @@ func decodePendingIn(b []byte) (pendingInRecord, error) {
 
 func decodeProcessed(b []byte) (processedRecord, error) {
 	var r processedRecord
-	if err := decodeRecord("processed inbound", b, &r, &r.V); err != nil {
+	if err := decodeRecordVersion("processed inbound", b, &r, &r.V, processedRecordVersion); err != nil {
+		return r, err
+	}
+	if r.Entry == nil {
+		return r, corrupt("processed inbound", fmt.Errorf("no sealed entry"))
+	}
+	return r, nil
+}
+
+// decodeProcessedV1 decodes a layout-4–10 processed record (migration only).
+func decodeProcessedV1(b []byte) (processedRecordV1, error) {
+	var r processedRecordV1
+	if err := decodeRecord("processed inbound (layout 10)", b, &r, &r.V); err != nil {
 		return r, err
 	}
 	f := persistence.Finalization(r.Kind)
 	if !f.Valid() || (f == persistence.FinalizationDiscarded && !persistence.DiscardReason(r.Reason).Valid()) ||
 		(f == persistence.FinalizationCommitted && r.Reason != 0) {
-		return r, corrupt("processed inbound", fmt.Errorf("finalization %d reason %d", r.Kind, r.Reason))
+		return r, corrupt("processed inbound (layout 10)", fmt.Errorf("finalization %d reason %d", r.Kind, r.Reason))
 	}
 	return r, nil
+}
+
+// entryOf is the sealed plaintext of p.
+func entryOf(p persistence.ProcessedInbound) processedEntry {
+	e := processedEntry{Kind: uint8(p.Finalization), FinalizedAt: p.FinalizedAt, Reason: uint8(p.Reason), Legacy: p.Legacy}
+	if p.Digest != nil {
+		e.Digest = bytes.Clone(p.Digest[:])
+	}
+	return e
+}
+
+// processedOf decodes an opened processedEntry of (sender, id) and checks
+// it as a stored entry (persistence.CheckStoredProcessed): an entry without
+// digest and without the legacy marker is corrupt.
+func processedOf(sender messages.DeviceAddress, id messages.LogicalMessageID, pt []byte) (persistence.ProcessedInbound, error) {
+	what := "processed entry " + sender.String()
+	var e processedEntry
+	if err := messages.Unmarshal(what, pt, &e, maxRecordSize); err != nil {
+		return persistence.ProcessedInbound{}, corrupt(what, err)
+	}
+	p := persistence.ProcessedInbound{Sender: sender, ID: id, Finalization: persistence.Finalization(e.Kind),
+		FinalizedAt: e.FinalizedAt, Reason: persistence.DiscardReason(e.Reason), Legacy: e.Legacy}
+	if e.Digest != nil {
+		if len(e.Digest) != 32 {
+			return p, corrupt(what, fmt.Errorf("digest of %d bytes", len(e.Digest)))
+		}
+		var d [32]byte
+		copy(d[:], e.Digest)
+		p.Digest = &d
+	}
+	if err := persistence.CheckStoredProcessed(p); err != nil {
+		return p, corrupt(what, err)
+	}
+	return p, nil
 }
 
 func decodeOutbound(b []byte) (outboundRecord, error) {
@@ -327,18 +398,13 @@ func (t *deliveryTx) ProcessedInbound(sender messages.DeviceAddress, id messages
 	if err != nil {
 		return out, false, err
 	}
-	out = persistence.ProcessedInbound{Sender: sender, ID: id, Finalization: persistence.Finalization(r.Kind),
-		FinalizedAt: r.FinalizedAt, Reason: persistence.DiscardReason(r.Reason)}
-	if r.Digest != nil {
-		st, err := t.open("processed digest "+sender.String(), persistence.RecordProcessedDigest, msgIdentity(sender, id), r.Digest)
-		if err != nil {
-			return out, false, err
-		}
-		d, err := digest.DecodeStored(st)
-		if err != nil {
-			return out, false, corrupt("processed digest "+sender.String(), err)
-		}
-		out.Digest = &d
+	pt, err := t.open("processed entry "+sender.String(), persistence.RecordProcessedEntry, msgIdentity(sender, id), r.Entry)
+	if err != nil {
+		return out, false, err
+	}
+	out, err = processedOf(sender, id, pt)
+	if err != nil {
+		return persistence.ProcessedInbound{}, false, err
 	}
 	return out, true, nil
 }
@@ -539,6 +605,12 @@ func (t *deliveryTx) PutProcessedInbound(p persistence.ProcessedInbound) error {
 	if err := persistence.CheckProcessedInbound(p); err != nil {
 		return err
 	}
+	return t.putProcessed(p)
+}
+
+// putProcessed writes a checked processed entry, its prune index entry and
+// the count (PutProcessedInbound and ImportLegacyProcessed).
+func (t *deliveryTx) putProcessed(p persistence.ProcessedInbound) error {
 	b, err := t.bucket(bucketInProcessed)
 	if err != nil {
 		return err
@@ -547,15 +619,16 @@ func (t *deliveryTx) PutProcessedInbound(p persistence.ProcessedInbound) error {
 	if b.Get(k) != nil {
 		return fmt.Errorf("bolt: processed inbound %s/%s: %w", p.Sender, p.ID, persistence.ErrDuplicate)
 	}
-	rec := processedRecord{V: recordVersion, Kind: uint8(p.Finalization), FinalizedAt: p.FinalizedAt, Reason: uint8(p.Reason)}
-	if p.Digest != nil {
-		s, err := t.seal("processed digest", persistence.RecordProcessedDigest, msgIdentity(p.Sender, p.ID), digest.EncodeStored(*p.Digest))
-		if err != nil {
-			return err
-		}
-		rec.Digest = s
+	e := entryOf(p)
+	pt, err := messages.Marshal(&e)
+	if err != nil {
+		return err
 	}
-	v, err := messages.Marshal(&rec)
+	sealedEntry, err := t.seal("processed entry", persistence.RecordProcessedEntry, msgIdentity(p.Sender, p.ID), pt)
+	if err != nil {
+		return err
+	}
+	v, err := messages.Marshal(&processedRecord{V: processedRecordVersion, Entry: sealedEntry})
 	if err != nil {
 		return err
 	}
@@ -752,22 +825,21 @@ func resealPendingIn(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
 	return messages.Marshal(&r)
 }
 
-// resealProcessed re-seals the digest of one processed entry (a legacy
-// entry without digest has nothing sealed).
+// resealProcessed re-seals the sealed entry of one processed record.
 func resealProcessed(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
 	peer, id, err := parseMsgKey(k)
 	if err != nil {
 		return nil, fmt.Errorf("bolt: reseal processed inbound: %w", err)
 	}
 	r, err := decodeProcessed(v)
-	if err != nil || r.Digest == nil {
+	if err != nil {
 		return nil, err
 	}
-	d, err := resealValue(rot, "processed digest "+peer.String(), persistence.RecordProcessedDigest, msgIdentity(peer, id), r.Digest)
-	if d == nil || err != nil {
+	e, err := resealValue(rot, "processed entry "+peer.String(), persistence.RecordProcessedEntry, msgIdentity(peer, id), r.Entry)
+	if e == nil || err != nil {
 		return nil, err
 	}
-	r.Digest = d
+	r.Entry = e
 	return messages.Marshal(&r)
 }
 

@@ -39,8 +39,8 @@ var (
 func ibID(b byte) messages.LogicalMessageID { return messages.LogicalMessageID{b, 0xee} }
 
 // seedInbound writes one record into each commit-boundary bucket per peer
-// (6 sealed records), and a legacy processed entry (nothing sealed) when
-// legacy is set.
+// (6 sealed records), and a legacy processed entry (one more sealed
+// record, imported as a migration would) when legacy is set.
 func seedInbound(t *testing.T, db *DB, legacy bool) {
 	t.Helper()
 	if err := db.Delivery().Update(ctx, func(tx persistence.DeliveryTx) error {
@@ -56,12 +56,15 @@ func seedInbound(t *testing.T, db *DB, legacy bool) {
 				return err
 			}
 		}
-		if !legacy {
-			return nil
-		}
-		// A legacy processed entry has nothing sealed.
-		return tx.PutProcessedInbound(persistence.ProcessedInbound{Sender: ibAlice, ID: ibID(99), Finalization: persistence.FinalizationCommitted})
+		return nil
 	}); err != nil {
+		t.Fatal(err)
+	}
+	if !legacy {
+		return
+	}
+	imp := db.Delivery().(persistence.LegacyImporter)
+	if err := imp.ImportLegacyProcessed(ctx, []persistence.LegacyProcessed{{Sender: ibAlice, ID: ibID(99), FinalizedAt: 6}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -86,7 +89,7 @@ func readInbound(db *DB) error {
 	})
 }
 
-// Key rotation re-seals the pending frames, the processed digests and the
+// Key rotation re-seals the pending frames, the processed entries and the
 // outbound bodies (docs/protocol.md, commit boundary, Storage: "storage key rotation
 // re-encrypts both columns").
 func TestResealCoversCommitBoundaryRecords(t *testing.T) {
@@ -100,9 +103,9 @@ func TestResealCoversCommitBoundaryRecords(t *testing.T) {
 	db = mustOpen(t, path, Options{NoSync: true, Sealer: rot})
 	defer db.Close()
 	per, stale := inboundStale(t, db, rot)
-	for _, b := range [][]byte{bucketInPending, bucketInProcessed, bucketOutPending} {
-		if per[string(b)] != 2 {
-			t.Fatalf("stale %s = %d, want 2 (%v)", b, per[string(b)], per)
+	for b, want := range map[string]int{string(bucketInPending): 2, string(bucketInProcessed): 3, string(bucketOutPending): 2} {
+		if per[b] != want {
+			t.Fatalf("stale %s = %d, want %d (%v)", b, per[b], want, per)
 		}
 	}
 	if n, err := db.Reseal(ctx, 1); err != nil || n != stale {
@@ -152,7 +155,7 @@ func TestInboundDamagedOrMovedRecordIsCorrupt(t *testing.T) {
 	if !errors.Is(err, persistence.ErrCorrupt) {
 		t.Fatalf("enumeration over a moved record: %v", err)
 	}
-	// Another record type in the digest field (bob's digest row gets the
+	// Another record type in the entry field (bob's processed row gets the
 	// sealed frame of a pending row with the same identity): it fails.
 	if err := db.Delivery().Update(ctx, func(tx persistence.DeliveryTx) error {
 		_, err := tx.PutPendingInbound(persistence.PendingInbound{Sender: ibBob, ID: ibID(11), Frame: []byte("frame")})
@@ -169,7 +172,7 @@ func TestInboundDamagedOrMovedRecordIsCorrupt(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		rec.Digest = pin.Frame
+		rec.Entry = pin.Frame
 		nv, err := messages.Marshal(&rec)
 		if err != nil {
 			return err
@@ -185,14 +188,14 @@ func TestInboundDamagedOrMovedRecordIsCorrupt(t *testing.T) {
 	if !errors.Is(err, persistence.ErrCorrupt) {
 		t.Fatalf("record of another type: %v", err)
 	}
-	// A damaged digest fails.
+	// A damaged entry fails.
 	if err := db.bolt.Update(func(tx *bbolt.Tx) error {
 		v := tx.Bucket(bucketInProcessed).Get(msgKey(ibAlice, ibID(10)))
 		rec, err := decodeProcessed(v)
 		if err != nil {
 			return err
 		}
-		rec.Digest[len(rec.Digest)-1] ^= 1
+		rec.Entry[len(rec.Entry)-1] ^= 1
 		nv, err := messages.Marshal(&rec)
 		if err != nil {
 			return err
@@ -206,7 +209,7 @@ func TestInboundDamagedOrMovedRecordIsCorrupt(t *testing.T) {
 		return err
 	})
 	if !errors.Is(err, persistence.ErrCorrupt) {
-		t.Fatalf("damaged digest: %v", err)
+		t.Fatalf("damaged entry: %v", err)
 	}
 }
 
@@ -252,7 +255,11 @@ func TestTimeKeyOrdersSignedTimes(t *testing.T) {
 // panics.
 func FuzzDecodeInboundRecords(f *testing.F) {
 	pin, _ := messages.Marshal(&pendingInRecord{V: 1, Seq: 3, ReceivedAt: 9, Frame: []byte{1}})
-	pr, _ := messages.Marshal(&processedRecord{V: 1, Kind: 2, FinalizedAt: -3, Digest: []byte{1}, Reason: 4})
+	pr, _ := messages.Marshal(&processedRecord{V: 2, Entry: []byte{1}})
+	pr1, _ := messages.Marshal(&processedRecordV1{V: 1, Kind: 2, FinalizedAt: -3, Digest: []byte{1}, Reason: 4})
+	pe, _ := messages.Marshal(&processedEntry{Kind: 1, FinalizedAt: 5, Digest: make([]byte, 32)})
+	f.Add(pr1)
+	f.Add(pe)
 	out, _ := messages.Marshal(&outboundRecord{V: 1, Seq: 1, Attempts: 2, Body: []byte{}})
 	f.Add(pin)
 	f.Add(pr)
@@ -269,6 +276,10 @@ func FuzzDecodeInboundRecords(f *testing.F) {
 		check("pending", err)
 		_, err = decodeProcessed(data)
 		check("processed", err)
+		_, err = decodeProcessedV1(data)
+		check("processed (layout 10)", err)
+		_, err = processedOf(ibAlice, ibID(1), data)
+		check("processed entry", err)
 		_, err = decodeOutbound(data)
 		check("outbound", err)
 		a, id, err := parseMsgKey(data)
@@ -280,7 +291,7 @@ func FuzzDecodeInboundRecords(f *testing.F) {
 }
 
 // inboundStale counts, per commit-boundary bucket, the sealed fields not
-// under rot's current key (a legacy processed entry has none).
+// under rot's current key.
 func inboundStale(t *testing.T, db *DB, rot persistence.KeyRotator) (map[string]int, int) {
 	t.Helper()
 	per := map[string]int{}
@@ -301,7 +312,7 @@ func inboundStale(t *testing.T, db *DB, rot persistence.KeyRotator) (map[string]
 		}
 		if err := tx.Bucket(bucketInProcessed).ForEach(func(_, v []byte) error {
 			r, err := decodeProcessed(v)
-			count(bucketInProcessed, r.Digest)
+			count(bucketInProcessed, r.Entry)
 			return err
 		}); err != nil {
 			return err

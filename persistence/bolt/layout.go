@@ -32,8 +32,10 @@ import (
 // accepted last-resort initiation ids in the prekey store, skipped-key
 // times in session records (markInitiationV2, initiation_v2.go).
 // Version 10: the change log that Watch reads (createChangesV10,
-// changes.go).
-const LayoutVersion = 10
+// changes.go). Version 11: pins sealed with the address in the associated
+// data, and each processed entry's finalization, time, digest, reason and
+// legacy marker sealed together (resealDeliveryV11, migrate_v11.go).
+const LayoutVersion = 11
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -59,10 +61,12 @@ var (
 )
 
 // migration moves a file from layout version from to version to inside the
-// Open transaction.
+// Open transaction. A migration that seals records sets sealed instead of
+// fn: it gets the Sealer the file is opened with (nil: plaintext).
 type migration struct {
 	from, to uint64
 	fn       func(tx *bbolt.Tx) error
+	sealed   func(tx *bbolt.Tx, s persistence.Sealer) error
 }
 
 // migrations is the ordered list applied by Open. Append only: a released
@@ -78,6 +82,7 @@ var migrations = []migration{
 	{from: 7, to: 8, fn: migrateRowGensV1},
 	{from: 8, to: 9, fn: markInitiationV2},
 	{from: 9, to: 10, fn: createChangesV10},
+	{from: 10, to: 11, sealed: resealDeliveryV11},
 }
 
 // createV1 creates the initial layout.
@@ -111,12 +116,17 @@ func layoutVersion(tx *bbolt.Tx) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// migrate brings the file to LayoutVersion in one transaction.
-func migrate(db *bbolt.DB, log *slog.Logger) error {
-	return migrateTo(db, log, migrations, LayoutVersion)
+// migrate brings the file to LayoutVersion in one transaction; s is the
+// Sealer the file is opened with.
+func migrate(db *bbolt.DB, log *slog.Logger, s persistence.Sealer) error {
+	return migrateSealed(db, log, s, migrations, LayoutVersion)
 }
 
 func migrateTo(db *bbolt.DB, log *slog.Logger, list []migration, target uint64) error {
+	return migrateSealed(db, log, nil, list, target)
+}
+
+func migrateSealed(db *bbolt.DB, log *slog.Logger, s persistence.Sealer, list []migration, target uint64) error {
 	return db.Update(func(tx *bbolt.Tx) error {
 		v, err := layoutVersion(tx)
 		if err != nil {
@@ -137,7 +147,11 @@ func migrateTo(db *bbolt.DB, log *slog.Logger, list []migration, target uint64) 
 			if mg.from != v || mg.to > target {
 				continue
 			}
-			if err := mg.fn(tx); err != nil {
+			run := mg.fn
+			if mg.sealed != nil {
+				run = func(tx *bbolt.Tx) error { return mg.sealed(tx, s) }
+			}
+			if err := run(tx); err != nil {
 				return fmt.Errorf("migrate layout %d→%d: %w", mg.from, mg.to, err)
 			}
 			log.Debug("bolt: migrated layout", "from", mg.from, "to", mg.to)

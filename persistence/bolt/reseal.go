@@ -35,8 +35,9 @@ var sealedBuckets = []sealedBucket{
 	{bucketSyncSealed, resealMeta, "whole value: record type from key[0], identity = key[1:]"},
 	{bucketDeliveryMeta, resealDeliveryMeta, `"identity": RecordIdentity/DeviceIdentity(); "prekeys": RecordPrekey/PrekeyIdentity(PrekeyStoreIdentity)`},
 	{bucketDeliverySessions, resealSession, "whole value: RecordSession, identity = SessionIdentity(peer user, u32be device)"},
+	{bucketDeliveryPins, resealPin, "whole value (layout 11): RecordPin, identity = PinIdentity(peer user, u32be device)"},
 	{bucketInPending, resealPendingIn, "pendingInRecord.Frame: RecordPendingFrame, identity = MessageIdentity(sender user, u32be device, id)"},
-	{bucketInProcessed, resealProcessed, "processedRecord.Digest: RecordProcessedDigest, identity = MessageIdentity(sender user, u32be device, id)"},
+	{bucketInProcessed, resealProcessed, "processedRecord.Entry (layout 11): RecordProcessedEntry, identity = MessageIdentity(sender user, u32be device, id)"},
 	{bucketOutPending, resealOutbound, "outboundRecord.Body: RecordOutboundBody, identity = MessageIdentity(recipient user, u32be device, id)"},
 }
 
@@ -47,7 +48,6 @@ var plaintextBuckets = [][]byte{
 	bucketMeta,
 	bucketSyncTables, bucketSyncEventKeys, bucketSyncRowGens, bucketSyncTableIdx, bucketSyncRows,
 	bucketSyncHorizons, bucketSyncHeld, bucketSyncMeta, bucketSyncKeys,
-	bucketDeliveryPins,                                       // pinned public identity keys
 	bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers, // SSP/1 §14 progress: sequence numbers and clocks
 	bucketSyncPeerGaps, bucketSyncCursorRetry, bucketSyncHeldUsage, // layout 6: gaps, re-offers, held totals (sequences, group names, counts)
 	bucketInPendingSeq, bucketInPendingSender, bucketInProcessedTime, bucketOutPendingSeq, // commit-boundary indexes: sequences, times, ids
@@ -206,4 +206,14 @@ func resealSession(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
 		return nil, fmt.Errorf("bolt: reseal session: %w", err)
 	}
 	return resealValue(rot, "session "+peer.String(), persistence.RecordSession, sessionIdentity(peer), v)
+}
+
+// resealPin re-seals one pin; its identity is derived from the bucket key
+// (the peer's address), as in deliveryTx.Pin.
+func resealPin(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
+	peer, err := parseAddrKey(k)
+	if err != nil {
+		return nil, fmt.Errorf("bolt: reseal pin: %w", err)
+	}
+	return resealValue(rot, "pin "+peer.String(), persistence.RecordPin, pinIdentity(peer), v)
 }

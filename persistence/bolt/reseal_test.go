@@ -30,7 +30,7 @@ func sealedBytes(t *testing.T, bucket, v []byte) []byte {
 	case bytes.Equal(bucket, bucketInProcessed):
 		var r processedRecord
 		r, err = decodeProcessed(v)
-		part = r.Digest
+		part = r.Entry
 	case bytes.Equal(bucket, bucketOutPending):
 		var r outboundRecord
 		r, err = decodeOutbound(v)
@@ -151,12 +151,22 @@ func seedAll(t *testing.T, db *DB, tk persistence.TableKey, events int) {
 			if err := tx.PutSession(p, []byte(fmt.Sprint("session-", i))); err != nil {
 				return err
 			}
+			if err := tx.PutPin(p, seededPin(i)); err != nil {
+				return err
+			}
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	seedInbound(t, db, false) // 6 sealed commit-boundary records (inbound_test.go)
+}
+
+// seededPin is the pin seedAll stores for resealPeers[i].
+func seededPin(i int) messages.IdentityKey {
+	var k messages.IdentityKey
+	k.Sign[0], k.DH[0] = byte(i+1), byte(i+101)
+	return k
 }
 
 // readAll opens every seeded record through the stores with db's sealer.
@@ -196,6 +206,9 @@ func readAll(db *DB, tk persistence.TableKey, events int) error {
 			if v, ok, err := r.Session(p); err != nil || !ok || string(v) != fmt.Sprint("session-", i) {
 				return fmt.Errorf("session %s = %q, %v, %w", p, v, ok, err)
 			}
+			if k, ok, err := r.Pin(p); err != nil || !ok || k != seededPin(i) {
+				return fmt.Errorf("pin %s = %v, %v, %w", p, k, ok, err)
+			}
 		}
 		return nil
 	}); err != nil {
@@ -212,8 +225,8 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.db")
 	tk := persistence.TableKey{Schema: "s", Table: "t"}
 	const events = 23
-	const inbound = 6                                    // pending frames, processed digests, outbound bodies (seedInbound)
-	total := events + 3 + 2 + len(resealPeers) + inbound // events, sealed meta, identity+prekeys, sessions, commit boundary
+	const inbound = 6                                      // pending frames, processed entries, outbound bodies (seedInbound)
+	total := events + 3 + 2 + 2*len(resealPeers) + inbound // events, sealed meta, identity+prekeys, sessions and pins, commit boundary
 	db := mustOpen(t, path, Options{NoSync: true, Sealer: newTestSealer(1)})
 	seedAll(t, db, tk, events)
 	if err := db.Close(); err != nil {
@@ -263,8 +276,9 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 		t.Fatalf("second interrupted Reseal = %d, %v; want %d, ErrInjected", n, err, want)
 	}
 	per, stale = staleCounts(t, db, rot)
-	if stale != 2+inbound || per[string(bucketDeliverySessions)] != 2 {
-		t.Fatalf("stale after run 2 = %d (%v), want 2 sessions + %d commit-boundary records", stale, per, inbound)
+	pins := len(resealPeers)
+	if stale != 2+pins+inbound || per[string(bucketDeliverySessions)] != 2 || per[string(bucketDeliveryPins)] != pins {
+		t.Fatalf("stale after run 2 = %d (%v), want 2 sessions + %d pins + %d commit-boundary records", stale, per, pins, inbound)
 	}
 	// Restart and resume: the rest is resealed, nothing twice.
 	if err := db.Close(); err != nil {
@@ -273,8 +287,8 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 	opts.Failpoint = nil
 	db = mustOpen(t, path, opts)
 	defer db.Close()
-	if n, err := db.Reseal(ctx, 5); err != nil || n != 2+inbound {
-		t.Fatalf("resumed Reseal = %d, %v; want %d", n, err, 2+inbound)
+	if n, err := db.Reseal(ctx, 5); err != nil || n != 2+pins+inbound {
+		t.Fatalf("resumed Reseal = %d, %v; want %d", n, err, 2+pins+inbound)
 	}
 	if _, stale := staleCounts(t, db, rot); stale != 0 {
 		t.Fatalf("stale after reseal = %d", stale)

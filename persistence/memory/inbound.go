@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -251,6 +252,12 @@ func (t *deliveryTxn) PutProcessedInbound(p persistence.ProcessedInbound) error 
 	if err := persistence.CheckProcessedInbound(p); err != nil {
 		return err
 	}
+	return t.putProcessed(p)
+}
+
+// putProcessed stores a checked processed entry (PutProcessedInbound and
+// ImportLegacyProcessed).
+func (t *deliveryTxn) putProcessed(p persistence.ProcessedInbound) error {
 	k := msgKey{p.Sender, p.ID}
 	if _, ok := t.inRead().processed.get(k); ok {
 		return fmt.Errorf("memory: processed inbound %s/%s: %w", p.Sender, p.ID, persistence.ErrDuplicate)
@@ -263,6 +270,28 @@ func (t *deliveryTxn) PutProcessedInbound(p persistence.ProcessedInbound) error 
 	s.processed.put(k, p)
 	s.nProcessed++
 	return nil
+}
+
+// ImportLegacyProcessed implements persistence.LegacyImporter: the same
+// contract as the bbolt store (there the marker is sealed), in one
+// transaction.
+func (s *DeliveryStore) ImportLegacyProcessed(ctx context.Context, entries []persistence.LegacyProcessed) error {
+	return s.Update(ctx, func(ptx persistence.DeliveryTx) error {
+		t := ptx.(*deliveryTxn)
+		for _, e := range entries {
+			p, err := persistence.CheckLegacyProcessed(e)
+			if err != nil {
+				return err
+			}
+			if err := t.check(true); err != nil {
+				return err
+			}
+			if err := t.putProcessed(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func (t *deliveryTxn) PruneProcessedInbound(cutoff int64) (int, error) {

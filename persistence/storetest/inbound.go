@@ -28,6 +28,8 @@ func RunInboundStore(t *testing.T, open DeliveryOpenFunc) {
 		{"PendingCounts", testPendingCounts},
 		{"ProcessedNeverReplaced", testProcessedBasic},
 		{"ProcessedInvalidRefused", testProcessedInvalid},
+		{"LegacyOnlyThroughImport", testLegacyImport},
+		{"LegacyImportIsAllOrNothing", testLegacyImportAtomic},
 		{"ProcessedPruneBoundary", testProcessedPrune},
 		{"OutboundPutAttemptDeletePage", testOutbound},
 		{"FailedUpdateKeepsNoRecord", testInboundAtomic},
@@ -256,11 +258,11 @@ func testProcessedBasic(t *testing.T, open DeliveryOpenFunc) {
 	a := addr("alice", 1)
 	c := persistence.ProcessedInbound{Sender: a, ID: lid(1), Finalization: persistence.FinalizationCommitted, FinalizedAt: 5000, Digest: dig(7)}
 	d := persistence.ProcessedInbound{Sender: a, ID: lid(2), Finalization: persistence.FinalizationDiscarded, FinalizedAt: 6000, Digest: dig(8), Reason: persistence.DiscardRejectedByPolicy}
-	legacy := persistence.ProcessedInbound{Sender: a, ID: lid(3), Finalization: persistence.FinalizationCommitted, FinalizedAt: 7000}
+	legacy := persistence.ProcessedInbound{Sender: a, ID: lid(3), Finalization: persistence.FinalizationCommitted, FinalizedAt: 7000, Legacy: true}
+	importLegacy(t, s, persistence.LegacyProcessed{Sender: a, ID: lid(3), FinalizedAt: 7000})
 	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
 		must(t, tx.PutProcessedInbound(c))
 		must(t, tx.PutProcessedInbound(d))
-		must(t, tx.PutProcessedInbound(legacy))
 		other := d
 		other.ID = lid(1)
 		if err := tx.PutProcessedInbound(other); !errors.Is(err, persistence.ErrDuplicate) {
@@ -275,6 +277,7 @@ func testProcessedBasic(t *testing.T, open DeliveryOpenFunc) {
 				t.Fatalf("ProcessedInbound: %v %v", ok, err)
 			}
 			if got.Finalization != want.Finalization || got.FinalizedAt != want.FinalizedAt || got.Reason != want.Reason ||
+				got.Legacy != want.Legacy ||
 				(got.Digest == nil) != (want.Digest == nil) || (got.Digest != nil && *got.Digest != *want.Digest) {
 				t.Fatalf("ProcessedInbound = %+v, want %+v", got, want)
 			}
@@ -290,18 +293,101 @@ func testProcessedInvalid(t *testing.T, open DeliveryOpenFunc) {
 	s, _ := open(t)
 	a := addr("alice", 1)
 	for _, p := range []persistence.ProcessedInbound{
-		{Sender: a, ID: lid(1), Finalization: 0},
-		{Sender: a, ID: lid(1), Finalization: 9},
-		{Sender: a, ID: lid(1), Finalization: persistence.FinalizationDiscarded, Reason: 0},
-		{Sender: a, ID: lid(1), Finalization: persistence.FinalizationDiscarded, Reason: 99},
-		{Sender: a, ID: lid(1), Finalization: persistence.FinalizationCommitted, Reason: persistence.DiscardOther},
-		{Sender: messages.DeviceAddress{}, ID: lid(1), Finalization: persistence.FinalizationCommitted},
+		{Sender: a, ID: lid(1), Finalization: 0, Digest: dig(1)},
+		{Sender: a, ID: lid(1), Finalization: 9, Digest: dig(1)},
+		{Sender: a, ID: lid(1), Finalization: persistence.FinalizationDiscarded, Reason: 0, Digest: dig(1)},
+		{Sender: a, ID: lid(1), Finalization: persistence.FinalizationDiscarded, Reason: 99, Digest: dig(1)},
+		{Sender: a, ID: lid(1), Finalization: persistence.FinalizationCommitted, Reason: persistence.DiscardOther, Digest: dig(1)},
+		{Sender: messages.DeviceAddress{}, ID: lid(1), Finalization: persistence.FinalizationCommitted, Digest: dig(1)},
+		// A current-layout entry always has a digest, and the legacy
+		// marker is written only by ImportLegacyProcessed.
+		{Sender: a, ID: lid(1), Finalization: persistence.FinalizationCommitted},
+		{Sender: a, ID: lid(1), Finalization: persistence.FinalizationCommitted, Legacy: true},
+		{Sender: a, ID: lid(1), Finalization: persistence.FinalizationCommitted, Legacy: true, Digest: dig(1)},
 	} {
 		err := s.Update(context.Background(), func(tx persistence.DeliveryTx) error { return tx.PutProcessedInbound(p) })
 		if !errors.Is(err, persistence.ErrInvalidRecord) {
 			t.Errorf("PutProcessedInbound(%+v): %v, want ErrInvalidRecord", p, err)
 		}
 	}
+}
+
+// importLegacy imports legacy entries as a migration from an older schema
+// does (persistence.LegacyImporter, which every delivery store implements).
+func importLegacy(t *testing.T, s persistence.DeliveryStore, entries ...persistence.LegacyProcessed) {
+	t.Helper()
+	imp, ok := s.(persistence.LegacyImporter)
+	if !ok {
+		t.Fatalf("%T does not implement persistence.LegacyImporter", s)
+	}
+	if err := imp.ImportLegacyProcessed(context.Background(), entries); err != nil {
+		t.Fatalf("ImportLegacyProcessed: %v", err)
+	}
+}
+
+// The legacy rule (an entry without digest acknowledges any body) holds
+// only for an entry carrying the legacy marker, which only the import
+// writes: it reads back committed, without digest, with Legacy set, is
+// never replaced, and pruned like any other entry.
+func testLegacyImport(t *testing.T, open DeliveryOpenFunc) {
+	s, reopen := open(t)
+	a := addr("alice", 1)
+	importLegacy(t, s, persistence.LegacyProcessed{Sender: a, ID: lid(1), FinalizedAt: 100}, persistence.LegacyProcessed{Sender: a, ID: lid(2), FinalizedAt: 200})
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		err := tx.PutProcessedInbound(persistence.ProcessedInbound{Sender: a, ID: lid(1), Finalization: persistence.FinalizationCommitted, FinalizedAt: 5, Digest: dig(1)})
+		if !errors.Is(err, persistence.ErrDuplicate) {
+			t.Fatalf("a processed entry over a legacy one: %v, want ErrDuplicate", err)
+		}
+		return nil
+	})
+	s = reopen()
+	dView(t, s, func(r persistence.DeliveryReader) error {
+		for i, at := range []int64{100, 200} {
+			got, ok, err := r.ProcessedInbound(a, lid(byte(i+1)))
+			if err != nil || !ok || !got.Legacy || got.Digest != nil || got.Finalization != persistence.FinalizationCommitted || got.FinalizedAt != at || got.Reason != 0 {
+				t.Fatalf("legacy entry %d = %+v, %v, %v", i+1, got, ok, err)
+			}
+		}
+		return nil
+	})
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		if n, err := tx.PruneProcessedInbound(150); err != nil || n != 1 {
+			t.Fatalf("prune = %d, %v; want 1", n, err)
+		}
+		return nil
+	})
+}
+
+// An import with an invalid address or an entry that exists writes
+// nothing.
+func testLegacyImportAtomic(t *testing.T, open DeliveryOpenFunc) {
+	s, _ := open(t)
+	a := addr("alice", 1)
+	imp := s.(persistence.LegacyImporter)
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		return tx.PutProcessedInbound(persistence.ProcessedInbound{Sender: a, ID: lid(9), Finalization: persistence.FinalizationCommitted, FinalizedAt: 1, Digest: dig(1)})
+	})
+	for _, tc := range []struct {
+		bad  persistence.LegacyProcessed
+		want error
+	}{
+		{persistence.LegacyProcessed{Sender: a, ID: lid(9)}, persistence.ErrDuplicate},
+		{persistence.LegacyProcessed{Sender: messages.DeviceAddress{}, ID: lid(3)}, persistence.ErrInvalidRecord},
+	} {
+		err := imp.ImportLegacyProcessed(context.Background(), []persistence.LegacyProcessed{{Sender: a, ID: lid(1)}, tc.bad})
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("import with %+v: %v, want %v", tc.bad, err, tc.want)
+		}
+	}
+	dView(t, s, func(r persistence.DeliveryReader) error {
+		if _, ok, err := r.ProcessedInbound(a, lid(1)); err != nil || ok {
+			t.Fatalf("a failed import kept an entry: %v %v", ok, err)
+		}
+		if n, err := r.ProcessedInboundCount(); err != nil || n != 1 {
+			t.Fatalf("ProcessedInboundCount = %d %v, want 1", n, err)
+		}
+		return nil
+	})
 }
 
 func testProcessedPrune(t *testing.T, open DeliveryOpenFunc) {
