@@ -447,11 +447,14 @@ func (m *Manager) Bundle(ctx context.Context) (*messages.PrekeyBundle, error) {
 	var out messages.PrekeyBundle
 	reply := make(chan error, 1)
 	err := m.updatePrekeys(func(ps ratchet.PrekeyStore) (ratchet.PrekeyStore, bool, error) {
-		ps, _, err := ps.Refresh(m.local, m.cfg.Now())
+		now := m.cfg.Now()
+		ps, _, err := ps.Refresh(m.local, now)
 		if err != nil {
 			return ps, false, err
 		}
-		ps, out, err = ps.IssueBundle(m.pub)
+		// Stamped: the one-time prekey stays at least MinIssuedAge, so
+		// later requests cannot push out an initiation in flight.
+		ps, out, err = ps.IssueBundleAt(m.pub, now)
 		return ps, true, err
 	}, func(_ bool, err error) { reply <- err })
 	if err != nil {
