@@ -398,13 +398,19 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 			return out, wrapPeer("load prekeys", a.peer, corrupt("prekeys", err))
 		}
 	}
+	// The work is counted, not timed (issue 13 item 2): the prekey
+	// store's load and whatever Decrypt computes, success or failure.
+	work := prekeys.LoadWork()
+	rc := cfg.Ratchet
+	rc.Work = &work
 	b.attempts.Add(1)
 	if initiation && !holds(a.rec, session) {
 		b.initiations.Add(1)
 	}
 	// a.peer is the sender the transport authenticated (the caller's
 	// from): an initiation naming another address is refused.
-	res, err := cfg.Ratchet.Decrypt(a.rec, a.m.local, prekeys, envelope, ratchet.Route{From: a.peer, To: a.m.self}, now)
+	res, err := rc.Decrypt(a.rec, a.m.local, prekeys, envelope, ratchet.Route{From: a.peer, To: a.m.self}, now)
+	b.addWork(work, err != nil)
 	if err != nil {
 		b.failures.Add(1)
 		err = wrapPeer("decrypt", a.peer, err)
