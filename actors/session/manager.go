@@ -25,6 +25,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -229,6 +230,16 @@ type Manager struct {
 	closing   chan struct{}
 	refreshMu sync.Mutex
 	refresh   *time.Timer
+
+	// prekeyCache is the prekey store updatePrekeys last read or wrote,
+	// with its encoding; touched only on the committer's goroutine. A
+	// stored encoding equal to raw decodes to ps, so a run of bundle
+	// requests decodes once (decoding builds key objects: an X25519
+	// multiplication per signed prekey, an ML-KEM expansion per KEM key).
+	prekeyCache struct {
+		raw []byte
+		ps  ratchet.PrekeyStore
+	}
 }
 
 // peerEntry is the routing entry of one live peer actor. pending counts
@@ -419,16 +430,28 @@ func (m *Manager) updatePrekeys(fn func(ps ratchet.PrekeyStore) (ratchet.PrekeyS
 			if !ok {
 				return ErrNoIdentity
 			}
-			ps, err := ratchet.UnmarshalPrekeyStore(raw)
-			if err != nil {
-				return corrupt("prekeys", err)
+			c := &m.prekeyCache
+			ps := c.ps
+			if c.raw == nil || !bytes.Equal(c.raw, raw) {
+				if ps, err = ratchet.UnmarshalPrekeyStore(raw); err != nil {
+					return corrupt("prekeys", err)
+				}
+				c.raw, c.ps = bytes.Clone(raw), ps
 			}
 			next, ch, err := fn(ps)
 			if err != nil || !ch {
 				return err
 			}
 			changed = true
-			return putPrekeys(tx, next)
+			b, err := ratchet.MarshalPrekeyStore(next)
+			if err != nil {
+				return err
+			}
+			if err := tx.PutPrekeys(b); err != nil {
+				return err
+			}
+			c.raw, c.ps = b, next
+			return nil
 		},
 		done: func(err error) { done(changed && err == nil, err) },
 	})
