@@ -227,7 +227,7 @@ type Device struct {
 	closed   bool
 	stopOnce sync.Once
 
-	staleMu sync.Mutex
+	staleMu    sync.Mutex
 	stale      map[staleKey]bool // reported by CheckPending and still pending
 	staleTimer *time.Timer
 }
