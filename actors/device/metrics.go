@@ -51,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "stale_pending_total", Help: "Messages found pending past StaleAfter, each once per process, by side (received, sent) and reason (uncommitted, unacknowledged, unanswered_initiation, peer_identity_changed)."}, []string{"side", "reason"}),
 		undecryptable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
-			Name: "undecryptable_envelopes_total", Help: "Received envelopes that could not be decrypted, by reason (malformed, decrypt, identity_changed, budget)."}, []string{"reason"}),
+			Name: "undecryptable_envelopes_total", Help: "Received envelopes that could not be decrypted, by reason (malformed, decrypt, identity_changed, budget, unpinned_limit)."}, []string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil

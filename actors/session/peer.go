@@ -152,6 +152,9 @@ func (a *peerActor) load(ctx context.Context) error {
 	if pinned {
 		a.pin = &pin
 	}
+	if pinned || has {
+		a.m.knownPeer(a.entry)
+	}
 	a.chain = &chain{}
 	return nil
 }
@@ -166,6 +169,9 @@ func (a *peerActor) settled(m *settledMsg) {
 			a.loaded, a.rec, a.pin, a.chain, a.in, a.out = false, ratchet.SessionRecord{}, nil, nil, nil, nil
 		}
 		return
+	}
+	if a.pin != nil || !a.rec.IsEmpty() {
+		a.m.knownPeer(a.entry) // durable now: no longer counted as unpinned
 	}
 	for _, id := range m.w.inKeys {
 		if k := a.in[id]; k != nil && k.owner == m.w {
@@ -451,6 +457,7 @@ const (
 	ReasonDecrypt         = "decrypt"
 	ReasonIdentityChanged = "identity_changed"
 	ReasonMalformed       = "malformed"
+	ReasonUnpinnedLimit   = "unpinned_limit"
 )
 
 func (a *peerActor) undecryptable(reason string, err error) {
