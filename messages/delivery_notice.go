@@ -1,5 +1,7 @@
 package messages
 
+import "time"
+
 // UndecryptableEnvelope: an envelope from From could not be decrypted
 // (issue 13, item 10), with Reason from a closed set ("malformed",
 // "decrypt", "identity_changed", "budget"). From is what the transport
@@ -11,3 +13,21 @@ type UndecryptableEnvelope struct {
 }
 
 func (UndecryptableEnvelope) notice() {}
+
+// StalePendingMessage: a message stayed pending longer than the device's
+// StaleAfter (issue 13, item 10), told once per process. Sent: a sent
+// message not acknowledged by Peer, its recipient; else a received one
+// from Peer (its authenticated sender) the application neither committed
+// nor discarded. Reason is from a closed set ("uncommitted",
+// "unacknowledged", "unanswered_initiation", "peer_identity_changed");
+// Reinitiated: the device reset the session and resent (Retry on).
+type StalePendingMessage struct {
+	Sent        bool
+	Peer        DeviceAddress
+	ID          LogicalMessageID
+	Since       time.Time
+	Reason      string
+	Reinitiated bool
+}
+
+func (StalePendingMessage) notice() {}

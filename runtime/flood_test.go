@@ -46,7 +46,9 @@ func forgedInitiation(t *testing.T, ctx context.Context, bob *Node, from DeviceA
 // spent on the flood is counted, not timed: the decrypt attempts that
 // failed stay within mallory's budget (FailedDecryptBurst, the clock
 // standing still: no refill), each one initiation (a bounded number of
-// DH and KEM operations); and m got at most its bundle burst plus the
+// DH and KEM operations), and what they computed — X25519, ML-KEM,
+// KDF steps, signature checks — stays under the stated bound below,
+// DefaultFailedDecryptBurst × (MaxInitiationWork + the prekey load); and m got at most its bundle burst plus the
 // refill of the seconds the test ran, the rest refused.
 func TestFloodDoesNotStopAlice(t *testing.T) { runIsolated(t, floodDoesNotStopAlice) }
 
@@ -154,6 +156,25 @@ func floodDoesNotStopAlice(t *testing.T) {
 	// Initiations bob tried: the failing ones and alice's single one.
 	if c.Initiations > session.DefaultFailedDecryptBurst+1 {
 		t.Fatalf("bob ran %d initiation agreements, bound %d", c.Initiations, session.DefaultFailedDecryptBurst+1)
+	}
+	// The stated bound on what the flood cost bob, in operations: each
+	// failed attempt at most one initiation's work (MaxInitiationWork:
+	// 7 X25519, 1 ML-KEM, 516 KDF steps, 1 signature check at the default
+	// caps) plus loading the prekey store (one signed prekey and one KEM
+	// prekey: the frozen clock never rotates them), for at most the burst.
+	per := ratchet.DefaultConfig().MaxInitiationWork()
+	per.Add(ratchet.Work{DH: 1, KEM: 1})
+	f, burst := c.FailedWork, uint64(session.DefaultFailedDecryptBurst)
+	if f.DH > burst*per.DH || f.KEM > burst*per.KEM || f.KDF > burst*per.KDF || f.Verify > burst*per.Verify {
+		t.Fatalf("bob's flood work %+v beyond %d × %+v", f, burst, per)
+	}
+	// And what it really is: the forged envelopes carry N = 0, so each
+	// failed one costs its load (1 DH, 1 KEM), the signature, the
+	// agreement (4 DH with the one-time prekey's key object: 5, 1 KEM,
+	// 1 HKDF), the ratchet step (1 DH, KDF_RK) and one chain step and
+	// message HKDF: 7 DH, 2 KEM, 4 KDF, 1 verify.
+	if want := (ratchet.Work{DH: 7 * c.Failures, KEM: 2 * c.Failures, KDF: 4 * c.Failures, Verify: c.Failures}); f != want {
+		t.Fatalf("bob's flood work %+v for %d failures, want %+v", f, c.Failures, want)
 	}
 	if bound := DefaultBundleBurst + int(elapsed.Seconds()*DefaultBundlesPerSecond) + 1; bundles.Bundles > bound || bundles.Bundles+bundles.Refusals != 1100 {
 		t.Fatalf("m got %d bundles (%d refused), bound %d", bundles.Bundles, bundles.Refusals, bound)

@@ -37,6 +37,8 @@ type (
 	RetentionPolicy = device.RetentionPolicy
 	// RetryPolicy is the opt-in resend schedule of pending sent messages.
 	RetryPolicy = device.RetryPolicy
+	// StalePending is a message pending past DeviceConfig.StaleAfter.
+	StalePending = device.StalePending
 	// PruneSchedule is the opt-in processed-ID prune schedule.
 	PruneSchedule = device.PruneSchedule
 	// DiscardReason is the closed set of reasons a message is discarded.
@@ -113,6 +115,16 @@ type DeviceConfig struct {
 	Prune PruneSchedule
 	// Session tweaks the session layer (ratchet limits, prekey schedule).
 	Session func(*session.Config)
+	// StaleAfter is how long a message may stay pending (received and not
+	// committed or discarded, sent and not acknowledged) before it is
+	// reported: a StalePendingMessage notice and
+	// syncmesh_delivery_stale_pending_total{side, reason}; an unanswered
+	// initiation of ours is re-initiated only under Retry. 0:
+	// device.DefaultStaleAfter (1 h); < 0: never.
+	StaleAfter time.Duration
+	// StaleCheckInterval is how often pending messages are checked; 0:
+	// StaleAfter / 4; < 0: only by CheckPending.
+	StaleCheckInterval time.Duration
 }
 
 func (n *Node) openDevice(ctx context.Context) error {
@@ -154,6 +166,10 @@ func (n *Node) openDevice(ctx context.Context) error {
 		OnUndecryptable: func(from DeviceAddress, reason string, err error) {
 			n.publish(messages.UndecryptableEnvelope{From: from, Reason: reason, Err: err.Error()})
 		},
+		StaleAfter: dc.StaleAfter, StaleCheckInterval: dc.StaleCheckInterval,
+		OnStale: func(st device.StalePending) {
+			n.publish(messages.StalePendingMessage{Sent: st.Sent, Peer: st.Peer, ID: st.ID, Since: st.Since, Reason: st.Reason, Reinitiated: st.Reinitiated})
+		},
 	})
 	if err != nil {
 		_ = store.Close()
@@ -162,6 +178,19 @@ func (n *Node) openDevice(ctx context.Context) error {
 	}
 	close(n.deliveries.ready)
 	return nil
+}
+
+// CheckPending reports the messages pending longer than
+// DeviceConfig.StaleAfter that it finds for the first time (each also
+// published as a StalePendingMessage notice and counted), re-initiating
+// unanswered initiations under DeviceConfig.Retry. The device runs it
+// every StaleCheckInterval on its own.
+func (n *Node) CheckPending(ctx context.Context) ([]StalePending, error) {
+	d, err := n.dev()
+	if err != nil {
+		return nil, err
+	}
+	return d.CheckPending(ctx)
 }
 
 func (n *Node) dev() (*device.Device, error) {

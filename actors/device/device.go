@@ -196,6 +196,17 @@ type Config struct {
 	// counted in syncmesh_delivery_undecryptable_envelopes_total. It must
 	// not block.
 	OnUndecryptable func(from messages.DeviceAddress, reason string, err error)
+	// StaleAfter is how long a message may stay pending (received and not
+	// committed or discarded, or sent and not acknowledged) before it is
+	// reported (CheckPending, OnStale, syncmesh_delivery_stale_pending_total).
+	// 0: DefaultStaleAfter; < 0: never.
+	StaleAfter time.Duration
+	// StaleCheckInterval is how often CheckPending runs on its own; 0:
+	// StaleAfter / 4 (at least a second); < 0: only when called.
+	StaleCheckInterval time.Duration
+	// OnStale, when set, is told about each message found pending past
+	// StaleAfter, once per process. It must not block.
+	OnStale func(StalePending)
 }
 
 // Device is one local device's delivery plane. Methods are safe for
@@ -215,6 +226,10 @@ type Device struct {
 	mu       sync.Mutex
 	closed   bool
 	stopOnce sync.Once
+
+	staleMu    sync.Mutex
+	stale      map[staleKey]bool // reported by CheckPending and still pending
+	staleTimer *time.Timer
 }
 
 // Open starts the device's actors on sys over cfg.Store: the session
@@ -247,7 +262,7 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	if err != nil {
 		return nil, fmt.Errorf("device: metrics: %w", err)
 	}
-	d := &Device{cfg: cfg, metrics: m, stop: make(chan struct{})}
+	d := &Device{cfg: cfg, metrics: m, stop: make(chan struct{}), stale: map[staleKey]bool{}}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	if cfg.Handler != nil || cfg.Buffer > 0 {
 		if cfg.Handler == nil {
@@ -298,6 +313,12 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	if cfg.Prune.Interval > 0 {
 		d.loops.Add(1)
 		go d.pruneLoop()
+	}
+	if iv := cfg.StaleCheckInterval; iv >= 0 && d.staleAfter() > 0 {
+		if iv == 0 {
+			iv = max(time.Second, d.staleAfter()/4)
+		}
+		d.armStale(iv)
 	}
 	return d, nil
 }
@@ -363,6 +384,7 @@ func (d *Device) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.stopOnce.Do(func() { close(d.stop); d.cancel() })
+	d.stopStale()
 	if d.queue != nil {
 		d.queue.close()
 	}

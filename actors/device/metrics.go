@@ -24,6 +24,9 @@ type metrics struct {
 	// undecryptable is labelled by reason only (a closed set): spoofed
 	// addresses cannot grow its series.
 	undecryptable *prometheus.CounterVec
+	// stale counts messages found pending past StaleAfter, by side and
+	// reason only (closed sets).
+	stale *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,8 +48,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "acks_sent_total", Help: "ACKs encrypted and handed to the transport."}),
 		acksFailed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "acks_failed_total", Help: "ACKs that could not be encrypted or handed off (the commit stands; ackSent=false)."}),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "stale_pending_total", Help: "Messages found pending past StaleAfter, each once per process, by side (received, sent) and reason (uncommitted, unacknowledged, unanswered_initiation, peer_identity_changed)."}, []string{"side", "reason"}),
 		undecryptable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
-			Name: "undecryptable_envelopes_total", Help: "Received envelopes that could not be decrypted, by reason (malformed, decrypt, identity_changed, budget)."}, []string{"reason"}),
+			Name: "undecryptable_envelopes_total", Help: "Received envelopes that could not be decrypted, by reason (malformed, decrypt, identity_changed, budget, unpinned_limit)."}, []string{"reason"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -58,6 +63,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	if m.undecryptable, err = promreg.Register(reg, m.undecryptable); err != nil {
+		return nil, err
+	}
+	if m.stale, err = promreg.Register(reg, m.stale); err != nil {
 		return nil, err
 	}
 	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed} {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -37,9 +38,13 @@ const (
 // metrics: Attempts (every call into the ratchet's Decrypt),
 // Initiations (attempts carrying an initiation for a session the record
 // does not hold: the DH/KEM-heavy case), Failures, and Refused (envelopes
-// refused by the budget, with no cryptography).
+// refused by the budget, with no cryptography). Work is the operations
+// every attempt computed (DH, KEM, KDF steps, signature checks: the prekey
+// store's load included) and FailedWork the part of it spent on attempts
+// that failed — what a flood of forgeries costs.
 type DecryptCounters struct {
 	Attempts, Initiations, Failures, Refused uint64
+	Work, FailedWork                         ratchet.Work
 }
 
 type budgets struct {
@@ -50,6 +55,19 @@ type budgets struct {
 	buckets map[messages.DeviceAddress]*budget
 
 	attempts, initiations, failures, refused atomic.Uint64
+
+	workMu           sync.Mutex
+	work, failedWork ratchet.Work
+}
+
+// addWork counts one attempt's work.
+func (b *budgets) addWork(w ratchet.Work, failed bool) {
+	b.workMu.Lock()
+	b.work.Add(w)
+	if failed {
+		b.failedWork.Add(w)
+	}
+	b.workMu.Unlock()
 }
 
 type budget struct {
@@ -116,6 +134,9 @@ func budgetError(peer messages.DeviceAddress) error {
 
 // DecryptCounters returns the decrypt work done so far.
 func (m *Manager) DecryptCounters() DecryptCounters {
-	return DecryptCounters{Attempts: m.budgets.attempts.Load(), Initiations: m.budgets.initiations.Load(),
-		Failures: m.budgets.failures.Load(), Refused: m.budgets.refused.Load()}
+	b := &m.budgets
+	b.workMu.Lock()
+	defer b.workMu.Unlock()
+	return DecryptCounters{Attempts: b.attempts.Load(), Initiations: b.initiations.Load(),
+		Failures: b.failures.Load(), Refused: b.refused.Load(), Work: b.work, FailedWork: b.failedWork}
 }

@@ -16,6 +16,10 @@ import (
 var (
 	// ErrClosed is returned by every call on a closed Manager.
 	ErrClosed = errors.New("session: manager closed")
+	// ErrTooManyUnpinned: an envelope from an address with no pin or
+	// session arrived while Config.MaxUnpinnedPeers such addresses were
+	// being served; it was refused before anything was read or kept.
+	ErrTooManyUnpinned = errors.New("session: too many addresses without a pin")
 	// ErrInvalidPeer marks a DeviceAddress that fails Validate.
 	ErrInvalidPeer = errors.New("session: invalid peer address")
 	// ErrStaleState marks an operation decided on top of an earlier one

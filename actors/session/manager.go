@@ -25,6 +25,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,8 +45,10 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultIdleTimeout     = time.Minute
-	DefaultRefreshInterval = time.Hour
+	DefaultIdleTimeout = time.Minute
+	// DefaultMaxUnpinnedPeers is Config.MaxUnpinnedPeers' default.
+	DefaultMaxUnpinnedPeers = 1024
+	DefaultRefreshInterval  = time.Hour
 )
 
 // Config configures a Manager. Store and Transport are required.
@@ -80,6 +83,12 @@ type Config struct {
 	// IdleTimeout passivates a peer actor that received no message for
 	// this long (and has no write in flight); 0: DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// MaxUnpinnedPeers caps the peer actors live at once for envelopes
+	// from addresses with no stored pin or session (unauthenticated
+	// senders, first contacts); past it such an envelope is refused with
+	// ErrTooManyUnpinned and nothing is kept (its sender retries). 0:
+	// DefaultMaxUnpinnedPeers.
+	MaxUnpinnedPeers int
 	// MaxPendingPerSender caps one sender's pending messages; a new
 	// message past it is refused before its ratchet step is persisted
 	// (inbound.ErrSenderBacklogFull). 0: no cap (the spec's behaviour).
@@ -144,6 +153,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxUnpinnedPeers <= 0 {
+		c.MaxUnpinnedPeers = DefaultMaxUnpinnedPeers
 	}
 	if c.FailedDecryptBurst == 0 {
 		c.FailedDecryptBurst = DefaultFailedDecryptBurst
@@ -225,10 +237,21 @@ type Manager struct {
 
 	mu        sync.Mutex
 	peers     map[messages.DeviceAddress]*peerEntry
+	unpinned  int // live entries with unpinned set (Config.MaxUnpinnedPeers)
 	closed    bool
 	closing   chan struct{}
 	refreshMu sync.Mutex
 	refresh   *time.Timer
+
+	// prekeyCache is the prekey store updatePrekeys last read or wrote,
+	// with its encoding; touched only on the committer's goroutine. A
+	// stored encoding equal to raw decodes to ps, so a run of bundle
+	// requests decodes once (decoding builds key objects: an X25519
+	// multiplication per signed prekey, an ML-KEM expansion per KEM key).
+	prekeyCache struct {
+		raw []byte
+		ps  ratchet.PrekeyStore
+	}
 }
 
 // peerEntry is the routing entry of one live peer actor. pending counts
@@ -237,6 +260,10 @@ type Manager struct {
 type peerEntry struct {
 	pid     *actor.PID
 	pending int
+	// unpinned: spawned for an envelope from an address not known to hold
+	// a pin or a session (counted in Manager.unpinned until its actor
+	// finds or makes one durable, or stops).
+	unpinned bool
 }
 
 // NewManager loads the local identity and prekey store from cfg.Store,
@@ -419,16 +446,28 @@ func (m *Manager) updatePrekeys(fn func(ps ratchet.PrekeyStore) (ratchet.PrekeyS
 			if !ok {
 				return ErrNoIdentity
 			}
-			ps, err := ratchet.UnmarshalPrekeyStore(raw)
-			if err != nil {
-				return corrupt("prekeys", err)
+			c := &m.prekeyCache
+			ps := c.ps
+			if c.raw == nil || !bytes.Equal(c.raw, raw) {
+				if ps, err = ratchet.UnmarshalPrekeyStore(raw); err != nil {
+					return corrupt("prekeys", err)
+				}
+				c.raw, c.ps = bytes.Clone(raw), ps
 			}
 			next, ch, err := fn(ps)
 			if err != nil || !ch {
 				return err
 			}
 			changed = true
-			return putPrekeys(tx, next)
+			b, err := ratchet.MarshalPrekeyStore(next)
+			if err != nil {
+				return err
+			}
+			if err := tx.PutPrekeys(b); err != nil {
+				return err
+			}
+			c.raw, c.ps = b, next
+			return nil
 		},
 		done: func(err error) { done(changed && err == nil, err) },
 	})
@@ -447,11 +486,14 @@ func (m *Manager) Bundle(ctx context.Context) (*messages.PrekeyBundle, error) {
 	var out messages.PrekeyBundle
 	reply := make(chan error, 1)
 	err := m.updatePrekeys(func(ps ratchet.PrekeyStore) (ratchet.PrekeyStore, bool, error) {
-		ps, _, err := ps.Refresh(m.local, m.cfg.Now())
+		now := m.cfg.Now()
+		ps, _, err := ps.Refresh(m.local, now)
 		if err != nil {
 			return ps, false, err
 		}
-		ps, out, err = ps.IssueBundle(m.pub)
+		// Stamped: the one-time prekey stays at least MinIssuedAge, so
+		// later requests cannot push out an initiation in flight.
+		ps, out, err = ps.IssueBundleAt(m.pub, now)
 		return ps, true, err
 	}, func(_ bool, err error) { reply <- err })
 	if err != nil {
@@ -529,13 +571,22 @@ func (m *Manager) Prune(ctx context.Context, policy inbound.RetentionPolicy) (in
 
 // call routes a request to peer's actor and waits for its reply.
 func call[T any](ctx context.Context, m *Manager, peer messages.DeviceAddress, mk func(reply func(T, error)) request) (T, error) {
+	return callVia(ctx, m, peer, mk, func(r request) error { return m.route(peer, r) })
+}
+
+// callInbound is call for an envelope from peer (routeInbound).
+func callInbound[T any](ctx context.Context, m *Manager, peer messages.DeviceAddress, mk func(reply func(T, error)) request) (T, error) {
+	return callVia(ctx, m, peer, mk, func(r request) error { return m.routeInbound(ctx, peer, r) })
+}
+
+func callVia[T any](ctx context.Context, m *Manager, peer messages.DeviceAddress, mk func(reply func(T, error)) request, route func(request) error) (T, error) {
 	type res struct {
 		v   T
 		err error
 	}
 	ch := make(chan res, 1)
 	var zero T
-	if err := m.route(peer, mk(func(v T, err error) { ch <- res{v, err} })); err != nil {
+	if err := route(mk(func(v T, err error) { ch <- res{v, err} })); err != nil {
 		return zero, err
 	}
 	r, err := await(ctx, ch)
@@ -572,7 +623,7 @@ func (m *Manager) Send(ctx context.Context, peer messages.DeviceAddress, plainte
 // Decrypt opens envelope from peer and persists the new session state
 // before returning the plaintext. On error nothing changed.
 func (m *Manager) Decrypt(ctx context.Context, peer messages.DeviceAddress, envelope []byte) ([]byte, error) {
-	return call(ctx, m, peer, func(reply func([]byte, error)) request {
+	return callInbound(ctx, m, peer, func(reply func([]byte, error)) request {
 		return &decryptReq{ctx: ctx, envelope: envelope, reply: reply}
 	})
 }
@@ -585,7 +636,7 @@ func (m *Manager) Decrypt(ctx context.Context, peer messages.DeviceAddress, enve
 // rolled back. A Delivery is returned only after the commit and is never
 // ACKed; a copy of a finalized message is ACKed again.
 func (m *Manager) Receive(ctx context.Context, peer messages.DeviceAddress, envelope []byte) (Received, error) {
-	r, err := call(ctx, m, peer, func(reply func(Received, error)) request {
+	r, err := callInbound(ctx, m, peer, func(reply func(Received, error)) request {
 		return &receiveReq{ctx: ctx, envelope: envelope, reply: reply}
 	})
 	if err == nil && r.ack != nil {
@@ -601,7 +652,7 @@ func (m *Manager) Receive(ctx context.Context, peer messages.DeviceAddress, enve
 // decided in that order, and their writes share transactions: this is how
 // a transport pipelines a link. done must not block.
 func (m *Manager) ReceiveAsync(ctx context.Context, peer messages.DeviceAddress, envelope []byte, done func(Received, error)) error {
-	return m.route(peer, &receiveReq{ctx: ctx, envelope: envelope, reply: func(r Received, err error) {
+	return m.routeInbound(ctx, peer, &receiveReq{ctx: ctx, envelope: envelope, reply: func(r Received, err error) {
 		if err != nil || r.ack == nil {
 			done(r, err)
 			return
@@ -764,6 +815,65 @@ func (m *Manager) Close() error {
 
 // route sends msg to peer's actor, spawning it when it is not live.
 func (m *Manager) route(peer messages.DeviceAddress, msg request) error {
+	return m.routeAs(peer, msg, routeLocal)
+}
+
+// How an entry a request spawns is counted against MaxUnpinnedPeers.
+const (
+	routeLocal         = iota // a local operation: never refused, not counted
+	routeInboundNew           // an envelope from an address not known to hold anything
+	routeInboundPinned        // an envelope from an address with a stored pin or session
+)
+
+// errUnpinnedCap: routeAs would spawn an unpinned entry past the cap; the
+// caller checks the store before refusing.
+var errUnpinnedCap = errors.New("session: unpinned cap reached")
+
+// routeInbound routes an envelope's request from peer. A new entry for an
+// address with no stored pin or session counts against MaxUnpinnedPeers;
+// past it the envelope is refused (ErrTooManyUnpinned, an undecryptable
+// notice, nothing kept), so spoofed addresses cannot make the device hold
+// more than the cap of peer actors at once (issue 13 item 9). A pinned
+// peer's envelope is never refused by the cap.
+func (m *Manager) routeInbound(ctx context.Context, peer messages.DeviceAddress, msg request) error {
+	err := m.routeAs(peer, msg, routeInboundNew)
+	if !errors.Is(err, errUnpinnedCap) {
+		return err
+	}
+	var known bool
+	if err := m.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		_, hasSession, err := r.Session(peer)
+		if err != nil {
+			return err
+		}
+		_, pinned, err := r.Pin(peer)
+		known = hasSession || pinned
+		return err
+	}); err != nil {
+		return wrapPeer("load", peer, err)
+	}
+	if !known {
+		err := fmt.Errorf("%w: %d addresses without a pin are being served; refused %s", ErrTooManyUnpinned, m.cfg.MaxUnpinnedPeers, peer)
+		if f := m.cfg.OnUndecryptable; f != nil {
+			f(peer, ReasonUnpinnedLimit, err)
+		}
+		return err
+	}
+	return m.routeAs(peer, msg, routeInboundPinned)
+}
+
+// knownPeer marks e as holding a durable pin or session: it no longer
+// counts against MaxUnpinnedPeers.
+func (m *Manager) knownPeer(e *peerEntry) {
+	m.mu.Lock()
+	if e.unpinned {
+		e.unpinned = false
+		m.unpinned--
+	}
+	m.mu.Unlock()
+}
+
+func (m *Manager) routeAs(peer messages.DeviceAddress, msg request, how int) error {
 	if err := peer.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidPeer, err)
 	}
@@ -774,7 +884,13 @@ func (m *Manager) route(peer messages.DeviceAddress, msg request) error {
 	}
 	e := m.peers[peer]
 	if e == nil {
-		e = &peerEntry{}
+		if how == routeInboundNew && m.unpinned >= m.cfg.MaxUnpinnedPeers {
+			return errUnpinnedCap
+		}
+		e = &peerEntry{unpinned: how == routeInboundNew}
+		if e.unpinned {
+			m.unpinned++
+		}
 		a := &peerActor{m: m, peer: peer, entry: e}
 		e.pid = m.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }, m.cfg.Mailboxes.Option("session"), mailbox.Pooled()))
 		m.peers[peer] = e
@@ -801,6 +917,10 @@ func (m *Manager) passivate(peer messages.DeviceAddress, e *peerEntry) bool {
 	}
 	if m.peers[peer] == e {
 		delete(m.peers, peer)
+	}
+	if e.unpinned {
+		e.unpinned = false
+		m.unpinned--
 	}
 	return true
 }

@@ -152,6 +152,9 @@ func (a *peerActor) load(ctx context.Context) error {
 	if pinned {
 		a.pin = &pin
 	}
+	if pinned || has {
+		a.m.knownPeer(a.entry)
+	}
 	a.chain = &chain{}
 	return nil
 }
@@ -166,6 +169,9 @@ func (a *peerActor) settled(m *settledMsg) {
 			a.loaded, a.rec, a.pin, a.chain, a.in, a.out = false, ratchet.SessionRecord{}, nil, nil, nil, nil
 		}
 		return
+	}
+	if a.pin != nil || !a.rec.IsEmpty() {
+		a.m.knownPeer(a.entry) // durable now: no longer counted as unpinned
 	}
 	for _, id := range m.w.inKeys {
 		if k := a.in[id]; k != nil && k.owner == m.w {
@@ -398,13 +404,19 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 			return out, wrapPeer("load prekeys", a.peer, corrupt("prekeys", err))
 		}
 	}
+	// The work is counted, not timed (issue 13 item 2): the prekey
+	// store's load and whatever Decrypt computes, success or failure.
+	work := prekeys.LoadWork()
+	rc := cfg.Ratchet
+	rc.Work = &work
 	b.attempts.Add(1)
 	if initiation && !holds(a.rec, session) {
 		b.initiations.Add(1)
 	}
 	// a.peer is the sender the transport authenticated (the caller's
 	// from): an initiation naming another address is refused.
-	res, err := cfg.Ratchet.Decrypt(a.rec, a.m.local, prekeys, envelope, ratchet.Route{From: a.peer, To: a.m.self}, now)
+	res, err := rc.Decrypt(a.rec, a.m.local, prekeys, envelope, ratchet.Route{From: a.peer, To: a.m.self}, now)
+	b.addWork(work, err != nil)
 	if err != nil {
 		b.failures.Add(1)
 		err = wrapPeer("decrypt", a.peer, err)
@@ -445,6 +457,7 @@ const (
 	ReasonDecrypt         = "decrypt"
 	ReasonIdentityChanged = "identity_changed"
 	ReasonMalformed       = "malformed"
+	ReasonUnpinnedLimit   = "unpinned_limit"
 )
 
 func (a *peerActor) undecryptable(reason string, err error) {

@@ -491,13 +491,19 @@ func TestScheduledRefreshRuns(t *testing.T) {
 	}
 }
 
+// TestOneTimePrekeysReplenished: one-time prekeys are replenished and
+// never handed out twice; issued ones are evicted (making room) only once
+// MinIssuedAge old, so with the clock moving on by that much per bundle
+// twenty bundles in a row all carry one.
 func TestOneTimePrekeysReplenished(t *testing.T) {
 	ms := newMesh(t)
 	cfg := ratchet.DefaultPrekeyConfig()
 	cfg.OneTimeBatch, cfg.OneTimeThreshold, cfg.MaxOneTime = 4, 2, 8
+	cfg.MinIssuedAge = time.Minute
 	b := ms.add(bobAddr, nil, func(c *session.Config) { c.Prekeys = cfg })
 	ids := map[uint32]bool{}
 	for range 20 {
+		ms.clock.Advance(time.Minute)
 		bundle, err := b.m.Bundle(bg)
 		if err != nil {
 			t.Fatal(err)

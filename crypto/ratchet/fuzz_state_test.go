@@ -78,6 +78,7 @@ func FuzzUnmarshalPrekeyStore(f *testing.F) {
 	d := newDevice(f, "fuzz")
 	f.Add(mustPrekeys(f, d.prekeys))
 	f.Add(prekeysV1(f, d.prekeys))
+	f.Add(prekeysV2(f, d.prekeys))
 	// With accepted last-resort initiations and a closed signed prekey.
 	a := newDevice(f, "alice")
 	for range 2 {
@@ -124,13 +125,37 @@ func stateV1(tb testing.TB, r SessionRecord) []byte {
 	return b
 }
 
+// prekeysV2Wire is p in the version-2 prekey store layout (one-time
+// entries without their issue time).
+func prekeysV2Wire(tb testing.TB, p PrekeyStore) wirePrekeyStoreV2 {
+	tb.Helper()
+	var w3 wirePrekeyStoreV3
+	if err := messages.Unmarshal("test", mustPrekeys(tb, p), &w3, maxPrekeyStoreSize); err != nil {
+		tb.Fatal(err)
+	}
+	w := wirePrekeyStoreV2{V: 2, NextID: w3.NextID, Signed: w3.Signed, KEM: w3.KEM, Accepted: w3.Accepted}
+	copy(w.Cfg[:], w3.Cfg[:6])
+	for e := w3.OneTime; len(e) > 0; e = e[oneTimeEntryV3:] {
+		w.OneTime = append(append(w.OneTime, e[:5]...), e[13:oneTimeEntryV3]...)
+	}
+	return w
+}
+
+// prekeysV2 encodes p in the version-2 prekey store layout.
+func prekeysV2(tb testing.TB, p PrekeyStore) []byte {
+	tb.Helper()
+	w := prekeysV2Wire(tb, p)
+	b, err := messages.Marshal(&w)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
 // prekeysV1 encodes p in the version-1 prekey store layout.
 func prekeysV1(tb testing.TB, p PrekeyStore) []byte {
 	tb.Helper()
-	var w wirePrekeyStoreV2
-	if err := messages.Unmarshal("test", mustPrekeys(tb, p), &w, maxPrekeyStoreSize); err != nil {
-		tb.Fatal(err)
-	}
+	w := prekeysV2Wire(tb, p)
 	old := wirePrekeyStore{V: 1, NextID: w.NextID, KEM: w.KEM, OneTime: w.OneTime}
 	copy(old.Cfg[:], w.Cfg[:5])
 	for _, k := range w.Signed {

@@ -169,7 +169,7 @@ func initiatorAgreement(local Identity, b *messages.PrekeyBundle, route Route) (
 // consumed) and returns SK and the signed prekey (the responder's first
 // ratchet key pair, DR §3.3 / X3DH §3.3). Consuming the one-time prekey is
 // PrekeyStore.Accept's job.
-func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyInitiation, now time.Time) ([32]byte, signedKey, error) {
+func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyInitiation, now time.Time, w *Work) ([32]byte, signedKey, error) {
 	var sk [32]byte
 	spk, err := store.lookupSigned(in.SignedPrekeyID, now)
 	if err != nil {
@@ -178,6 +178,9 @@ func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyIn
 	kk, err := store.lookupKEM(in.KEMPrekeyID, now)
 	if err != nil {
 		return sk, signedKey{}, err
+	}
+	if spk.key == nil {
+		w.dh(1)
 	}
 	spkKey, err := privateKey(spk.key, spk.priv)
 	if err != nil {
@@ -198,6 +201,7 @@ func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyIn
 		if err != nil {
 			return sk, signedKey{}, err
 		}
+		w.dh(1)
 		otKey, err := privateKey(nil, ot.priv)
 		if err != nil {
 			return sk, signedKey{}, err
@@ -207,12 +211,14 @@ func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyIn
 	var dhs [][]byte
 	defer func() { wipeAll(dhs) }()
 	for _, p := range pairs {
+		w.dh(1)
 		d, err := x25519(p.priv, p.pub)
 		if err != nil {
 			return sk, signedKey{}, err
 		}
 		dhs = append(dhs, d)
 	}
+	w.kem()
 	dk, err := mlkem.NewDecapsulationKey768(kk.seed[:])
 	if err != nil {
 		return sk, signedKey{}, err
@@ -222,6 +228,7 @@ func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyIn
 		return sk, signedKey{}, fmt.Errorf("%w: %v", ErrTampered, err)
 	}
 	defer wipe(ss)
+	w.kdf(1)
 	sk, err = pqxdhKDF(dhs, ss)
 	if err != nil {
 		return sk, signedKey{}, err

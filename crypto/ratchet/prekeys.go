@@ -26,8 +26,17 @@ type PrekeyConfig struct {
 	// prekeys remain.
 	OneTimeThreshold int
 	// MaxOneTime caps the one-time prekeys held; when a replenishment would
-	// exceed it, the oldest issued (handed out, never used) ones are dropped.
+	// exceed it, the oldest issued (handed out, never used) ones are
+	// dropped — only those issued at least MinIssuedAge ago.
 	MaxOneTime int
+	// MinIssuedAge is how long an issued one-time prekey is kept at least
+	// before it may be evicted (issue 13 item 3: a flood of bundle requests
+	// must not push out the key of an initiation still in flight). When
+	// every held key is unissued or too young, a replenishment adds only
+	// what fits under MaxOneTime, and once none is left unissued bundles
+	// carry no one-time prekey (initiators use the last-resort keys).
+	// 0: DefaultMinIssuedAge.
+	MinIssuedAge time.Duration
 	// MaxAcceptedInitiations caps the ids of accepted last-resort
 	// initiations remembered so a replay is refused (they are kept until
 	// the prekeys they name expire). When the set is full, last-resort
@@ -43,6 +52,16 @@ type PrekeyConfig struct {
 const DefaultMaxAcceptedInitiations = 2000
 
 const maxAcceptedLimit = 100_000
+
+// DefaultMinIssuedAge is PrekeyConfig.MinIssuedAge's default.
+const DefaultMinIssuedAge = 24 * time.Hour
+
+func (c PrekeyConfig) minIssuedAge() time.Duration {
+	if c.MinIssuedAge == 0 {
+		return DefaultMinIssuedAge
+	}
+	return c.MinIssuedAge
+}
 
 func (c PrekeyConfig) maxAccepted() int {
 	if c.MaxAcceptedInitiations == 0 {
@@ -69,7 +88,7 @@ const maxOneTimeLimit = 10000
 func (c PrekeyConfig) validate() error {
 	if c.RotationInterval <= 0 || c.GracePeriod < 0 || c.OneTimeBatch <= 0 || c.OneTimeThreshold < 0 ||
 		c.MaxOneTime < c.OneTimeBatch || c.MaxOneTime > maxOneTimeLimit ||
-		c.MaxAcceptedInitiations < 0 || c.MaxAcceptedInitiations > maxAcceptedLimit {
+		c.MaxAcceptedInitiations < 0 || c.MaxAcceptedInitiations > maxAcceptedLimit || c.MinIssuedAge < 0 {
 		return fmt.Errorf("%w: prekey config %+v", ErrInvalidConfig, c)
 	}
 	return nil
@@ -100,8 +119,11 @@ type kemKey struct {
 type oneTimeKey struct {
 	id     uint32
 	issued bool
-	priv   [32]byte
-	pub    [32]byte
+	// issuedAt is when it was handed out (unix ns); 0: at an unknown time
+	// (IssueBundle, or a store of version 2), old enough to evict.
+	issuedAt int64
+	priv     [32]byte
+	pub      [32]byte
 }
 
 // PrekeyStore is the responder side's prekey state: the current and
@@ -290,13 +312,26 @@ func (s PrekeyStore) unissued() int {
 }
 
 // replenish adds a batch of one-time prekeys when fewer than the threshold
-// remain unissued, dropping the oldest issued ones beyond MaxOneTime.
-func (s PrekeyStore) replenish(_ time.Time) (PrekeyStore, error) {
+// remain unissued, dropping the oldest issued ones beyond MaxOneTime that
+// were issued at least MinIssuedAge before now; the batch is cut to what
+// then fits under MaxOneTime.
+func (s PrekeyStore) replenish(now time.Time) (PrekeyStore, error) {
 	if s.unissued() >= s.cfg.OneTimeThreshold && len(s.oneTime) > 0 {
 		return s, nil
 	}
-	batch := make([]oneTimeKey, 0, s.cfg.OneTimeBatch)
-	for range s.cfg.OneTimeBatch {
+	cutoff := now.Add(-s.cfg.minIssuedAge()).UnixNano()
+	evictable := 0
+	for _, k := range s.oneTime {
+		if k.issued && k.issuedAt <= cutoff {
+			evictable++
+		}
+	}
+	n := min(s.cfg.OneTimeBatch, s.cfg.MaxOneTime-len(s.oneTime)+evictable)
+	if n <= 0 {
+		return s, nil
+	}
+	batch := make([]oneTimeKey, 0, n)
+	for range n {
 		k, err := ecdh.X25519().GenerateKey(rand.Reader)
 		if err != nil {
 			return s, err
@@ -309,7 +344,7 @@ func (s PrekeyStore) replenish(_ time.Time) (PrekeyStore, error) {
 	excess := len(s.oneTime) + len(batch) - s.cfg.MaxOneTime
 	kept := make([]oneTimeKey, 0, len(s.oneTime)+len(batch))
 	for _, k := range s.oneTime {
-		if excess > 0 && k.issued {
+		if excess > 0 && k.issued && k.issuedAt <= cutoff {
 			excess--
 			continue
 		}
@@ -427,7 +462,20 @@ func countExpired(ks []signedKey, t int64) int {
 // that has not been handed out before (marked issued in the returned
 // store, so persist it). Without one, the bundle carries none and
 // initiators fall back to the last-resort keys (PQXDH §3.3).
+//
+// The key is marked issued at an unknown time, so it may be evicted at
+// once; a device issuing bundles uses IssueBundleAt.
 func (s PrekeyStore) IssueBundle(id IdentityPublic) (PrekeyStore, messages.PrekeyBundle, error) {
+	return s.issueBundle(id, 0)
+}
+
+// IssueBundleAt is IssueBundle at time now: the one-time prekey it hands
+// out is kept at least MinIssuedAge from now (PrekeyConfig.MinIssuedAge).
+func (s PrekeyStore) IssueBundleAt(id IdentityPublic, now time.Time) (PrekeyStore, messages.PrekeyBundle, error) {
+	return s.issueBundle(id, now.UnixNano())
+}
+
+func (s PrekeyStore) issueBundle(id IdentityPublic, at int64) (PrekeyStore, messages.PrekeyBundle, error) {
 	if len(s.signed) == 0 || len(s.kem) == 0 {
 		return s, messages.PrekeyBundle{}, fmt.Errorf("%w: prekey store not initialized", ErrInvalidConfig)
 	}
@@ -444,7 +492,7 @@ func (s PrekeyStore) IssueBundle(id IdentityPublic) (PrekeyStore, messages.Preke
 		}
 		ot := make([]oneTimeKey, len(s.oneTime))
 		copy(ot, s.oneTime)
-		ot[i].issued = true
+		ot[i].issued, ot[i].issuedAt = true, at
 		s.oneTime = ot
 		b.OneTimePrekey = &messages.OneTimePrekey{ID: k.id, Public: k.pub}
 		break
@@ -527,9 +575,10 @@ func (s PrekeyStore) takeOneTime(id uint32) (PrekeyStore, oneTimeKey, error) {
 // Encoding
 
 // prekeyStoreVersion 2 adds the accepted last-resort initiation ids, the
-// closed flag of signed prekeys and MaxAcceptedInitiations; version 1 is
-// still read (nothing accepted, nothing closed).
-const prekeyStoreVersion = 2
+// closed flag of signed prekeys and MaxAcceptedInitiations; version 3 the
+// time each one-time prekey was issued and MinIssuedAge. Versions 1 and 2
+// are still read (nothing accepted, nothing closed; issue times unknown).
+const prekeyStoreVersion = 3
 
 const maxPrekeyStoreSize = 4 << 20
 
@@ -587,17 +636,34 @@ type wirePrekeyStoreV2 struct {
 	Accepted []byte
 }
 
+// wirePrekeyStoreV3 is version 2 with MinIssuedAge in Cfg[6] and the
+// issue time in each one-time entry.
+type wirePrekeyStoreV3 struct {
+	_      struct{} `cbor:",toarray"`
+	V      uint64
+	Cfg    [7]int64
+	NextID uint32
+	Signed []wireSignedKeyV2
+	KEM    []wireKEMKey
+	// OneTime packs id (u32 BE) || issued (u8) || issued at (i64 BE, unix
+	// ns, 0 unknown) || private key (32) || public key (32) per key.
+	OneTime  []byte
+	Accepted []byte
+}
+
 const acceptedEntry = 32 + 4 + 4
+
+const oneTimeEntryV3 = 4 + 1 + 8 + 32 + 32
 
 const oneTimeEntry = 4 + 1 + 32 + 32
 
 // MarshalPrekeyStore returns the deterministic encoding of s (private keys
 // included: seal it at rest).
 func MarshalPrekeyStore(s PrekeyStore) ([]byte, error) {
-	w := wirePrekeyStoreV2{
+	w := wirePrekeyStoreV3{
 		V: prekeyStoreVersion,
-		Cfg: [6]int64{int64(s.cfg.RotationInterval), int64(s.cfg.GracePeriod), int64(s.cfg.OneTimeBatch), int64(s.cfg.OneTimeThreshold),
-			int64(s.cfg.MaxOneTime), int64(s.cfg.MaxAcceptedInitiations)},
+		Cfg: [7]int64{int64(s.cfg.RotationInterval), int64(s.cfg.GracePeriod), int64(s.cfg.OneTimeBatch), int64(s.cfg.OneTimeThreshold),
+			int64(s.cfg.MaxOneTime), int64(s.cfg.MaxAcceptedInitiations), int64(s.cfg.MinIssuedAge)},
 		NextID: s.nextID,
 		Signed: make([]wireSignedKeyV2, len(s.signed)),
 		KEM:    make([]wireKEMKey, len(s.kem)),
@@ -616,7 +682,7 @@ func MarshalPrekeyStore(s PrekeyStore) ([]byte, error) {
 	for i, k := range s.kem {
 		w.KEM[i] = wireKEMKey{ID: k.id, Seed: k.seed[:], Sig: k.sig[:], Created: k.created, Expires: k.expires}
 	}
-	w.OneTime = make([]byte, 0, len(s.oneTime)*oneTimeEntry)
+	w.OneTime = make([]byte, 0, len(s.oneTime)*oneTimeEntryV3)
 	for _, k := range s.oneTime {
 		w.OneTime = binary.BigEndian.AppendUint32(w.OneTime, k.id)
 		if k.issued {
@@ -624,6 +690,7 @@ func MarshalPrekeyStore(s PrekeyStore) ([]byte, error) {
 		} else {
 			w.OneTime = append(w.OneTime, 0)
 		}
+		w.OneTime = binary.BigEndian.AppendUint64(w.OneTime, uint64(k.issuedAt))
 		w.OneTime = append(w.OneTime, k.priv[:]...)
 		w.OneTime = append(w.OneTime, k.pub[:]...)
 	}
@@ -636,26 +703,36 @@ func MarshalPrekeyStore(s PrekeyStore) ([]byte, error) {
 // messages.ErrMalformed.
 func UnmarshalPrekeyStore(b []byte) (PrekeyStore, error) {
 	const what = "ratchet prekey store"
-	var w wirePrekeyStoreV2
-	if err := messages.Unmarshal(what, b, &w, maxPrekeyStoreSize); err != nil {
-		// Version 1 (before the accepted initiation ids).
-		var w1 wirePrekeyStore
-		if messages.Unmarshal(what, b, &w1, maxPrekeyStoreSize) != nil || w1.V != 1 {
-			return PrekeyStore{}, err
+	var w wirePrekeyStoreV3
+	entry := oneTimeEntryV3
+	if err := messages.Unmarshal(what, b, &w, maxPrekeyStoreSize); err != nil || w.V != prekeyStoreVersion {
+		var w2 wirePrekeyStoreV2
+		if err2 := messages.Unmarshal(what, b, &w2, maxPrekeyStoreSize); err2 != nil {
+			// Version 1 (before the accepted initiation ids).
+			var w1 wirePrekeyStore
+			if messages.Unmarshal(what, b, &w1, maxPrekeyStoreSize) != nil || w1.V != 1 {
+				if err == nil {
+					err = err2
+				}
+				return PrekeyStore{}, err
+			}
+			w2 = wirePrekeyStoreV2{V: w1.V, NextID: w1.NextID, KEM: w1.KEM, OneTime: w1.OneTime}
+			copy(w2.Cfg[:], w1.Cfg[:])
+			for _, k := range w1.Signed {
+				w2.Signed = append(w2.Signed, wireSignedKeyV2{ID: k.ID, Priv: k.Priv, Sig: k.Sig, Created: k.Created, Expires: k.Expires})
+			}
+		} else if w2.V != 2 {
+			return PrekeyStore{}, &messages.DecodeError{What: what, Kind: messages.ErrUnsupportedVersion, Err: fmt.Errorf("version %d", w2.V)}
 		}
-		w = wirePrekeyStoreV2{V: w1.V, NextID: w1.NextID, KEM: w1.KEM, OneTime: w1.OneTime}
-		copy(w.Cfg[:], w1.Cfg[:])
-		for _, k := range w1.Signed {
-			w.Signed = append(w.Signed, wireSignedKeyV2{ID: k.ID, Priv: k.Priv, Sig: k.Sig, Created: k.Created, Expires: k.Expires})
-		}
-	} else if w.V != prekeyStoreVersion {
-		return PrekeyStore{}, &messages.DecodeError{What: what, Kind: messages.ErrUnsupportedVersion, Err: fmt.Errorf("version %d", w.V)}
+		w = wirePrekeyStoreV3{V: w2.V, NextID: w2.NextID, Signed: w2.Signed, KEM: w2.KEM, OneTime: w2.OneTime, Accepted: w2.Accepted}
+		copy(w.Cfg[:], w2.Cfg[:])
+		entry = oneTimeEntry
 	}
 	s := PrekeyStore{
 		cfg: PrekeyConfig{
 			RotationInterval: time.Duration(w.Cfg[0]), GracePeriod: time.Duration(w.Cfg[1]),
 			OneTimeBatch: int(w.Cfg[2]), OneTimeThreshold: int(w.Cfg[3]), MaxOneTime: int(w.Cfg[4]),
-			MaxAcceptedInitiations: int(w.Cfg[5]),
+			MaxAcceptedInitiations: int(w.Cfg[5]), MinIssuedAge: time.Duration(w.Cfg[6]),
 		},
 		nextID: w.NextID,
 	}
@@ -667,7 +744,7 @@ func UnmarshalPrekeyStore(b []byte) (PrekeyStore, error) {
 	if err := s.cfg.validate(); err != nil {
 		return PrekeyStore{}, decodeError(what, err)
 	}
-	if len(w.Signed) == 0 || len(w.KEM) == 0 || len(w.OneTime)%oneTimeEntry != 0 {
+	if len(w.Signed) == 0 || len(w.KEM) == 0 || len(w.OneTime)%entry != 0 {
 		return PrekeyStore{}, decodeError(what, fmt.Errorf("missing keys or bad one-time block"))
 	}
 	for _, wk := range w.Signed {
@@ -699,15 +776,22 @@ func UnmarshalPrekeyStore(b []byte) (PrekeyStore, error) {
 		k.pub = dk.EncapsulationKey().Bytes()
 		s.kem = append(s.kem, k)
 	}
-	seen := make(map[uint32]bool, len(w.OneTime)/oneTimeEntry)
-	for p := w.OneTime; len(p) > 0; p = p[oneTimeEntry:] {
+	seen := make(map[uint32]bool, len(w.OneTime)/entry)
+	for p := w.OneTime; len(p) > 0; p = p[entry:] {
 		k := oneTimeKey{id: binary.BigEndian.Uint32(p), issued: p[4] == 1}
 		if p[4] > 1 || seen[k.id] {
 			return PrekeyStore{}, decodeError(what, fmt.Errorf("one-time prekey %d: bad flag or duplicate", k.id))
 		}
 		seen[k.id] = true
-		copy(k.priv[:], p[5:37])
-		copy(k.pub[:], p[37:69])
+		keys := p[5:entry]
+		if entry == oneTimeEntryV3 {
+			k.issuedAt, keys = int64(binary.BigEndian.Uint64(p[5:13])), p[13:entry]
+			if k.issuedAt != 0 && !k.issued {
+				return PrekeyStore{}, decodeError(what, fmt.Errorf("one-time prekey %d: issue time of an unissued key", k.id))
+			}
+		}
+		copy(k.priv[:], keys[:32])
+		copy(k.pub[:], keys[32:64])
 		s.oneTime = append(s.oneTime, k)
 	}
 	wipe(w.OneTime)

@@ -43,6 +43,9 @@ type Config struct {
 	// MaxSkippedKeyAge drops a skipped message key this long after it was
 	// skipped (a message that late fails with ErrReplay).
 	MaxSkippedKeyAge time.Duration
+	// Work, when set, counts the expensive operations Decrypt performs
+	// (its caller's, one per call: see Work). Not a limit.
+	Work *Work
 }
 
 // DefaultConfig returns the defaults: MaxForwardJump 25 000,
@@ -452,10 +455,11 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 	if err != nil {
 		return DecryptResult{}, err
 	}
+	c.Work.verify()
 	if err := verifyInitiation(in); err != nil {
 		return DecryptResult{}, err
 	}
-	sk, spk, err := responderAgreement(local, prekeys, in, now)
+	sk, spk, err := responderAgreement(local, prekeys, in, now, c.Work)
 	if err != nil {
 		return DecryptResult{}, err
 	}

@@ -233,6 +233,7 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 
 	// TrySkippedMessageKeys: a used key is deleted, so a replay misses.
 	if i := s.findSkipped(h.DH, h.N); i >= 0 {
+		cfg.Work.kdf(1)
 		pt, err := open(s.skipped[i].mk, env.Ciphertext, ad)
 		if err != nil {
 			return nil, nil, err
@@ -256,6 +257,7 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 		if uint64(h.N-s.nr) > uint64(jump) {
 			return nil, nil, fmt.Errorf("%w: %d in one chain", ErrTooManySkipped, h.N-s.nr)
 		}
+		cfg.Work.kdf(int(h.N-s.nr) + 2) // skipped steps, this message's step and its HKDF
 		ck, skipped := skipKeys(s.ckr, h.DH, s.nr, h.N, cfg.MaxSkippedKeys, now)
 		mk, next := kdfCK(ck)
 		pt, err := open(mk, env.Ciphertext, ad)
@@ -295,12 +297,18 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 		return nil, nil, fmt.Errorf("%w: %d + %d before the peer answered", ErrTooManySkipped, prev, h.N)
 	}
 	if prev > 0 {
+		cfg.Work.kdf(int(prev))
 		_, skippedOld = skipKeys(s.ckr, s.dhr, s.nr, h.PN, cfg.MaxSkippedKeys, now)
+	}
+	if s.dhsKey == nil {
+		cfg.Work.dh(1)
 	}
 	dhsKey, err := privateKey(s.dhsKey, s.dhsPriv)
 	if err != nil {
 		return nil, nil, err
 	}
+	cfg.Work.dh(1)
+	cfg.Work.kdf(1 + int(h.N) + 2) // KDF_RK, skipped steps, this message's step and its HKDF
 	rk, ckr, err := dhRatchetStep(s.rk, dhsKey, h.DH)
 	if err != nil {
 		return nil, nil, err
