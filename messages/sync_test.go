@@ -144,13 +144,15 @@ func TestSyncProbeLimitsAtAndPastTheEdge(t *testing.T) {
 				p.Offer = append(p.Offer, p.Offer[0])
 			}
 		},
-		"too many events": func(p *SyncPush) { p.Offer = append(p.Offer, OfferRange{From: 1, To: 2, Count: MaxPushEvents - 2, Digest: p.Offer[0].Digest}) },
-		"zero count":      func(p *SyncPush) { p.Offer[0].Count = 0 },
-		"from > to":       func(p *SyncPush) { p.Offer[0].From = 10 },
-		"short digest":    func(p *SyncPush) { p.Offer[0].Digest = p.Offer[0].Digest[:8] },
-		"with events":     func(p *SyncPush) { p.Through = 11; p.Events = []PushedEvent{{Seq: 11, Raw: []byte{1}}} },
-		"with a range":    func(p *SyncPush) { p.Through = 12 },
-		"with claims":     func(p *SyncPush) { p.Claims = samplePush().Claims[:1]; p.Claims[0].Seq = 1 },
+		"too many events": func(p *SyncPush) {
+			p.Offer = append(p.Offer, OfferRange{From: 1, To: 2, Count: MaxPushEvents - 2, Digest: p.Offer[0].Digest})
+		},
+		"zero count":   func(p *SyncPush) { p.Offer[0].Count = 0 },
+		"from > to":    func(p *SyncPush) { p.Offer[0].From = 10 },
+		"short digest": func(p *SyncPush) { p.Offer[0].Digest = p.Offer[0].Digest[:8] },
+		"with events":  func(p *SyncPush) { p.Through = 11; p.Events = []PushedEvent{{Seq: 11, Raw: []byte{1}}} },
+		"with a range": func(p *SyncPush) { p.Through = 12 },
+		"with claims":  func(p *SyncPush) { p.Claims = samplePush().Claims[:1]; p.Claims[0].Seq = 1 },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
