@@ -64,6 +64,9 @@ type lease struct {
 type leaseTable struct {
 	mu    sync.Mutex
 	sites map[messages.SiteID]lease
+	// done holds when each sender's push last reached its tail (by
+	// configured sender name: bounded).
+	done map[string]uint64
 }
 
 // decideProbe answers a probe's ranges from what the receiver holds
@@ -133,9 +136,11 @@ func pruneLeases(leases map[messages.SiteID]lease, now uint64) bool {
 // the holder's lease of a site renews when the push applied new events of
 // it, a site nobody holds is granted to a sender still catching up, and
 // a push reaching its sender's tail releases its leases (it has nothing
-// more to offer). It reports whether the push carried events of a site
-// another sender holds (the sender should probe again).
-func decidePushLeases(leases map[messages.SiteID]lease, from string, outs []messages.Outcome, atTail bool, now, ttl uint64) (probe bool) {
+// more to offer) and for a TTL its later-arriving earlier pushes (several
+// are in flight while catching up) take no new lease. It reports whether
+// the push carried events of a site another sender holds (the sender
+// should probe again).
+func decidePushLeases(leases map[messages.SiteID]lease, done map[string]uint64, from string, outs []messages.Outcome, atTail bool, now, ttl uint64) (probe bool) {
 	fresh := map[messages.SiteID]bool{}
 	for _, o := range outs {
 		if o.Site == (messages.SiteID{}) {
@@ -152,11 +157,13 @@ func decidePushLeases(leases map[messages.SiteID]lease, from string, outs []mess
 		case live && l.holder != from:
 			probe = true
 		case !applied || atTail:
+		case (!ok || l.holder != from) && now < done[from]+ttl:
 		case ok || len(leases) < maxLeases || pruneLeases(leases, now):
 			leases[site] = lease{holder: from, until: now + ttl, delivered: true}
 		}
 	}
 	if atTail {
+		done[from] = now
 		for s, l := range leases {
 			if l.holder == from {
 				delete(leases, s)
@@ -202,7 +209,7 @@ func (s *Service) handleProbe(ctx context.Context, push *messages.SyncPush) (*me
 // result's Probe.
 func (s *Service) pushLeases(push *messages.SyncPush, outs []messages.Outcome, res *messages.PushResult) {
 	s.leases.mu.Lock()
-	probe := decidePushLeases(s.leases.sites, push.From, outs, push.Through == push.Tail, s.deps.WallMS(), s.leaseTTLms())
+	probe := decidePushLeases(s.leases.sites, s.leases.done, push.From, outs, push.Through == push.Tail, s.deps.WallMS(), s.leaseTTLms())
 	s.leases.mu.Unlock()
 	if probe && res != nil {
 		res.Probe = true

@@ -22,6 +22,7 @@ func rng(site messages.SiteID) messages.OfferRange {
 func TestDecideProbeLeases(t *testing.T) {
 	const ttl = 1000
 	leases := map[messages.SiteID]lease{}
+	done := map[string]uint64{}
 	probe := func(from string, now uint64, have []bool, sites ...messages.SiteID) ([]uint64, bool) {
 		var offer []messages.OfferRange
 		for _, s := range sites {
@@ -48,7 +49,7 @@ func TestDecideProbeLeases(t *testing.T) {
 		t.Fatalf("a probe renewed the lease: until %d", leases[siteA].until)
 	}
 	// a delivers siteB's events: renewed; siteA's lapse undelivered.
-	if decidePushLeases(leases, "a", []messages.Outcome{{Kind: messages.Applied, Site: siteB}}, false, 950, ttl) {
+	if decidePushLeases(leases, done, "a", []messages.Outcome{{Kind: messages.Applied, Site: siteB}}, false, 950, ttl) {
 		t.Fatal("a's own push asked to probe")
 	}
 	v, p = probe("a", 1000, nil, siteA, siteB)
@@ -67,7 +68,7 @@ func TestDecideProbeLeases(t *testing.T) {
 		t.Fatalf("siteA's lease: %+v", leases[siteA])
 	}
 	// a pushes siteA's events meanwhile: told to probe; b's lease stays.
-	if !decidePushLeases(leases, "a", []messages.Outcome{{Kind: messages.Duplicate, Site: siteA}}, false, 1002, ttl) || leases[siteA].holder != "b" {
+	if !decidePushLeases(leases, done, "a", []messages.Outcome{{Kind: messages.Duplicate, Site: siteA}}, false, 1002, ttl) || leases[siteA].holder != "b" {
 		t.Fatalf("a's push of b's site: %+v", leases[siteA])
 	}
 	// a probes siteB (its own) and siteA (b's): all busy, and a's siteB
@@ -85,19 +86,29 @@ func TestDecideProbeLeases(t *testing.T) {
 	}
 	// b delivers siteB under its lease; a lease that delivered and
 	// lapsed may go back to its holder.
-	decidePushLeases(leases, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteB}}, false, 1950, ttl)
+	decidePushLeases(leases, done, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteB}}, false, 1950, ttl)
 	v, p = probe("b", 1950+ttl, nil, siteB)
 	expect("b after its delivered lease lapsed", v, p, false, messages.VerdictSend)
 	if leases[siteB].until != 1950+2*ttl {
 		t.Fatalf("siteB's lease: %+v", leases[siteB])
 	}
 	// b reaches its tail: its leases go.
-	decidePushLeases(leases, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, true, 1950+ttl, ttl)
+	decidePushLeases(leases, done, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, true, 1950+ttl, ttl)
 	if _, ok := leases[siteB]; ok {
 		t.Fatalf("b's lease kept after its push reached its tail: %+v", leases[siteA])
 	}
+	// b's earlier push arriving after the one at its tail takes no lease
+	// for a TTL; after that it may again.
+	decidePushLeases(leases, done, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, false, 1951+ttl, ttl)
+	if _, ok := leases[siteA]; ok {
+		t.Fatalf("a late push after the tail took a lease: %+v", leases[siteA])
+	}
+	decidePushLeases(leases, done, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, false, 1950+2*ttl, ttl)
+	if leases[siteA].holder != "b" {
+		t.Fatalf("a push a TTL after the tail took no lease: %+v", leases[siteA])
+	}
 	// Unauthenticated drops name no site: no lease for the zero site.
-	decidePushLeases(leases, "c", []messages.Outcome{{Kind: messages.Dropped}}, false, 1100, ttl)
+	decidePushLeases(leases, done, "c", []messages.Outcome{{Kind: messages.Dropped}}, false, 1100, ttl)
 	if _, ok := leases[messages.SiteID{}]; ok {
 		t.Fatal("a lease for an unauthenticated drop")
 	}
@@ -169,7 +180,7 @@ func TestProbeHaveIsExactlyWhatTheStoreHolds(t *testing.T) {
 		{"more than held", offer(held[0], held[1], held[3], ev(10, siteA, 9)), false},
 		{"other site", offer(held[2]), true},
 	}
-	s := &Service{deps: testDeps(), leases: leaseTable{sites: map[messages.SiteID]lease{}}, cfg: Config{LeaseTTL: DefaultLeaseTTL}}
+	s := &Service{deps: testDeps(), leases: leaseTable{sites: map[messages.SiteID]lease{}, done: map[string]uint64{}}, cfg: Config{LeaseTTL: DefaultLeaseTTL}}
 	s.deps.Store = st
 	for _, c := range cases {
 		res, err := s.handleProbe(context.Background(), &messages.SyncPush{V: messages.SyncVersion, From: "x", Log: logA, Offer: []messages.OfferRange{c.o}})
