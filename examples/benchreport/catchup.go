@@ -392,7 +392,6 @@ func joinManyReport(ctx context.Context, work string, one *catchupSource, p catc
 	var srcs []*catchupSource
 	defer func() {
 		for _, s := range srcs {
-			s.rem.Close()
 			s.node.Close()
 		}
 	}()
@@ -417,10 +416,10 @@ func joinManyReport(ctx context.Context, work string, one *catchupSource, p catc
 		if _, err := applyAll(ctx, n, raws, 1, p.Batch); err != nil {
 			return err
 		}
-		if s.rem, err = runtime.StartRemote(n.System(), runtime.RemoteConfig{Plaintext: true}); err != nil {
-			return err
-		}
-		s.rem.Serve(n)
+		// The sources only push: they share the first size's remote as
+		// their transport (a second remote in one process races on
+		// gRPC's global logger).
+		s.rem = one.rem
 	}
 	fmt.Printf("== sync plane: a node joining from 3 peers at once (same history, same order, relays only) vs from 1, over protoactor remote, pushes of %d; %d events, %d interleaved trials, min / median / max\n", p.PushBatch, one.n, p.Trials)
 	wire := map[int][]float64{}
@@ -491,8 +490,8 @@ func joinManyOnce(ctx context.Context, work string, srcs []*catchupSource, p cat
 		case <-time.After(time.Millisecond):
 		}
 	}
+	srcs[0].rem.AddPeer(name, proxy.Addr())
 	for _, s := range srcs {
-		s.rem.AddPeer(name, proxy.Addr())
 		if err := s.node.AddPeer(name, s.rem, "remote"); err != nil {
 			return storeRun{}, 0, err
 		}
