@@ -77,7 +77,45 @@ type SyncPush struct {
 	Tail    uint64           `cbor:"tail"`         // the sender's last log sequence (for progress display)
 	Events  []PushedEvent    `cbor:"events"`
 	Claims  []WatermarkClaim `cbor:"claims"`
+	// Offer makes the push a probe: it carries no events and no claims and
+	// covers nothing (Through = After); it describes the batch the sender
+	// is about to push, per origin site, and the result answers each range
+	// with a Verdict. A joiner catching up from several peers at once uses
+	// it to take each event from one of them (docs/protocol.md).
+	Offer []OfferRange `cbor:"offer,omitempty"`
 }
+
+// OfferRange describes the events of one origin site in the batch a sender
+// is about to push: Count events with HLCs in [From, To], and Digest over
+// their (HLC, id) pairs in that order. The receiver answers VerdictHave
+// only when the events it holds of Site in [From, To] are exactly these.
+type OfferRange struct {
+	_      struct{} `cbor:",toarray"`
+	Site   SiteID
+	From   HLC
+	To     HLC
+	Count  uint64
+	Digest []byte
+}
+
+// Verdicts a receiver gives the ranges of a probe, in PushResult.Verdicts.
+const (
+	// VerdictSend: push the range (the receiver leased its site to this sender).
+	VerdictSend = 1
+	// VerdictHave: the receiver holds exactly these events; leave them out.
+	VerdictHave = 2
+	// VerdictBusy: another sender holds the site's lease; push nothing of
+	// the range yet and stop the push before its first event.
+	VerdictBusy = 3
+)
+
+// Limits of a probe.
+const (
+	// MaxOfferRanges bounds the ranges of one probe (and its verdicts).
+	MaxOfferRanges = 256
+	// OfferDigestSize is the size of an OfferRange digest.
+	OfferDigestSize = 16
+)
 
 // PushResult is the receiver's answer to a SyncPush: which offered events
 // must be offered again (held for a missing table, rejected for clock
@@ -98,6 +136,11 @@ type PushResult struct {
 	// Watermarks are the receiver's applied watermarks for the groups of
 	// the push's events and claims.
 	Watermarks []GroupWatermark `cbor:"wm"`
+	// Verdicts answer a probe's Offer, one per range, in order.
+	Verdicts []uint64 `cbor:"verdicts,omitempty"`
+	// Probe asks the sender to probe before its next pushes: another
+	// sender holds a lease on a site this sender offered or pushed.
+	Probe bool `cbor:"probe,omitempty"`
 }
 
 // EncodeSyncPush encodes p deterministically.
@@ -157,6 +200,31 @@ func (p *SyncPush) Validate() error {
 			return fmt.Errorf("%w: claim %d beyond the push (seq %d > %d)", ErrSyncInvalid, i, c.Seq, p.Through)
 		}
 	}
+	return p.validateOffer()
+}
+
+// validateOffer checks a probe: nothing but its ranges, each well formed,
+// at most MaxPushEvents events described in all (what one push carries).
+func (p *SyncPush) validateOffer() error {
+	if len(p.Offer) == 0 {
+		return nil
+	}
+	if len(p.Offer) > MaxOfferRanges {
+		return fmt.Errorf("%w: probe of %d ranges, limit %d", ErrSyncInvalid, len(p.Offer), MaxOfferRanges)
+	}
+	if len(p.Events) > 0 || len(p.Claims) > 0 || p.Through != p.After {
+		return fmt.Errorf("%w: a probe carries events, claims or a range", ErrSyncInvalid)
+	}
+	var total uint64
+	for i, o := range p.Offer {
+		if o.Count == 0 || o.Count > MaxPushEvents || o.From > o.To || len(o.Digest) != OfferDigestSize {
+			return fmt.Errorf("%w: probe range %d", ErrSyncInvalid, i)
+		}
+		total += o.Count
+	}
+	if total > MaxPushEvents {
+		return fmt.Errorf("%w: probe describes %d events, limit %d", ErrSyncInvalid, total, MaxPushEvents)
+	}
 	return nil
 }
 
@@ -203,6 +271,14 @@ func (r *PushResult) Validate() error {
 	for i, w := range r.Watermarks {
 		if err := w.Group.validate(); err != nil {
 			return fmt.Errorf("watermark %d: %w", i, err)
+		}
+	}
+	if len(r.Verdicts) > MaxOfferRanges {
+		return fmt.Errorf("%w: %d verdicts", ErrSyncInvalid, len(r.Verdicts))
+	}
+	for i, v := range r.Verdicts {
+		if v < VerdictSend || v > VerdictBusy {
+			return fmt.Errorf("%w: verdict %d is %d", ErrSyncInvalid, i, v)
 		}
 	}
 	return nil

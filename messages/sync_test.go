@@ -115,8 +115,78 @@ func TestPushResultRoundTrip(t *testing.T) {
 	}
 }
 
+func sampleProbe() *SyncPush {
+	return &SyncPush{V: SyncVersion, From: "node-a", Log: bytes.Repeat([]byte{7}, 16), After: 10, Through: 10, Tail: 40,
+		Offer: []OfferRange{{Site: SiteID{1}, From: 5, To: 9, Count: 3, Digest: bytes.Repeat([]byte{1}, OfferDigestSize)}}}
+}
+
+// A probe carries nothing but its ranges, each well formed, describing at
+// most one push's events; at and past each limit on decode.
+func TestSyncProbeLimitsAtAndPastTheEdge(t *testing.T) {
+	b, err := EncodeSyncPush(sampleProbe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeSyncPush(b); err != nil || len(got.Offer) != 1 || got.Offer[0].Count != 3 {
+		t.Fatalf("probe round trip: %+v, %v", got, err)
+	}
+	atLimit := sampleProbe()
+	atLimit.Offer = nil
+	for i := 0; i < MaxOfferRanges; i++ {
+		atLimit.Offer = append(atLimit.Offer, OfferRange{Site: SiteID{byte(i)}, From: 1, To: 1, Count: MaxPushEvents / MaxOfferRanges, Digest: make([]byte, OfferDigestSize)})
+	}
+	if _, err := EncodeSyncPush(atLimit); err != nil {
+		t.Fatalf("%d ranges describing %d events refused: %v", MaxOfferRanges, MaxPushEvents, err)
+	}
+	cases := map[string]func(p *SyncPush){
+		"too many ranges": func(p *SyncPush) {
+			for len(p.Offer) <= MaxOfferRanges {
+				p.Offer = append(p.Offer, p.Offer[0])
+			}
+		},
+		"too many events": func(p *SyncPush) {
+			p.Offer = append(p.Offer, OfferRange{From: 1, To: 2, Count: MaxPushEvents - 2, Digest: p.Offer[0].Digest})
+		},
+		"zero count":   func(p *SyncPush) { p.Offer[0].Count = 0 },
+		"from > to":    func(p *SyncPush) { p.Offer[0].From = 10 },
+		"short digest": func(p *SyncPush) { p.Offer[0].Digest = p.Offer[0].Digest[:8] },
+		"with events":  func(p *SyncPush) { p.Through = 11; p.Events = []PushedEvent{{Seq: 11, Raw: []byte{1}}} },
+		"with a range": func(p *SyncPush) { p.Through = 12 },
+		"with claims":  func(p *SyncPush) { p.Claims = samplePush().Claims[:1]; p.Claims[0].Seq = 1 },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := sampleProbe()
+			mutate(p)
+			raw, err := Marshal(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := DecodeSyncPush(raw); !errors.Is(err, ErrSyncInvalid) {
+				t.Fatalf("got %v, want ErrSyncInvalid", err)
+			}
+		})
+	}
+	r := &PushResult{V: SyncVersion, Verdicts: []uint64{VerdictSend, VerdictHave, VerdictBusy}, Probe: true}
+	rb, err := EncodePushResult(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodePushResult(rb); err != nil || len(got.Verdicts) != 3 || !got.Probe {
+		t.Fatalf("verdicts round trip: %+v, %v", got, err)
+	}
+	for _, bad := range [][]uint64{{0}, {VerdictBusy + 1}, make([]uint64, MaxOfferRanges+1)} {
+		raw, _ := Marshal(&PushResult{V: SyncVersion, Verdicts: bad})
+		if _, err := DecodePushResult(raw); !errors.Is(err, ErrSyncInvalid) {
+			t.Fatalf("verdicts %v: got %v, want ErrSyncInvalid", bad[:1], err)
+		}
+	}
+}
+
 func FuzzDecodeSyncPush(f *testing.F) {
 	b, _ := EncodeSyncPush(samplePush())
+	f.Add(b)
+	b, _ = EncodeSyncPush(sampleProbe())
 	f.Add(b)
 	f.Add([]byte{0xa0})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -136,6 +206,8 @@ func FuzzDecodeSyncPush(f *testing.F) {
 
 func FuzzDecodePushResult(f *testing.F) {
 	b, _ := EncodePushResult(&PushResult{V: SyncVersion, Retry: []uint64{1}, Rejected: 1})
+	f.Add(b)
+	b, _ = EncodePushResult(&PushResult{V: SyncVersion, Verdicts: []uint64{VerdictSend, VerdictBusy}, Probe: true})
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := DecodePushResult(data)

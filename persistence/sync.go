@@ -87,6 +87,11 @@ type SyncReader interface {
 	// HLC reuse; issue 10). The apply path asks for two, so a site that
 	// signs many events with one HLC cannot make each arrival cost more.
 	EventIDsAt(site messages.SiteID, h messages.HLC, limit int) ([]EventID, error)
+	// SiteEventIDs calls fn, in (HLC, id) order, for the retained events
+	// site signed with an HLC in [from, to], until fn returns false or an
+	// error. It reads only the (site, HLC, id) index: a joiner answers a
+	// sender's probe with it (what it already holds of a range).
+	SiteEventIDs(site messages.SiteID, from, to messages.HLC, fn func(h messages.HLC, id EventID) (bool, error)) error
 	// EventsAfter calls fn for retained events with Seq > after, in Seq
 	// order, until fn returns false or limit events were visited (limit ≤ 0: no limit).
 	EventsAfter(after uint64, limit int, fn func(StoredEvent) (bool, error)) error

@@ -90,7 +90,14 @@ func (n *Node) loadLogID(ctx context.Context) ([]byte, error) {
 }
 
 func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
+	if err := n.rotateLogAfterRestore(ctx); err != nil { // restore.go
+		return err
+	}
 	logID, err := n.loadLogID(ctx)
+	if err != nil {
+		return err
+	}
+	epoch, err := n.loadCursorEpoch(ctx)
 	if err != nil {
 		return err
 	}
@@ -106,7 +113,7 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 		interval = 0
 	}
 	n.sync, err = replicate.NewService(n.system, replicate.Deps{
-		Store: n.store, Self: n.signer.Site(), Name: n.name, LogID: logID,
+		Store: n.store, Self: n.signer.Site(), Name: n.name, LogID: logID, CursorEpoch: epoch,
 		Apply:     n.apply.ApplyBatch,
 		ApplyWith: n.apply.ApplyWith,
 		InScope:   scope.Contains,

@@ -3,7 +3,9 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -17,6 +19,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/clock"
 	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
 )
 
 // Restore safety (SSP/1 §13.5): a node must never issue an HLC it already
@@ -74,6 +77,10 @@ type RestoreStatus struct {
 	// Held: Config.Restored is set and no reconciliation with a peer has
 	// completed since Open; local writes wait for one.
 	Held bool
+	// LogRotated: the Open gave the log a new id (a suspected restore or
+	// Config.Restored), so peers take this node's log as new and its
+	// cursors toward them start at genesis.
+	LogRotated bool
 }
 
 // restoreState is the node's restore bookkeeping.
@@ -283,4 +290,53 @@ func (n *Node) writeClockMark(h messages.HLC) error {
 		return fmt.Errorf("runtime: write clock mark: %w", err)
 	}
 	return nil
+}
+
+// metaCursorEpoch names the senders' cursor epoch (replicate.Deps.CursorEpoch).
+const metaCursorEpoch = "cursor_epoch"
+
+// rotateLogAfterRestore gives the log a new id when the Open looked like a
+// restore or Config.Restored says it is one. A restored copy reuses the
+// log sequences its lost part had assigned, to other events; under the
+// old id a peer keeps its progress in that log, so a gap it recorded there
+// is never offered again and its watermarks of this node stop rising.
+// Under a new id every peer starts this log afresh (its progress, gaps
+// and pending ranges are of the old log), and this node's cursors toward
+// its peers start at genesis (a new cursor epoch): the whole log is
+// offered once more, less what each peer's watermarks show it applied.
+func (n *Node) rotateLogAfterRestore(ctx context.Context) error {
+	n.restore.mu.Lock()
+	restored := n.restore.status.Suspected || n.cfg.Restored
+	n.restore.mu.Unlock()
+	if !restored {
+		return nil
+	}
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return err
+	}
+	if err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+		if err := tx.PutMeta(metaLogID, id); err != nil {
+			return err
+		}
+		return tx.PutMeta(metaCursorEpoch, []byte(hex.EncodeToString(id)))
+	}); err != nil {
+		return fmt.Errorf("runtime: rotate the log id: %w", err)
+	}
+	n.restore.mu.Lock()
+	n.restore.status.LogRotated = true
+	n.restore.mu.Unlock()
+	n.log.Warn("restore: the log has a new id; peers take it as new and it is offered to them from the start", "log", hex.EncodeToString(id))
+	return nil
+}
+
+// loadCursorEpoch reads the cursor epoch ("" until a log was rotated).
+func (n *Node) loadCursorEpoch(ctx context.Context) (string, error) {
+	var epoch string
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		v, _, err := tx.Meta(metaCursorEpoch)
+		epoch = string(v)
+		return err
+	})
+	return epoch, err
 }

@@ -20,6 +20,7 @@ type Metrics struct {
 	lag     *prometheus.GaugeVec   // peer, path
 	recv    *prometheus.CounterVec // from, verdict
 	refused *prometheus.CounterVec // what (push reason, or claim)
+	probes  *prometheus.CounterVec // verdict
 
 	pushRefusals, claimRefusals, quota atomic.Uint64
 }
@@ -43,12 +44,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Events received in pushes, by sender and verdict (done: applied, duplicate or dropped; retry: held or rejected; held_quota: rejected by the signer's held quota). Only configured senders have series."}, []string{"from", "verdict"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_refused_total",
 			Help: "Pushes refused before anything was kept (unknown_sender, sender_mismatch) and watermark claims refused (claim: another site's group, an undefined or out-of-scope table, or beyond the skew bound). No sender label: a name a peer chooses never creates a series."}, []string{"what"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_probe_verdicts_total",
+			Help: "Ranges of senders' probes answered, by verdict (send: leased to that sender; have: held already; busy: leased to another sender)."}, []string{"verdict"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	var err error
-	for _, c := range []**prometheus.CounterVec{&m.pushes, &m.offered, &m.skipped, &m.recv, &m.refused} {
+	for _, c := range []**prometheus.CounterVec{&m.pushes, &m.offered, &m.skipped, &m.recv, &m.refused, &m.probes} {
 		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}
@@ -101,6 +104,19 @@ func (m *Metrics) received(from string, r *messages.PushResult, outs []messages.
 	if quota > 0 {
 		m.recv.WithLabelValues(from, "held_quota").Add(float64(quota))
 		m.quota.Add(uint64(quota))
+	}
+}
+
+func (m *Metrics) probed(verdicts []uint64) {
+	for _, v := range verdicts {
+		switch v {
+		case messages.VerdictSend:
+			m.probes.WithLabelValues("send").Inc()
+		case messages.VerdictHave:
+			m.probes.WithLabelValues("have").Inc()
+		case messages.VerdictBusy:
+			m.probes.WithLabelValues("busy").Inc()
+		}
 	}
 }
 

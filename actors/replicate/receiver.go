@@ -1,6 +1,7 @@
 package replicate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -172,6 +173,9 @@ type recorded struct {
 	// refused counts the claims refused, counted once committed (a
 	// transaction may run again after a failure, committer.go).
 	refused int
+	// newLog: the sender's log id changed from the one recorded (its
+	// log was rotated: a restore).
+	newLog bool
 }
 
 func (p *progressActor) commit() {
@@ -231,6 +235,9 @@ func (s *Service) committed(push *messages.SyncPush, r recorded) {
 		s.deps.Metrics.refusedClaims(r.refused)
 	}
 	s.mem.recordedPush(push, r)
+	if r.newLog {
+		s.rewindToward(push.From)
+	}
 }
 
 // recordPush is decideProgress's shell: it reads the inputs from tx,
@@ -308,7 +315,8 @@ func recordPush(tx persistence.SyncTx, d *Deps, sender senderInfo, push *message
 		}
 	}
 	slices.SortFunc(res.Watermarks, func(a, b messages.GroupWatermark) int { return compareGroups(a.Group, b.Group) })
-	return recorded{res: res, prog: out.Prog, ranges: out.Ranges, refused: out.RefusedClaims}, nil
+	newLog := len(prog.Log) > 0 && !bytes.Equal(prog.Log, push.Log)
+	return recorded{res: res, prog: out.Prog, ranges: out.Ranges, refused: out.RefusedClaims, newLog: newLog}, nil
 }
 
 // handlePush applies a push from an authenticated, configured sender
@@ -324,6 +332,9 @@ func (s *Service) handlePush(ctx context.Context, push *messages.SyncPush) (*mes
 		// progress, no inbound entry, no metric series of its name.
 		s.deps.Metrics.refusedPush("unknown_sender")
 		return nil, fmt.Errorf("%w: %q", ErrUnknownSender, truncate(push.From))
+	}
+	if len(push.Offer) > 0 {
+		return s.handleProbe(ctx, push)
 	}
 	raws := make([][]byte, len(push.Events))
 	for i, e := range push.Events {
@@ -359,6 +370,7 @@ func (s *Service) handlePush(ctx context.Context, push *messages.SyncPush) (*mes
 		if err != nil {
 			return nil, err
 		}
+		s.pushLeases(push, outs, res)
 		s.deps.Metrics.received(push.From, res, outs)
 		return res, nil
 	}
@@ -374,6 +386,7 @@ func (s *Service) handlePush(ctx context.Context, push *messages.SyncPush) (*mes
 	select {
 	case r := <-reply:
 		if r.err == nil {
+			s.pushLeases(push, outs, r.res)
 			s.deps.Metrics.received(push.From, r.res, outs)
 		}
 		return r.res, r.err

@@ -18,6 +18,10 @@ type (
 	tick      struct{}
 	syncNow   struct{ reply chan CycleReport }
 	statusReq struct{ reply chan PeerStatus }
+	// rewind: the peer's own log was rotated (a restore): its record of
+	// this node's log may have gone back with it, so the cursor starts at
+	// genesis again (re-offering is always safe, SSP/1 §14.1).
+	rewind struct{}
 	// pushDone carries a finished push back into the sender's mailbox.
 	pushDone struct {
 		f      *flight
@@ -34,14 +38,25 @@ type batch struct {
 	// left out because the peer's watermark covers them, or reclaimed);
 	// the others stay in the retry set.
 	retried []uint64
+	// offer describes the events past After per origin site (a probe's
+	// Offer); site maps their sequences to their sites.
+	offer []messages.OfferRange
+	site  map[uint64]messages.SiteID
+	// deferred counts the events narrow left to another sender's lease;
+	// nopush is set when nothing was left to push after the probe.
+	deferred int
+	nopush   bool
 }
 
 // flight is one push handed to the transport and not yet finished.
 type flight struct {
-	b      *batch
-	done   bool
-	result *messages.PushResult
-	err    error
+	b *batch
+	// probe: the push is preceded by a probe, whose answer is probeRes.
+	probe    bool
+	probeRes *messages.PushResult
+	done     bool
+	result   *messages.PushResult
+	err      error
 }
 
 // senderActor pushes the local log to one peer over one transport path
@@ -73,6 +88,14 @@ type senderActor struct {
 	stopping bool
 	last     CycleReport
 
+	// probing: the peer asked this sender to probe before each push
+	// (another sender holds a lease there); probed: a probe of the
+	// current catch-up found no need (cleared when the cursor reaches the
+	// tail, so the next catch-up starts with a probe again).
+	probing, probed bool
+	// rewinding: a rewind waits for the pushes in flight.
+	rewinding bool
+
 	tail     uint64
 	lastPush time.Time
 	lastErr  error
@@ -99,6 +122,11 @@ func (a *senderActor) Receive(ctx actor.Context) {
 		a.drain(ctx)
 	case *statusReq:
 		m.reply <- a.status()
+	case rewind:
+		a.rewinding = true
+		if len(a.flights) == 0 {
+			a.rewindNow()
+		}
 	case *actor.Stopping:
 		a.stopping = true
 		if a.timer != nil {
@@ -112,6 +140,15 @@ func (a *senderActor) Receive(ctx actor.Context) {
 		}
 		a.waiters, a.queued = nil, nil
 	}
+}
+
+// storeKey is where the cursor is stored: its key, in the log's cursor
+// epoch (Deps.CursorEpoch).
+func (a *senderActor) storeKey() string {
+	if a.s.deps.CursorEpoch == "" {
+		return a.key
+	}
+	return a.key + "#" + a.s.deps.CursorEpoch
 }
 
 // window is how many pushes may be in flight when cycles run on their own.
@@ -149,7 +186,7 @@ func (a *senderActor) status() PeerStatus {
 func (a *senderActor) fill(ctx actor.Context, max int) {
 	if !a.loaded {
 		err := a.s.deps.Store.View(context.Background(), func(tx persistence.SyncReader) error {
-			c, _, err := tx.Cursor(a.key)
+			c, _, err := tx.Cursor(a.storeKey())
 			a.cursor = c
 			return err
 		})
@@ -172,22 +209,92 @@ func (a *senderActor) fill(ctx actor.Context, max int) {
 			}
 			return
 		}
-		f := &flight{b: b}
+		// A catch-up starts with a probe (the peer may be joining from
+		// several senders at once: lease.go), and keeps probing while the
+		// peer asks; a probing push is alone in its window, since what
+		// it covers is known only once the peer answered.
+		probe := len(a.flights) == 0 && b.offer != nil && (a.probing || (!a.probed && b.push.Through < b.push.Tail))
+		f := &flight{b: b, probe: probe}
 		a.flights = append(a.flights, f)
 		a.next = b.push.Through
+		last := probe || b.push.Through >= b.push.Tail
 		pctx, cancel := context.WithTimeout(a.ctx, a.s.cfg.Timeout)
 		self, sys, t, peer := ctx.Self(), ctx.ActorSystem(), a.t, a.peer
 		go func() {
 			defer cancel()
+			if f.probe {
+				res, err := probePeer(pctx, t, peer, f.b)
+				f.probeRes = res
+				if err != nil || f.b.nopush {
+					sys.Root.Send(self, &pushDone{f: f, result: res, err: err})
+					return
+				}
+			}
 			res, err := t.Push(pctx, peer, f.b.push)
 			if err == nil {
 				err = checkResult(f.b.push, res)
 			}
 			sys.Root.Send(self, &pushDone{f: f, result: res, err: err})
 		}()
-		if b.push.Through >= b.push.Tail {
+		if last {
 			return
 		}
+	}
+}
+
+// probePeer sends b's probe and narrows b to the peer's verdicts; when
+// nothing is left to push it marks b nopush and returns the probe's
+// answer.
+func probePeer(ctx context.Context, t Transport, peer string, b *batch) (*messages.PushResult, error) {
+	p := b.push
+	probe := &messages.SyncPush{V: p.V, From: p.From, To: p.To, Log: p.Log, After: p.After, Through: p.After, Tail: p.Tail, Offer: b.offer}
+	res, err := t.Push(ctx, peer, probe)
+	if err != nil {
+		return nil, err
+	}
+	if res == nil || res.Validate() != nil || len(res.Verdicts) != len(b.offer) {
+		return nil, fmt.Errorf("%w: the answer to a probe of %d ranges is not %d verdicts", messages.ErrSyncInvalid, len(b.offer), len(b.offer))
+	}
+	b.narrow(res.Verdicts)
+	b.nopush = len(b.push.Events) == 0 && b.push.Through == b.push.After && len(b.retried) == 0
+	return res, nil
+}
+
+// narrow applies a probe's verdicts: the events of "have" sites are left
+// out (the peer holds exactly those), and the push stops before the first
+// event of a "busy" site, so the cursor never passes an event nobody
+// delivered; the events of "send" sites before it are pushed. Re-offers
+// (at or below After) are pushed as they are.
+func (b *batch) narrow(verdicts []uint64) {
+	v := make(map[messages.SiteID]uint64, len(verdicts))
+	for i, o := range b.offer {
+		v[o.Site] = verdicts[i]
+	}
+	p := b.push
+	through := p.Through
+	for _, e := range p.Events {
+		if e.Seq > p.After && v[b.site[e.Seq]] == messages.VerdictBusy {
+			through = e.Seq - 1
+			break
+		}
+	}
+	kept := p.Events[:0:0]
+	for _, e := range p.Events {
+		switch {
+		case e.Seq <= p.After:
+		case e.Seq > through:
+			b.deferred++
+			continue
+		case v[b.site[e.Seq]] == messages.VerdictHave:
+			b.skipped++
+			continue
+		}
+		kept = append(kept, e)
+	}
+	p.Events = kept
+	if through < p.Through {
+		p.Through = through
+		p.Claims = nil // claims ride only on a push that reaches the tail
 	}
 }
 
@@ -273,6 +380,7 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 		room := limit - len(evs)
 		visited := 0
 		last := a.next
+		var offers []offered
 		err = tx.EventsAfter(a.next, room, func(se persistence.StoredEvent) (bool, error) {
 			visited++
 			last = se.Seq
@@ -281,8 +389,15 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 				return true, nil
 			}
 			evs = append(evs, messages.PushedEvent{Seq: se.Seq, Raw: se.Raw})
+			offers = append(offers, offered{seq: se.Seq, site: se.Site, hlc: se.HLC, id: se.ID})
 			return true, nil
 		})
+		if b.offer = offerOf(offers); b.offer != nil {
+			b.site = make(map[uint64]messages.SiteID, len(offers))
+			for _, o := range offers {
+				b.site[o.seq] = o.site
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -347,15 +462,23 @@ func (a *senderActor) drain(ctx actor.Context) {
 		f := a.flights[0]
 		a.flights = a.flights[1:]
 		p := f.b.push
-		rep := CycleReport{Offered: len(p.Events), Skipped: f.b.skipped, After: p.After, Through: p.Through, Tail: p.Tail, Err: f.err}
+		rep := CycleReport{Offered: len(p.Events), Skipped: f.b.skipped, Deferred: f.b.deferred, Probed: f.probe,
+			After: p.After, Through: p.Through, Tail: p.Tail, Err: f.err}
+		if f.b.nopush {
+			rep.Offered = 0
+		}
+		a.noteProbe(f)
 		switch {
 		case f.err != nil:
 			a.broken = true
+		case f.b.nopush:
+			// Nothing pushed: the cursor stays (no write).
+			rep.Result = f.result
 		case a.broken:
 			rep.Err = errWindowBroken
 		default:
 			next := nextCursor(a.cursor, f.b.retried, f.result.Retry, p.Through)
-			err := a.s.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error { return tx.PutCursor(a.key, next) })
+			err := a.s.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error { return tx.PutCursor(a.storeKey(), next) })
 			if err != nil {
 				rep.Err = fmt.Errorf("replicate: store cursor: %w", err)
 				a.broken = true
@@ -387,12 +510,50 @@ func (a *senderActor) drain(ctx actor.Context) {
 		a.last = rep
 	}
 	if len(a.flights) > 0 {
-		if !a.broken && len(a.waiters) == 0 {
+		if !a.broken && len(a.waiters) == 0 && !a.rewinding {
 			a.fill(ctx, a.window()) // keep the window full while catching up
 		}
 		return
 	}
+	if a.rewinding {
+		a.rewindNow()
+	}
 	a.finishWindow(ctx, a.last)
+}
+
+// rewindNow moves the cursor back to genesis, durably. The re-offers go
+// too: everything is offered again.
+func (a *senderActor) rewindNow() {
+	err := a.s.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
+		return tx.PutCursor(a.storeKey(), persistence.SenderCursor{})
+	})
+	if err != nil {
+		a.s.deps.Logger.Warn("replicate: rewind the cursor", "peer", a.key, "err", err)
+		return // tried again after the next push
+	}
+	a.rewinding, a.loaded, a.cursor, a.next = false, true, persistence.SenderCursor{}, 0
+	a.s.deps.Logger.Info("replicate: the peer's log was rotated; offering it everything again", "peer", a.key)
+}
+
+// noteProbe decides from a finished flight whether the next pushes probe
+// first: while the peer asks (Probe in a probe's or a push's answer), and
+// at the start of each catch-up. A failed probe is not repeated in this
+// catch-up (a peer that cannot answer probes still gets pushes) unless a
+// later answer asks for it.
+func (a *senderActor) noteProbe(f *flight) {
+	switch {
+	case f.probe && f.err != nil && f.probeRes == nil:
+		a.probing, a.probed = false, true
+	case f.err != nil:
+	case f.probe:
+		a.probing = f.result.Probe || f.probeRes.Probe
+		a.probed = a.probed || !a.probing
+	case f.result.Probe:
+		a.probing = true
+	}
+	if f.err == nil && f.b.push.Through == f.b.push.Tail {
+		a.probed = false
+	}
 }
 
 // errWindowBroken reports a push that succeeded after an earlier push of
@@ -416,7 +577,10 @@ func (a *senderActor) finishWindow(ctx actor.Context, rep CycleReport) {
 		a.fill(ctx, 1)
 		return
 	}
-	if rep.Err == nil && rep.Through < rep.Tail && a.s.cfg.Interval > 0 {
+	// A cycle that pushed nothing because the peer takes those events from
+	// another sender waits for the interval; one that progressed goes on.
+	stalled := rep.Deferred > 0 && rep.Through == rep.After
+	if rep.Err == nil && rep.Through < rep.Tail && !stalled && a.s.cfg.Interval > 0 {
 		ctx.Send(ctx.Self(), tick{})
 		return
 	}

@@ -60,6 +60,11 @@ type Deps struct {
 	Self  messages.SiteID
 	Name  string
 	LogID []byte
+	// CursorEpoch, when set, is appended to the stored keys of the
+	// senders' cursors: a log whose id was rotated (a restore) starts
+	// every peer's cursor at genesis again, since what the old cursors
+	// say was pushed is about the log peers knew under the old id.
+	CursorEpoch string
 	// Apply runs signed events through the node's apply chokepoint.
 	Apply func(ctx context.Context, raws [][]byte) ([]messages.Outcome, error)
 	// ApplyWith, when set, runs a received push's events through the
@@ -110,6 +115,9 @@ type Config struct {
 	// skipping what the peer reported applied (watermarks are an
 	// optimization, SSP/1 §14.2; this shows it).
 	IgnorePeerWatermarks bool
+	// LeaseTTL is how long a joiner's lease of an origin site to one
+	// sender lasts without delivery (default DefaultLeaseTTL; lease.go).
+	LeaseTTL time.Duration
 }
 
 // Service runs a node's delivery actors.
@@ -123,6 +131,7 @@ type Service struct {
 	peers    map[string]*actor.PID // by cursor key
 	accepted map[string]senderInfo // configured senders, by name
 	mem      progressMemory
+	leases   leaseTable
 	stopped  bool
 	done     chan struct{} // closed once the progress actor stopped
 }
@@ -147,6 +156,9 @@ func NewService(system *actor.ActorSystem, deps Deps, cfg Config) (*Service, err
 	if cfg.Window <= 0 {
 		cfg.Window = 4
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -159,7 +171,8 @@ func NewService(system *actor.ActorSystem, deps Deps, cfg Config) (*Service, err
 	if deps.ClockLast == nil {
 		deps.ClockLast = func() messages.HLC { return 0 }
 	}
-	s := &Service{system: system, deps: &deps, cfg: cfg, peers: map[string]*actor.PID{}, accepted: map[string]senderInfo{}, done: make(chan struct{})}
+	s := &Service{system: system, deps: &deps, cfg: cfg, peers: map[string]*actor.PID{}, accepted: map[string]senderInfo{}, done: make(chan struct{}),
+		leases: leaseTable{sites: map[messages.SiteID]lease{}, done: map[string]uint64{}}}
 	s.progress = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &progressActor{s: s} }, deps.Mailboxes.Option("sync_progress")))
 	return s, nil
 }
@@ -270,12 +283,34 @@ func (s *Service) sender(peer, path string) (*actor.PID, error) {
 	return pid, nil
 }
 
+// rewindToward rewinds every sender toward peer (each of its paths).
+func (s *Service) rewindToward(peer string) {
+	s.mu.Lock()
+	var pids []*actor.PID
+	for key, pid := range s.peers {
+		if p, _ := splitKey(key); p == peer {
+			pids = append(pids, pid)
+		}
+	}
+	s.mu.Unlock()
+	for _, pid := range pids {
+		s.system.Root.Send(pid, rewind{})
+	}
+}
+
 // CycleReport describes one completed push cycle toward a peer.
 type CycleReport struct {
 	// Offered is how many events the push carried (re-offers included).
 	Offered int
-	// Skipped is how many the peer's watermarks let the sender leave out.
+	// Skipped is how many the peer's watermarks, or its answer to a probe
+	// ("have"), let the sender leave out.
 	Skipped int
+	// Deferred is how many events of the batch were left to another
+	// sender holding their site's lease at the peer (the push stopped
+	// before the first of them; they are offered again).
+	Deferred int
+	// Probed reports that the cycle probed the peer first.
+	Probed bool
 	// After and Through are the log range the push covered; Tail was the
 	// local log's last sequence when it was read.
 	After, Through, Tail uint64

@@ -123,6 +123,8 @@ type joinerArgs struct {
 	Dir, Name, Advertise, Ready string
 	Port, Sites, Events         int
 	PushBatch                   int
+	// Sources are the senders it accepts (default: "source").
+	Sources []string
 }
 
 // freshArgs configure a child applying an event file to a fresh store.
@@ -167,8 +169,13 @@ func runJoiner(arg json.RawMessage) (any, error) {
 	}
 	defer rem.Close()
 	rem.Serve(n)
-	if err := n.AcceptPeer("source"); err != nil { // only configured senders are accepted
-		return nil, err
+	if len(a.Sources) == 0 {
+		a.Sources = []string{"source"}
+	}
+	for _, src := range a.Sources {
+		if err := n.AcceptPeer(src); err != nil { // only configured senders are accepted
+			return nil, err
+		}
 	}
 	goruntime.GC()
 	io0, err := ab.ReadIO(0)
@@ -367,7 +374,136 @@ func catchupReport(p catchupParams) error {
 		fmt.Printf("%d events (signed event %.1f B):\n", s.n, float64(s.signed)/float64(s.n))
 		fmt.Print(ab.Table(rows))
 	}
+	return joinManyReport(ctx, work, srcs[0], p)
+}
+
+// joinManyReport measures a node joining from three peers at once, all
+// holding the same history in the same log order, against joining from
+// one of them, interleaved: the wire bytes toward the joiner per event
+// beside the mean signed event size (target ≤ 1.2: each event about once;
+// the senders probe, the joiner leases each origin site to one of them).
+// The three sources relay: no claim of the events' origins reaches the
+// joiner, so watermarks cannot help.
+func joinManyReport(ctx context.Context, work string, one *catchupSource, p catchupParams) error {
+	_, raws, err := makeEvents(one.n, p.Sites)
+	if err != nil {
+		return err
+	}
+	var srcs []*catchupSource
+	defer func() {
+		for _, s := range srcs {
+			s.node.Close()
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("source-%d", i+1)
+		n, err := runtime.Open(ctx, runtime.Config{Dir: filepath.Join(work, "many-"+name), MeshID: mesh, Name: name,
+			SyncInterval: 20 * time.Millisecond, PushBatch: p.PushBatch, ReconcileInterval: -1})
+		if err != nil {
+			return err
+		}
+		s := &catchupSource{n: one.n, node: n, file: one.file, signed: one.signed}
+		srcs = append(srcs, s)
+		if err := n.DefineTable(ctx, benchTable); err != nil {
+			return err
+		}
+		for _, pr := range benchPeers(p.Sites) {
+			if err := n.Trust(ctx, pr.signer.Key()); err != nil {
+				return err
+			}
+		}
+		// One writer: every source's log holds the events in one order.
+		if _, err := applyAll(ctx, n, raws, 1, p.Batch); err != nil {
+			return err
+		}
+		// The sources only push: they share the first size's remote as
+		// their transport (a second remote in one process races on
+		// gRPC's global logger).
+		s.rem = one.rem
+	}
+	fmt.Printf("== sync plane: a node joining from 3 peers at once (same history, same order, relays only) vs from 1, over protoactor remote, pushes of %d; %d events, %d interleaved trials, min / median / max\n", p.PushBatch, one.n, p.Trials)
+	wire := map[int][]float64{}
+	rate := map[int][]float64{}
+	arm := func(k int) ab.Arm {
+		return ab.Arm{Name: fmt.Sprintf("join-%d", k), Run: func(t int) (float64, error) {
+			r, w, err := joinManyOnce(ctx, work, srcs[:k], p, t)
+			if err != nil {
+				return 0, err
+			}
+			wire[k] = append(wire[k], w/(float64(one.signed)/float64(one.n)))
+			rate[k] = append(rate[k], float64(one.n)/r.Seconds)
+			return float64(one.n) / r.Seconds, nil
+		}}
+	}
+	if _, err := ab.Run(p.Trials, arm(1), arm(3)); err != nil {
+		return err
+	}
+	w3 := ab.Summarize(wire[3])
+	fmt.Printf("%d events (signed event %.1f B):\n", one.n, float64(one.signed)/float64(one.n))
+	fmt.Print(ab.Table([][2]string{
+		{"wire bytes toward the joiner per event / signed event size, from 1 peer", ab.Summarize(wire[1]).Format("%.3f")},
+		{"wire bytes toward the joiner per event / signed event size, from 3 peers at once", w3.Format("%.3f") + "   " + w3.Verdict(1.2, false)},
+		{"wire bytes from 3 peers / from 1 (paired)", ab.Paired(wire[3], wire[1]).Format("%.3f")},
+		{"catch-up from 3 peers (joiner child)", ab.Summarize(rate[3]).Format("%.0f") + " ev/s"},
+		{"catch-up from 1 peer (joiner child)", ab.Summarize(rate[1]).Format("%.0f") + " ev/s"},
+	}))
 	return nil
+}
+
+// joinManyOnce runs one joiner child catching up from every source of
+// srcs at once and returns its report and the wire bytes per event
+// toward it (every source's pushes and probes cross one counting proxy).
+func joinManyOnce(ctx context.Context, work string, srcs []*catchupSource, p catchupParams, t int) (storeRun, float64, error) {
+	name := fmt.Sprintf("joiner-many-%d-%d", len(srcs), t)
+	dir := filepath.Join(work, name)
+	defer os.RemoveAll(dir)
+	port, err := freeTCPPort()
+	if err != nil {
+		return storeRun{}, 0, err
+	}
+	proxy, err := newCountingProxy(fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return storeRun{}, 0, err
+	}
+	defer proxy.Close()
+	ready := filepath.Join(work, name+".ready")
+	var names []string
+	for _, s := range srcs {
+		names = append(names, s.node.Name())
+	}
+	var r storeRun
+	done := make(chan error, 1)
+	n := srcs[0].n
+	go func() {
+		done <- ab.Child(ctx, ab.Proc{}, "catchup-joiner", joinerArgs{Dir: dir, Name: name, Advertise: proxy.Addr(), Ready: ready, Port: port, Sites: p.Sites, Events: n, PushBatch: p.PushBatch, Sources: names}, &r)
+	}()
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			if err == nil {
+				err = fmt.Errorf("joiner exited before it was ready")
+			}
+			return storeRun{}, 0, err
+		case <-time.After(time.Millisecond):
+		}
+	}
+	srcs[0].rem.AddPeer(name, proxy.Addr())
+	for _, s := range srcs {
+		if err := s.node.AddPeer(name, s.rem, "remote"); err != nil {
+			return storeRun{}, 0, err
+		}
+	}
+	err = <-done
+	for _, s := range srcs {
+		_ = s.node.RemovePeer(name, "remote")
+	}
+	if err != nil {
+		return storeRun{}, 0, err
+	}
+	return r, float64(proxy.toTarget.Load()) / float64(n), nil
 }
 
 // catchupOnce runs one joiner child against s's source and returns its

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"bytes"
+	"cmp"
 	"slices"
 
 	"github.com/syncmesh/syncmesh/messages"
@@ -48,4 +49,29 @@ func (t *txn) EventIDsAt(site messages.SiteID, h messages.HLC, limit int) ([]per
 		ids = ids[:limit]
 	}
 	return slices.Clone(ids), nil
+}
+
+// SiteEventIDs calls fn for the retained events site signed with an HLC
+// in [from, to], in (HLC, id) order. The memory store keeps its stamps in
+// a map, so it collects and sorts them first.
+func (t *txn) SiteEventIDs(site messages.SiteID, from, to messages.HLC, fn func(messages.HLC, persistence.EventID) (bool, error)) error {
+	if err := t.check(false); err != nil {
+		return err
+	}
+	var keys []stamp
+	t.st.stamps.each(func(k stamp, _ []persistence.EventID) {
+		if k.site == site && k.hlc >= from && k.hlc <= to {
+			keys = append(keys, k)
+		}
+	})
+	slices.SortFunc(keys, func(a, b stamp) int { return cmp.Compare(a.hlc, b.hlc) })
+	for _, k := range keys {
+		ids, _ := t.st.stamps.get(k)
+		for _, id := range ids {
+			if more, err := fn(k.hlc, id); err != nil || !more {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -102,3 +102,88 @@ func testEventIDsAt(t *testing.T, open OpenFunc) {
 		return nil
 	})
 }
+
+// SiteEventIDs lists one site's retained events of an HLC range, in
+// (HLC, id) order, inclusive at both ends, in the writing transaction
+// and after a restart, stops when fn says so, and forgets reclaimed ones.
+func testSiteEventIDs(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	at := func(n int, site messages.SiteID, h messages.HLC) persistence.StoredEvent {
+		e := mkEvent(n, tblX, key(n).Encode(), h)
+		e.Site = site
+		return e
+	}
+	type hid struct {
+		h  messages.HLC
+		id persistence.EventID
+	}
+	list := func(r persistence.SyncReader, site messages.SiteID, from, to messages.HLC, limit int) []hid {
+		t.Helper()
+		var out []hid
+		err := r.SiteEventIDs(site, from, to, func(h messages.HLC, id persistence.EventID) (bool, error) {
+			out = append(out, hid{h, id})
+			return limit <= 0 || len(out) < limit, nil
+		})
+		if err != nil {
+			t.Fatalf("SiteEventIDs: %v", err)
+		}
+		return out
+	}
+	want := func(pairs ...any) []hid {
+		var out []hid
+		for i := 0; i < len(pairs); i += 2 {
+			out = append(out, hid{messages.HLC(pairs[i].(int)), eventID(pairs[i+1].(int))})
+		}
+		return out
+	}
+	both := func(a, b int) (int, int) {
+		x, y := eventID(a), eventID(b)
+		if bytes.Compare(x[:], y[:]) < 0 {
+			return a, b
+		}
+		return b, a
+	}
+	lo, hi := both(1, 3)
+	update(t, s, func(tx persistence.SyncTx) error {
+		for _, e := range []persistence.StoredEvent{at(3, siteA, 5), at(2, siteA, 7), at(1, siteA, 5), at(4, siteB, 6), at(5, siteA, 9)} {
+			if _, err := tx.AppendEvent(e); err != nil {
+				return err
+			}
+		}
+		if got := list(tx, siteA, 5, 7, 0); !slices.Equal(got, want(5, lo, 5, hi, 7, 2)) {
+			t.Fatalf("in the writing transaction: %v", got)
+		}
+		return nil
+	})
+	s = reopen()
+	view(t, s, func(r persistence.SyncReader) error {
+		for _, c := range []struct {
+			site     messages.SiteID
+			from, to messages.HLC
+			limit    int
+			want     []hid
+		}{
+			{siteA, 0, 100, 0, want(5, lo, 5, hi, 7, 2, 9, 5)},
+			{siteA, 6, 9, 0, want(7, 2, 9, 5)},
+			{siteA, 6, 6, 0, nil},
+			{siteA, 9, 5, 0, nil},
+			{siteA, 0, 100, 2, want(5, lo, 5, hi)},
+			{siteB, 0, 100, 0, want(6, 4)},
+		} {
+			if got := list(r, c.site, c.from, c.to, c.limit); !slices.Equal(got, c.want) {
+				t.Fatalf("SiteEventIDs(%v, %v, %v) = %v, want %v", c.site, c.from, c.to, got, c.want)
+			}
+		}
+		return nil
+	})
+	update(t, s, func(tx persistence.SyncTx) error {
+		_, err := tx.DeleteEventsBelow(tblX, 7)
+		return err
+	})
+	view(t, s, func(r persistence.SyncReader) error {
+		if got := list(r, siteA, 0, 100, 0); !slices.Equal(got, want(7, 2, 9, 5)) {
+			t.Fatalf("after reclamation: %v", got)
+		}
+		return nil
+	})
+}

@@ -84,6 +84,7 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"TableEventKeysInSiteHLCIDOrder", testTableEventKeys},
 		{"RowClocksKeepEventIDs", testRowClocksKeepEventIDs},
 		{"EventIDsAtListsOneStamp", testEventIDsAt},
+		{"SiteEventIDsListsARangeInOrder", testSiteEventIDs},
 		{"GapAndRetryLimitsAtAndPastTheEdge", testDeliveryLimits},
 		{"HeldPointLookupUsageAndPurge", testHeldUsage},
 		{"DeleteWatermarks", testDeleteWatermarks},
