@@ -32,8 +32,10 @@ import (
 // accepted last-resort initiation ids in the prekey store, skipped-key
 // times in session records (markInitiationV2, initiation_v2.go).
 // Version 10: the change log that Watch reads (createChangesV10,
-// changes.go).
-const LayoutVersion = 10
+// changes.go). Version 12: reconciliation's range aggregate, per (table,
+// site) counts and LtHash16 sums of the retained events' keys
+// (migrateRangeSumsV12, reconcile_sums.go).
+const LayoutVersion = 12
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -78,6 +80,9 @@ var migrations = []migration{
 	{from: 7, to: 8, fn: migrateRowGensV1},
 	{from: 8, to: 9, fn: markInitiationV2},
 	{from: 9, to: 10, fn: createChangesV10},
+	// Version 11 is another change's (assigned before this one landed):
+	// once it is in this list, this entry starts from 11.
+	{from: 10, to: 12, fn: migrateRangeSumsV12},
 }
 
 // createV1 creates the initial layout.
