@@ -1,7 +1,13 @@
 package bolt
 
 import (
+	"bufio"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	bbolt "go.etcd.io/bbolt"
@@ -111,5 +117,113 @@ func TestRangeSumRecordIsChecked(t *testing.T) {
 		if _, err := decodeRangeSum(bad); !errors.Is(err, persistence.ErrCorrupt) {
 			t.Fatalf("record of %d bytes: %v", len(bad), err)
 		}
+	}
+}
+
+// crashChildEnv makes the test binary the writer that TestRangeSumsSurviveSIGKILL kills.
+const crashChildEnv = "SYNCMESH_RANGE_SUM_CRASH_CHILD"
+
+// TestRangeSumsSurviveSIGKILL: a child process appends and evicts events
+// in fsync'd transactions without end; it is killed (SIGKILL) after it
+// reported 20 commits, somewhere in the middle of the next ones. The
+// file it leaves opens with range sums equal to the scan of every table
+// at every bound: they are written in the transaction that changes the
+// events, so no crash can leave one without the other.
+func TestRangeSumsSurviveSIGKILL(t *testing.T) {
+	if path := os.Getenv(crashChildEnv); path != "" {
+		rangeSumCrashChild(path)
+		return
+	}
+	path := filepath.Join(t.TempDir(), "node.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRangeSumsSurviveSIGKILL$")
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	commits := 0
+	for commits < 20 && lines.Scan() {
+		if lines.Text() == "committed" {
+			commits++
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if commits < 20 {
+		t.Fatalf("the child reported %d commits before it ended", commits)
+	}
+	db := mustOpen(t, path, Options{})
+	defer db.Close()
+	if err := db.Sync().View(ctx, func(r persistence.SyncReader) error {
+		n := uint64(0)
+		for _, tk := range crashTables {
+			for _, min := range []messages.HLC{0, 1, 500, 1000, 5000, 1 << 40} {
+				got, err := r.TableEventSum(tk, min)
+				if err != nil {
+					return err
+				}
+				var want persistence.RangeSum
+				if err := r.TableEventKeys(tk, min, func(k persistence.EventKey) (bool, error) { want.Add(k); return true, nil }); err != nil {
+					return err
+				}
+				if got != want {
+					t.Fatalf("after SIGKILL: TableEventSum(%v, %d) has %d events, the scan %d", tk, min, got.Count, want.Count)
+				}
+				if min == 0 {
+					n += got.Count
+				}
+			}
+		}
+		if n == 0 {
+			t.Fatal("no event survived 20 commits")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var crashTables = []persistence.TableKey{{Schema: "app", Table: "a"}, {Schema: "app", Table: "b"}}
+
+// rangeSumCrashChild writes until it is killed: each transaction appends
+// 50 events of three sites over two tables and, every third one, evicts
+// one table below a rising horizon.
+func rangeSumCrashChild(path string) {
+	db, err := Open(path, Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child open:", err)
+		os.Exit(2)
+	}
+	s := db.Sync()
+	for n, tx := 0, 0; ; tx++ {
+		if err := s.Update(ctx, func(w persistence.SyncTx) error {
+			for i := 0; i < 50; i++ {
+				n++
+				var id persistence.EventID
+				binary.BigEndian.PutUint64(id[:], uint64(n))
+				tk := crashTables[n%2]
+				ev := persistence.StoredEvent{ID: id, Raw: []byte{0xd2, byte(n)}, Site: messages.SiteID{byte(n % 3)}, HLC: messages.HLC(n),
+					Schema: tk.Schema, Table: tk.Table, RowKey: []byte{byte(n % 7)}}
+				if _, err := w.AppendEvent(ev); err != nil {
+					return err
+				}
+			}
+			if tx%3 == 2 {
+				_, err := w.DeleteEventsBelow(crashTables[tx%2], messages.HLC(n/2))
+				return err
+			}
+			return nil
+		}); err != nil {
+			fmt.Fprintln(os.Stderr, "child update:", err)
+			os.Exit(2)
+		}
+		fmt.Println("committed")
 	}
 }
