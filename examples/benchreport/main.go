@@ -78,7 +78,7 @@ func main() {
 		{"hosting", func() error { return hostingReport(*hostingDevices, *hostingMessages) }},
 		{"delivery", func() error { return deliveryReport(*deliveryMessages, *deliveryTrials, *deliveryStrace) }},
 		{"reconcile", func() error {
-			return reconcileReport(reconcileParams{Events: *reconEvents, Sites: *sites, Batch: *batch, Trials: *reconTrials})
+			return reconcileReport(reconcileParams{Events: *reconEvents, Sites: *sites, Batch: *batch, Trials: *reconTrials, StoreCache: *storeCache})
 		}},
 	}
 	known := false
