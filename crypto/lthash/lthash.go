@@ -23,6 +23,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/bits"
+	"sync"
 	"unsafe"
 )
 
@@ -55,10 +56,15 @@ type lanes = [Words / 4]uint64
 // littleEndian reports whether lanes in memory are their encoding.
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
-// expand writes the element's expansion into x: the key stream is
-// written over x's own bytes (one pass, no copy; fewer accesses for the
-// race detector to check, which made a sum of 100 000 keys take seconds).
-func expand(elem []byte, x *lanes) {
+// scratch holds expansions: an expansion escapes to the heap (the key
+// stream is written through an interface), so they are reused.
+var scratch = sync.Pool{New: func() any { return new(lanes) }}
+
+// expand returns the element's expansion, from scratch (put it back): the
+// key stream is written over the lanes' own bytes (one pass, no copy;
+// fewer accesses for the race detector to check).
+func expand(elem []byte) *lanes {
+	x := scratch.Get().(*lanes)
 	h := sha256.New()
 	_, _ = h.Write([]byte(domain))
 	_, _ = h.Write(elem)
@@ -73,28 +79,29 @@ func expand(elem []byte, x *lanes) {
 			x[i] = bits.ReverseBytes64(x[i])
 		}
 	}
+	return x
 }
 
 // Add adds one element.
 func (s *Sum) Add(elem []byte) {
-	var x lanes
-	expand(elem, &x)
+	x := expand(elem)
 	w := s.w
 	for i := range w {
 		w[i] = add16(w[i], x[i])
 	}
 	s.w = w
+	scratch.Put(x)
 }
 
 // Remove removes one element (added before).
 func (s *Sum) Remove(elem []byte) {
-	var x lanes
-	expand(elem, &x)
+	x := expand(elem)
 	w := s.w
 	for i := range w {
 		w[i] = sub16(w[i], x[i])
 	}
 	s.w = w
+	scratch.Put(x)
 }
 
 // Combine adds the multiset o.
