@@ -9,7 +9,13 @@ import (
 
 // ReconcileVersion is the version of the set-reconciliation messages this
 // build speaks; another version is rejected with ErrUnsupportedVersion.
-const ReconcileVersion = 1
+// A Reconcile round that carries a RangeSum is version ReconcileSumVersion
+// (a build that only speaks version 1 refuses it with a typed error);
+// every other message, and a round without one, is version 1.
+const (
+	ReconcileVersion    = 1
+	ReconcileSumVersion = 2
+)
 
 // Sizes and limits of the reconciliation messages. The encoder checks the
 // same limits as the decoder, so a message this build writes is one it
@@ -76,6 +82,11 @@ const (
 	// RangeIDReply answers a RangeIDList: Keys are the sender's keys the
 	// list lacked, Need a bitmap over the list of the keys the sender lacks.
 	RangeIDReply
+	// RangeSum (version 2): the sender's fingerprint of all of the group's
+	// items, from the range sum (count and LtHash16 of the keys) its
+	// store keeps, so agreement costs no pass over the items. It is the
+	// group's only range.
+	RangeSum
 	rangeModes
 )
 
@@ -288,7 +299,10 @@ func (m *Reconcile) Validate() error {
 			if r.Mode >= rangeModes {
 				return invalid("range mode %d", r.Mode)
 			}
-			if r.Mode != RangeFingerprint && r.FP != ([FingerprintSize]byte{}) {
+			if r.Mode == RangeSum && len(g.Ranges) != 1 {
+				return invalid("group %s.%s: a range sum is the group's only range", g.Schema, g.Table)
+			}
+			if r.Mode != RangeFingerprint && r.Mode != RangeSum && r.FP != ([FingerprintSize]byte{}) {
 				return invalid("fingerprint in a range of mode %d", r.Mode)
 			}
 			if len(r.Keys) > 0 && r.Mode != RangeIDList && r.Mode != RangeIDReply {
@@ -325,6 +339,9 @@ func EncodeReconcile(m *Reconcile) ([]byte, error) {
 	}
 	w := wireReconcile{V: ReconcileVersion, Groups: make([]wireGroup, len(m.Groups))}
 	for gi, g := range m.Groups {
+		if g.Ranges[0].Mode == RangeSum {
+			w.V = ReconcileSumVersion
+		}
 		wg := wireGroup{Schema: g.Schema, Table: g.Table, Bound: g.Bound, Ranges: make([]wireRange, len(g.Ranges))}
 		var prevUpper []byte
 		for ri, r := range g.Ranges {
@@ -335,7 +352,7 @@ func EncodeReconcile(m *Reconcile) ([]byte, error) {
 				prevUpper = r.Upper
 			}
 			switch r.Mode {
-			case RangeFingerprint:
+			case RangeFingerprint, RangeSum:
 				wr.Data = r.FP[:]
 			case RangeIDReply:
 				wr.Data = append(wr.Data, r.Need...)
@@ -362,12 +379,13 @@ func DecodeReconcile(data []byte) (*Reconcile, error) {
 	if err := Unmarshal("reconcile", data, &w, MaxReconcileBytes); err != nil {
 		return nil, err
 	}
-	if w.V != ReconcileVersion {
+	if w.V != ReconcileVersion && w.V != ReconcileSumVersion {
 		return nil, decodeErr("reconcile", ErrUnsupportedVersion, fmt.Errorf("version %d", w.V))
 	}
 	if len(w.Groups) > MaxReconcileGroups {
 		return nil, invalid("%d groups, limit %d", len(w.Groups), MaxReconcileGroups)
 	}
+	sums := false
 	m := &Reconcile{Groups: make([]ReconcileGroup, len(w.Groups))}
 	for gi, wg := range w.Groups {
 		g := ReconcileGroup{Schema: wg.Schema, Table: wg.Table, Bound: wg.Bound, Ranges: make([]ReconcileRange, len(wg.Ranges))}
@@ -377,6 +395,7 @@ func DecodeReconcile(data []byte) (*Reconcile, error) {
 				return nil, invalid("range mode %d", wr.Mode)
 			}
 			r := ReconcileRange{Mode: RangeMode(wr.Mode)}
+			sums = sums || r.Mode == RangeSum
 			if ri < len(wg.Ranges)-1 {
 				u, err := unprefix(prevUpper, wr.Shared, wr.Suffix)
 				if err != nil {
@@ -387,9 +406,9 @@ func DecodeReconcile(data []byte) (*Reconcile, error) {
 				return nil, invalid("last range of %s.%s is bounded", wg.Schema, wg.Table)
 			}
 			switch {
-			case r.Mode == RangeFingerprint && len(wr.Data) == FingerprintSize:
+			case (r.Mode == RangeFingerprint || r.Mode == RangeSum) && len(wr.Data) == FingerprintSize:
 				copy(r.FP[:], wr.Data)
-			case r.Mode == RangeFingerprint:
+			case r.Mode == RangeFingerprint || r.Mode == RangeSum:
 				return nil, invalid("fingerprint of %d bytes", len(wr.Data))
 			case r.Mode == RangeIDReply && len(wr.Data) > 0:
 				r.Need = wr.Data
@@ -404,6 +423,10 @@ func DecodeReconcile(data []byte) (*Reconcile, error) {
 			g.Ranges[ri] = r
 		}
 		m.Groups[gi] = g
+	}
+	if sums != (w.V == ReconcileSumVersion) {
+		// A version-1 round cannot carry a sum; a version-2 one does.
+		return nil, decodeErr("reconcile", ErrUnsupportedVersion, fmt.Errorf("version %d with range sums %v", w.V, sums))
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err

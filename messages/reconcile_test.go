@@ -30,6 +30,42 @@ func sampleReconcile() *Reconcile {
 	}}
 }
 
+// sampleSum is a version-2 round: one group described by its range sum
+// beside one described by fingerprints.
+func sampleSum() *Reconcile {
+	m := sampleReconcile()
+	m.Groups[1].Ranges[0].Mode = RangeSum
+	return m
+}
+
+// TestReconcileSumRoundTrip: a round with a range sum is version 2, one
+// without stays version 1 (a version-1 peer reads it), both round-trip.
+func TestReconcileSumRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		m *Reconcile
+		v uint64
+	}{{sampleReconcile(), ReconcileVersion}, {sampleSum(), ReconcileSumVersion}} {
+		b, err := EncodeReconcile(c.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w wireReconcile
+		if err := Unmarshal("reconcile", b, &w, MaxReconcileBytes); err != nil || w.V != c.v {
+			t.Fatalf("encoded as version %d (%v), want %d", w.V, err, c.v)
+		}
+		got, err := DecodeReconcile(b)
+		if err != nil || !reflect.DeepEqual(got, c.m) {
+			t.Fatalf("round trip: %v\n%+v\n%+v", err, got, c.m)
+		}
+	}
+	m := sampleSum()
+	m.Groups[0].Ranges[3].Mode = RangeSum // a sum among other ranges
+	m.Groups[0].Ranges[3].Keys, m.Groups[0].Ranges[3].Need = nil, nil
+	if _, err := EncodeReconcile(m); !errors.Is(err, ErrReconcileInvalid) {
+		t.Fatalf("sum among ranges: %v", err)
+	}
+}
+
 func TestReconcileRoundTrip(t *testing.T) {
 	m := sampleReconcile()
 	b, err := EncodeReconcile(m)
@@ -96,13 +132,19 @@ func TestReconcileDecoderTypedErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2 := enc(t, map[string]any{"v": 2, "g": []any{}})
+	v2 := enc(t, map[string]any{"v": 3, "g": []any{}})
+	sumRange := []any{int(RangeSum), 0, []byte{}, make([]byte, FingerprintSize), []byte{}}
 	cases := []struct {
 		name string
 		in   []byte
 		kind error
 	}{
 		{"version", v2, ErrUnsupportedVersion},
+		{"sum in version 1", enc(t, map[string]any{"v": 1, "g": []any{[]any{"s", "t", 0, []any{sumRange}}}}), ErrUnsupportedVersion},
+		{"version 2 without a sum", enc(t, map[string]any{"v": 2, "g": []any{[]any{"s", "t", 0, []any{[]any{1, 0, []byte{}, make([]byte, FingerprintSize), []byte{}}}}}}), ErrUnsupportedVersion},
+		{"short sum", enc(t, map[string]any{"v": 2, "g": []any{[]any{"s", "t", 0, []any{[]any{int(RangeSum), 0, []byte{}, []byte{1}, []byte{}}}}}}), ErrReconcileInvalid},
+		{"sum beside another range", enc(t, map[string]any{"v": 2, "g": []any{[]any{"s", "t", 0, []any{
+			[]any{int(RangeSum), 0, []byte{1}, make([]byte, FingerprintSize), []byte{}}, []any{0, 0, []byte{}, []byte{}, []byte{}}}}}}), ErrReconcileInvalid},
 		{"trailing", append(bytes.Clone(good), 0), ErrTrailingBytes},
 		{"oversize", make([]byte, MaxReconcileBytes+1), ErrTooLarge},
 		{"wrong type", enc(t, map[string]any{"v": 1, "g": "x"}), ErrMalformed},
@@ -352,6 +394,8 @@ func FuzzDecodeReconcile(f *testing.F) {
 	f.Add(append(bytes.Clone(good), 0))
 	f.Add([]byte{0xa0})
 	f.Add(enc(f, map[string]any{"v": 2, "g": []any{}}))
+	sum, _ := EncodeReconcile(sampleSum())
+	f.Add(sum)
 	f.Add(enc(f, map[string]any{"v": 1, "g": []any{[]any{"s", "t", 0, []any{[]any{2, 0, []byte{}, []byte{}, []byte{0, 3, 1, 2, 3}}}}}}))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		m, err := DecodeReconcile(in)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 
+	"github.com/syncmesh/syncmesh/crypto/lthash"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -34,4 +35,45 @@ type EventRangeReader interface {
 	// the table's retained events with an HLC at or above min, until fn
 	// returns false or an error.
 	TableEventKeys(t TableKey, min messages.HLC, fn func(EventKey) (bool, error)) error
+	// TableEventSum returns the RangeSum of the same keys TableEventKeys
+	// lists from min. Stores keep it as per-(table, site) sums maintained
+	// in the transaction that appends or deletes an event, so it reads
+	// one record per site, plus the retained keys below min (none when
+	// min is at or below the oldest retained HLC, as after an eviction to
+	// min), instead of every key.
+	TableEventSum(t TableKey, min messages.HLC) (RangeSum, error)
+}
+
+// RangeSum aggregates a set of event keys: their number and the LtHash16
+// of their reconciliation keys (site | HLC | id), so sums of disjoint sets
+// add up to the sum of their union.
+type RangeSum struct {
+	Count uint64
+	Sum   lthash.Sum
+}
+
+// Add adds k to the set (k must not be in it).
+func (r *RangeSum) Add(k EventKey) {
+	b := messages.NewReconcileKey(k.Site, k.HLC, k.ID)
+	r.Count++
+	r.Sum.Add(b[:])
+}
+
+// Remove removes k from the set (k must be in it).
+func (r *RangeSum) Remove(k EventKey) {
+	b := messages.NewReconcileKey(k.Site, k.HLC, k.ID)
+	r.Count--
+	r.Sum.Remove(b[:])
+}
+
+// Combine adds the disjoint set o.
+func (r *RangeSum) Combine(o *RangeSum) {
+	r.Count += o.Count
+	r.Sum.Combine(&o.Sum)
+}
+
+// Subtract removes o, a subset.
+func (r *RangeSum) Subtract(o *RangeSum) {
+	r.Count -= o.Count
+	r.Sum.Subtract(&o.Sum)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/crypto/eventid"
+	"github.com/syncmesh/syncmesh/crypto/lthash"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -554,6 +555,32 @@ func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, 
 		s.n.recon.keep(respCache{peer: s.peer, key: sk, lastSeq: last, at: time.Now(), set: set})
 	}
 	return set, nil
+}
+
+// Sum returns the count and LtHash16 of the keys Keys lists: the store's
+// range sum (per-site records kept in the transactions that change the
+// events, so no event is read) plus the peer's dropped keys the store does
+// not hold.
+func (s *nodeSource) Sum(g reconcile.Group, min messages.HLC) (uint64, lthash.Sum, error) {
+	var total persistence.RangeSum
+	dropped := s.n.recon.droppedIn(s.peer, g, min)
+	err := s.n.store.View(s.ctx, func(tx persistence.SyncReader) error {
+		var err error
+		if total, err = tx.TableEventSum(persistence.TableKey{Schema: g.Schema, Table: g.Table}, min); err != nil {
+			return err
+		}
+		for _, k := range dropped {
+			_, held, err := tx.Event(k.Site(), k.HLC(), k.ID())
+			if err != nil {
+				return err
+			}
+			if !held { // a set lists each key once
+				total.Add(persistence.EventKey{Site: k.Site(), HLC: k.HLC(), ID: k.ID()})
+			}
+		}
+		return nil
+	})
+	return total.Count, total.Sum, err
 }
 
 // cached returns the responder's cached set of peer for k, if the store

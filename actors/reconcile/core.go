@@ -21,9 +21,20 @@
 // and hide the difference from their reconciliation for good. Finding two
 // different key sequences with equal fingerprints here is a collision of
 // SHA-256 truncated to 128 bits: about 2^64 work, and the attacker must
-// sign every candidate. The price is that a fingerprint costs a pass over
-// the range's keys (56 bytes each, ~1 GB/s here) instead of an O(log n)
-// lookup in a tree of range sums; see docs/reconciliation.md.
+// sign every candidate. The price is a pass over the range's keys (56
+// bytes each, ~1 GB/s here).
+//
+// The first round of a group is the exception that makes agreement cheap
+// (RangeSum, wire version 2): a fingerprint of the whole group computed
+// from the count and the LtHash16 sum of its keys (crypto/lthash), which
+// the stores keep per (table, site) in the transaction that changes the
+// events. LtHash16 is additive too, but over 1 024 words of 16 bits, where
+// Wagner's algorithm is out of reach (the lattice problem behind it is
+// estimated at more than 200 bits); the fingerprint is SHA-256 over a
+// domain tag, the count and the 2 048-byte sum, so a collision needs
+// either a colliding LtHash16 pair or a 128-bit SHA-256 collision. Only
+// when the sums differ are the keys loaded and split as above; see
+// docs/reconciliation.md.
 package reconcile
 
 import (
@@ -35,6 +46,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/syncmesh/syncmesh/crypto/lthash"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -125,6 +137,31 @@ func Fingerprint(keys []Key) [messages.FingerprintSize]byte {
 	return out
 }
 
+var sumDomain = []byte("syncmesh/reconcile/sum/v1")
+
+// SumFingerprint returns the fingerprint of a whole group from its range
+// sum: the number of keys and their LtHash16.
+func SumFingerprint(count uint64, sum *lthash.Sum) [messages.FingerprintSize]byte {
+	var b [len("syncmesh/reconcile/sum/v1") + binary.MaxVarintLen64 + lthash.Size]byte
+	buf := append(b[:0], sumDomain...)
+	buf = binary.AppendUvarint(buf, count)
+	buf = sum.AppendBinary(buf)
+	d := sha256.Sum256(buf)
+	var out [messages.FingerprintSize]byte
+	copy(out[:], d[:])
+	return out
+}
+
+// Sum returns the count and LtHash16 of the set's keys (what a Source
+// whose store keeps no range sums computes).
+func (s *Set) Sum() (uint64, lthash.Sum) {
+	var sum lthash.Sum
+	for i := range s.keys {
+		sum.Add(s.keys[i][:])
+	}
+	return uint64(len(s.keys)), sum
+}
+
 // separator returns the shortest prefix p of next with prev < p ≤ next.
 func separator(prev, next Key) []byte {
 	i := 0
@@ -143,6 +180,38 @@ type Source interface {
 	// Keys returns the keys of g's retained events with an HLC at or
 	// above min.
 	Keys(g Group, min messages.HLC) (*Set, error)
+	// Sum returns the count and LtHash16 of the same keys: what Keys
+	// would return, without listing them.
+	Sum(g Group, min messages.HLC) (count uint64, sum lthash.Sum, err error)
+}
+
+// lazySet loads a group's keys the first time a range needs them: a
+// group whose sums agree never loads them.
+type lazySet struct {
+	src Source
+	g   Group
+	min messages.HLC
+	set *Set
+}
+
+func (l *lazySet) get() (*Set, error) {
+	if l.set == nil {
+		set, err := l.src.Keys(l.g, l.min)
+		if err != nil {
+			return nil, err
+		}
+		l.set = set
+	}
+	return l.set, nil
+}
+
+// sumFingerprint is the fingerprint of the whole group from src's sum.
+func (l *lazySet) sumFingerprint() ([messages.FingerprintSize]byte, error) {
+	n, sum, err := l.src.Sum(l.g, l.min)
+	if err != nil {
+		return [messages.FingerprintSize]byte{}, err
+	}
+	return SumFingerprint(n, &sum), nil
 }
 
 // Found is what one group's reconciliation found.
@@ -205,23 +274,43 @@ func (bu *budget) room() bool { return bu.ranges > Branch+1 && bu.keys > 2*LeafM
 
 // process answers one group's ranges. initiator says which side we are:
 // only the initiator collects what it finds (the responder is stateless).
-func process(g Group, set *Set, in []messages.ReconcileRange, initiator bool, bu *budget, f *Found) ([]messages.ReconcileRange, error) {
+func process(g Group, ls *lazySet, in []messages.ReconcileRange, initiator bool, bu *budget, f *Found) ([]messages.ReconcileRange, error) {
 	var b builder
 	var lower []byte
 	for i, r := range in {
+		differs := false // a range sum that is not ours: split it
+		if r.Mode == messages.RangeSum {
+			// The whole group (the wire allows a sum only as the only range).
+			fp, err := ls.sumFingerprint()
+			if err != nil {
+				return nil, err
+			}
+			if fp == r.FP {
+				return nil, nil
+			}
+			r.Mode, differs = messages.RangeFingerprint, true
+		}
+		var items []Key
+		var set *Set
+		if r.Mode != messages.RangeSkip || !bu.room() {
+			var err error
+			if set, err = ls.get(); err != nil {
+				return nil, err
+			}
+			items = set.span(lower, r.Upper)
+		}
 		if !bu.room() {
 			// Out of room: describe the rest by one fingerprint; the
 			// peer splits it again next round, so progress continues.
 			b.add(messages.ReconcileRange{Mode: messages.RangeFingerprint, FP: Fingerprint(set.span(lower, nil))})
 			break
 		}
-		items := set.span(lower, r.Upper)
 		mark := len(b.ranges)
 		switch r.Mode {
 		case messages.RangeSkip:
 			b.add(messages.ReconcileRange{Mode: messages.RangeSkip, Upper: r.Upper})
 		case messages.RangeFingerprint:
-			if Fingerprint(items) == r.FP {
+			if !differs && Fingerprint(items) == r.FP {
 				b.add(messages.ReconcileRange{Mode: messages.RangeSkip, Upper: r.Upper})
 			} else {
 				split(&b, items, r.Upper)
@@ -313,11 +402,16 @@ func reply(items, theirs []Key, upper []byte) messages.ReconcileRange {
 }
 
 // initial describes a whole set as the first round does.
-func initial(set *Set) []messages.ReconcileRange {
-	// Always a fingerprint, even for a small set: agreement, the common
-	// case, then costs one range; a responder that differs and holds few
-	// keys answers with its list in the same round trip.
-	return []messages.ReconcileRange{{Mode: messages.RangeFingerprint, FP: Fingerprint(set.keys)}}
+func initial(ls *lazySet) ([]messages.ReconcileRange, error) {
+	// Always the sum's fingerprint, even for a small set: agreement, the
+	// common case, then costs one range and no pass over the keys; a
+	// responder that differs and holds few keys answers with its list in
+	// the same round trip.
+	fp, err := ls.sumFingerprint()
+	if err != nil {
+		return nil, err
+	}
+	return []messages.ReconcileRange{{Mode: messages.RangeSum, FP: fp}}, nil
 }
 
 // bound returns the HLC bound both sides use for g: the higher of the
@@ -342,16 +436,15 @@ func Respond(src Source, in *messages.Reconcile) (*messages.Reconcile, error) {
 			continue
 		}
 		b := bound(ig.Bound, h)
-		set, err := src.Keys(g, b)
-		if err != nil {
-			return nil, err
-		}
+		ls := &lazySet{src: src, g: g, min: b}
 		var ranges []messages.ReconcileRange
 		if b != ig.Bound {
 			// Our horizon is higher: restart the group at it.
-			ranges = initial(set)
+			if ranges, err = initial(ls); err != nil {
+				return nil, err
+			}
 			bu.ranges -= len(ranges)
-		} else if ranges, err = process(g, set, ig.Ranges, false, &bu, nil); err != nil {
+		} else if ranges, err = process(g, ls, ig.Ranges, false, &bu, nil); err != nil {
 			return nil, err
 		}
 		if len(ranges) > 0 {
@@ -363,7 +456,7 @@ func Respond(src Source, in *messages.Reconcile) (*messages.Reconcile, error) {
 
 type groupState struct {
 	bound messages.HLC
-	set   *Set
+	set   *lazySet
 	found Found
 	done  bool
 }
@@ -400,13 +493,14 @@ func NewSession(src Source, groups []Group) (*Session, *messages.Reconcile, erro
 		if !ok {
 			continue
 		}
-		set, err := src.Keys(g, h)
+		ls := &lazySet{src: src, g: g, min: h}
+		ranges, err := initial(ls)
 		if err != nil {
 			return nil, nil, err
 		}
-		s.groups[g] = &groupState{bound: h, set: set, found: Found{Group: g}}
+		s.groups[g] = &groupState{bound: h, set: ls, found: Found{Group: g}}
 		s.order = append(s.order, g)
-		out.Groups = append(out.Groups, messages.ReconcileGroup{Schema: g.Schema, Table: g.Table, Bound: h, Ranges: initial(set)})
+		out.Groups = append(out.Groups, messages.ReconcileGroup{Schema: g.Schema, Table: g.Table, Bound: h, Ranges: ranges})
 		if len(out.Groups) == messages.MaxReconcileGroups {
 			break // the rest wait for the next session
 		}
@@ -448,12 +542,8 @@ func (s *Session) Step(in *messages.Reconcile) (*messages.Reconcile, error) {
 			return nil, protocolErr(g, "bound %v below the agreed %v", ig.Bound, st.bound)
 		}
 		if ig.Bound > st.bound {
-			// The peer's horizon is higher: reload at it and restart.
-			set, err := s.src.Keys(g, ig.Bound)
-			if err != nil {
-				return nil, err
-			}
-			st.bound, st.set, st.found = ig.Bound, set, Found{Group: g}
+			// The peer's horizon is higher: restart from it.
+			st.bound, st.set, st.found = ig.Bound, &lazySet{src: s.src, g: g, min: ig.Bound}, Found{Group: g}
 		}
 		ranges, err := process(g, st.set, ig.Ranges, true, &bu, &st.found)
 		if err != nil {

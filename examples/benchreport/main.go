@@ -79,7 +79,7 @@ func main() {
 		{"delivery", func() error { return deliveryReport(*deliveryMessages, *deliveryTrials, *deliveryStrace) }},
 		{"flood", func() error { return floodReport(*floodMessages, *floodTrials) }},
 		{"reconcile", func() error {
-			return reconcileReport(reconcileParams{Events: *reconEvents, Sites: *sites, Batch: *batch, Trials: *reconTrials})
+			return reconcileReport(reconcileParams{Events: *reconEvents, Sites: *sites, Batch: *batch, Trials: *reconTrials, StoreCache: *storeCache})
 		}},
 	}
 	known := false

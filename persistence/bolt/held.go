@@ -146,6 +146,7 @@ func (t *syncTx) deleteEvent(seq uint64) error {
 			return err
 		}
 	}
+	t.sumChange(tk, ev.Site, ev.HLC, ev.ID, false)
 	t.hasMissed = false
 	return nil
 }

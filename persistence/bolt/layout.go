@@ -35,7 +35,10 @@ import (
 // changes.go). Version 11: pins sealed with the address in the associated
 // data, and each processed entry's finalization, time, digest, reason and
 // legacy marker sealed together (resealDeliveryV11, migrate_v11.go).
-const LayoutVersion = 11
+// Version 12: reconciliation's range aggregate, per (table, site) counts
+// and LtHash16 sums of the retained events' keys (migrateRangeSumsV12,
+// reconcile_sums.go).
+const LayoutVersion = 12
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -83,6 +86,7 @@ var migrations = []migration{
 	{from: 8, to: 9, fn: markInitiationV2},
 	{from: 9, to: 10, fn: createChangesV10},
 	{from: 10, to: 11, sealed: resealDeliveryV11},
+	{from: 11, to: 12, fn: migrateRangeSumsV12},
 }
 
 // createV1 creates the initial layout.

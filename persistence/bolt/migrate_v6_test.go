@@ -57,6 +57,10 @@ func TestMigrateLayout5To6(t *testing.T) {
 			return err
 		}
 		defer func() { _ = tx.DeleteBucket(bucketSyncRowGens) }()
+		if _, err := tx.CreateBucket(bucketSyncRangeSums); err != nil { // layout 12's, likewise
+			return err
+		}
+		defer func() { _ = tx.DeleteBucket(bucketSyncRangeSums) }()
 		st, err := newSyncTx(&DB{bolt: bdb, log: discard()}, tx)
 		if err != nil {
 			return err

@@ -51,8 +51,9 @@ var plaintextBuckets = [][]byte{
 	bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers, // SSP/1 §14 progress: sequence numbers and clocks
 	bucketSyncPeerGaps, bucketSyncCursorRetry, bucketSyncHeldUsage, // layout 6: gaps, re-offers, held totals (sequences, group names, counts)
 	bucketInPendingSeq, bucketInPendingSender, bucketInProcessedTime, bucketOutPendingSeq, // commit-boundary indexes: sequences, times, ids
-	bucketInMeta,      // commit-boundary counters
-	bucketSyncChanges, // layout 10: the change log (row states, plaintext as bucketSyncRows is)
+	bucketInMeta,        // commit-boundary counters
+	bucketSyncChanges,   // layout 10: the change log (row states, plaintext as bucketSyncRows is)
+	bucketSyncRangeSums, // layout 12: counts and hashes of event keys (plaintext as bucketSyncEventKeys is)
 }
 
 // Reseal re-seals, under the current storage key, every sealed record the

@@ -146,6 +146,10 @@ type syncTx struct {
 	// times over (rows of one table shared by every site's events), and
 	// each rewrite read the row back from bbolt and put it again.
 	rowsOut map[string][]byte
+
+	// sums holds the range-sum changes of this transaction by record key
+	// until flushSums (reconcile_sums.go).
+	sums map[string]*sumDelta
 }
 
 // flushRows puts the rows written in this transaction, in key order.
@@ -262,6 +266,9 @@ func (t *syncTx) flush() error {
 		return err
 	}
 	if err := t.flushRows(); err != nil {
+		return err
+	}
+	if err := t.flushSums(); err != nil {
 		return err
 	}
 	if !t.seqDirty {
@@ -733,6 +740,7 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	t.pendRow = append(t.pendRow, t.pendKey(t.keyBuf))
 	t.keyBuf = tableIdxKey(t.keyBuf[:0], tk, ev.HLC, seq)
 	t.pendTable = append(t.pendTable, t.pendKey(t.keyBuf))
+	t.sumChange(tk, ev.Site, ev.HLC, ev.ID, true)
 	t.lastSeq, t.seqDirty = seq, true
 	return seq, nil
 }
@@ -774,6 +782,7 @@ func (t *syncTx) DeleteEventsBelow(k persistence.TableKey, h messages.HLC) (int,
 				return 0, err
 			}
 		}
+		t.sumChange(k, ev.Site, ev.HLC, ev.ID, false)
 	}
 	return len(idxKeys), nil
 }

@@ -97,6 +97,7 @@ func (t *txn) deleteEvent(seq uint64) {
 	}
 	t.st.events.del(seq)
 	t.st.ids.del(ev.ID)
+	t.st.changeSum(ev, false)
 	rid := rowID{ev.Schema, ev.Table, string(ev.RowKey)}
 	rs, _ := t.st.rowEvents.get(rid)
 	delete(t.ownRow, rid)

@@ -59,6 +59,8 @@ type state struct {
 	// The change log (changes.go): dense sequences oldestChange..lastChange.
 	changes                  cowMap[uint64, *persistence.RowChange]
 	oldestChange, lastChange uint64
+	// Reconciliation's range sums (reconcile.go).
+	sums cowMap[sumKey, *persistence.RangeSum]
 }
 
 func (s *state) begin(gen uint64) {
@@ -80,6 +82,7 @@ func (s *state) begin(gen uint64) {
 	s.peers.begin(gen)
 	s.heldUsage.begin(gen)
 	s.changes.begin(gen)
+	s.sums.begin(gen)
 }
 
 // backing is the data shared by every handle opened over it (Reopen).
@@ -481,6 +484,7 @@ func (t *txn) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	t.st.events.put(ev.Seq, &ev)
 	t.st.ids.put(ev.ID, ev.Seq)
 	t.st.addStamp(ev)
+	t.st.changeSum(&ev, true)
 	if t.ownTable == nil {
 		t.ownTable, t.ownRow = map[persistence.TableKey]bool{}, map[rowID]bool{}
 	}
@@ -509,6 +513,7 @@ func (t *txn) DeleteEventsBelow(k persistence.TableKey, h messages.HLC) (int, er
 		t.st.events.del(seq)
 		t.st.ids.del(ev.ID)
 		t.st.removeStamp(ev)
+		t.st.changeSum(ev, false)
 		rid := rowID{ev.Schema, ev.Table, string(ev.RowKey)}
 		rs, _ := t.st.rowEvents.get(rid)
 		delete(t.ownRow, rid) // removeSorted returns a fresh slice or the shared one

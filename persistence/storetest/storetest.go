@@ -82,6 +82,8 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"PeerProgressWithGaps", testPeerProgress},
 		{"EventKeyedBySiteAndHLC", testEventKeyedBySiteAndHLC},
 		{"TableEventKeysInSiteHLCIDOrder", testTableEventKeys},
+		{"TableEventSumEqualsTheScan", testTableEventSum},
+		{"TableEventSumEqualsTheScanProperty", testTableEventSumProperty},
 		{"RowClocksKeepEventIDs", testRowClocksKeepEventIDs},
 		{"EventIDsAtListsOneStamp", testEventIDsAt},
 		{"SiteEventIDsListsARangeInOrder", testSiteEventIDs},

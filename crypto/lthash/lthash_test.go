@@ -1,0 +1,101 @@
+package lthash
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// The sum of a set does not depend on the order elements were added, and
+// removing an element undoes adding it.
+func TestSumIsOrderIndependentAndRemovable(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		elems := rapid.SliceOfN(rapid.SliceOfN(rapid.Byte(), 0, 64), 0, 20).Draw(t, "elems")
+		perm := rapid.Permutation(elems).Draw(t, "perm")
+		var a, b Sum
+		for _, e := range elems {
+			a.Add(e)
+		}
+		for _, e := range perm {
+			b.Add(e)
+		}
+		if a != b {
+			t.Fatalf("sum depends on order")
+		}
+		cut := rapid.IntRange(0, len(elems)).Draw(t, "cut")
+		var head, tail Sum
+		for _, e := range elems[:cut] {
+			head.Add(e)
+		}
+		for _, e := range elems[cut:] {
+			tail.Add(e)
+		}
+		head.Combine(&tail)
+		if head != a {
+			t.Fatalf("sum of parts differs from the sum of the whole")
+		}
+		for _, e := range elems[:cut] {
+			a.Remove(e)
+		}
+		if a != tail {
+			t.Fatalf("removing the head does not leave the tail's sum")
+		}
+		a.Subtract(&tail)
+		if !a.IsZero() {
+			t.Fatalf("subtracting everything leaves %x", a.AppendBinary(nil)[:8])
+		}
+		dec, err := Decode(b.AppendBinary(nil))
+		if err != nil || dec != b {
+			t.Fatalf("decode(encode) = %v, %v", err, dec == b)
+		}
+	})
+}
+
+// A frozen vector: the expansion (SHA-256 of the v1 domain and the element, AES-256-CTR) must
+// never change, or persisted sums and peers' fingerprints disagree.
+func TestSumVector(t *testing.T) {
+	var s Sum
+	s.Add([]byte("syncmesh"))
+	s.Add([]byte{})
+	got := hex.EncodeToString(s.AppendBinary(nil)[:16])
+	const want = "d613440f5b1da232ef573801ce38e3f2"
+	if got != want {
+		t.Fatalf("sum of {\"syncmesh\", \"\"} starts %s, want %s", got, want)
+	}
+	if _, err := Decode(make([]byte, Size-1)); !errors.Is(err, ErrSize) {
+		t.Fatalf("short decode: %v", err)
+	}
+	var one Sum
+	one.Add([]byte("a"))
+	var two Sum
+	two.Add([]byte("b"))
+	if bytes.Equal(one.AppendBinary(nil), two.AppendBinary(nil)) {
+		t.Fatalf("two elements hash alike")
+	}
+}
+
+func BenchmarkAdd(b *testing.B) {
+	var s Sum
+	key := make([]byte, 56)
+	for i := 0; i < b.N; i++ {
+		key[0] = byte(i)
+		s.Add(key)
+	}
+}
+
+// The lane arithmetic is word-wise arithmetic modulo 2^16.
+func TestLanesAreWordwise(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		a, b := rapid.Uint64().Draw(t, "a"), rapid.Uint64().Draw(t, "b")
+		s, d := add16(a, b), sub16(a, b)
+		for i := 0; i < 64; i += 16 {
+			x, y := uint16(a>>i), uint16(b>>i)
+			if uint16(s>>i) != x+y || uint16(d>>i) != x-y {
+				t.Fatalf("word %d: %x±%x gave %x, %x", i/16, x, y, uint16(s>>i), uint16(d>>i))
+			}
+		}
+	})
+}
