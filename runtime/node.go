@@ -175,6 +175,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.store = timedSync{SyncStore: n.store, update: n.txLatency.WithLabelValues("sync", "update"), view: n.txLatency.WithLabelValues("sync", "view")}
 	n.store = n.changes.wrap(n.store, n.cfg.ChangeLogLimit) // watch.go
+	n.store = syncgroup.CheckWriters(n.store)               // invariants tag: every writer checked
 	ok := false
 	defer func() {
 		if !ok {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/internal/invariants"
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
@@ -23,11 +24,13 @@ type Router struct {
 	mu     sync.Mutex
 	groups map[persistence.GroupKey]*actor.PID
 	closed bool
+	stops  invariants.Once
 }
 
 // NewRouter returns a router spawning group actors on system. prefix
 // keeps actor names of several nodes on one system apart.
 func NewRouter(system *actor.ActorSystem, prefix string, deps Deps) *Router {
+	deps.Store = CheckWriters(deps.Store)
 	c := &committer{store: deps.Store}
 	return &Router{system: system, deps: deps, prefix: prefix, groups: make(map[persistence.GroupKey]*actor.PID),
 		committer: system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }, deps.Mailboxes.Option("sync_committer")))}
@@ -81,9 +84,15 @@ func (r *Router) Release(ctx context.Context, keys []persistence.GroupKey) (int,
 }
 
 // Stop drains every group actor (pending requests are committed and
-// answered), then stops the groups and the committer.
+// answered), then stops the groups and the committer. Its owner calls it
+// once (checked under the invariants tag); a second call does nothing.
 func (r *Router) Stop(timeout time.Duration) {
+	r.stops.Done("syncgroup.Router")
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
 	r.closed = true
 	pids := make([]*actor.PID, 0, len(r.groups))
 	for _, pid := range r.groups {
