@@ -269,20 +269,27 @@ func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, r
 	}
 	d := Decide(in)
 	*ns = append(*ns, d.Notices...)
-	switch d.Action {
-	case Hold:
-		seq, err := tx.AppendEvent(stored(req))
-		if err != nil {
-			return d.Outcome, err
-		}
-		return d.Outcome, tx.HoldEvent(key, seq)
-	case Materialize:
-		if _, err := tx.AppendEvent(stored(req)); err != nil {
-			return d.Outcome, err
-		}
-		return d.Outcome, materializeInto(tx, in.Def, in.Horizon, e, req.RowKey, req.ID, ns)
+	return d.Outcome, execute(tx, key, d, in, stored(req), ns)
+}
+
+// execute runs a decision's storage effects inside tx, for the apply path
+// and the release of a held group alike (the materializer adds its own
+// notices to ns). se is the event as stored (or to store).
+func execute(tx persistence.SyncTx, key persistence.GroupKey, d Decision, in Input, se persistence.StoredEvent, ns *notices) error {
+	if d.Action == Nothing {
+		return nil
 	}
-	return d.Outcome, nil
+	if d.Append {
+		seq, err := tx.AppendEvent(se)
+		if err != nil {
+			return err
+		}
+		se.Seq = seq
+	}
+	if d.Action == Hold {
+		return tx.HoldEvent(key, se.Seq)
+	}
+	return materializeInto(tx, in.Def, in.Horizon, in.Event, se.RowKey, in.ID, ns)
 }
 
 func resolveKey(def persistence.TableDef, e *messages.Event) (messages.Reason, string) {
@@ -364,54 +371,58 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 	return nil
 }
 
-// release materializes the group's held events once its table exists.
+// release materializes the group's held events once its table exists,
+// each through Decide and execute as a new event is (Input.Released: it
+// is in the log already, and was surfaced when it was held).
+func release(tx persistence.SyncTx, key persistence.GroupKey, ns *notices) (int, error) {
+	tc := &tableCache{}
+	if err := tc.load(tx, persistence.TableKey{Schema: key.Schema, Table: key.Table}); err != nil || !tc.defined {
+		return 0, err
+	}
+	seqs, err := tx.HeldEvents(key)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, seq := range seqs {
+		var se persistence.StoredEvent
+		found := false
+		if err := tx.EventsAfter(seq-1, 1, func(s persistence.StoredEvent) (bool, error) {
+			se, found = s, s.Seq == seq
+			return false, nil
+		}); err != nil {
+			return 0, err
+		}
+		if !found {
+			continue // reclaimed below a horizon meanwhile
+		}
+		e, err := sign.ParseVerified(se.Raw)
+		if err != nil {
+			return 0, fmt.Errorf("%w: held event %s: %v", persistence.ErrCorrupt, se.ID, err)
+		}
+		n++
+		in := Input{ID: se.ID, Event: e, Released: true, Defined: true, Def: tc.def, Horizon: tc.horizon}
+		d := Decide(in)
+		*ns = append(*ns, d.Notices...)
+		if err := execute(tx, key, d, in, se, ns); err != nil {
+			return 0, err
+		}
+	}
+	if len(seqs) > 0 {
+		*ns = append(*ns, messages.GroupReleased{Site: key.Site, Schema: key.Schema, Table: key.Table, Events: n})
+	}
+	return n, tx.ReleaseGroup(key)
+}
+
+// release runs release for the actor's group in a transaction of its own.
 func (g *groupActor) release() (int, error) {
 	var ns notices
 	n := 0
-	t := persistence.TableKey{Schema: g.key.Schema, Table: g.key.Table}
 	err := g.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
-		ns, n = ns[:0], 0
-		def, ok, err := tx.Table(t)
-		if err != nil || !ok {
-			return err
-		}
-		seqs, err := tx.HeldEvents(g.key)
-		if err != nil {
-			return err
-		}
-		h, err := tx.Horizon(t)
-		if err != nil {
-			return err
-		}
-		for _, seq := range seqs {
-			var se persistence.StoredEvent
-			found := false
-			if err := tx.EventsAfter(seq-1, 1, func(s persistence.StoredEvent) (bool, error) {
-				se, found = s, s.Seq == seq
-				return false, nil
-			}); err != nil {
-				return err
-			}
-			if !found {
-				continue // reclaimed below a horizon meanwhile
-			}
-			e, err := sign.ParseVerified(se.Raw)
-			if err != nil {
-				return fmt.Errorf("%w: held event %s: %v", persistence.ErrCorrupt, se.ID, err)
-			}
-			n++
-			d := Decide(Input{ID: se.ID, Event: e, Released: true, Defined: true, Def: def, Horizon: h})
-			ns = append(ns, d.Notices...)
-			if d.Action == Materialize {
-				if err := materializeInto(tx, def, h, e, se.RowKey, se.ID, &ns); err != nil {
-					return err
-				}
-			}
-		}
-		if len(seqs) > 0 {
-			ns = append(ns, messages.GroupReleased{Site: g.key.Site, Schema: g.key.Schema, Table: g.key.Table, Events: n})
-		}
-		return tx.ReleaseGroup(g.key)
+		ns = ns[:0]
+		var err error
+		n, err = release(tx, g.key, &ns)
+		return err
 	})
 	if err != nil {
 		return 0, err
