@@ -2,6 +2,7 @@ package syncgroup
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/syncmesh/syncmesh/actors/internal/invariants"
 	"github.com/syncmesh/syncmesh/messages"
@@ -25,7 +26,9 @@ var committerCtx = context.WithValue(context.Background(), ownerKey{}, true)
 // CheckWriters returns s with the sync store's invariant checks when the
 // build has the `invariants` tag, and s itself otherwise. The node wraps
 // its store with it once, outermost, so every writer's transaction is
-// checked.
+// checked. Writes before a Router is made on the store (the node's own
+// setup in Open, single-threaded) are the store's first owner's; from
+// NewRouter on, only the committer writes.
 func CheckWriters(s persistence.SyncStore) persistence.SyncStore {
 	if !invariants.Enabled {
 		return s
@@ -33,13 +36,23 @@ func CheckWriters(s persistence.SyncStore) persistence.SyncStore {
 	if _, ok := s.(checkedStore); ok {
 		return s
 	}
-	return checkedStore{s}
+	return checkedStore{SyncStore: s, committed: new(atomic.Bool)}
 }
 
-type checkedStore struct{ persistence.SyncStore }
+type checkedStore struct {
+	persistence.SyncStore
+	committed *atomic.Bool // a committer owns the store (NewRouter)
+}
+
+// claim records that a committer now owns s, when s is checked.
+func claim(s persistence.SyncStore) {
+	if cs, ok := s.(checkedStore); ok {
+		cs.committed.Store(true)
+	}
+}
 
 func (s checkedStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) error) error {
-	owner := ctx.Value(ownerKey{}) != nil
+	owner := ctx.Value(ownerKey{}) != nil || !s.committed.Load()
 	return s.SyncStore.Update(ctx, func(tx persistence.SyncTx) error {
 		return fn(&checkedTx{SyncTx: tx, owner: owner})
 	})

@@ -11,7 +11,6 @@ package syncgroup
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,18 +55,6 @@ type Result struct {
 	Index   int
 	Outcome messages.Outcome
 	Err     error // a storage failure: nothing of the batch was kept
-}
-
-// Release asks a group held for a missing table to materialize its held
-// events now that the table may exist. Reply gets the number released.
-type Release struct {
-	Reply chan<- ReleaseResult
-}
-
-// ReleaseResult answers Release.
-type ReleaseResult struct {
-	Released int
-	Err      error
 }
 
 type flush struct{}
@@ -125,9 +112,6 @@ func (g *groupActor) Receive(ctx actor.Context) {
 		g.finish(m)
 		g.send(ctx)
 		g.answerDrains()
-	case *Release:
-		n, err := g.release()
-		m.Reply <- ReleaseResult{Released: n, Err: err}
 	case *drain:
 		g.drains = append(g.drains, m.done)
 		g.answerDrains()
@@ -412,23 +396,4 @@ func release(tx persistence.SyncTx, key persistence.GroupKey, ns *notices) (int,
 		*ns = append(*ns, messages.GroupReleased{Site: key.Site, Schema: key.Schema, Table: key.Table, Events: n})
 	}
 	return n, tx.ReleaseGroup(key)
-}
-
-// release runs release for the actor's group in a transaction of its own.
-func (g *groupActor) release() (int, error) {
-	var ns notices
-	n := 0
-	err := g.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
-		ns = ns[:0]
-		var err error
-		n, err = release(tx, g.key, &ns)
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	for _, x := range ns {
-		g.deps.Notify(x)
-	}
-	return n, nil
 }

@@ -1,7 +1,6 @@
 package syncgroup
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
@@ -31,6 +30,7 @@ type Router struct {
 // keeps actor names of several nodes on one system apart.
 func NewRouter(system *actor.ActorSystem, prefix string, deps Deps) *Router {
 	deps.Store = CheckWriters(deps.Store)
+	claim(deps.Store)
 	c := &committer{store: deps.Store}
 	return &Router{system: system, deps: deps, prefix: prefix, groups: make(map[persistence.GroupKey]*actor.PID),
 		committer: system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }, deps.Mailboxes.Option("sync_committer")))}
@@ -58,29 +58,6 @@ func (r *Router) PID(key persistence.GroupKey) (*actor.PID, bool) {
 func Name(key persistence.GroupKey) string {
 	h := sha256.Sum256([]byte(key.Schema + "\x00" + key.Table))
 	return key.Site.String()[:8] + "-" + hex.EncodeToString(h[:4])
-}
-
-// Release asks the groups in keys to materialize what they hold.
-func (r *Router) Release(ctx context.Context, keys []persistence.GroupKey) (int, error) {
-	total := 0
-	for _, k := range keys {
-		pid, ok := r.PID(k)
-		if !ok {
-			return total, context.Canceled
-		}
-		reply := make(chan ReleaseResult, 1)
-		r.system.Root.Send(pid, &Release{Reply: reply})
-		select {
-		case res := <-reply:
-			if res.Err != nil {
-				return total, res.Err
-			}
-			total += res.Released
-		case <-ctx.Done():
-			return total, ctx.Err()
-		}
-	}
-	return total, nil
 }
 
 // Stop drains every group actor (pending requests are committed and
