@@ -19,14 +19,17 @@ import (
 // at a time — so it must start from nothing each time. A ctx done before
 // the answer returns ctx.Err(), while the work may still commit.
 func (r *Router) commit(ctx context.Context, run func(tx persistence.SyncTx) (batchResult, error)) (batchResult, error) {
+	done := make(chan committed, 1)
+	// Sent under mu: Stop marks the router closed under mu before it stops
+	// the committer, so work sent while open is ahead of the stop in the
+	// committer's mailbox and always answered.
 	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
+	if r.closed {
+		r.mu.Unlock()
 		return batchResult{}, ErrStopped
 	}
-	done := make(chan committed, 1)
 	r.system.Root.Send(r.committer, &batchWork{done: done, run: run})
+	r.mu.Unlock()
 	select {
 	case m := <-done:
 		if m.err != nil {
