@@ -1,11 +1,17 @@
 // Package syncgroup runs one actor per sync group (site_id, schema, table)
 // (SSP/1 §13: events are materialized grouped per group). A group actor
-// owns its group's mutations: it drains its mailbox into one storage
-// transaction (group commit), runs the deterministic materializer inside it,
-// and replies to each request only after that transaction is durable.
+// owns its group's mutations: it drains its mailbox into one batch, and
+// the committer (committer.go), the sync store's one writer, runs the
+// batches waiting for it in one storage transaction (group commit), with
+// the pure decision (Decide) and the deterministic materializer inside
+// it; each request is answered only after that transaction is durable.
+// The committer also runs received pushes (push.go), the release of held
+// groups and the node's DDL (write.go, addcolumn.go): nothing else writes
+// the plane's rows, log or table state (checked.go, under the invariants
+// build tag).
 //
-// Rows are shared by the groups of every site writing a table; the storage
-// transaction (single writer) is what serializes two groups touching one
+// Rows are shared by the groups of every site writing a table; the
+// committer's transactions are what serialize two groups touching one
 // row, and each transaction reads the row it rewrites.
 package syncgroup
 
