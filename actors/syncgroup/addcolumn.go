@@ -98,7 +98,7 @@ func (r *Router) RebuildColumns(ctx context.Context, chunk int, after func(Colum
 		var more bool
 		if err := r.Write(ctx, func(tx persistence.SyncTx) error {
 			var err error
-			step, more, err = RebuildChunk(tx, chunk)
+			step, more, err = rebuildChunk(tx, chunk)
 			return err
 		}); err != nil {
 			return err
@@ -114,11 +114,11 @@ func (r *Router) RebuildColumns(ctx context.Context, chunk int, after func(Colum
 	}
 }
 
-// RebuildChunk rebuilds up to chunk rows of the first pending column
+// rebuildChunk rebuilds up to chunk rows of the first pending column
 // rebuild inside tx and stores how far it got (the rebuild is dropped
 // from the list once it passed the last row). It returns the rebuild as
 // it now stands; pending is false when there was none.
-func RebuildChunk(tx persistence.SyncTx, chunk int) (step ColumnRebuild, pending bool, err error) {
+func rebuildChunk(tx persistence.SyncTx, chunk int) (step ColumnRebuild, pending bool, err error) {
 	rs, err := ColumnRebuilds(tx)
 	if err != nil || len(rs) == 0 {
 		return ColumnRebuild{}, false, err
