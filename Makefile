@@ -10,11 +10,18 @@ TESTFLAGS ?=
 run:
 	$(GO) run ./examples/quickstart
 
-## test: vet, then every test under the race detector (CI calls this).
+## test: vet, then every test under the race detector (CI calls this),
+## then the sync plane's packages again with the invariant checks compiled
+## in (-tags invariants: actors/internal/invariants), and the runtime's
+## sync-plane tests (DDL, held groups, convergence, restarts) with them.
 ## runtime/hosting's TestClusterCrashEtcd needs an etcd binary: see etcd.
+INVARIANT_PKGS ?= ./actors/clock ./actors/syncgroup ./actors/apply ./actors/replicate
+INVARIANT_RUNTIME ?= AddColumn|Convergence|Held|Define|Horizon|Trust|Rehydrate|Purge|Equivoc|Chokepoint|Restart
 test: etcd
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m $(TESTFLAGS) ./...
+	$(GO) test -race -count=1 -timeout 10m -tags invariants $(TESTFLAGS) $(INVARIANT_PKGS)
+	$(GO) test -race -count=1 -timeout 10m -tags invariants -run '$(INVARIANT_RUNTIME)' $(TESTFLAGS) ./runtime
 
 ## etcd: install Debian's etcd-server when no etcd is on PATH (as root:
 ## apt-get update, then apt-get install). The test starts etcd itself on

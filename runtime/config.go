@@ -61,6 +61,9 @@ type Config struct {
 	// and replicate.FailpointRecordPush);
 	// a non-nil error aborts there. Tests only.
 	Failpoint func(name string) error
+	// AddColumnChunk is how many rows one transaction of an AddColumn
+	// rebuild rewrites. Zero: DefaultAddColumnChunk.
+	AddColumnChunk int
 	// LockTimeout bounds how long Open waits for the bbolt file lock held
 	// by another process. Zero: 5 s.
 	LockTimeout time.Duration

@@ -97,8 +97,8 @@ type Node struct {
 	changes    changeFeed     // the change log's wake-ups (watch.go)
 	deliveries deliveryCounts // OnMessage's delivery counts (delivered.go)
 
-	// ddl serializes schema, horizon and keyring changes; each is one
-	// storage transaction, and row writes are serialized by the store.
+	// ddl orders keyring changes (the in-memory keyring with the stored
+	// one); the store itself is written only by the sync committer.
 	ddl sync.Mutex
 
 	closed    chan struct{} // closed when Close starts
@@ -175,6 +175,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.store = timedSync{SyncStore: n.store, update: n.txLatency.WithLabelValues("sync", "update"), view: n.txLatency.WithLabelValues("sync", "view")}
 	n.store = n.changes.wrap(n.store, n.cfg.ChangeLogLimit) // watch.go
+	n.store = syncgroup.CheckWriters(n.store)               // invariants tag: every writer checked
 	ok := false
 	defer func() {
 		if !ok {
@@ -250,6 +251,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	// leaves groups held for a table that now exists: release them.
 	if err == nil {
 		err = n.releaseDefined(ctx, "")
+	}
+	if err == nil {
+		err = n.rebuildColumns(ctx) // tables.go: an AddColumn a crash interrupted
 	}
 	if err == nil && cfg.MetricsAddr != "" {
 		err = n.startHTTP(cfg.MetricsAddr)

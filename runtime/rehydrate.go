@@ -138,10 +138,8 @@ func (n *Node) Rehydrate(ctx context.Context, schema, table, peer string) (Rehyd
 // rebuild under the old horizon may have left partial, in one transaction
 // (a write racing it sees either the old horizon or zero, never a mix).
 func (n *Node) lowerHorizon(ctx context.Context, schema, table string, rep *RehydrateReport) ([]bounded, error) {
-	n.ddl.Lock()
-	defer n.ddl.Unlock()
 	var rows []bounded
-	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+	err := n.router.Write(ctx, func(tx persistence.SyncTx) error { // the committer: one writer
 		rows = rows[:0]
 		t, _, err := requireTable(tx, schema, table)
 		if err != nil {

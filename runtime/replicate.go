@@ -61,9 +61,7 @@ func (n *Node) PurgeHeld(ctx context.Context, g GroupKey) (int, error) {
 		return 0, ErrClosed
 	}
 	var removed int
-	n.ddl.Lock()
-	defer n.ddl.Unlock()
-	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+	err := n.router.Write(ctx, func(tx persistence.SyncTx) error { // the committer: one writer
 		var err error
 		removed, err = tx.PurgeHeld(g)
 		return err

@@ -9,7 +9,6 @@ import (
 	"sort"
 
 	"github.com/syncmesh/syncmesh/actors/materialize"
-	"github.com/syncmesh/syncmesh/actors/syncgroup"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -274,169 +273,6 @@ func (n *Node) Tables(ctx context.Context) ([]TableDef, error) {
 	return defs, err
 }
 
-// DefineTable defines a destination table. Defining an existing table
-// again with the same definition is a no-op; with another, an error
-// (use AddColumn). Groups held for the table are materialized (§13.6).
-func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
-	if err := validateDef(def); err != nil {
-		return err
-	}
-	n.ddl.Lock()
-	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
-		old, ok, err := tx.Table(persistence.TableKey{Schema: def.Schema, Table: def.Table})
-		if err != nil {
-			return err
-		}
-		if ok {
-			if !slices.Equal(old.KeyColumns, def.KeyColumns) || !slices.Equal(old.Columns, def.Columns) {
-				return fmt.Errorf("%w: %s.%s", ErrTableConflict, def.Schema, def.Table)
-			}
-			return nil
-		}
-		return tx.PutTable(def)
-	})
-	n.ddl.Unlock()
-	if err != nil {
-		return err
-	}
-	return n.releaseDefined(ctx, def.Schema+"\x00"+def.Table)
-}
-
-// releaseDefined releases held groups whose table exists (only=""), or
-// those of one table ("schema\x00table").
-func (n *Node) releaseDefined(ctx context.Context, only string) error {
-	var keys []persistence.GroupKey
-	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
-		held, err := tx.HeldGroups()
-		if err != nil {
-			return err
-		}
-		for _, g := range held {
-			if only != "" && g.Schema+"\x00"+g.Table != only {
-				continue
-			}
-			if _, ok, err := tx.Table(persistence.TableKey{Schema: g.Schema, Table: g.Table}); err != nil {
-				return err
-			} else if ok {
-				keys = append(keys, g)
-			}
-		}
-		return nil
-	})
-	if err != nil || len(keys) == 0 {
-		return err
-	}
-	_, err = n.router.Release(ctx, keys)
-	return err
-}
-
-func validateDef(def TableDef) error {
-	if def.Schema == "" || def.Table == "" {
-		return fmt.Errorf("runtime: table needs a schema and a name")
-	}
-	if len(def.KeyColumns) == 0 {
-		return fmt.Errorf("runtime: table %s.%s needs at least one key column", def.Schema, def.Table)
-	}
-	seen := map[string]bool{}
-	for _, c := range append(append([]string(nil), def.KeyColumns...), def.Columns...) {
-		if c == "" || len(c) > 255 {
-			return fmt.Errorf("runtime: table %s.%s: column names must be 1..255 bytes", def.Schema, def.Table)
-		}
-		if seen[c] {
-			return fmt.Errorf("runtime: table %s.%s: column %q listed twice", def.Schema, def.Table, c)
-		}
-		seen[c] = true
-	}
-	return nil
-}
-
-// AddColumn adds a value column and, in the same transaction, rebuilds it
-// for every row from the retained event log (SSP/1 §13.6), so values
-// received while the column was unknown are recovered (down to the
-// eviction horizon).
-func (n *Node) AddColumn(ctx context.Context, schema, table, column string) error {
-	n.ddl.Lock()
-	defer n.ddl.Unlock()
-	return n.store.Update(ctx, func(tx persistence.SyncTx) error {
-		t, def, err := requireTable(tx, schema, table)
-		if err != nil {
-			return err
-		}
-		if slices.Contains(def.Columns, column) {
-			return nil
-		}
-		if slices.Contains(def.KeyColumns, column) {
-			return fmt.Errorf("runtime: %q is a key column of %s.%s", column, schema, table)
-		}
-		def.Columns = append(slices.Clone(def.Columns), column)
-		if err := validateDef(def); err != nil {
-			return err
-		}
-		if err := tx.PutTable(def); err != nil {
-			return err
-		}
-		h, err := tx.Horizon(t)
-		if err != nil {
-			return err
-		}
-		var rows []persistence.Row
-		if err := tx.Rows(t, nil, func(_ []byte, r persistence.Row) (bool, error) {
-			rows = append(rows, r)
-			return true, nil
-		}); err != nil {
-			return err
-		}
-		for _, r := range rows {
-			nr, changed, err := materialize.AddColumn(def, h, r, column, syncgroup.RowLog(tx, t, r.Key.Encode()))
-			if err != nil {
-				return err
-			}
-			if changed {
-				if err := tx.PutRow(nr); err != nil {
-					return err
-				}
-				if ch, ok := materialize.Change(r, nr, persistence.CauseAddColumn, messages.Clock{}); ok {
-					if _, err := tx.AppendChange(ch); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		return nil
-	})
-}
-
-// SetHorizon sets a table's eviction horizon and reclaims the retained
-// log below it. Events arriving below it count as applied and write
-// nothing; rebuilds never read below it (SSP/1 §13.4, §13.5). It returns
-// how many log entries were reclaimed.
-func (n *Node) SetHorizon(ctx context.Context, schema, table string, h messages.HLC) (int, error) {
-	n.ddl.Lock()
-	defer n.ddl.Unlock()
-	var reclaimed int
-	err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
-		t := persistence.TableKey{Schema: schema, Table: table}
-		if err := tx.SetHorizon(t, h); err != nil {
-			return err
-		}
-		var err error
-		reclaimed, err = tx.DeleteEventsBelow(t, h)
-		return err
-	})
-	return reclaimed, err
-}
-
-// Horizon returns a table's eviction horizon.
-func (n *Node) Horizon(ctx context.Context, schema, table string) (messages.HLC, error) {
-	var h messages.HLC
-	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
-		var err error
-		h, err = tx.Horizon(persistence.TableKey{Schema: schema, Table: table})
-		return err
-	})
-	return h, err
-}
-
 // PeerKey is a trusted signer: a peer's key id, site id, Ed25519 public
 // key, and optional retirement cutoff (0: none).
 type PeerKey = sign.Key
@@ -449,6 +285,11 @@ func (n *Node) Trust(ctx context.Context, k PeerKey) error {
 	if len(k.Kid) == 0 {
 		k.Kid = sign.KidFor(k.PublicKey)
 	}
+	if n.isClosed() {
+		return ErrClosed
+	}
+	// ddl orders the keyring's in-memory copy with its stored one; the
+	// store itself is written by the committer, like every sync write.
 	n.ddl.Lock()
 	defer n.ddl.Unlock()
 	_, known := n.keyring.Load().Lookup(k.Kid)
@@ -456,7 +297,7 @@ func (n *Node) Trust(ctx context.Context, k PeerKey) error {
 	if err != nil {
 		return err
 	}
-	if err := n.store.Update(ctx, func(tx persistence.SyncTx) error {
+	if err := n.router.Write(ctx, func(tx persistence.SyncTx) error {
 		return tx.PutKey(persistence.KeyEntry{Kid: k.Kid, Site: k.Site, PublicKey: k.PublicKey, Cutoff: k.Cutoff})
 	}); err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncmesh/syncmesh/actors/internal/invariants"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -49,6 +50,10 @@ type Clock struct {
 	highWater messages.HLC
 	held      bool
 	released  chan struct{} // closed by Release; nil while not held
+	// issued is the highest value this clock issued or reserved (or the
+	// mark it resumed from), kept for the invariant check only: it is
+	// independent of last, which observed values also raise.
+	issued messages.HLC
 }
 
 // New returns a clock resuming above persisted, the last high-water mark
@@ -57,7 +62,7 @@ func New(wall func() time.Time, persisted messages.HLC, persist Persist, lease t
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	return &Clock{wall: wall, persist: persist, lease: uint64(lease.Milliseconds()) << 16, last: persisted, highWater: persisted}
+	return &Clock{wall: wall, persist: persist, lease: uint64(lease.Milliseconds()) << 16, last: persisted, highWater: persisted, issued: persisted}
 }
 
 // WallMS returns the injected wall clock in Unix milliseconds.
@@ -101,6 +106,9 @@ func (c *Clock) Now() (messages.HLC, error) {
 				return 0, err
 			}
 			continue
+		}
+		if invariants.Enabled {
+			c.checkIssue(next)
 		}
 		c.last = next
 		c.mu.Unlock()
@@ -163,9 +171,26 @@ func (c *Clock) Reserve(h messages.HLC) error {
 		if h > c.last {
 			c.last = h
 		}
+		if invariants.Enabled && h > c.issued {
+			c.issued = h
+		}
 		c.mu.Unlock()
 		return nil
 	}
+}
+
+// checkIssue is the invariant behind SSP/1 §13.5's "never reuse an HLC":
+// a value to issue lies above everything this clock issued, reserved or
+// resumed from, and at or below the durable mark (so a crash cannot make
+// the next run issue it again). Called with mu held.
+func (c *Clock) checkIssue(next messages.HLC) {
+	if next <= c.issued {
+		invariants.Fail("clock: issuing %d, not above %d it issued before", next, c.issued)
+	}
+	if next > c.highWater {
+		invariants.Fail("clock: issuing %d above its durable high-water mark %d", next, c.highWater)
+	}
+	c.issued = next
 }
 
 // Last returns the highest value issued or observed.

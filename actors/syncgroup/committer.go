@@ -1,11 +1,11 @@
 package syncgroup
 
 import (
-	"context"
 	"runtime"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/internal/invariants"
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
@@ -112,9 +112,24 @@ func (c *committer) answer(ctx actor.Context, w *batchWork, res batchResult, err
 }
 
 // run runs works in one transaction, filling results; on an error the
-// transaction rolled back and results must not be used.
-func (c *committer) run(works []*batchWork, results []batchResult) error {
-	return c.store.Update(context.Background(), func(tx persistence.SyncTx) error {
+// transaction rolled back and results must not be used. Its transactions
+// carry committerCtx: the one writer of rows, log and table state.
+func (c *committer) run(works []*batchWork, results []batchResult) (err error) {
+	if invariants.Enabled {
+		// A violation raised inside the transaction (the checked store,
+		// checked.go) rolls it back and fails its callers instead of
+		// panicking inside the actor, where nobody would answer them.
+		defer func() {
+			if r := recover(); r != nil {
+				v, ok := r.(invariants.Violation)
+				if !ok {
+					panic(r)
+				}
+				err = v
+			}
+		}()
+	}
+	return c.store.Update(committerCtx, func(tx persistence.SyncTx) error {
 		for i, w := range works {
 			r, err := w.run(tx)
 			if err != nil {

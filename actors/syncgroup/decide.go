@@ -57,6 +57,9 @@ type Input struct {
 type Decision struct {
 	Outcome messages.Outcome
 	Action  Action
+	// Append: the action appends the event to the log first (a new event
+	// held or materialized; a released held event is in the log already).
+	Append  bool
 	Notices []messages.Notice
 }
 
@@ -105,6 +108,7 @@ func Decide(in Input) Decision {
 	if in.Released {
 		return d
 	}
+	d.Append = retains
 	if retains {
 		// A site reused an HLC (SSP/1 §13.5 forbids it): both events stay
 		// and the materializer orders them by id; the later one says so.

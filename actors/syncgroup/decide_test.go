@@ -67,6 +67,10 @@ func TestDecideTable(t *testing.T) {
 			if d.Outcome.Kind != c.kind || d.Outcome.Reason != c.reason || d.Outcome.BelowHorizon != c.below || d.Action != c.action {
 				t.Fatalf("decision %+v action %v, want %v/%v below=%v action %v", d.Outcome, d.Action, c.kind, c.reason, c.below, c.action)
 			}
+			// Only a new event is appended: a released one is in the log.
+			if want := c.action != Nothing && !in.Released; d.Append != want {
+				t.Fatalf("append = %v, want %v", d.Append, want)
+			}
 			if got := kinds(d.Notices); got != c.notices {
 				t.Fatalf("notices %q, want %q", got, c.notices)
 			}
@@ -95,5 +99,30 @@ func TestDecideNoticesNameTheEvidence(t *testing.T) {
 	}
 	if !reflect.DeepEqual(d.Notices, want) {
 		t.Fatalf("notices\n got %+v\nwant %+v", d.Notices, want)
+	}
+}
+
+// A held event, released once its table exists, is decided exactly as the
+// same event arriving after the table was defined (SSP/1 §13.6: holding
+// only delays it): same outcome, same action; only the log append and the
+// notices surfaced when it was held (GroupHeld, equivocation, retired key)
+// are not repeated.
+func TestDecideReleasedAsIfArrivedAfterTheTable(t *testing.T) {
+	def := persistence.TableDef{Schema: "app", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"a"}}
+	keys := []messages.Columns{{"id": messages.MustValue(1)}, {"nope": messages.MustValue(1)}, {"id": messages.MustValue(1), "x": messages.MustValue(2)}}
+	for _, key := range keys {
+		for _, del := range []bool{false, true} {
+			for _, h := range []messages.HLC{0, 5, 6, 9} {
+				e := &messages.Event{Site: messages.SiteID{1}, HLC: 6, Schema: "app", Table: "t", Key: key, Delete: del}
+				late := Decide(Input{ID: messages.EventID{1}, Event: e, Defined: true, Def: def, Horizon: h})
+				rel := Decide(Input{ID: messages.EventID{1}, Event: e, Released: true, Defined: true, Def: def, Horizon: h})
+				if late.Outcome != rel.Outcome || late.Action != rel.Action {
+					t.Fatalf("key %v delete=%v horizon %d: released %+v/%v, arrived late %+v/%v", key, del, h, rel.Outcome, rel.Action, late.Outcome, late.Action)
+				}
+				if rel.Append || (late.Action != Nothing) != late.Append {
+					t.Fatalf("appends: released %v, late %v with action %v", rel.Append, late.Append, late.Action)
+				}
+			}
+		}
 	}
 }

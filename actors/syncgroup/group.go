@@ -1,17 +1,22 @@
 // Package syncgroup runs one actor per sync group (site_id, schema, table)
 // (SSP/1 §13: events are materialized grouped per group). A group actor
-// owns its group's mutations: it drains its mailbox into one storage
-// transaction (group commit), runs the deterministic materializer inside it,
-// and replies to each request only after that transaction is durable.
+// owns its group's mutations: it drains its mailbox into one batch, and
+// the committer (committer.go), the sync store's one writer, runs the
+// batches waiting for it in one storage transaction (group commit), with
+// the pure decision (Decide) and the deterministic materializer inside
+// it; each request is answered only after that transaction is durable.
+// The committer also runs received pushes (push.go), the release of held
+// groups and the node's DDL (write.go, addcolumn.go): nothing else writes
+// the plane's rows, log or table state (checked.go, under the invariants
+// build tag).
 //
-// Rows are shared by the groups of every site writing a table; the storage
-// transaction (single writer) is what serializes two groups touching one
+// Rows are shared by the groups of every site writing a table; the
+// committer's transactions are what serialize two groups touching one
 // row, and each transaction reads the row it rewrites.
 package syncgroup
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,18 +61,6 @@ type Result struct {
 	Index   int
 	Outcome messages.Outcome
 	Err     error // a storage failure: nothing of the batch was kept
-}
-
-// Release asks a group held for a missing table to materialize its held
-// events now that the table may exist. Reply gets the number released.
-type Release struct {
-	Reply chan<- ReleaseResult
-}
-
-// ReleaseResult answers Release.
-type ReleaseResult struct {
-	Released int
-	Err      error
 }
 
 type flush struct{}
@@ -125,9 +118,6 @@ func (g *groupActor) Receive(ctx actor.Context) {
 		g.finish(m)
 		g.send(ctx)
 		g.answerDrains()
-	case *Release:
-		n, err := g.release()
-		m.Reply <- ReleaseResult{Released: n, Err: err}
 	case *drain:
 		g.drains = append(g.drains, m.done)
 		g.answerDrains()
@@ -269,20 +259,27 @@ func applyOne(tx persistence.SyncTx, key persistence.GroupKey, tc *tableCache, r
 	}
 	d := Decide(in)
 	*ns = append(*ns, d.Notices...)
-	switch d.Action {
-	case Hold:
-		seq, err := tx.AppendEvent(stored(req))
-		if err != nil {
-			return d.Outcome, err
-		}
-		return d.Outcome, tx.HoldEvent(key, seq)
-	case Materialize:
-		if _, err := tx.AppendEvent(stored(req)); err != nil {
-			return d.Outcome, err
-		}
-		return d.Outcome, materializeInto(tx, in.Def, in.Horizon, e, req.RowKey, req.ID, ns)
+	return d.Outcome, execute(tx, key, d, in, stored(req), ns)
+}
+
+// execute runs a decision's storage effects inside tx, for the apply path
+// and the release of a held group alike (the materializer adds its own
+// notices to ns). se is the event as stored (or to store).
+func execute(tx persistence.SyncTx, key persistence.GroupKey, d Decision, in Input, se persistence.StoredEvent, ns *notices) error {
+	if d.Action == Nothing {
+		return nil
 	}
-	return d.Outcome, nil
+	if d.Append {
+		seq, err := tx.AppendEvent(se)
+		if err != nil {
+			return err
+		}
+		se.Seq = seq
+	}
+	if d.Action == Hold {
+		return tx.HoldEvent(key, se.Seq)
+	}
+	return materializeInto(tx, in.Def, in.Horizon, in.Event, se.RowKey, in.ID, ns)
 }
 
 func resolveKey(def persistence.TableDef, e *messages.Event) (messages.Reason, string) {
@@ -364,60 +361,45 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 	return nil
 }
 
-// release materializes the group's held events once its table exists.
-func (g *groupActor) release() (int, error) {
-	var ns notices
-	n := 0
-	t := persistence.TableKey{Schema: g.key.Schema, Table: g.key.Table}
-	err := g.deps.Store.Update(context.Background(), func(tx persistence.SyncTx) error {
-		ns, n = ns[:0], 0
-		def, ok, err := tx.Table(t)
-		if err != nil || !ok {
-			return err
-		}
-		seqs, err := tx.HeldEvents(g.key)
-		if err != nil {
-			return err
-		}
-		h, err := tx.Horizon(t)
-		if err != nil {
-			return err
-		}
-		for _, seq := range seqs {
-			var se persistence.StoredEvent
-			found := false
-			if err := tx.EventsAfter(seq-1, 1, func(s persistence.StoredEvent) (bool, error) {
-				se, found = s, s.Seq == seq
-				return false, nil
-			}); err != nil {
-				return err
-			}
-			if !found {
-				continue // reclaimed below a horizon meanwhile
-			}
-			e, err := sign.ParseVerified(se.Raw)
-			if err != nil {
-				return fmt.Errorf("%w: held event %s: %v", persistence.ErrCorrupt, se.ID, err)
-			}
-			n++
-			d := Decide(Input{ID: se.ID, Event: e, Released: true, Defined: true, Def: def, Horizon: h})
-			ns = append(ns, d.Notices...)
-			if d.Action == Materialize {
-				if err := materializeInto(tx, def, h, e, se.RowKey, se.ID, &ns); err != nil {
-					return err
-				}
-			}
-		}
-		if len(seqs) > 0 {
-			ns = append(ns, messages.GroupReleased{Site: g.key.Site, Schema: g.key.Schema, Table: g.key.Table, Events: n})
-		}
-		return tx.ReleaseGroup(g.key)
-	})
+// release materializes the group's held events once its table exists,
+// each through Decide and execute as a new event is (Input.Released: it
+// is in the log already, and was surfaced when it was held).
+func release(tx persistence.SyncTx, key persistence.GroupKey, ns *notices) (int, error) {
+	tc := &tableCache{}
+	if err := tc.load(tx, persistence.TableKey{Schema: key.Schema, Table: key.Table}); err != nil || !tc.defined {
+		return 0, err
+	}
+	seqs, err := tx.HeldEvents(key)
 	if err != nil {
 		return 0, err
 	}
-	for _, x := range ns {
-		g.deps.Notify(x)
+	n := 0
+	for _, seq := range seqs {
+		var se persistence.StoredEvent
+		found := false
+		if err := tx.EventsAfter(seq-1, 1, func(s persistence.StoredEvent) (bool, error) {
+			se, found = s, s.Seq == seq
+			return false, nil
+		}); err != nil {
+			return 0, err
+		}
+		if !found {
+			continue // reclaimed below a horizon meanwhile
+		}
+		e, err := sign.ParseVerified(se.Raw)
+		if err != nil {
+			return 0, fmt.Errorf("%w: held event %s: %v", persistence.ErrCorrupt, se.ID, err)
+		}
+		n++
+		in := Input{ID: se.ID, Event: e, Released: true, Defined: true, Def: tc.def, Horizon: tc.horizon}
+		d := Decide(in)
+		*ns = append(*ns, d.Notices...)
+		if err := execute(tx, key, d, in, se, ns); err != nil {
+			return 0, err
+		}
 	}
-	return n, nil
+	if len(seqs) > 0 {
+		*ns = append(*ns, messages.GroupReleased{Site: key.Site, Schema: key.Schema, Table: key.Table, Events: n})
+	}
+	return n, tx.ReleaseGroup(key)
 }

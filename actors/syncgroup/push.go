@@ -23,12 +23,6 @@ var ErrStopped = errors.New("syncgroup: stopped")
 // transaction). record gets the outcomes in reqs' order and returns a
 // hook run once the transaction is durable, before the next one.
 func (r *Router) ApplyWith(ctx context.Context, reqs []*Apply, record func(tx persistence.SyncTx, outs []messages.Outcome) (func(), error)) ([]messages.Outcome, error) {
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
-		return nil, ErrStopped
-	}
 	order := make([]int, len(reqs))
 	for i := range order {
 		order[i] = i
@@ -69,7 +63,13 @@ func (r *Router) ApplyWith(ctx context.Context, reqs []*Apply, record func(tx pe
 		hook = h
 		return res, nil
 	}}
+	r.mu.Lock() // as in commit (write.go): never sent behind the committer's stop
+	if r.closed {
+		r.mu.Unlock()
+		return nil, ErrStopped
+	}
 	r.system.Root.Send(r.committer, w)
+	r.mu.Unlock()
 	var m committed
 	select {
 	case m = <-done:

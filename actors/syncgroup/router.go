@@ -1,7 +1,6 @@
 package syncgroup
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/internal/invariants"
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
@@ -23,11 +23,14 @@ type Router struct {
 	mu     sync.Mutex
 	groups map[persistence.GroupKey]*actor.PID
 	closed bool
+	stops  invariants.Once
 }
 
 // NewRouter returns a router spawning group actors on system. prefix
 // keeps actor names of several nodes on one system apart.
 func NewRouter(system *actor.ActorSystem, prefix string, deps Deps) *Router {
+	deps.Store = CheckWriters(deps.Store)
+	claim(deps.Store)
 	c := &committer{store: deps.Store}
 	return &Router{system: system, deps: deps, prefix: prefix, groups: make(map[persistence.GroupKey]*actor.PID),
 		committer: system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }, deps.Mailboxes.Option("sync_committer")))}
@@ -57,33 +60,16 @@ func Name(key persistence.GroupKey) string {
 	return key.Site.String()[:8] + "-" + hex.EncodeToString(h[:4])
 }
 
-// Release asks the groups in keys to materialize what they hold.
-func (r *Router) Release(ctx context.Context, keys []persistence.GroupKey) (int, error) {
-	total := 0
-	for _, k := range keys {
-		pid, ok := r.PID(k)
-		if !ok {
-			return total, context.Canceled
-		}
-		reply := make(chan ReleaseResult, 1)
-		r.system.Root.Send(pid, &Release{Reply: reply})
-		select {
-		case res := <-reply:
-			if res.Err != nil {
-				return total, res.Err
-			}
-			total += res.Released
-		case <-ctx.Done():
-			return total, ctx.Err()
-		}
-	}
-	return total, nil
-}
-
 // Stop drains every group actor (pending requests are committed and
-// answered), then stops the groups and the committer.
+// answered), then stops the groups and the committer. Its owner calls it
+// once (checked under the invariants tag); a second call does nothing.
 func (r *Router) Stop(timeout time.Duration) {
+	r.stops.Done("syncgroup.Router")
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
 	r.closed = true
 	pids := make([]*actor.PID, 0, len(r.groups))
 	for _, pid := range r.groups {

@@ -1,0 +1,191 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/syncmesh/syncmesh/actors/syncgroup"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// The node's DDL: tables, columns, horizons. Every change is written by
+// the sync plane's committer (syncgroup.Router.Write), in its transaction
+// queue with the applies, never by a transaction of its own
+// (docs/architecture.md, "Actor topology").
+
+// FailpointAddColumnChunk is passed to Config.Failpoint after each chunk
+// of an AddColumn rebuild is durable; an error stops the rebuild there
+// (it stays pending and resumes on the next AddColumn of that column or
+// the next Open).
+const FailpointAddColumnChunk = "sync.addcolumn.chunk.after_commit"
+
+// DefaultAddColumnChunk is Config.AddColumnChunk's default.
+const DefaultAddColumnChunk = 1000
+
+// DefineTable defines a destination table. Defining an existing table
+// again with the same definition is a no-op; with another, an error
+// (use AddColumn). Groups held for the table are materialized (§13.6).
+func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
+	if err := validateDef(def); err != nil {
+		return err
+	}
+	if n.isClosed() {
+		return ErrClosed
+	}
+	err := n.router.Write(ctx, func(tx persistence.SyncTx) error {
+		old, ok, err := tx.Table(persistence.TableKey{Schema: def.Schema, Table: def.Table})
+		if err != nil {
+			return err
+		}
+		if ok {
+			if !slices.Equal(old.KeyColumns, def.KeyColumns) || !slices.Equal(old.Columns, def.Columns) {
+				return fmt.Errorf("%w: %s.%s", ErrTableConflict, def.Schema, def.Table)
+			}
+			return nil
+		}
+		return tx.PutTable(def)
+	})
+	if err != nil {
+		return err
+	}
+	return n.releaseDefined(ctx, def.Schema+"\x00"+def.Table)
+}
+
+// releaseDefined releases held groups whose table exists (only=""), or
+// those of one table ("schema\x00table").
+func (n *Node) releaseDefined(ctx context.Context, only string) error {
+	var keys []persistence.GroupKey
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		held, err := tx.HeldGroups()
+		if err != nil {
+			return err
+		}
+		for _, g := range held {
+			if only != "" && g.Schema+"\x00"+g.Table != only {
+				continue
+			}
+			if _, ok, err := tx.Table(persistence.TableKey{Schema: g.Schema, Table: g.Table}); err != nil {
+				return err
+			} else if ok {
+				keys = append(keys, g)
+			}
+		}
+		return nil
+	})
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	_, err = n.router.Release(ctx, keys)
+	return err
+}
+
+func validateDef(def TableDef) error {
+	if def.Schema == "" || def.Table == "" {
+		return fmt.Errorf("runtime: table needs a schema and a name")
+	}
+	if len(def.KeyColumns) == 0 {
+		return fmt.Errorf("runtime: table %s.%s needs at least one key column", def.Schema, def.Table)
+	}
+	seen := map[string]bool{}
+	for _, c := range append(append([]string(nil), def.KeyColumns...), def.Columns...) {
+		if c == "" || len(c) > 255 {
+			return fmt.Errorf("runtime: table %s.%s: column names must be 1..255 bytes", def.Schema, def.Table)
+		}
+		if seen[c] {
+			return fmt.Errorf("runtime: table %s.%s: column %q listed twice", def.Schema, def.Table, c)
+		}
+		seen[c] = true
+	}
+	return nil
+}
+
+// AddColumn adds a value column and rebuilds it for every row from the
+// retained event log (SSP/1 §13.6), so values received while the column
+// was unknown are recovered (down to the eviction horizon). It returns
+// once every row is rebuilt.
+//
+// The rebuild runs in chunks of Config.AddColumnChunk rows, one committer
+// transaction each, its progress stored with each chunk: a crash resumes
+// it on the next Open (or the next AddColumn of the column). Meanwhile
+// the table's definition already has the column, events applied meanwhile
+// write it, and a row not yet rebuilt reads it as it stood before (never
+// written, or cleared by a delete). The result equals a one-shot rebuild.
+func (n *Node) AddColumn(ctx context.Context, schema, table, column string) error {
+	if n.isClosed() {
+		return ErrClosed
+	}
+	if err := n.router.Write(ctx, func(tx persistence.SyncTx) error {
+		_, def, err := requireTable(tx, schema, table)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(def.Columns, column) {
+			return nil // added already; a pending rebuild resumes below
+		}
+		if slices.Contains(def.KeyColumns, column) {
+			return fmt.Errorf("runtime: %q is a key column of %s.%s", column, schema, table)
+		}
+		next := def
+		next.Columns = append(slices.Clone(def.Columns), column)
+		if err := validateDef(next); err != nil {
+			return err
+		}
+		return syncgroup.BeginAddColumn(tx, def, column)
+	}); err != nil {
+		return err
+	}
+	return n.rebuildColumns(ctx)
+}
+
+// rebuildColumns runs the pending column rebuilds to their end (AddColumn,
+// and Open after a crash).
+func (n *Node) rebuildColumns(ctx context.Context) error {
+	chunk := n.cfg.AddColumnChunk
+	if chunk <= 0 {
+		chunk = DefaultAddColumnChunk
+	}
+	var after func(syncgroup.ColumnRebuild) error
+	if fp := n.cfg.Failpoint; fp != nil {
+		after = func(syncgroup.ColumnRebuild) error {
+			if err := fp(FailpointAddColumnChunk); err != nil {
+				return fmt.Errorf("runtime: failpoint %s: %w", FailpointAddColumnChunk, err)
+			}
+			return nil
+		}
+	}
+	return n.router.RebuildColumns(ctx, chunk, after)
+}
+
+// SetHorizon sets a table's eviction horizon and reclaims the retained
+// log below it. Events arriving below it count as applied and write
+// nothing; rebuilds never read below it (SSP/1 §13.4, §13.5). It returns
+// how many log entries were reclaimed.
+func (n *Node) SetHorizon(ctx context.Context, schema, table string, h messages.HLC) (int, error) {
+	if n.isClosed() {
+		return 0, ErrClosed
+	}
+	var reclaimed int
+	err := n.router.Write(ctx, func(tx persistence.SyncTx) error {
+		t := persistence.TableKey{Schema: schema, Table: table}
+		if err := tx.SetHorizon(t, h); err != nil {
+			return err
+		}
+		var err error
+		reclaimed, err = tx.DeleteEventsBelow(t, h)
+		return err
+	})
+	return reclaimed, err
+}
+
+// Horizon returns a table's eviction horizon.
+func (n *Node) Horizon(ctx context.Context, schema, table string) (messages.HLC, error) {
+	var h messages.HLC
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		var err error
+		h, err = tx.Horizon(persistence.TableKey{Schema: schema, Table: table})
+		return err
+	})
+	return h, err
+}
