@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -22,6 +23,11 @@ type memSource struct {
 	// loads counts Keys calls: a group whose sums agree loads nothing.
 	loads int
 }
+
+var (
+	sumMemoMu sync.Mutex
+	sumMemo   = map[[messages.FingerprintSize]byte]cachedSum{}
+)
 
 type cachedSum struct {
 	min   messages.HLC
@@ -41,7 +47,21 @@ func (m *memSource) Sum(g Group, min messages.HLC) (uint64, lthash.Sum, error) {
 			out = append(out, k)
 		}
 	}
-	n, sum := NewSet(out).Sum()
+	set := NewSet(out)
+	fp := Fingerprint(set.Keys())
+	sumMemoMu.Lock()
+	c, ok := sumMemo[fp]
+	sumMemoMu.Unlock()
+	if !ok {
+		// Sets equal across sources and tests (the initiator's 100 000
+		// keys of TestCostGrowsWithDifferences) are summed once: LtHash16
+		// under the race detector costs tens of µs a key.
+		c.count, c.sum = set.Sum()
+		sumMemoMu.Lock()
+		sumMemo[fp] = c
+		sumMemoMu.Unlock()
+	}
+	n, sum := c.count, c.sum
 	if m.sums == nil {
 		m.sums = map[Group]cachedSum{}
 	}
