@@ -76,7 +76,13 @@ func (c *Chokepoint) cutoffOf(kr *sign.Keyring, kid []byte) messages.HLC {
 }
 
 // New returns the chokepoint.
-func New(cfg Config) *Chokepoint { return &Chokepoint{cfg: cfg} }
+func New(cfg Config) *Chokepoint {
+	c := &Chokepoint{cfg: cfg}
+	if cfg.Router != nil {
+		cfg.Router.SetWriterHook(c.pool.setWriting) // pool.go
+	}
+	return c
+}
 
 // checked is the result of the pure steps: either a final outcome or an
 // authenticated, in-scope event to insert.

@@ -103,3 +103,64 @@ func TestVerifyPoolIsFirstComeFirstServed(t *testing.T) {
 		t.Fatalf("ran %v, want %v", order, want)
 	}
 }
+
+// While the writer commits the pool runs one job fewer than its limit
+// (never none), so the single writer keeps a core; once it is done every
+// worker runs again. No job is lost or stalled either way.
+func TestVerifyPoolLeavesTheWriterACore(t *testing.T) {
+	for _, limit := range []int{1, 2, 3} {
+		p := &verifyPool{limit: limit}
+		p.setWriting(true)
+		var running, peak atomic.Int64
+		const callers, jobs = 4, 40
+		var wg sync.WaitGroup
+		var ran atomic.Int64
+		for c := 0; c < callers; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				js := make([]func(), jobs)
+				for i := range js {
+					js[i] = func() {
+						n := running.Add(1)
+						for {
+							old := peak.Load()
+							if n <= old || peak.CompareAndSwap(old, n) {
+								break
+							}
+						}
+						runtime.Gosched()
+						ran.Add(1)
+						running.Add(-1)
+					}
+				}
+				p.run(js)
+			}()
+		}
+		wg.Wait() // every job ran while the writer was busy
+		if want := int64(max(1, limit-1)); peak.Load() > want || ran.Load() != callers*jobs {
+			t.Fatalf("limit %d, writer busy: %d jobs at once (want at most %d), %d of %d ran", limit, peak.Load(), want, ran.Load(), callers*jobs)
+		}
+		// The writer done: the full limit again (the bound only; the
+		// scheduler decides whether it is reached).
+		p.setWriting(false)
+		peak.Store(0)
+		release := make(chan struct{})
+		started := make(chan struct{}, limit)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			js := make([]func(), limit)
+			for i := range js {
+				js[i] = func() { started <- struct{}{}; <-release }
+			}
+			p.run(js)
+		}()
+		// All limit jobs start together: none waits for another to end.
+		for i := 0; i < limit; i++ {
+			<-started
+		}
+		close(release)
+		<-done
+	}
+}

@@ -2,6 +2,7 @@ package syncgroup
 
 import (
 	"runtime"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -35,6 +36,7 @@ type committed struct {
 
 type committer struct {
 	store   persistence.SyncStore
+	writing *atomic.Pointer[func(bool)] // Router.SetWriterHook
 	pending []*batchWork
 	queued  bool
 	yielded bool // the pending flush has yielded once already
@@ -77,6 +79,10 @@ func (c *committer) commit(ctx actor.Context) {
 	}
 	works := c.pending
 	c.pending = nil
+	if h := c.writing.Load(); h != nil {
+		(*h)(true)
+		defer (*h)(false)
+	}
 	results := make([]batchResult, len(works))
 	err := c.run(works, results)
 	if err == nil || len(works) == 1 {

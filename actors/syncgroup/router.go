@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,6 +20,7 @@ type Router struct {
 	prefix string
 
 	committer *actor.PID
+	writing   atomic.Pointer[func(bool)]
 
 	mu     sync.Mutex
 	groups map[persistence.GroupKey]*actor.PID
@@ -31,10 +33,17 @@ type Router struct {
 func NewRouter(system *actor.ActorSystem, prefix string, deps Deps) *Router {
 	deps.Store = CheckWriters(deps.Store)
 	claim(deps.Store)
-	c := &committer{store: deps.Store}
-	return &Router{system: system, deps: deps, prefix: prefix, groups: make(map[persistence.GroupKey]*actor.PID),
-		committer: system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }, deps.Mailboxes.Option("sync_committer")))}
+	r := &Router{system: system, deps: deps, prefix: prefix, groups: make(map[persistence.GroupKey]*actor.PID)}
+	c := &committer{store: deps.Store, writing: &r.writing}
+	r.committer = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return c }, deps.Mailboxes.Option("sync_committer")))
+	return r
 }
+
+// SetWriterHook sets f, which the committer calls with true before each
+// transaction and with false once it ended, so the pure work that feeds
+// it (signature checks) can leave the single writer a core (apply's
+// verify pool). f must not block.
+func (r *Router) SetWriterHook(f func(busy bool)) { r.writing.Store(&f) }
 
 // PID returns the group's actor, spawning it on first use. ok is false
 // after Stop.

@@ -17,6 +17,7 @@ import (
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/examples/benchreport/internal/ab"
 	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/runtime"
 )
 
 type syncParams struct {
@@ -147,13 +148,13 @@ func syncReport(p syncParams) error {
 		{"verification with a forgery in every sub-batch: batch+bisection / per-signature", everyVerify.String() + "   " + everyVerify.Verdict(1.0, false)},
 	}))
 
-	var bpe []float64
+	var bpe, busy1, busy2 []float64
 	scale, err := ab.Run(p.Trials,
 		ab.Arm{Name: "1", Run: func(t int) (float64, error) {
-			return applyOnce(ctx, 1, store, eventFile(work, fmt.Sprintf("scale1-%d", t)), p, &bpe)
+			return applyOnce(ctx, 1, store, eventFile(work, fmt.Sprintf("scale1-%d", t)), p, &bpe, &busy1)
 		}},
 		ab.Arm{Name: "2", Run: func(t int) (float64, error) {
-			return applyOnce(ctx, 2, store, eventFile(work, fmt.Sprintf("scale2-%d", t)), p, &bpe)
+			return applyOnce(ctx, 2, store, eventFile(work, fmt.Sprintf("scale2-%d", t)), p, &bpe, &busy2)
 		}},
 	)
 	if err != nil {
@@ -165,22 +166,54 @@ func syncReport(p syncParams) error {
 		{"apply, GOMAXPROCS=1", scale.Stats("1").Format("%.0f") + " ev/s"},
 		{"apply, GOMAXPROCS=2", scale.Stats("2").Format("%.0f") + " ev/s"},
 		{"apply(2) / apply(1)", sc.String() + "   " + sc.Verdict(1.5, true)},
+		{"single writer in a transaction, fraction of the run, GOMAXPROCS=1", ab.Summarize(busy1).String()},
+		{"single writer in a transaction, fraction of the run, GOMAXPROCS=2", ab.Summarize(busy2).String()},
 		{fmt.Sprintf("bytes written per applied event (store of %d+ events)", p.Preload), ab.Summarize(bpe).Format("%.0f") + " B"},
 	}))
 	return nil
 }
 
-// applyOnceOut is an apply-once child's report: its rate and the bytes
-// it wrote to storage per applied event (/proc/self/io write_bytes).
+// applyOnceOut is an apply-once child's report: its rate, the bytes it
+// wrote to storage per applied event (/proc/self/io write_bytes), and the
+// fraction of the run the single writer spent in transactions (the sum of
+// syncmesh_storage_tx_seconds{plane="sync",kind="update"} over the wall
+// time: near 1 with two cores, verification overlaps the writer and the
+// writer is the bound; with one core the figure includes the time the
+// verifier held the core in the middle of a transaction).
 type applyOnceOut struct {
-	Rate, BytesPerEvent float64
+	Rate, BytesPerEvent, WriterBusy float64
 }
 
-func applyOnce(ctx context.Context, procs int, store, file string, p syncParams, bpe *[]float64) (float64, error) {
+func applyOnce(ctx context.Context, procs int, store, file string, p syncParams, bpe, busy *[]float64) (float64, error) {
 	var out applyOnceOut
 	err := ab.Child(ctx, ab.Proc{MaxProcs: procs}, "apply-once", applyOnceArgs{Store: store, File: file, Sites: p.Sites, Writers: p.Writers, Batch: p.Batch}, &out)
 	*bpe = append(*bpe, out.BytesPerEvent)
+	*busy = append(*busy, out.WriterBusy)
 	return out.Rate, err
+}
+
+// writerSeconds is the time the node's sync writer spent in transactions
+// so far (the sum of its update latency histogram).
+func writerSeconds(n *runtime.Node) (float64, error) {
+	mfs, err := n.Gatherer().Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "syncmesh_storage_tx_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["plane"] == "sync" && labels["kind"] == "update" {
+				return m.GetHistogram().GetSampleSum(), nil
+			}
+		}
+	}
+	return 0, nil
 }
 
 // forged returns raw with one bit of its signature's S flipped: the
@@ -211,7 +244,15 @@ func runApplyOnce(arg json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	w0, err := writerSeconds(n)
+	if err != nil {
+		return nil, err
+	}
 	rate, err := applyAll(ctx, n, raws, a.Writers, a.Batch)
+	if err != nil {
+		return nil, err
+	}
+	w1, err := writerSeconds(n)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +260,8 @@ func runApplyOnce(arg json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return applyOnceOut{Rate: rate, BytesPerEvent: float64(io1.WriteBytes-io0.WriteBytes) / float64(len(raws))}, nil
+	wall := float64(len(raws)) / rate
+	return applyOnceOut{Rate: rate, BytesPerEvent: float64(io1.WriteBytes-io0.WriteBytes) / float64(len(raws)), WriterBusy: (w1 - w0) / wall}, nil
 }
 
 // sigInput is one event's bare Ed25519 input: what crypto/ed25519.Verify

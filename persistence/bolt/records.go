@@ -145,20 +145,25 @@ func encodeRow(row *persistence.Row) ([]byte, error) {
 	b = messages.AppendBool(messages.AppendUint(b, 2), row.Exists)
 	b = appendClock(messages.AppendUint(b, 3), row.Existence)
 	b = appendClock(messages.AppendUint(b, 4), row.Tomb)
-	b = messages.AppendUint(b, 5)
-	if len(row.Cells) == 0 {
-		return messages.AppendNull(b), nil
+	return appendCells(messages.AppendUint(b, 5), row.Cells), nil
+}
+
+// appendCells writes a map[string]cellRecord of cells (null when empty,
+// as the reflective codec writes the nil map the records hold then).
+func appendCells(b []byte, cells map[string]persistence.Cell) []byte {
+	if len(cells) == 0 {
+		return messages.AppendNull(b)
 	}
-	b = messages.AppendMapHeader(b, len(row.Cells))
+	b = messages.AppendMapHeader(b, len(cells))
 	// Sort the names on the stack when they fit (rows have few columns).
 	var stack [16]string
 	names := stack[:0]
-	for name := range row.Cells {
+	for name := range cells {
 		names = append(names, name)
 	}
 	slices.SortFunc(names, shortlexCompare)
 	for _, name := range names {
-		c := row.Cells[name]
+		c := cells[name]
 		v := []byte(c.Value)
 		if v == nil {
 			v = []byte{}
@@ -168,7 +173,16 @@ func encodeRow(row *persistence.Row) ([]byte, error) {
 		b = messages.AppendBytes(messages.AppendUint(b, 1), v)
 		b = appendClock(messages.AppendUint(b, 2), c.Clock)
 	}
-	return b, nil
+	return b
+}
+
+// appendArrayHeader writes the head of an array of n items: a uint's head
+// with the major type changed to 4.
+func appendArrayHeader(b []byte, n int) []byte {
+	at := len(b)
+	b = messages.AppendUint(b, uint64(n))
+	b[at] |= 4 << 5
+	return b
 }
 
 // appendClock writes a clockRecord (every field omitempty; the site is

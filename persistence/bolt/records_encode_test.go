@@ -77,5 +77,28 @@ func TestRecordEncodersMatchCodec(t *testing.T) {
 		if got := encodeEvent(&er); !bytes.Equal(got, want) {
 			t.Fatalf("event:\n got %x\nwant %x", got, want)
 		}
+
+		ch := persistence.RowChange{Key: messages.Columns{}, Exists: rapid.Bool().Draw(t, "ch-exists"),
+			Existence: genClock(t, "ch-ex"), Tomb: genClock(t, "ch-tomb"), Event: genClock(t, "ch-event"),
+			Cause: persistence.ChangeCause(rapid.Uint8().Draw(t, "cause")), Cells: row.Cells}
+		for i, n := 0, rapid.IntRange(1, 3).Draw(t, "keys"); i < n; i++ {
+			ch.Key[rapid.StringMatching(`[a-z]{1,8}`).Draw(t, "key")] = messages.MustValue(rapid.Int().Draw(t, "kv"))
+		}
+		switch rapid.IntRange(0, 2).Draw(t, "cleared") {
+		case 1:
+			ch.Cleared = []string{}
+		case 2:
+			ch.Cleared = rapid.SliceOfN(rapid.StringMatching(`[a-z]{1,30}`), 1, 30).Draw(t, "names")
+		}
+		// The record as AppendChange built it before it was hand-encoded.
+		cr := changeRecord{V: recordVersion, RowKey: ch.Key.Encode(), Exists: ch.Exists,
+			Existence: toClockRecord(ch.Existence), Tomb: toClockRecord(ch.Tomb),
+			Cleared: ch.Cleared, Cause: uint8(ch.Cause), Event: toClockRecord(ch.Event), Cells: rec.Cells}
+		if want, err = messages.Marshal(&cr); err != nil {
+			t.Fatal(err)
+		}
+		if got := encodeChange(&ch, ch.Key.Encode()); !bytes.Equal(got, want) {
+			t.Fatalf("change:\n got %x\nwant %x", got, want)
+		}
 	})
 }

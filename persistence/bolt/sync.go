@@ -112,6 +112,12 @@ type syncTx struct {
 	seqLoaded bool
 	seqDirty  bool
 
+	// The change log's bucket and last sequence (changes.go), kept like
+	// lastSeq: loaded once, written back by flush.
+	changesB                  *bbolt.Bucket
+	changeSeq                 uint64
+	changeLoaded, changeDirty bool
+
 	// missed is the last id Event found absent, so the AppendEvent that
 	// usually follows (the apply path's "seen? else append") need not
 	// search the id index again. Any append clears it.
@@ -269,6 +275,9 @@ func (t *syncTx) flush() error {
 		return err
 	}
 	if err := t.flushSums(); err != nil {
+		return err
+	}
+	if err := t.flushChangeSeq(); err != nil {
 		return err
 	}
 	if !t.seqDirty {

@@ -145,3 +145,43 @@ func testChangeLog(t *testing.T, open OpenFunc) {
 		return nil
 	})
 }
+
+// testChangeLogTrimmedAsItGrows: the apply path's pattern at scale — a
+// transaction appends thousands of changes and then trims the log back to
+// its limit, removing more entries than a storage page holds — keeps
+// exactly the newest, in order, with dense sequences.
+func testChangeLogTrimmedAsItGrows(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	const keep, per = 2500, 2000
+	for round := 0; round < 3; round++ {
+		update(t, s, func(tx persistence.SyncTx) error {
+			for i := 0; i < per; i++ {
+				if _, err := tx.AppendChange(sampleChange(tblAB, round*per+i, persistence.CauseEvent)); err != nil {
+					return err
+				}
+			}
+			n, err := tx.TrimChanges(keep)
+			if want := max(0, (round+1)*per-keep) - max(0, round*per-keep); err != nil || n != want {
+				t.Fatalf("round %d: trimmed %d, %v; want %d", round, n, err, want)
+			}
+			// The transaction reads its own trim.
+			if o, l, err := tx.ChangeBounds(); err != nil || l != uint64((round+1)*per) || l-o+1 != min(keep, uint64((round+1)*per)) {
+				t.Fatalf("round %d: bounds %d, %d, %v", round, o, l, err)
+			}
+			return nil
+		})
+	}
+	s = reopen()
+	view(t, s, func(r persistence.SyncReader) error {
+		got := changeSeqs(changesOf(t, r, tblAB, 0, 0))
+		if len(got) != keep || got[0] != 3*per-keep+1 || got[len(got)-1] != 3*per {
+			t.Fatalf("retained %d changes from %v to %v; want %d from %d to %d", len(got), got[:1], got[len(got)-1:], keep, 3*per-keep+1, 3*per)
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i] != got[i-1]+1 {
+				t.Fatalf("retained sequences not dense at %d: %d after %d", i, got[i], got[i-1])
+			}
+		}
+		return nil
+	})
+}

@@ -91,6 +91,7 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"HeldPointLookupUsageAndPurge", testHeldUsage},
 		{"DeleteWatermarks", testDeleteWatermarks},
 		{"ChangeLog", testChangeLog},
+		{"ChangeLogTrimmedAsItGrows", testChangeLogTrimmedAsItGrows},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
