@@ -43,17 +43,6 @@ import (
 // Open re-seals every record still under a previous key before it returns,
 // after which the previous keys can be dropped from the configuration.
 
-// Errors of storage key rotation (match with errors.Is).
-var (
-	// ErrNoStorageKeyFile: RotateStorageKey on a directory without
-	// storage.key (a new directory, or a node configured with
-	// Config.StorageKey, which rotates through PreviousStorageKeys).
-	ErrNoStorageKeyFile = errors.New("runtime: no storage key file to rotate")
-	// ErrStorageKeyState: storage.key.next exists without storage.key, a
-	// state rotation never produces (files were moved or deleted by hand).
-	ErrStorageKeyState = errors.New("runtime: storage.key.next present without storage.key")
-)
-
 // nextKeyName is the file holding the key of an unfinished rotation.
 const nextKeyName = "storage.key.next"
 

@@ -98,10 +98,11 @@ func Open(path string, opts Options) (*DB, error) {
 }
 
 // Close closes the file. Calls on the DB or its stores after Close return
-// persistence.ErrClosed.
+// persistence.ErrClosed; Close itself is idempotent (a second call returns
+// nil).
 func (d *DB) Close() error {
 	if d.closed.Swap(true) {
-		return fmt.Errorf("bolt: close: %w", persistence.ErrClosed)
+		return nil
 	}
 	if err := d.bolt.Close(); err != nil {
 		return fmt.Errorf("bolt: close: %w", err)
