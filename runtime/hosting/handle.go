@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/outbound"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
 )
@@ -181,13 +180,13 @@ func (h *host) dispatch(ctx context.Context, u *unit, req *Request) (*Reply, err
 		}
 		sm, err := n.SendWithID(ctx, to, id, req.Body)
 		dup := false
-		if errors.Is(err, outbound.ErrAlreadyPending) {
+		if errors.Is(err, runtime.ErrAlreadyPending) {
 			// A repeat of this request (cluster retry, caller retry): the
 			// message is stored; hand it off again (a fresh encryption
 			// the recipient recognizes by its logical id).
 			dup = true
 			err = n.Resend(ctx, to, id)
-			if errors.Is(err, outbound.ErrNotPending) {
+			if errors.Is(err, runtime.ErrNotPending) {
 				err = nil // acknowledged meanwhile
 			}
 		}
