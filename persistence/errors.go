@@ -29,6 +29,9 @@ var (
 	// ErrLayoutVersion is returned by Open for a file whose layout version
 	// is newer than this build knows.
 	ErrLayoutVersion = errors.New("persistence: unsupported layout version")
+	// ErrLocked is returned (wrapped) by a store's Open when another
+	// process holds the file's lock past the configured timeout.
+	ErrLocked = errors.New("persistence: store locked by another process")
 	// ErrInjected is the error returned at a failpoint armed by a test.
 	ErrInjected = errors.New("persistence: injected failure")
 )

@@ -75,3 +75,54 @@ func TestExamplesDoNotImportActors(t *testing.T) {
 		t.Fatal("no actors import found in examples/benchreport: the walk is broken")
 	}
 }
+
+// layerOf ranks a package of the module by its top-level directory: a
+// package may import only packages of a lower rank or of its own
+// directory (the README's layering line).
+func layerOf(path string) (string, int) {
+	rel := strings.TrimPrefix(strings.TrimPrefix(path, modulePath), "/")
+	top, _, _ := strings.Cut(rel, "/")
+	rank := map[string]int{"messages": 0, "crypto": 1, "persistence": 2, "actors": 3, "runtime": 4, "examples": 5}
+	r, ok := rank[top]
+	if !ok {
+		return top, -1
+	}
+	return top, r
+}
+
+// The import graph is the one the README states: examples → runtime →
+// actors → persistence → crypto → messages (each layer may skip the ones
+// between), library code imports no test store, and runtime matches no
+// bbolt error itself (persistence.ErrLocked carries the lock timeout).
+func TestImportsPointDownward(t *testing.T) {
+	// crypto/sealed still imports persistence for its record types and
+	// ErrCorrupt; that edge is being removed separately (issue 17).
+	known := map[string]bool{"crypto/sealed -> persistence": true}
+	for _, top := range []string{"messages", "crypto", "persistence", "actors", "runtime"} {
+		for rel, imps := range importsUnder(t, filepath.Join("..", top), nil, false, modulePath, "go.etcd.io/bbolt") {
+			from := top + "/" + filepath.ToSlash(filepath.Dir(rel))
+			fromTop, fromRank := layerOf(modulePath + "/" + from)
+			for _, imp := range imps {
+				if strings.HasPrefix(imp, "go.etcd.io/bbolt") {
+					if fromTop != "persistence" {
+						t.Errorf("%s/%s imports %s: only persistence/bolt may", top, rel, imp)
+					}
+					continue
+				}
+				impTop, impRank := layerOf(imp)
+				if strings.HasSuffix(imp, "/persistence/memory") || strings.HasSuffix(imp, "/persistence/storetest") {
+					if fromTop == "actors" || fromTop == "crypto" || fromTop == "messages" || (fromTop == "persistence" && !strings.HasPrefix(from, "persistence/storetest")) {
+						t.Errorf("%s/%s imports %s: library code above tests uses no test store", top, rel, imp)
+					}
+				}
+				if impTop == fromTop {
+					continue
+				}
+				dir := strings.TrimSuffix(from, "/.")
+				if impRank > fromRank && !known[dir+" -> "+impTop] {
+					t.Errorf("%s/%s imports %s: upward (%s above %s)", top, rel, imp, impTop, fromTop)
+				}
+			}
+		}
+	}
+}

@@ -19,7 +19,6 @@ import (
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
@@ -289,7 +288,7 @@ func (n *Node) openStore(ctx context.Context) error {
 		return err
 	}
 	n.db, err = bolt.Open(n.cfg.dbPath(), bolt.Options{Sealer: sealer, NoSync: n.cfg.NoSync, Failpoint: n.cfg.Failpoint, Logger: n.log, Timeout: n.cfg.LockTimeout})
-	if errors.Is(err, bolterrors.ErrTimeout) {
+	if errors.Is(err, persistence.ErrLocked) {
 		return fmt.Errorf("%w: %s (gave up after %v)", ErrLocked, n.cfg.dbPath(), n.cfg.LockTimeout)
 	}
 	if err != nil {

@@ -11,9 +11,8 @@ import (
 	goruntime "runtime"
 	"time"
 
-	bolterrors "go.etcd.io/bbolt/errors"
-
 	"github.com/syncmesh/syncmesh/crypto/sealed"
+	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 )
 
@@ -177,7 +176,7 @@ func (r *rotation) finish(ctx context.Context) error {
 		return fmt.Errorf("runtime: storage key rotation: %w", err)
 	}
 	db, err := bolt.Open(r.dbPath(), bolt.Options{Sealer: s, NoSync: r.noSync, Failpoint: r.failpoint, Logger: r.log, Timeout: r.lockTimeout})
-	if errors.Is(err, bolterrors.ErrTimeout) {
+	if errors.Is(err, persistence.ErrLocked) {
 		return fmt.Errorf("%w: %w: %s (gave up after %v)", errStoreOpen, ErrLocked, r.dbPath(), r.lockTimeout)
 	}
 	if err != nil {

@@ -443,6 +443,8 @@ func TestOpenLockedFileTimesOut(t *testing.T) {
 	defer db.Close()
 	if _, err := Open(path, Options{NoSync: true, Timeout: 50 * time.Millisecond}); err == nil {
 		t.Fatal("second Open of a locked file succeeded")
+	} else if !errors.Is(err, persistence.ErrLocked) {
+		t.Fatalf("second Open of a locked file: %v, want persistence.ErrLocked", err)
 	}
 }
 

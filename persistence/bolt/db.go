@@ -83,6 +83,10 @@ func (d *DB) Commits() CommitStats {
 // layout returns an error matching persistence.ErrLayoutVersion.
 func Open(path string, opts Options) (*DB, error) {
 	bdb, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync, InitialMmapSize: initialMmapSize})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		// bbolt's own error type stays inside this package.
+		return nil, fmt.Errorf("bolt: open %s: %w: %w", path, persistence.ErrLocked, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
