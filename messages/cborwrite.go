@@ -1,5 +1,7 @@
 package messages
 
+import "slices"
+
 // Building blocks for hand-written Core Deterministic encoders of records
 // on hot paths (the codec's reflective Marshal costs microseconds per
 // record). An encoder built from them must produce exactly what Marshal
@@ -43,6 +45,6 @@ func SortedKeys[V any](m map[string]V) []string {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sortShortlex(keys)
+	slices.SortFunc(keys, CompareShortlex[string])
 	return keys
 }

@@ -7,20 +7,6 @@ import (
 	"github.com/fxamacker/cbor/v2"
 )
 
-// Sentinel errors of the codec. Every decode failure matches ErrMalformed.
-var (
-	// ErrMalformed is matched by every decode failure.
-	ErrMalformed = errors.New("messages: malformed input")
-	// ErrUnsupportedVersion marks a well-formed record of a version this build does not know.
-	ErrUnsupportedVersion = errors.New("messages: unsupported version")
-	// ErrTrailingBytes marks input with bytes after the first data item.
-	ErrTrailingBytes = errors.New("messages: trailing bytes")
-	// ErrTooLarge marks input over the decoder's size limit.
-	ErrTooLarge = errors.New("messages: input too large")
-	// ErrEmptyRowKey marks an event whose key is null or an empty map (SSP/1 §13.6).
-	ErrEmptyRowKey = errors.New("messages: row key is null or empty")
-)
-
 // DecodeError describes why an input failed to decode. It matches
 // ErrMalformed and, where one applies, the more specific sentinel in Kind.
 type DecodeError struct {

@@ -380,7 +380,7 @@ func (r *canonReader) columns() Columns {
 			r.bad = true
 			return nil
 		}
-		if prev != nil && !shortlexLessBytes(prev, name) {
+		if prev != nil && !LessShortlex(prev, name) {
 			r.bad = true
 			return nil
 		}
@@ -392,13 +392,6 @@ func (r *canonReader) columns() Columns {
 		cols[string(name)] = Value(v)
 	}
 	return cols
-}
-
-func shortlexLessBytes(a, b []byte) bool {
-	if len(a) != len(b) {
-		return len(a) < len(b)
-	}
-	return string(a) < string(b)
 }
 
 // decodeEventCanonical decodes the canonical encoding of an event with a

@@ -3,7 +3,6 @@ package messages
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 )
 
@@ -41,11 +40,6 @@ const (
 	// MaxReconcileEventBytes bounds an encoded ReconcileEvents.
 	MaxReconcileEventBytes = MaxPushBytes
 )
-
-// ErrReconcileInvalid marks a reconciliation message that decodes as CBOR
-// but breaks a rule of the protocol (order of bounds and keys, sizes,
-// fields that do not belong to a range's mode).
-var ErrReconcileInvalid = errors.New("messages: invalid reconciliation message")
 
 // ReconcileKey orders the items of a reconciliation: site | HLC | event id.
 type ReconcileKey [ReconcileKeySize]byte

@@ -1,7 +1,6 @@
 package messages
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -20,10 +19,6 @@ const (
 	// maxPeerName bounds a peer name.
 	maxPeerName = 256
 )
-
-// ErrSyncInvalid marks a push or push result that decodes as CBOR but
-// breaks a rule of the §14 protocol (sequence order, ranges, sizes).
-var ErrSyncInvalid = errors.New("messages: invalid sync message")
 
 // PushedEvent is one entry of the sender's retained log offered in a push:
 // its local sequence there and the signed event exactly as the sender

@@ -2,10 +2,8 @@ package messages
 
 import (
 	"bytes"
-	"cmp"
 	"slices"
 	"sort"
-	"strings"
 )
 
 // Value is one column value: exactly one CBOR data item in deterministic
@@ -94,7 +92,7 @@ func (c Columns) AppendEncode(b []byte) []byte {
 	for k := range c {
 		keys = append(keys, k)
 	}
-	sortShortlex(keys)
+	slices.SortFunc(keys, CompareShortlex[string])
 	b = appendHead(b, 5, uint64(len(keys)))
 	for _, k := range keys {
 		b = appendHead(b, 3, uint64(len(k)))
@@ -102,15 +100,6 @@ func (c Columns) AppendEncode(b []byte) []byte {
 		b = append(b, c[k]...)
 	}
 	return b
-}
-
-func sortShortlex(keys []string) {
-	slices.SortFunc(keys, func(a, b string) int {
-		if len(a) != len(b) {
-			return cmp.Compare(len(a), len(b))
-		}
-		return strings.Compare(a, b)
-	})
 }
 
 // appendHead appends a CBOR head of the given major type in its shortest form.

@@ -2,7 +2,6 @@ package persistence
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,10 +15,6 @@ import (
 // pruned) and pending outbound messages (sent, not yet acknowledged). They
 // are read and written through DeliveryReader and DeliveryTx, so a ratchet
 // step and the row it produced commit in one transaction.
-
-// ErrInvalidRecord marks a commit-boundary record a store refuses to write
-// (an unknown finalization or discard reason, an invalid address).
-var ErrInvalidRecord = errors.New("persistence: invalid record")
 
 // Finalization is how the application finalized an inbound message.
 type Finalization uint8

@@ -1,8 +1,6 @@
 package persistence
 
 import (
-	"errors"
-
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -53,10 +51,6 @@ const (
 	MaxRetry = 16384
 )
 
-// ErrLimit is returned (wrapped) by a write that would store more than a
-// documented limit; nothing of the write is kept.
-var ErrLimit = errors.New("persistence: limit exceeded")
-
 // HeldUsage is what one signer's held events (SSP/1 §13.6) cost a node:
 // how many are held and the bytes they take in the store (at least their
 // signed size).
@@ -105,7 +99,3 @@ type SyncDeliveryWriter interface {
 	// was held for a table that will never exist here.
 	PurgeHeld(g GroupKey) (int, error)
 }
-
-// ErrWatermarkRegression is returned by PutWatermark for an HLC below the
-// stored one.
-var ErrWatermarkRegression = errors.New("persistence: watermark would move backwards")

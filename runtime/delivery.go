@@ -35,20 +35,6 @@ type InboundStatus = replicate.InboundStatus
 // GroupKey names a sync group: (site_id, schema, table).
 type GroupKey = persistence.GroupKey
 
-// Errors of the sync delivery API (match with errors.Is).
-var (
-	// ErrUnknownPeer: no peer of that name and path was added.
-	ErrUnknownPeer = replicate.ErrUnknownPeer
-	// ErrPeerExists: AddPeer of a name and path already added.
-	ErrPeerExists = replicate.ErrPeerExists
-	// ErrUnknownSender: a push from a name this node did not configure
-	// (AddPeer, AcceptPeer); nothing of it was kept.
-	ErrUnknownSender = replicate.ErrUnknownSender
-	// ErrSenderMismatch: a push whose From is not the peer the transport
-	// authenticated (on the Remote: another peer's TLS certificate).
-	ErrSenderMismatch = replicate.ErrSenderMismatch
-)
-
 // DefaultPath is the transport path name AddPeer uses when given none.
 const DefaultPath = "default"
 

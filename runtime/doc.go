@@ -214,10 +214,12 @@
 // return the sentinels ErrClosed, ErrMeshMismatch, ErrUnknownTable,
 // ErrUnknownColumn, ErrTableConflict, ErrInvalidKey, ErrNotApplied,
 // ErrOutOfScope, ErrUnknownPeer,
-// ErrPeerExists and ErrNoDevice, and those of the layers below
-// (delivery.ErrUnreachable, ErrPushRejected, device.ErrNotHandedOff,
-// inbound.ErrLogicalMessageConflict, …), wrapped: match them with
-// errors.Is.
+// ErrPeerExists and ErrNoDevice, and those of the layers below, wrapped
+// and re-exported here (ErrUnreachable, ErrPushRejected, ErrNotHandedOff,
+// ErrLogicalMessageConflict, ErrCorrupt, …; all in errors.go): match them
+// with errors.Is, no import of syncmesh/actors/... is needed. Every
+// "closed" error matches ErrClosed, and every Close is idempotent (a
+// second call returns nil).
 //
 // # Concurrency
 //

@@ -1,23 +1,9 @@
 package runtime
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/syncmesh/syncmesh/messages"
-)
-
-// Errors of local writes that could not apply (match with errors.Is).
-var (
-	// ErrNotApplied: a local Upsert or Delete went through the apply
-	// chokepoint and was not applied (its outcome is in the
-	// *NotAppliedError). The chokepoint dropped the event as SSP/1 §12
-	// says; only the local API turns that into an error.
-	ErrNotApplied = errors.New("runtime: local write not applied")
-	// ErrOutOfScope: the write's table is outside Config.Scope, so the
-	// node drops its own event (SSP/1 §12 step 3). Matches ErrNotApplied
-	// too.
-	ErrOutOfScope = errors.New("runtime: table outside the node's scope")
 )
 
 // NotAppliedError is the error of a local write whose event the

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/syncmesh/syncmesh/actors/device"
@@ -70,10 +69,6 @@ const (
 
 // RetentionInfinite keeps every processed entry.
 const RetentionInfinite = device.RetentionInfinite
-
-// ErrNoDevice is returned by the delivery-plane methods of a node opened
-// without Config.Device.
-var ErrNoDevice = fmt.Errorf("runtime: node has no device (Config.Device)")
 
 // DeviceConfig turns on the delivery plane of a node: the node is also
 // the device Address, on the same actor system and the same bbolt file as

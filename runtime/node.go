@@ -19,7 +19,6 @@ import (
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
@@ -32,26 +31,6 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 	"github.com/syncmesh/syncmesh/persistence/memory"
-)
-
-// Errors returned by Node methods (match with errors.Is).
-var (
-	// ErrClosed: the node is closed or closing.
-	ErrClosed = apply.ErrClosed
-	// ErrMeshMismatch: Config.MeshID differs from the mesh the node was created in.
-	ErrMeshMismatch = errors.New("runtime: mesh id differs from the stored one")
-	// ErrUnknownTable: the table is not defined on this node.
-	ErrUnknownTable = errors.New("runtime: table not defined")
-	// ErrUnknownColumn: a local write names a column the table does not have.
-	ErrUnknownColumn = errors.New("runtime: column not defined")
-	// ErrTableConflict: DefineTable of an existing table with another definition.
-	ErrTableConflict = errors.New("runtime: table already defined differently")
-	// ErrLocked: another process holds the node's bbolt file (Config.LockTimeout passed).
-	ErrLocked = errors.New("runtime: node is open in another process")
-	// ErrInvalidKey: a local write's or lookup's key is refused: a nil, empty or
-	// untyped component (see NormalizeKey), or columns that do not match the
-	// table's key columns.
-	ErrInvalidKey = errors.New("runtime: invalid row key")
 )
 
 const (
@@ -313,7 +292,7 @@ func (n *Node) openStore(ctx context.Context) error {
 		return err
 	}
 	n.db, err = bolt.Open(n.cfg.dbPath(), bolt.Options{Sealer: sealer, NoSync: n.cfg.NoSync, Failpoint: n.cfg.Failpoint, Logger: n.log, Timeout: n.cfg.LockTimeout})
-	if errors.Is(err, bolterrors.ErrTimeout) {
+	if errors.Is(err, persistence.ErrLocked) {
 		return fmt.Errorf("%w: %s (gave up after %v)", ErrLocked, n.cfg.dbPath(), n.cfg.LockTimeout)
 	}
 	if err != nil {
@@ -446,9 +425,13 @@ func (n *Node) System() *actor.ActorSystem { return n.system }
 func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }
 
 // Close drains the node's actors (every accepted request is committed and
-// answered), then closes storage. It is safe to call more than once.
+// answered), then closes storage. Close is idempotent: the first call
+// returns what closing met, later calls return nil (the Close rule of
+// every component, see ErrClosed).
 func (n *Node) Close() error {
+	first := false
 	n.closeOnce.Do(func() {
+		first = true
 		close(n.closed)
 		n.stopReconcile() // reconcile.go: background runs end before the actors stop
 		devErr := n.stopHTTP()
@@ -480,6 +463,9 @@ func (n *Node) Close() error {
 		}
 		n.closeErr = errors.Join(devErr, n.closeStore())
 	})
+	if !first {
+		return nil
+	}
 	return n.closeErr
 }
 

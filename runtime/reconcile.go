@@ -20,20 +20,6 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// Errors of reconciliation (match with errors.Is).
-var (
-	// ErrReconcilePeer: the peer's reconciliation message was malformed,
-	// oversized or broke the protocol. Only the session with that peer
-	// fails; nothing was applied from the offending message.
-	ErrReconcilePeer = errors.New("runtime: peer broke the reconciliation protocol")
-	// ErrReconcileUnsupported: the peer's transport does not carry
-	// reconciliation (the Network and the Remote do; a custom Transport
-	// may not).
-	ErrReconcileUnsupported = errors.New("runtime: transport does not carry reconciliation")
-	// ErrReconcileBusy: a reconciliation with the same peer is running.
-	ErrReconcileBusy = errors.New("runtime: reconciliation with this peer already running")
-)
-
 // Bounds of the state reconciliation keeps per peer.
 const (
 	// maxDroppedPerPeer bounds the keys remembered as dropped for good

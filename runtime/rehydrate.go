@@ -10,13 +10,6 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// ErrRehydrateIncomplete: Rehydrate lowered the horizon but could not take
-// the whole history below it from the peer (a session was cut short, or a
-// session fetched nothing while events were still missing). The horizon
-// stays at zero and what arrived stays applied; calling Rehydrate again
-// (or any reconciliation with the peer) continues.
-var ErrRehydrateIncomplete = errors.New("runtime: rehydration did not take the whole history")
-
 // maxRehydrateSessions bounds the reconciliation sessions of one
 // Rehydrate: a session fetches at most what its replies carry, so a long
 // history takes several.

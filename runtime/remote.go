@@ -46,27 +46,6 @@ const (
 // remoteWindowBytes is the HTTP/2 flow-control window of inbound streams.
 const remoteWindowBytes = 4 << 20
 
-// Errors of the remote transport. Push errors that mean "not delivered,
-// try again later" also match replicate.ErrUnreachable.
-var (
-	// ErrRemoteClosed is returned (wrapped, together with
-	// replicate.ErrUnreachable) by Push after Close.
-	ErrRemoteClosed = errors.New("runtime: remote closed")
-	// ErrRemoteRunning is returned by StartRemote on an actor system that
-	// already has a protoactor remote.
-	ErrRemoteRunning = errors.New("runtime: actor system already has a remote")
-	// ErrRemoteListen is returned (wrapped) by StartRemote when the
-	// address cannot be listened on (for example, the port is taken).
-	ErrRemoteListen = errors.New("runtime: remote cannot listen")
-	// ErrPushRejected is returned (wrapped) by Push when the peer answered
-	// that it did not process the push (undecodable, no receiver, or its
-	// handler failed). The push was not applied.
-	ErrPushRejected = errors.New("runtime: push rejected by peer")
-	// ErrBadResponse is returned (wrapped) by Push when the peer's answer
-	// does not decode. The push may or may not have been applied.
-	ErrBadResponse = errors.New("runtime: undecodable answer to a push")
-)
-
 // RemoteConfig configures the protoactor-go remote (gRPC) transport of the
 // sync plane. Either TLS (with ClientTLS) or Plaintext must be set: events
 // are signed but not encrypted, so plaintext is only ever an explicit
@@ -511,9 +490,12 @@ func ctxErr(peer string, err error) error {
 // Close stops the sync actor, cancels and waits for the pushes being
 // handled, and shuts protoactor's remote down (gracefully: peers are told
 // to disconnect; protoactor bounds the gRPC drain at 10 s). It does not
-// stop the actor system. Close is idempotent.
+// stop the actor system. Close is idempotent: the first call returns
+// what stopping met, later calls return nil.
 func (r *Remote) Close() error {
+	first := false
 	r.closeOnce.Do(func() {
+		first = true
 		r.mu.Lock()
 		r.closed = true
 		r.mu.Unlock()
@@ -535,6 +517,9 @@ func (r *Remote) Close() error {
 		r.sys.EventStream.Unsubscribe(r.evSub)
 		r.log.Info("remote closed", "address", r.Address())
 	})
+	if !first {
+		return nil
+	}
 	return r.closeErr
 }
 

@@ -287,7 +287,7 @@ func runRemoteChild(rawSpec string, in io.Reader, stdout io.Writer) error {
 	if err := r.Close(); err != nil { // idempotent
 		return fmt.Errorf("second Close: %w", err)
 	}
-	if _, err := r.Push(context.Background(), "x", testPush("x", 1, 1)); !errors.Is(err, ErrRemoteClosed) || !errors.Is(err, replicate.ErrUnreachable) {
+	if _, err := r.Push(context.Background(), "x", testPush("x", 1, 1)); !errors.Is(err, ErrRemoteClosed) || !errors.Is(err, ErrClosed) || !errors.Is(err, replicate.ErrUnreachable) {
 		return fmt.Errorf("push after Close: %v", err)
 	}
 	sys.Shutdown()

@@ -304,10 +304,6 @@ func deviceFrame(msg any) bool {
 	return false
 }
 
-// ErrBundleRateLimited answers a bundle request past its requester's
-// budget (LimitBundles).
-var ErrBundleRateLimited = errors.New("runtime: bundle requests rate-limited")
-
 // Defaults of LimitBundles.
 const (
 	DefaultBundleBurst      = 32

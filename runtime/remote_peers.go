@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -20,10 +19,6 @@ import (
 	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages/wire"
 )
-
-// ErrInvalidPeerAddress is returned (wrapped) by Remote.AddPeer for an
-// address that is not host:port with a port in 1..65535.
-var ErrInvalidPeerAddress = errors.New("runtime: invalid peer address")
 
 // RemotePeerOption configures a peer in Remote.AddPeer.
 type RemotePeerOption func(*remotePeer)

@@ -23,11 +23,6 @@ import (
 // wire.MaxReconcileReplyBody), and the messages inside them by the strict
 // decoders of package messages.
 
-// ErrReconcileRefused: the peer answered a reconciliation request with a
-// refusal (it found the request invalid, could not serve it, or the
-// stream guard refused its sender). Nothing was applied from it.
-var ErrReconcileRefused = errors.New("runtime: peer refused the reconciliation request")
-
 var _ reconcileTransport = (*Remote)(nil)
 
 // reconcileCall carries one reconciliation request to peer and waits for

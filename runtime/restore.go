@@ -38,19 +38,6 @@ import (
 // chokepoint observes their HLCs, so the clock is past them), at most
 // Config.RestoreWait, then fail with ErrAwaitingReconcile.
 
-// Errors of restore safety (match with errors.Is).
-var (
-	// ErrClockMark: the clock mark file beside node.db is unreadable or
-	// corrupt. Open refuses to guess; see docs/operations.md "Backup and
-	// restore" (deleting the file makes the next Open treat the store as
-	// possibly restored).
-	ErrClockMark = errors.New("runtime: clock mark file unreadable")
-	// ErrAwaitingReconcile: a local write (or NextHLC, Sign) after an Open
-	// with Config.Restored found no completed reconciliation with a peer
-	// yet, so the node does not know the highest HLC it released.
-	ErrAwaitingReconcile = clock.ErrHeld
-)
-
 // DefaultRestoreWait bounds a local write's wait for the first
 // reconciliation after a restore when Config.RestoreWait is zero.
 const DefaultRestoreWait = 30 * time.Second

@@ -11,9 +11,8 @@ import (
 	goruntime "runtime"
 	"time"
 
-	bolterrors "go.etcd.io/bbolt/errors"
-
 	"github.com/syncmesh/syncmesh/crypto/sealed"
+	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 )
 
@@ -42,17 +41,6 @@ import (
 // new key as StorageKey and the old one in Config.PreviousStorageKeys;
 // Open re-seals every record still under a previous key before it returns,
 // after which the previous keys can be dropped from the configuration.
-
-// Errors of storage key rotation (match with errors.Is).
-var (
-	// ErrNoStorageKeyFile: RotateStorageKey on a directory without
-	// storage.key (a new directory, or a node configured with
-	// Config.StorageKey, which rotates through PreviousStorageKeys).
-	ErrNoStorageKeyFile = errors.New("runtime: no storage key file to rotate")
-	// ErrStorageKeyState: storage.key.next exists without storage.key, a
-	// state rotation never produces (files were moved or deleted by hand).
-	ErrStorageKeyState = errors.New("runtime: storage.key.next present without storage.key")
-)
 
 // nextKeyName is the file holding the key of an unfinished rotation.
 const nextKeyName = "storage.key.next"
@@ -188,7 +176,7 @@ func (r *rotation) finish(ctx context.Context) error {
 		return fmt.Errorf("runtime: storage key rotation: %w", err)
 	}
 	db, err := bolt.Open(r.dbPath(), bolt.Options{Sealer: s, NoSync: r.noSync, Failpoint: r.failpoint, Logger: r.log, Timeout: r.lockTimeout})
-	if errors.Is(err, bolterrors.ErrTimeout) {
+	if errors.Is(err, persistence.ErrLocked) {
 		return fmt.Errorf("%w: %w: %s (gave up after %v)", errStoreOpen, ErrLocked, r.dbPath(), r.lockTimeout)
 	}
 	if err != nil {

@@ -118,7 +118,7 @@ func (n *Node) write(ctx context.Context, schema, table string, key, values map[
 		return messages.Outcome{}, err
 	}
 	if err := materialize.ResolveKey(def, k); err != nil {
-		return messages.Outcome{}, fmt.Errorf("%w: %v", ErrInvalidKey, err)
+		return messages.Outcome{}, fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	e := &messages.Event{Site: n.signer.Site(), Schema: schema, Table: table, Key: k, Delete: del}
 	if !del {

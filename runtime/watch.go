@@ -73,15 +73,6 @@ func (c Change) Value(col string, out any) (CellState, error) {
 	return Row{Cells: c.Cells}.Value(col, out)
 }
 
-// ErrWatchLagged matches a *WatchLagError.
-var ErrWatchLagged = errors.New("runtime: watcher fell behind the change log")
-
-// ErrWatchAhead is returned by Watch when asked to resume after a
-// sequence the node has never assigned (a store restored from an older
-// copy, or a sequence from another node): nothing would ever be delivered
-// for the changes below it, so Watch refuses instead of waiting.
-var ErrWatchAhead = errors.New("runtime: watch resumes after a change sequence this node never assigned")
-
 // WatchLagError is the error a watcher gets when changes it has not read
 // were trimmed from the change log (Config.ChangeLogLimit): it is never
 // handed a gap silently. To resume, re-read the table (Scan) and Watch

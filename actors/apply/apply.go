@@ -27,9 +27,6 @@ import (
 // milliseconds in the receiver's future is rejected.
 const MaxSkewMS = 300_000
 
-// ErrClosed is returned once the node is closing.
-var ErrClosed = errors.New("syncmesh: node closed")
-
 // Config wires a Chokepoint.
 type Config struct {
 	MeshID  []byte

@@ -10,7 +10,6 @@
 package clock
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,14 +21,6 @@ import (
 // DefaultLease is how far ahead of an issued value the high-water mark is
 // persisted.
 const DefaultLease = 10 * time.Second
-
-// ErrExhausted is returned when the HLC would pass its 48-bit physical range.
-var ErrExhausted = errors.New("clock: hlc range exhausted")
-
-// ErrHeld is returned by Now and Reserve while the clock is held: the
-// node does not yet know the highest HLC it released (a restore, SSP/1
-// §13.5), so it issues nothing until Release.
-var ErrHeld = errors.New("clock: held until the node has learned its released history")
 
 // Persist durably stores a new high-water mark; it returns only when the
 // mark is durable.

@@ -85,20 +85,6 @@ const MaxPageSize = inbound.MaxPageSize
 // RetentionInfinite keeps every processed entry.
 const RetentionInfinite = inbound.RetentionInfinite
 
-// Errors of the facade; errors of the layers below are wrapped with %w
-// (inbound.ErrLogicalMessageConflict, inbound.ErrReceivedMessageNotPending,
-// inbound.ErrSenderBacklogFull, outbound.ErrNotPending, ratchet errors,
-// messages.ErrMalformed, persistence.ErrCorrupt, ...).
-var (
-	// ErrNotHandedOff: Send stored the message as pending but could not
-	// encrypt it or hand it to the transport; it stays pending (Resend).
-	ErrNotHandedOff = errors.New("device: message stored as pending but not handed to the transport")
-	// ErrInvalidConfig marks an unusable Config.
-	ErrInvalidConfig = errors.New("device: invalid configuration")
-	// ErrClosed is returned by calls on a closed Device.
-	ErrClosed = errors.New("device: closed")
-)
-
 // ReceiveResult is the result of Receive: Kind Delivery (Message set: new
 // or still pending, same sequence and receive time on every redelivery),
 // AlreadyCommitted or AlreadyDiscarded (AckSent: whether the ACK was sent
@@ -373,13 +359,14 @@ func (d *Device) acked(to messages.DeviceAddress, id messages.LogicalMessageID, 
 // Close stops the schedules, the delivery to the application (messages
 // not yet handed over stay pending and are delivered again on the next
 // Open), then the actors after the requests already queued were
-// processed. It does not close the store. Calls after Close return
-// ErrClosed.
+// processed. It does not close the store. Other calls after Close
+// return ErrClosed; Close itself is idempotent (a second call returns
+// nil).
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return ErrClosed
+		return nil
 	}
 	d.closed = true
 	d.mu.Unlock()

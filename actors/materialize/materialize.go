@@ -17,18 +17,11 @@
 package materialize
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
-)
-
-// Errors returned by ResolveKey; both mean the event is dropped (§13.6).
-var (
-	ErrUnknownKeyColumn = errors.New("materialize: row key names a column the table does not have")
-	ErrIncompleteKey    = errors.New("materialize: row key lacks a key column of the table")
 )
 
 // Effects are what one application of an event surfaces.

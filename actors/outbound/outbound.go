@@ -28,21 +28,6 @@ import (
 // MaxPageSize is the largest page of pending sent messages (as inbound).
 const MaxPageSize = 100
 
-// Errors of the package. Store errors are wrapped with %w.
-var (
-	// ErrNotPending: the message is not pending (acknowledged, abandoned
-	// or never sent).
-	ErrNotPending = errors.New("outbound: message not pending")
-	// ErrAlreadyPending: Store of a (recipient, id) already pending.
-	ErrAlreadyPending = errors.New("outbound: message already pending")
-	// ErrInvalidLimit: a page limit outside 1..MaxPageSize.
-	ErrInvalidLimit = errors.New("outbound: page limit out of range")
-	// ErrInvalidConfig marks an unusable Config.
-	ErrInvalidConfig = errors.New("outbound: invalid configuration")
-	// ErrClosed is returned by every call on a closed Outbox.
-	ErrClosed = errors.New("outbound: closed")
-)
-
 // RetryPolicy is the opt-in retry schedule. The zero value is off.
 type RetryPolicy struct {
 	// Interval is how long after an attempt the first retry is due, and
@@ -180,18 +165,29 @@ func New(cfg Config) (*Outbox, error) {
 	return o, nil
 }
 
-// Close stops the schedule. It does not close the store. Calls after
-// Close return ErrClosed.
+// Close stops the schedule. It does not close the store. Other calls
+// after Close return ErrClosed; Close itself is idempotent (a second call
+// returns nil).
 func (o *Outbox) Close() error {
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
-		return ErrClosed
+		return nil
 	}
 	o.closed = true
 	close(o.stop)
 	o.mu.Unlock()
 	o.loop.Wait()
+	return nil
+}
+
+// checkOpen returns ErrClosed once Close was called.
+func (o *Outbox) checkOpen() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return ErrClosed
+	}
 	return nil
 }
 
@@ -205,6 +201,9 @@ func (o *Outbox) Forget(to messages.DeviceAddress, id messages.LogicalMessageID)
 
 // Get returns one pending message.
 func (o *Outbox) Get(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) (SentMessage, bool, error) {
+	if err := o.checkOpen(); err != nil {
+		return SentMessage{}, false, err
+	}
 	var out persistence.PendingOutbound
 	var ok bool
 	err := o.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
@@ -221,6 +220,9 @@ func (o *Outbox) Get(ctx context.Context, to messages.DeviceAddress, id messages
 // Pending returns up to limit (1..MaxPageSize) pending messages sent after
 // cursor after (0: from the first), of *recipient when not nil.
 func (o *Outbox) Pending(ctx context.Context, after uint64, limit int, recipient *messages.DeviceAddress) (SentPage, error) {
+	if err := o.checkOpen(); err != nil {
+		return SentPage{}, err
+	}
 	if limit < 1 || limit > MaxPageSize {
 		return SentPage{}, fmt.Errorf("%w: %d (1..%d)", ErrInvalidLimit, limit, MaxPageSize)
 	}
@@ -244,6 +246,9 @@ func (o *Outbox) Pending(ctx context.Context, after uint64, limit int, recipient
 
 // Count returns how many messages are pending.
 func (o *Outbox) Count(ctx context.Context) (int, error) {
+	if err := o.checkOpen(); err != nil {
+		return 0, err
+	}
 	var n int
 	err := o.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
 		var err error
@@ -259,6 +264,9 @@ func (o *Outbox) Count(ctx context.Context) (int, error) {
 // (once per process) to Config.OnExhausted and returned. It is what the
 // schedule runs every Interval; without a schedule it does nothing.
 func (o *Outbox) RetryDue(ctx context.Context) (resent int, exhausted []SentMessage, err error) {
+	if err := o.checkOpen(); err != nil {
+		return 0, nil, err
+	}
 	p := o.cfg.Retry
 	if !p.Enabled() {
 		return 0, nil, nil

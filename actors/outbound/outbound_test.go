@@ -82,8 +82,13 @@ func TestPendingPagesGetAndCount(t *testing.T) {
 	if err := o.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Close(); !errors.Is(err, ErrClosed) {
+	// The Close rule (persistence.ErrClosed): a second Close returns nil;
+	// other calls after Close return ErrClosed.
+	if err := o.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+	if _, _, err := o.Get(bg, bob, id1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: %v", err)
 	}
 }
 

@@ -41,7 +41,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -74,15 +73,6 @@ const (
 	// a session that reaches it stops early (Truncated) and the next one
 	// continues.
 	MaxFound = 1 << 16
-)
-
-// Sentinel errors of the core. A peer's message that breaks the protocol
-// fails the session with ErrProtocol; nothing else is affected.
-var (
-	// ErrProtocol marks a peer's message the protocol does not allow.
-	ErrProtocol = errors.New("reconcile: protocol violation")
-	// ErrTooManyRounds marks a session that did not finish in MaxRounds.
-	ErrTooManyRounds = errors.New("reconcile: too many rounds")
 )
 
 func protocolErr(g Group, format string, args ...any) error {

@@ -18,7 +18,7 @@ type Metrics struct {
 	backlog *prometheus.GaugeVec   // peer, path
 	retry   *prometheus.GaugeVec   // peer, path
 	lag     *prometheus.GaugeVec   // peer, path
-	recv    *prometheus.CounterVec // from, verdict
+	recv    *prometheus.CounterVec // from, outcome
 	refused *prometheus.CounterVec // what (push reason, or claim)
 	probes  *prometheus.CounterVec // verdict
 
@@ -41,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "syncmesh_sync_peer_watermark_lag_seconds",
 			Help: "How far the peer's reported watermarks trail this node's, worst group (SSP/1 §14.2), at the last push."}, []string{"peer", "path"}),
 		recv: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_events_received_total",
-			Help: "Events received in pushes, by sender and verdict (done: applied, duplicate or dropped; retry: held or rejected; held_quota: rejected by the signer's held quota). Only configured senders have series."}, []string{"from", "verdict"}),
+			Help: "Events received in pushes, by sender and outcome (applied, duplicate, dropped: final, the watermark may pass them; retry: held or rejected, offered again; held_quota: rejected by the signer's held quota, also counted in retry). Only configured senders have series."}, []string{"from", "outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_refused_total",
 			Help: "Pushes refused before anything was kept (unknown_sender, sender_mismatch) and watermark claims refused (claim: another site's group, an undefined or out-of-scope table, or beyond the skew bound). No sender label: a name a peer chooses never creates a series."}, []string{"what"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_probe_verdicts_total",
@@ -93,14 +93,27 @@ func (m *Metrics) pushed(key string, r CycleReport) {
 }
 
 func (m *Metrics) received(from string, r *messages.PushResult, outs []messages.Outcome) {
-	m.recv.WithLabelValues(from, "done").Add(float64(r.Applied))
-	m.recv.WithLabelValues(from, "retry").Add(float64(len(r.Retry)))
-	quota := 0
+	// One count per outcome (issue 16: one "done" lumped the three final
+	// outcomes together). applied + duplicate + dropped is r.Applied.
+	var applied, duplicate, dropped, quota int
 	for _, o := range outs {
-		if o.Kind == messages.Rejected && o.Reason == messages.ReasonHeldQuota {
-			quota++
+		switch o.Kind {
+		case messages.Applied:
+			applied++
+		case messages.Duplicate:
+			duplicate++
+		case messages.Dropped:
+			dropped++
+		case messages.Rejected:
+			if o.Reason == messages.ReasonHeldQuota {
+				quota++
+			}
 		}
 	}
+	m.recv.WithLabelValues(from, "applied").Add(float64(applied))
+	m.recv.WithLabelValues(from, "duplicate").Add(float64(duplicate))
+	m.recv.WithLabelValues(from, "dropped").Add(float64(dropped))
+	m.recv.WithLabelValues(from, "retry").Add(float64(len(r.Retry)))
 	if quota > 0 {
 		m.recv.WithLabelValues(from, "held_quota").Add(float64(quota))
 		m.quota.Add(uint64(quota))

@@ -12,7 +12,6 @@ package replicate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -25,22 +24,6 @@ import (
 	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
-)
-
-// Errors of the delivery service (match with errors.Is).
-var (
-	// ErrUnknownPeer: no peer of that name and path was added.
-	ErrUnknownPeer = errors.New("replicate: unknown peer")
-	// ErrPeerExists: AddPeer of a name and path already added.
-	ErrPeerExists = errors.New("replicate: peer already added")
-	// ErrStopped: the service is closed.
-	ErrStopped = errors.New("replicate: stopped")
-	// ErrUnknownSender: a push from a sender this node did not configure
-	// (AddPeer, AcceptPeer). Nothing of it is kept.
-	ErrUnknownSender = errors.New("replicate: push from an unknown sender")
-	// ErrSenderMismatch: a push whose From is not the peer the transport
-	// authenticated. Transports refuse it before it reaches the service.
-	ErrSenderMismatch = errors.New("replicate: push names a sender other than the authenticated peer")
 )
 
 // PeerOptions configure a peer beyond its name.

@@ -2,7 +2,6 @@ package replicate
 
 import (
 	"context"
-	"errors"
 
 	"github.com/syncmesh/syncmesh/messages"
 )
@@ -22,7 +21,3 @@ type Transport interface {
 type Receiver interface {
 	HandlePush(ctx context.Context, p *messages.SyncPush) (*messages.PushResult, error)
 }
-
-// ErrUnreachable is returned (wrapped) by transports when the peer cannot
-// be reached: unknown peer, partition, connection refused, timeout.
-var ErrUnreachable = errors.New("replicate: peer unreachable")

@@ -1,13 +1,6 @@
 package session_test
 
-import (
-	"flag"
-	"testing"
-
-	"github.com/syncmesh/syncmesh/actors/session"
-)
-
-var idleSessions = flag.Int("idle-sessions", 10_000, "sessions measured by BenchmarkIdleSessionMemory")
+import "testing"
 
 // BenchmarkRoundTrip measures one encrypt (alice's actor) plus one decrypt
 // (bob's actor), each persisted to a memory store, on an established
@@ -56,39 +49,5 @@ func BenchmarkRoundTripPingPong(b *testing.B) {
 		if _, err := to.m.Decrypt(bg, from.addr, env); err != nil {
 			b.Fatal(err)
 		}
-	}
-}
-
-// BenchmarkIdleSessionMemory reports the resident heap per idle session,
-// persisted (record in the store, no actor) and live (a spawned, idle
-// session actor holding its decoded record, on top of the stored record).
-// Set the count with -idle-sessions (the lead's report uses 100000).
-func BenchmarkIdleSessionMemory(b *testing.B) {
-	n := *idleSessions
-	// One measurement per run whatever -benchtime says (b.Loop runs the
-	// function body once); the loop itself times nothing.
-	persisted, live, err := session.MeasureIdleSessions(n)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-	}
-	b.ReportMetric(float64(persisted)/float64(n), "B/persisted-session")
-	b.ReportMetric(float64(live)/float64(n), "B/live-session")
-	b.ReportMetric(float64(n), "sessions")
-}
-
-func TestMeasureIdleSessions(t *testing.T) {
-	persisted, live, err := session.MeasureIdleSessions(200)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A stored record is at least a few hundred bytes of keys; a live actor
-	// holds at least its decoded record.
-	if persisted < 200*200 || live < 200*200 {
-		t.Fatalf("implausible measurement: persisted %d B, live %d B for 200 sessions", persisted, live)
-	}
-	if _, _, err := session.MeasureIdleSessions(0); err == nil {
-		t.Fatal("n = 0 accepted")
 	}
 }

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -20,11 +19,6 @@ import (
 // (ErrDecryptBudget) until its bucket refills. The buckets live in the
 // Manager, not in the peer actor: an address this device holds nothing
 // for keeps no actor (peer.go), and its budget must outlive that.
-
-// ErrDecryptBudget: the sender's failed decrypt attempts used up its
-// budget (Config.FailedDecryptBurst, refilled at FailedDecryptRate); the
-// envelope was refused before any cryptography and nothing changed.
-var ErrDecryptBudget = errors.New("session: sender's decrypt budget exhausted")
 
 // Defaults of Config.FailedDecryptBurst and FailedDecryptRate.
 const (

@@ -6,6 +6,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
 )
 
 // Sentinel errors of the package. Errors of the ratchet are wrapped with
@@ -14,8 +15,9 @@ import (
 // ratchet.ErrBadPrekeySignature, messages.ErrMalformed and
 // persistence.ErrCorrupt work on everything this package returns.
 var (
-	// ErrClosed is returned by every call on a closed Manager.
-	ErrClosed = errors.New("session: manager closed")
+	// ErrClosed is returned by every call on a closed Manager (but Close).
+	// It wraps persistence.ErrClosed.
+	ErrClosed = persistence.NewClosedError("session: manager closed")
 	// ErrTooManyUnpinned: an envelope from an address with no pin or
 	// session arrived while Config.MaxUnpinnedPeers such addresses were
 	// being served; it was refused before anything was read or kept.
@@ -79,3 +81,8 @@ func checkPin(peer messages.DeviceAddress, pinned, seen ratchet.IdentityPublic) 
 	}
 	return nil
 }
+
+// ErrDecryptBudget: the sender's failed decrypt attempts used up its
+// budget (Config.FailedDecryptBurst, refilled at FailedDecryptRate); the
+// envelope was refused before any cryptography and nothing changed.
+var ErrDecryptBudget = errors.New("session: sender's decrypt budget exhausted")

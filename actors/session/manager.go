@@ -778,13 +778,14 @@ func (m *Manager) LiveSessions() int {
 
 // Close stops every peer actor after the requests already queued were
 // decided, then the committer after it wrote what they handed it (every
-// caller is answered). It does not close the store. Calls after Close
-// return ErrClosed.
+// caller is answered). It does not close the store. Other calls after
+// Close return ErrClosed; Close itself is idempotent (a second call
+// returns nil).
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return ErrClosed
+		return nil
 	}
 	m.closed = true
 	close(m.closing)

@@ -3,15 +3,11 @@ package syncgroup
 import (
 	"cmp"
 	"context"
-	"errors"
 	"slices"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
-
-// ErrStopped is returned by ApplyWith once the router is stopped.
-var ErrStopped = errors.New("syncgroup: stopped")
 
 // ApplyWith applies reqs (authenticated, in-scope events of one received
 // push) and then runs record in the SAME committer transaction, so a push's

@@ -16,7 +16,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
-	"errors"
 	"fmt"
 )
 
@@ -33,9 +32,6 @@ const StoredSize = 1 + Size
 // domain is the v1 domain-separation string; it must never change, the
 // frozen vectors depend on it (docs/protocol.md, "Processed-message digest").
 const domain = "KSecureMessage-ProcessedMessage-v1"
-
-// ErrStored is matched (errors.Is) by every DecodeStored failure.
-var ErrStored = errors.New("digest: invalid stored digest")
 
 // StoredError describes why a stored digest was rejected. It matches
 // ErrStored via errors.Is.

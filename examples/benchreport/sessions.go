@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
+	"github.com/syncmesh/syncmesh/examples/benchreport/internal/sessionmem"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence/memory"
 )
@@ -48,7 +49,7 @@ func sessionsReport(rounds, idle int) error {
 	}
 
 	start := time.Now()
-	persisted, live, err := session.MeasureIdleSessions(idle)
+	persisted, live, err := sessionmem.IdleSessions(idle)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
 	"github.com/syncmesh/syncmesh/runtime/meshtls"
@@ -142,7 +141,7 @@ func runChild(o options) error {
 		if to := nextNode(mf, o.name); to != "" {
 			// ErrNotHandedOff (the peer is not up yet) leaves it pending:
 			// the retry schedule resends it until the ACK arrives.
-			if _, err := n.Send(ctx, runtime.DeviceAddress{User: to, Device: 1}, []byte("hello from "+o.name)); err != nil && !errors.Is(err, device.ErrNotHandedOff) {
+			if _, err := n.Send(ctx, runtime.DeviceAddress{User: to, Device: 1}, []byte("hello from "+o.name)); err != nil && !errors.Is(err, runtime.ErrNotHandedOff) {
 				fmt.Fprintf(os.Stderr, "[%s] send: %v\n", o.name, err)
 			}
 		}

@@ -83,6 +83,10 @@ func (d *DB) Commits() CommitStats {
 // layout returns an error matching persistence.ErrLayoutVersion.
 func Open(path string, opts Options) (*DB, error) {
 	bdb, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: opts.Timeout, NoSync: opts.NoSync, InitialMmapSize: initialMmapSize})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		// bbolt's own error type stays inside this package.
+		return nil, fmt.Errorf("bolt: open %s: %w: %w", path, persistence.ErrLocked, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bolt: open %s: %w", path, err)
 	}
@@ -98,10 +102,11 @@ func Open(path string, opts Options) (*DB, error) {
 }
 
 // Close closes the file. Calls on the DB or its stores after Close return
-// persistence.ErrClosed.
+// persistence.ErrClosed; Close itself is idempotent (a second call returns
+// nil).
 func (d *DB) Close() error {
 	if d.closed.Swap(true) {
-		return fmt.Errorf("bolt: close: %w", persistence.ErrClosed)
+		return nil
 	}
 	if err := d.bolt.Close(); err != nil {
 		return fmt.Errorf("bolt: close: %w", err)

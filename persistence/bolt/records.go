@@ -1,10 +1,8 @@
 package bolt
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -161,7 +159,7 @@ func appendCells(b []byte, cells map[string]persistence.Cell) []byte {
 	for name := range cells {
 		names = append(names, name)
 	}
-	slices.SortFunc(names, shortlexCompare)
+	slices.SortFunc(names, messages.CompareShortlex[string])
 	for _, name := range names {
 		c := cells[name]
 		v := []byte(c.Value)
@@ -252,13 +250,4 @@ func decodeRow(t persistence.TableKey, rowKey, b []byte) (persistence.Row, error
 		}
 	}
 	return row, nil
-}
-
-// shortlexCompare orders text map keys as Core Deterministic Encoding
-// does (RFC 8949 §4.2.1): shorter first, then bytewise.
-func shortlexCompare(a, b string) int {
-	if len(a) != len(b) {
-		return cmp.Compare(len(a), len(b))
-	}
-	return strings.Compare(a, b)
 }

@@ -56,7 +56,7 @@ func readRowKeyed(t persistence.TableKey, rowKey []byte, key messages.Columns, b
 		var prev string
 		for i := 0; i < n && r.err == nil; i++ {
 			name := r.text()
-			if i > 0 && !shortlexLess(prev, name) {
+			if i > 0 && !messages.LessShortlex(prev, name) {
 				return row, corrupt("row", r.fail("cell order"))
 			}
 			prev = name
@@ -99,15 +99,6 @@ func (r *cborReader) fail(what string) error {
 		r.err = fmt.Errorf("unexpected %s", what)
 	}
 	return r.err
-}
-
-// shortlexLess is Core Deterministic order of text map keys (RFC 8949
-// §4.2.1): shorter first, then bytewise.
-func shortlexLess(a, b string) bool {
-	if len(a) != len(b) {
-		return len(a) < len(b)
-	}
-	return a < b
 }
 
 // head reads one data item head; only definite lengths, only the shortest

@@ -44,11 +44,10 @@ func (h *handle) check(ctx context.Context, op string) error {
 	return h.d.begin(ctx, h.plane+" "+op)
 }
 
-// Close closes this handle (not the file: see DB.Close).
+// Close closes this handle (not the file: see DB.Close). It is
+// idempotent.
 func (h *handle) Close() error {
-	if h.closed.Swap(true) {
-		return fmt.Errorf("bolt: %s close: %w", h.plane, persistence.ErrClosed)
-	}
+	h.closed.Store(true)
 	return nil
 }
 

@@ -50,11 +50,10 @@ func NewDelivery() *DeliveryStore {
 func (s *DeliveryStore) Reopen() *DeliveryStore { return &DeliveryStore{d: s.d} }
 
 // Close marks the handle closed; later calls on it return
-// persistence.ErrClosed. The data stays reachable through Reopen.
+// persistence.ErrClosed. The data stays reachable through Reopen. Close
+// is idempotent (a second call returns nil).
 func (s *DeliveryStore) Close() error {
-	if s.closed.Swap(true) {
-		return fmt.Errorf("memory: delivery close: %w", persistence.ErrClosed)
-	}
+	s.closed.Store(true)
 	return nil
 }
 

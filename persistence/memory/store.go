@@ -113,11 +113,10 @@ func New() *Store {
 func (s *Store) Reopen() *Store { return &Store{b: s.b} }
 
 // Close marks the handle closed; later calls on it return
-// persistence.ErrClosed. The data stays reachable through Reopen.
+// persistence.ErrClosed. The data stays reachable through Reopen. Close
+// is idempotent (a second call returns nil).
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
-		return fmt.Errorf("memory: close: %w", persistence.ErrClosed)
-	}
+	s.closed.Store(true)
 	return nil
 }
 

@@ -87,16 +87,6 @@ type MembershipChange struct {
 	Reason error  // why it fenced itself
 }
 
-// ErrFenced: the member lost its registration (or no longer sees itself)
-// and fenced itself; the unit is unavailable here until it rejoins under
-// a new member id. It matches ErrUnavailable: retry elsewhere.
-var ErrFenced = fmt.Errorf("%w: member fenced", ErrUnavailable)
-
-// ErrNotOwner: the member's own view of the membership places the unit
-// on another member, so it does not activate or serve it. It matches
-// ErrUnavailable: retry (the caller's view catches up).
-var ErrNotOwner = fmt.Errorf("%w: not the unit's owner", ErrUnavailable)
-
 // Cluster is the protoactor-go cluster Placement: this process is one
 // member of a cluster; units are grains of the kinds KindDevice and
 // KindGroup, placed by the identity lookup; a grain opens its unit's node

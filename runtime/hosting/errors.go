@@ -4,10 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/syncmesh/syncmesh/actors/device"
-	"github.com/syncmesh/syncmesh/actors/outbound"
-	"github.com/syncmesh/syncmesh/actors/replicate"
-	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/runtime"
 )
@@ -23,8 +19,9 @@ var (
 	// ErrBadRequest: the request is malformed or does not fit the unit's
 	// kind.
 	ErrBadRequest = errors.New("hosting: bad request")
-	// ErrClosed: the placement was closed.
-	ErrClosed = errors.New("hosting: placement closed")
+	// ErrClosed: the placement was closed. It wraps persistence.ErrClosed
+	// (runtime.ErrClosed).
+	ErrClosed = persistence.NewClosedError("hosting: placement closed")
 	// ErrInvalidConfig: a Config or ClusterConfig is incomplete or wrong.
 	ErrInvalidConfig = errors.New("hosting: invalid config")
 	// ErrInvalidIdentity: an identity is empty, too long, not UTF-8, or (for
@@ -34,6 +31,16 @@ var (
 	// says why).
 	ErrFailed = errors.New("hosting: operation failed")
 )
+
+// ErrFenced: the member lost its registration (or no longer sees itself)
+// and fenced itself; the unit is unavailable here until it rejoins under
+// a new member id. It matches ErrUnavailable: retry elsewhere.
+var ErrFenced = fmt.Errorf("%w: member fenced", ErrUnavailable)
+
+// ErrNotOwner: the member's own view of the membership places the unit
+// on another member, so it does not activate or serve it. It matches
+// ErrUnavailable: retry (the caller's view catches up).
+var ErrNotOwner = fmt.Errorf("%w: not the unit's owner", ErrUnavailable)
 
 // ReplyError is a failure reported by the member hosting a unit.
 type ReplyError struct {
@@ -49,8 +56,8 @@ func (e *ReplyError) Error() string {
 
 // Is maps the code to its sentinel: CodeUnavailable → ErrUnavailable,
 // CodeBadRequest → ErrBadRequest, CodeFailed → ErrFailed,
-// CodeNotHandedOff → device.ErrNotHandedOff, CodeNotPending →
-// outbound.ErrNotPending, CodeUnknownTable → runtime.ErrUnknownTable.
+// CodeNotHandedOff → runtime.ErrNotHandedOff, CodeNotPending →
+// runtime.ErrNotPending, CodeUnknownTable → runtime.ErrUnknownTable.
 func (e *ReplyError) Is(target error) bool {
 	switch e.Code {
 	case CodeUnavailable:
@@ -60,39 +67,23 @@ func (e *ReplyError) Is(target error) bool {
 	case CodeFailed:
 		return target == ErrFailed
 	case CodeNotHandedOff:
-		return target == device.ErrNotHandedOff
+		return target == runtime.ErrNotHandedOff
 	case CodeNotPending:
-		return target == outbound.ErrNotPending
+		return target == runtime.ErrNotPending
 	case CodeUnknownTable:
 		return target == runtime.ErrUnknownTable
 	}
 	return false
 }
 
-// closedErrs are the "closed" sentinels of every component a hosted unit
-// is made of. A request that meets one reached a unit while it was being
-// closed (its member stopping or fencing itself, the grain passivating):
-// nothing is known to have been done, and the unit's next host can serve
-// it, so it is CodeUnavailable (retry elsewhere), never CodeFailed.
-// (Until the components share one base ErrClosed, each is listed here.)
-var closedErrs = []error{
-	runtime.ErrClosed, // = apply.ErrClosed
-	device.ErrClosed,
-	session.ErrClosed,
-	outbound.ErrClosed,
-	persistence.ErrClosed,
-	replicate.ErrStopped,
-}
-
-// isClosed reports whether err comes from a closed component.
-func isClosed(err error) bool {
-	for _, c := range closedErrs {
-		if errors.Is(err, c) {
-			return true
-		}
-	}
-	return false
-}
+// isClosed reports whether err comes from a closed component. Every
+// component's "closed" sentinel wraps one base (runtime.ErrClosed, which is
+// persistence.ErrClosed), so one check covers them all. A request that
+// meets one reached a unit while it was being closed (its member stopping
+// or fencing itself, the grain passivating): nothing is known to have been
+// done, and the unit's next host can serve it, so it is CodeUnavailable
+// (retry elsewhere), never CodeFailed.
+func isClosed(err error) bool { return errors.Is(err, runtime.ErrClosed) }
 
 // codeOf classifies a runtime error for a Reply.
 func codeOf(err error) Code {
@@ -103,9 +94,9 @@ func codeOf(err error) Code {
 		return CodeUnavailable
 	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrInvalidIdentity), errors.Is(err, runtime.ErrNoDevice):
 		return CodeBadRequest
-	case errors.Is(err, device.ErrNotHandedOff):
+	case errors.Is(err, runtime.ErrNotHandedOff):
 		return CodeNotHandedOff
-	case errors.Is(err, outbound.ErrNotPending):
+	case errors.Is(err, runtime.ErrNotPending):
 		return CodeNotPending
 	case errors.Is(err, runtime.ErrUnknownTable):
 		return CodeUnknownTable

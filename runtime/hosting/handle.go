@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/outbound"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
 )
@@ -69,197 +68,251 @@ func (h *host) serve(ctx context.Context, u *unit, req *Request, gate func() err
 	return rep
 }
 
+// dispatch serves req on unit u through the operation table: an unknown
+// operation, or one of the other kind of unit, is ErrBadRequest.
 func (h *host) dispatch(ctx context.Context, u *unit, req *Request) (*Reply, error) {
-	n := u.node
 	if req.Op == OpInfo {
 		return &Reply{}, nil
 	}
-	group := req.Op >= OpDefineTable && req.Op <= OpDigest
-	dev := req.Op >= OpSend && req.Op <= OpProcessed
+	op, ok := handlers[req.Op]
 	switch {
-	case group && u.key.kind != KindGroup, dev && u.key.kind != KindDevice:
-		return nil, fmt.Errorf("%w: %s is not an operation of a %s", ErrBadRequest, req.Op, u.key.kind)
-	case !group && !dev:
+	case !ok:
 		return nil, fmt.Errorf("%w: unknown operation %s", ErrBadRequest, req.Op)
+	case op.kind != u.key.kind:
+		return nil, fmt.Errorf("%w: %s is not an operation of a %s", ErrBadRequest, req.Op, u.key.kind)
 	}
-	switch req.Op {
-	case OpDefineTable:
-		if req.Table == nil {
-			return nil, fmt.Errorf("%w: no table", ErrBadRequest)
+	return op.run(ctx, u.node, req)
+}
+
+// opHandler runs one operation on a unit's node: the kind of unit it
+// belongs to and the function that serves it (validation of the request,
+// the node call, the reply).
+type opHandler struct {
+	kind string
+	run  func(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error)
+}
+
+// handlers is the operation table: one entry per Op but OpInfo (answered
+// by every unit). Group operations serve the sync plane, device operations
+// the delivery plane.
+var handlers = map[Op]opHandler{
+	OpDefineTable: {KindGroup, handleDefineTable},
+	OpTrust:       {KindGroup, handleTrust},
+	OpApply:       {KindGroup, handleApply},
+	OpGet:         {KindGroup, handleGet},
+	OpScan:        {KindGroup, handleScan},
+	OpEvents:      {KindGroup, handleEvents},
+	OpDigest:      {KindGroup, handleDigest},
+	OpSend:        {KindDevice, handleSend},
+	OpDeliver:     {KindDevice, handleDeliver},
+	OpBundle:      {KindDevice, handleBundle},
+	OpCommit:      {KindDevice, handleCommit},
+	OpPending:     {KindDevice, handlePending},
+	OpPendingSent: {KindDevice, handlePendingSent},
+	OpProcessed:   {KindDevice, handleProcessed},
+}
+
+func handleDefineTable(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	if req.Table == nil {
+		return nil, fmt.Errorf("%w: no table", ErrBadRequest)
+	}
+	t := req.Table
+	return &Reply{}, n.DefineTable(ctx, runtime.TableDef{Schema: t.Schema, Table: t.Table, KeyColumns: t.KeyColumns, Columns: t.Columns})
+}
+
+func handleTrust(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	s := req.Signer
+	if s == nil || len(s.Site) != len(messages.SiteID{}) {
+		return nil, fmt.Errorf("%w: no signer or a bad site id", ErrBadRequest)
+	}
+	k := runtime.PeerKey{Kid: s.Kid, PublicKey: s.PublicKey, Cutoff: messages.HLC(s.Cutoff)}
+	copy(k.Site[:], s.Site)
+	return &Reply{}, n.Trust(ctx, k)
+}
+
+func handleApply(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	if len(req.Events) == 0 || len(req.Events) > messages.MaxPushEvents {
+		return nil, fmt.Errorf("%w: 1..%d events per apply", ErrBadRequest, messages.MaxPushEvents)
+	}
+	outs, err := n.ApplySignedBatch(ctx, req.Events)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Reply{Outcomes: make([]Outcome, len(outs))}
+	for i, o := range outs {
+		rep.Outcomes[i] = Outcome{Kind: uint8(o.Kind), Reason: uint8(o.Reason), ID: append([]byte(nil), o.ID[:]...)}
+	}
+	return rep, nil
+}
+
+func handleGet(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	key := make(map[string]any, len(req.RowKey))
+	for c, v := range req.RowKey {
+		key[c] = v
+	}
+	row, found, err := n.Get(ctx, req.Schema, req.TableName, key)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Reply{Found: found}
+	if row.Key != nil {
+		rep.Rows = []Row{rowOf(row)}
+	}
+	return rep, nil
+}
+
+func handleScan(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	limit := req.Limit
+	if limit <= 0 || limit > MaxScanRows {
+		limit = MaxScanRows
+	}
+	rep := &Reply{}
+	err := n.Scan(ctx, req.Schema, req.TableName, runtime.ScanOptions{After: req.After}, func(r runtime.Row) bool {
+		if len(rep.Rows) == limit {
+			rep.More = true
+			return false
 		}
-		t := req.Table
-		return &Reply{}, n.DefineTable(ctx, runtime.TableDef{Schema: t.Schema, Table: t.Table, KeyColumns: t.KeyColumns, Columns: t.Columns})
-	case OpTrust:
-		s := req.Signer
-		if s == nil || len(s.Site) != len(messages.SiteID{}) {
-			return nil, fmt.Errorf("%w: no signer or a bad site id", ErrBadRequest)
-		}
-		k := runtime.PeerKey{Kid: s.Kid, PublicKey: s.PublicKey, Cutoff: messages.HLC(s.Cutoff)}
-		copy(k.Site[:], s.Site)
-		return &Reply{}, n.Trust(ctx, k)
-	case OpApply:
-		if len(req.Events) == 0 || len(req.Events) > messages.MaxPushEvents {
-			return nil, fmt.Errorf("%w: 1..%d events per apply", ErrBadRequest, messages.MaxPushEvents)
-		}
-		outs, err := n.ApplySignedBatch(ctx, req.Events)
+		rep.Rows = append(rep.Rows, rowOf(r))
+		return true
+	})
+	return rep, err
+}
+
+func handleEvents(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	limit := req.Limit
+	if limit <= 0 || limit > MaxEventIDs {
+		limit = MaxEventIDs
+	}
+	log, err := n.Log(ctx, req.Seq, limit+1)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Reply{Next: req.Seq}
+	if len(log) > limit {
+		log, rep.More = log[:limit], true
+	}
+	for _, e := range log {
+		rep.IDs = append(rep.IDs, e.ID[:])
+		rep.Next = e.Seq
+	}
+	return rep, nil
+}
+
+func handleDigest(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	var ids [][]byte
+	var after uint64
+	for {
+		log, err := n.Log(ctx, after, 1000)
 		if err != nil {
 			return nil, err
 		}
-		rep := &Reply{Outcomes: make([]Outcome, len(outs))}
-		for i, o := range outs {
-			rep.Outcomes[i] = Outcome{Kind: uint8(o.Kind), Reason: uint8(o.Reason), ID: append([]byte(nil), o.ID[:]...)}
-		}
-		return rep, nil
-	case OpGet:
-		key := make(map[string]any, len(req.RowKey))
-		for c, v := range req.RowKey {
-			key[c] = v
-		}
-		row, found, err := n.Get(ctx, req.Schema, req.TableName, key)
-		if err != nil {
-			return nil, err
-		}
-		rep := &Reply{Found: found}
-		if row.Key != nil {
-			rep.Rows = []Row{rowOf(row)}
-		}
-		return rep, nil
-	case OpScan:
-		limit := req.Limit
-		if limit <= 0 || limit > MaxScanRows {
-			limit = MaxScanRows
-		}
-		rep := &Reply{}
-		err := n.Scan(ctx, req.Schema, req.TableName, runtime.ScanOptions{After: req.After}, func(r runtime.Row) bool {
-			if len(rep.Rows) == limit {
-				rep.More = true
-				return false
-			}
-			rep.Rows = append(rep.Rows, rowOf(r))
-			return true
-		})
-		return rep, err
-	case OpEvents:
-		limit := req.Limit
-		if limit <= 0 || limit > MaxEventIDs {
-			limit = MaxEventIDs
-		}
-		log, err := n.Log(ctx, req.Seq, limit+1)
-		if err != nil {
-			return nil, err
-		}
-		rep := &Reply{Next: req.Seq}
-		if len(log) > limit {
-			log, rep.More = log[:limit], true
+		if len(log) == 0 {
+			break
 		}
 		for _, e := range log {
-			rep.IDs = append(rep.IDs, e.ID[:])
-			rep.Next = e.Seq
+			ids = append(ids, e.ID[:])
+			after = e.Seq
 		}
-		return rep, nil
-	case OpDigest:
-		var ids [][]byte
-		var after uint64
-		for {
-			log, err := n.Log(ctx, after, 1000)
-			if err != nil {
-				return nil, err
-			}
-			if len(log) == 0 {
-				break
-			}
-			for _, e := range log {
-				ids = append(ids, e.ID[:])
-				after = e.Seq
-			}
-		}
-		return &Reply{Count: uint64(len(ids)), Hash: digestOf(ids)}, nil
-	case OpSend:
-		to, id, err := peerAndID(req)
-		if err != nil {
-			return nil, err
-		}
-		sm, err := n.SendWithID(ctx, to, id, req.Body)
-		dup := false
-		if errors.Is(err, outbound.ErrAlreadyPending) {
-			// A repeat of this request (cluster retry, caller retry): the
-			// message is stored; hand it off again (a fresh encryption
-			// the recipient recognizes by its logical id).
-			dup = true
-			err = n.Resend(ctx, to, id)
-			if errors.Is(err, outbound.ErrNotPending) {
-				err = nil // acknowledged meanwhile
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		return &Reply{Messages: []Message{{Peer: to, ID: id[:], Seq: sm.Sequence, Duplicate: dup}}}, nil
-	case OpDeliver:
-		if req.Peer == nil || len(req.Envelope) == 0 {
-			return nil, fmt.Errorf("%w: deliver needs a peer and an envelope", ErrBadRequest)
-		}
-		res, err := n.ReceiveEnvelope(ctx, *req.Peer, req.Envelope)
-		if err != nil {
-			return nil, err
-		}
-		return &Reply{Kind: uint8(res.Kind)}, nil
-	case OpBundle:
-		b, err := n.Bundle(ctx)
-		if err != nil {
-			return nil, err
-		}
-		raw, err := messages.EncodePrekeyBundle(b)
-		if err != nil {
-			return nil, err
-		}
-		return &Reply{Bundle: raw}, nil
-	case OpCommit:
-		from, id, err := peerAndID(req)
-		if err != nil {
-			return nil, err
-		}
-		res, err := n.CommitReceivedMessage(ctx, from, id)
-		if err != nil {
-			return nil, err
-		}
-		return &Reply{Messages: []Message{{Peer: from, ID: id[:], Status: uint8(res.Status), AckSent: res.AckSent}}}, nil
-	case OpPending:
-		page, err := n.PendingReceivedMessages(ctx, req.Seq, pageLimit(req.Limit), req.Peer)
-		if err != nil {
-			return nil, err
-		}
-		rep := &Reply{Next: page.Next, More: page.More}
-		for _, m := range page.Messages {
-			rep.Messages = append(rep.Messages, Message{Peer: m.Sender, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Plaintext})
-		}
-		return rep, nil
-	case OpPendingSent:
-		page, err := n.PendingSentMessages(ctx, req.Seq, pageLimit(req.Limit), req.Peer)
-		if err != nil {
-			return nil, err
-		}
-		rep := &Reply{Next: page.Next, More: page.More}
-		for _, m := range page.Messages {
-			rep.Messages = append(rep.Messages, Message{Peer: m.Recipient, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Body})
-		}
-		return rep, nil
-	case OpProcessed:
-		from, id, err := peerAndID(req)
-		if err != nil {
-			return nil, err
-		}
-		p, ok, err := n.ProcessedMessage(ctx, from, id)
-		if err != nil {
-			return nil, err
-		}
-		rep := &Reply{Found: ok}
-		if ok {
-			rep.Messages = []Message{{Peer: p.Sender, ID: bytesOf(p.ID), Status: uint8(p.Finalization)}}
-		}
-		return rep, nil
 	}
-	return nil, fmt.Errorf("%w: unknown operation %s", ErrBadRequest, req.Op)
+	return &Reply{Count: uint64(len(ids)), Hash: digestOf(ids)}, nil
+}
+
+func handleSend(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	to, id, err := peerAndID(req)
+	if err != nil {
+		return nil, err
+	}
+	sm, err := n.SendWithID(ctx, to, id, req.Body)
+	dup := false
+	if errors.Is(err, runtime.ErrAlreadyPending) {
+		// A repeat of this request (cluster retry, caller retry): the
+		// message is stored; hand it off again (a fresh encryption
+		// the recipient recognizes by its logical id).
+		dup = true
+		err = n.Resend(ctx, to, id)
+		if errors.Is(err, runtime.ErrNotPending) {
+			err = nil // acknowledged meanwhile
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Messages: []Message{{Peer: to, ID: id[:], Seq: sm.Sequence, Duplicate: dup}}}, nil
+}
+
+func handleDeliver(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	if req.Peer == nil || len(req.Envelope) == 0 {
+		return nil, fmt.Errorf("%w: deliver needs a peer and an envelope", ErrBadRequest)
+	}
+	res, err := n.ReceiveEnvelope(ctx, *req.Peer, req.Envelope)
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Kind: uint8(res.Kind)}, nil
+}
+
+func handleBundle(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	b, err := n.Bundle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := messages.EncodePrekeyBundle(b)
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Bundle: raw}, nil
+}
+
+func handleCommit(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	from, id, err := peerAndID(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := n.CommitReceivedMessage(ctx, from, id)
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Messages: []Message{{Peer: from, ID: id[:], Status: uint8(res.Status), AckSent: res.AckSent}}}, nil
+}
+
+func handlePending(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	page, err := n.PendingReceivedMessages(ctx, req.Seq, pageLimit(req.Limit), req.Peer)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Reply{Next: page.Next, More: page.More}
+	for _, m := range page.Messages {
+		rep.Messages = append(rep.Messages, Message{Peer: m.Sender, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Plaintext})
+	}
+	return rep, nil
+}
+
+func handlePendingSent(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	page, err := n.PendingSentMessages(ctx, req.Seq, pageLimit(req.Limit), req.Peer)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Reply{Next: page.Next, More: page.More}
+	for _, m := range page.Messages {
+		rep.Messages = append(rep.Messages, Message{Peer: m.Recipient, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Body})
+	}
+	return rep, nil
+}
+
+func handleProcessed(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	from, id, err := peerAndID(req)
+	if err != nil {
+		return nil, err
+	}
+	p, ok, err := n.ProcessedMessage(ctx, from, id)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Reply{Found: ok}
+	if ok {
+		rep.Messages = []Message{{Peer: p.Sender, ID: bytesOf(p.ID), Status: uint8(p.Finalization)}}
+	}
+	return rep, nil
 }
 
 func bytesOf(id messages.LogicalMessageID) []byte { return append([]byte(nil), id[:]...) }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
 )
@@ -80,7 +79,7 @@ func (t *placedTransport) FetchBundle(ctx context.Context, peer messages.DeviceA
 	defer cancel()
 	rep, err := t.p.Request(ctx, KindDevice, DeviceIdentity(peer), &Request{Op: OpBundle})
 	if err != nil {
-		return nil, fmt.Errorf("%w: bundle of %s: %w", replicate.ErrUnreachable, peer, err)
+		return nil, fmt.Errorf("%w: bundle of %s: %w", runtime.ErrUnreachable, peer, err)
 	}
 	return messages.DecodePrekeyBundle(rep.Bundle)
 }
@@ -93,7 +92,7 @@ func (t *placedTransport) Send(ctx context.Context, peer messages.DeviceAddress,
 	defer cancel()
 	self := t.self
 	if _, err := t.p.Request(ctx, KindDevice, DeviceIdentity(peer), &Request{Op: OpDeliver, Peer: &self, Envelope: envelope}); err != nil {
-		return fmt.Errorf("%w: envelope to %s: %w", replicate.ErrUnreachable, peer, err)
+		return fmt.Errorf("%w: envelope to %s: %w", runtime.ErrUnreachable, peer, err)
 	}
 	return nil
 }

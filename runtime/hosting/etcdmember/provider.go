@@ -44,17 +44,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// Errors of the package.
-var (
-	// ErrInvalidConfig: the Config is incomplete or wrong.
-	ErrInvalidConfig = errors.New("etcdmember: invalid config")
-	// ErrLeaseLost: the member's registration is gone (lease expired or
-	// revoked, key deleted, or not renewed in time).
-	ErrLeaseLost = errors.New("etcdmember: registration lost")
-	// ErrNotStarted: no registration is active.
-	ErrNotStarted = errors.New("etcdmember: not registered")
-)
-
 // MinTTL is the shortest lease etcd grants with its default timing
 // (3/2 election timeouts of 1 s, rounded up to whole seconds).
 const MinTTL = 2 * time.Second

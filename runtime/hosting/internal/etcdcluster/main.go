@@ -34,9 +34,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
+	"github.com/syncmesh/syncmesh/runtime"
 	"github.com/syncmesh/syncmesh/runtime/hosting"
 	"github.com/syncmesh/syncmesh/runtime/hosting/etcdmember"
 	"github.com/syncmesh/syncmesh/runtime/hosting/internal/scenario"
@@ -365,7 +365,7 @@ func (d *driverState) deviceLoad(ctx context.Context, i int, from, to messages.D
 		id[8], id[9], id[10], id[11] = byte(i), byte(k>>16), byte(k>>8), byte(k)
 		peer := to
 		if _, err := d.request(ctx, hosting.KindDevice, hosting.DeviceIdentity(from), &hosting.Request{Op: hosting.OpSend, Peer: &peer, ID: id[:], Body: []byte("load")}); err != nil {
-			if !errors.Is(err, device.ErrNotHandedOff) || ctx.Err() != nil {
+			if !errors.Is(err, runtime.ErrNotHandedOff) || ctx.Err() != nil {
 				d.fail(err)
 				return
 			}

@@ -1,4 +1,7 @@
-package session
+// Package sessionmem measures the resident heap of idle delivery-plane
+// sessions for the benchmark report. It lives beside the report, not in
+// the library: it builds a throwaway in-memory store and actor system.
+package sessionmem
 
 import (
 	"context"
@@ -10,13 +13,14 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/memory"
 )
 
-// MeasureIdleSessions measures the resident heap of n idle sessions kept
+// IdleSessions measures the resident heap of n idle sessions kept
 // two ways, on an in-memory store:
 //
 //   - persistedBytes: n established session records stored (no actors):
@@ -28,9 +32,9 @@ import (
 // initiation answered once in each direction), stored under n addresses.
 // Divide by n for per-session costs. It is meant for benchmarks and
 // reports (a few seconds for n = 100 000).
-func MeasureIdleSessions(n int) (persistedBytes, liveBytes uint64, err error) {
+func IdleSessions(n int) (persistedBytes, liveBytes uint64, err error) {
 	if n <= 0 {
-		return 0, 0, fmt.Errorf("%w: n must be positive", ErrInvalidConfig)
+		return 0, 0, fmt.Errorf("%w: n must be positive", session.ErrInvalidConfig)
 	}
 	rec, err := establishedRecord()
 	if err != nil {
@@ -65,7 +69,7 @@ func MeasureIdleSessions(n int) (persistedBytes, liveBytes uint64, err error) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	defer sys.Shutdown()
-	m, err := NewManager(ctx, sys, Config{Store: store, Transport: NewInProcess().Endpoint(peer(-1)), IdleTimeout: 24 * time.Hour, RefreshInterval: -1})
+	m, err := session.NewManager(ctx, sys, session.Config{Store: store, Transport: session.NewInProcess().Endpoint(peer(-1)), IdleTimeout: 24 * time.Hour, RefreshInterval: -1})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -77,7 +81,7 @@ func MeasureIdleSessions(n int) (persistedBytes, liveBytes uint64, err error) {
 		}
 	}
 	if got := m.LiveSessions(); got != n {
-		return 0, 0, fmt.Errorf("session: %d live sessions, want %d", got, n)
+		return 0, 0, fmt.Errorf("sessionmem: %d live sessions, want %d", got, n)
 	}
 	live := heapInUse()
 	runtime.KeepAlive(store)
