@@ -183,7 +183,8 @@ type Received struct {
 // comes back through this store's committer.
 type handoff struct {
 	env []byte
-	err error // the ACK could not be encrypted
+	err error   // the ACK could not be encrypted
+	t   *ticket // its place in the peer's hand-off queue (err nil)
 }
 
 // Finalized is the result of a commit or discard: COMMITTED, DISCARDED,
@@ -205,7 +206,8 @@ type Sent struct {
 	Message outbound.SentMessage
 	HandOff error
 
-	env []byte // the envelope to hand over
+	env []byte  // the envelope to hand over
+	t   *ticket // its place in the peer's hand-off queue
 }
 
 // Manager owns the local device's delivery plane state: one peer actor
@@ -222,6 +224,7 @@ type Manager struct {
 	self      messages.DeviceAddress // Config.Local
 	committer *actor.PID
 	budgets   budgets
+	handoffs  handoffs
 
 	mu        sync.Mutex
 	peers     map[messages.DeviceAddress]*peerEntry
@@ -648,10 +651,10 @@ func (m *Manager) handSent(ctx context.Context, peer messages.DeviceAddress, r S
 	if err != nil || r.env == nil {
 		return r, err
 	}
-	if err := m.cfg.Transport.Send(ctx, peer, r.env); err != nil {
+	if err := r.t.wait(ctx); err != nil {
 		r.HandOff = fmt.Errorf("session: send to %s: %w", peer, err)
 	}
-	r.env = nil
+	r.env, r.t = nil, nil
 	return r, nil
 }
 
@@ -679,7 +682,7 @@ func (m *Manager) Abandon(ctx context.Context, peer messages.DeviceAddress, id m
 func (m *Manager) handAck(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff) bool {
 	err := h.err
 	if err == nil {
-		if err = m.cfg.Transport.Send(ctx, to, h.env); err != nil {
+		if err = h.t.wait(ctx); err != nil {
 			err = fmt.Errorf("session: send ACK to %s: %w", to, err)
 		}
 	}
