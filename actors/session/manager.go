@@ -183,8 +183,7 @@ type Received struct {
 // comes back through this store's committer.
 type handoff struct {
 	env []byte
-	err error   // the ACK could not be encrypted
-	t   *ticket // its place in the peer's hand-off queue (err nil)
+	err error // the ACK could not be encrypted
 }
 
 // Finalized is the result of a commit or discard: COMMITTED, DISCARDED,
@@ -206,8 +205,7 @@ type Sent struct {
 	Message outbound.SentMessage
 	HandOff error
 
-	env []byte  // the envelope to hand over
-	t   *ticket // its place in the peer's hand-off queue
+	env []byte // the envelope to hand over
 }
 
 // Manager owns the local device's delivery plane state: one peer actor
@@ -224,7 +222,6 @@ type Manager struct {
 	self      messages.DeviceAddress // Config.Local
 	committer *actor.PID
 	budgets   budgets
-	handoffs  handoffs
 
 	mu        sync.Mutex
 	peers     map[messages.DeviceAddress]*peerEntry
@@ -651,10 +648,10 @@ func (m *Manager) handSent(ctx context.Context, peer messages.DeviceAddress, r S
 	if err != nil || r.env == nil {
 		return r, err
 	}
-	if err := r.t.wait(ctx); err != nil {
+	if err := m.cfg.Transport.Send(ctx, peer, r.env); err != nil {
 		r.HandOff = fmt.Errorf("session: send to %s: %w", peer, err)
 	}
-	r.env, r.t = nil, nil
+	r.env = nil
 	return r, nil
 }
 
@@ -682,7 +679,7 @@ func (m *Manager) Abandon(ctx context.Context, peer messages.DeviceAddress, id m
 func (m *Manager) handAck(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff) bool {
 	err := h.err
 	if err == nil {
-		if err = h.t.wait(ctx); err != nil {
+		if err = m.cfg.Transport.Send(ctx, to, h.env); err != nil {
 			err = fmt.Errorf("session: send ACK to %s: %w", to, err)
 		}
 	}

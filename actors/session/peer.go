@@ -566,7 +566,7 @@ func (r *receiveReq) handle(a *peerActor) {
 			}
 		}
 		if dec.Effects.Ack {
-			res.ack = a.m.ackHandoff(r.ctx, a.peer, ack, ackErr)
+			res.ack = &handoff{env: ack, err: ackErr}
 		}
 		r.reply(res, nil)
 	})
@@ -635,7 +635,7 @@ func (r *finalizeReq) handle(a *peerActor) {
 			return
 		}
 		if dec.Effects.Ack {
-			res.ack = a.m.ackHandoff(r.ctx, a.peer, ack, ackErr)
+			res.ack = &handoff{env: ack, err: ackErr}
 		}
 		r.reply(res, nil)
 	})
@@ -719,7 +719,7 @@ func (r *sendReq) handle(a *peerActor) {
 		stored.Sequence = slot.v
 		out := Sent{Message: outbound.FromStored(stored), HandOff: encErr}
 		if encErr == nil {
-			out.env, out.t = e.envelope, a.m.enqueueHandoff(r.ctx, a.peer, e.envelope)
+			out.env = e.envelope
 		}
 		r.reply(out, nil)
 	})

@@ -15,10 +15,9 @@ type Transport interface {
 	// FetchBundle returns a fresh prekey bundle published by peer.
 	FetchBundle(ctx context.Context, peer messages.DeviceAddress) (*messages.PrekeyBundle, error)
 	// Send hands envelope to the transport for delivery to peer. It is
-	// called once the writes that produced the envelope are durable, one
-	// envelope of a peer at a time and in the order their writes became
-	// durable (the chain order), on a goroutine of the session layer
-	// (never the committer's), so a transport may deliver synchronously.
+	// called once the writes that produced the envelope are durable, on
+	// the caller's goroutine (never the committer's), so a transport may
+	// deliver synchronously.
 	Send(ctx context.Context, peer messages.DeviceAddress, envelope []byte) error
 }
 
