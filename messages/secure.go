@@ -175,29 +175,17 @@ type wireAck struct {
 
 // EncodeSecurePayload returns the canonical encoding of p.
 func EncodeSecurePayload(p *SecurePayload) ([]byte, error) {
-	var body []byte
-	var err error
+	var out []byte
 	switch p.Type {
 	case PayloadApplicationMessage:
-		b := p.Body
-		if b == nil {
-			b = []byte{}
-		}
-		body, err = Marshal(&wireAppMessage{ID: p.ID[:], Body: &b})
+		out = appendSecurePayload(make([]byte, 0, 32+len(p.Body)), p.Type, &p.ID, p.Body, true)
 	case PayloadAck:
 		if p.Body != nil {
 			return nil, fmt.Errorf("messages: encode secure payload: an ack carries no body")
 		}
-		body, err = Marshal(&wireAck{ID: p.ID[:]})
+		out = appendSecurePayload(make([]byte, 0, 32), p.Type, &p.ID, nil, false)
 	default:
 		return nil, fmt.Errorf("messages: encode secure payload: unknown type 0x%02x", uint8(p.Type))
-	}
-	if err != nil {
-		return nil, err
-	}
-	out, err := Marshal(&wirePayloadFrame{V: SecurePayloadVersion, Type: uint64(p.Type), Body: body})
-	if err != nil {
-		return nil, err
 	}
 	if len(out) > MaxSecurePayloadSize {
 		return nil, fmt.Errorf("messages: encode secure payload: %d bytes: %w", len(out), ErrTooLarge)
@@ -378,7 +366,7 @@ type wireEnvelope struct {
 // EncodeRatchetHeader returns the canonical encoding of h: the bytes the
 // ratchet binds into the AEAD associated data.
 func EncodeRatchetHeader(h *RatchetHeader) ([]byte, error) {
-	return Marshal(&wireHeader{Session: h.Session[:], DH: h.DH[:], PN: h.PN, N: h.N})
+	return appendRatchetHeader(make([]byte, 0, ratchetHeaderSize), h), nil
 }
 
 func checkInitiation(in *PrekeyInitiation) error {
@@ -430,24 +418,14 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	if len(e.Ciphertext) < AEADTagSize {
 		return nil, fmt.Errorf("messages: encode envelope: ciphertext shorter than an AEAD tag")
 	}
-	hb, err := EncodeRatchetHeader(&e.Header)
-	if err != nil {
-		return nil, err
-	}
-	w := wireEnvelope{V: EnvelopeVersion, Header: hb, Ciphertext: e.Ciphertext}
+	var ib []byte
 	if e.Initiation != nil {
-		ib, err := EncodePrekeyInitiation(e.Initiation)
-		if err != nil {
+		var err error
+		if ib, err = EncodePrekeyInitiation(e.Initiation); err != nil {
 			return nil, err
 		}
-		w.Initiation = ib
-	} else {
-		w.Initiation = cborRaw(Null)
 	}
-	b, err := Marshal(&w)
-	if err != nil {
-		return nil, err
-	}
+	b := appendEnvelope(make([]byte, 0, 2+ratchetHeaderSize+len(ib)+1+5+len(e.Ciphertext)), &e.Header, ib, e.Ciphertext)
 	if len(b) > MaxEnvelopeSize {
 		return nil, fmt.Errorf("messages: encode envelope: %d bytes: %w", len(b), ErrTooLarge)
 	}

@@ -4,7 +4,6 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/ecdh"
-	"crypto/hkdf"
 	"crypto/sha256"
 	"fmt"
 	"math"
@@ -79,14 +78,69 @@ func dhRatchetStep(rk [32]byte, ours *ecdh.PrivateKey, theirs [32]byte) (newRK, 
 
 // kdfRK is KDF_RK (DR §5.2): HKDF-SHA256 with the root key as salt.
 func kdfRK(rk [32]byte, dhOut []byte) (newRK, ck [32]byte, err error) {
-	okm, err := hkdf.Key(sha256.New, dhOut, rk[:], infoRoot, 64)
-	if err != nil {
-		return newRK, ck, err
+	if len(dhOut) > hmacMaxMsg {
+		return newRK, ck, fmt.Errorf("%w: DH output of %d bytes", ErrTampered, len(dhOut))
 	}
+	var okm [64]byte
+	hkdfSHA256(okm[:], dhOut, rk[:], infoRoot)
 	copy(newRK[:], okm[:32])
 	copy(ck[:], okm[32:])
-	wipe(okm)
+	clear(okm[:])
 	return newRK, ck, nil
+}
+
+// hmacMaxMsg bounds the messages hmacSHA256 takes (and so HKDF's input
+// key material and info here): every caller's input is a key or a chain
+// step of at most this size.
+const hmacMaxMsg = 96
+
+// hmacSHA256 is HMAC-SHA256 (RFC 2104) for a key of at most one block
+// (64 bytes) and a message of at most hmacMaxMsg bytes, computed on stack
+// buffers: H((K ⊕ opad) || H((K ⊕ ipad) || m)) with K zero-padded. The
+// per-message key derivations run it with a fresh key every time, where
+// crypto/hmac would allocate two hash states and their marshalled copies
+// per call.
+func hmacSHA256(key, msg []byte) (sum [32]byte) {
+	var k [64]byte
+	copy(k[:], key)
+	var buf [64 + hmacMaxMsg]byte
+	for i := range k {
+		buf[i] = k[i] ^ 0x36
+	}
+	n := copy(buf[64:], msg)
+	inner := sha256.Sum256(buf[:64+n])
+	for i := range k {
+		buf[i] = k[i] ^ 0x5c
+	}
+	copy(buf[64:], inner[:])
+	sum = sha256.Sum256(buf[:64+len(inner)])
+	clear(k[:])
+	clear(buf[:])
+	clear(inner[:])
+	return sum
+}
+
+// hkdfSHA256 fills out (at most 2 blocks, 64 bytes) with HKDF-SHA256
+// (RFC 5869) of secret under salt (at most 64 bytes) and info (at most
+// hmacMaxMsg-33 bytes), without allocating: Extract PRK = HMAC(salt,
+// secret), then Expand T(i) = HMAC(PRK, T(i-1) || info || i).
+// TestHKDFMatchesCryptoHKDF checks it against crypto/hkdf.
+func hkdfSHA256(out, secret, salt []byte, info string) {
+	prk := hmacSHA256(salt, secret)
+	var m [hmacMaxMsg]byte
+	var t [32]byte
+	prev := 0
+	for i, done := byte(1), 0; done < len(out); i++ {
+		n := copy(m[:], t[:prev])
+		n += copy(m[n:], info)
+		m[n] = i
+		t = hmacSHA256(prk[:], m[:n+1])
+		prev = len(t)
+		done += copy(out[done:], t[:])
+	}
+	clear(prk[:])
+	clear(m[:])
+	clear(t[:])
 }
 
 // kdfCK is KDF_CK (DR §5.2): message key = HMAC-SHA256(CK, 0x01), next
@@ -120,22 +174,24 @@ func kdfCK(ck [32]byte) (mk, next [32]byte) {
 	return mk, next
 }
 
-func messageAEAD(mk [32]byte) (cipher.AEAD, []byte, error) {
+// messageAEAD derives the AES-256-GCM key and nonce of message key mk
+// (HKDF-SHA256, zero salt, infoMessage: 32 + 12 bytes).
+func messageAEAD(mk [32]byte) (cipher.AEAD, [12]byte, error) {
 	var salt [32]byte
-	okm, err := hkdf.Key(sha256.New, mk[:], salt[:], infoMessage, 32+12)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer wipe(okm[:32])
+	var okm [32 + 12]byte
+	var nonce [12]byte
+	hkdfSHA256(okm[:], mk[:], salt[:], infoMessage)
+	defer clear(okm[:])
 	block, err := aes.NewCipher(okm[:32])
 	if err != nil {
-		return nil, nil, err
+		return nil, nonce, err
 	}
 	aead, err := cipher.NewGCM(block)
 	if err != nil {
-		return nil, nil, err
+		return nil, nonce, err
 	}
-	return aead, okm[32:], nil
+	copy(nonce[:], okm[32:])
+	return aead, nonce, nil
 }
 
 func seal(mk [32]byte, pt, ad []byte) ([]byte, error) {
@@ -143,7 +199,7 @@ func seal(mk [32]byte, pt, ad []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return aead.Seal(nil, nonce, pt, ad), nil
+	return aead.Seal(nil, nonce[:], pt, ad), nil
 }
 
 func open(mk [32]byte, ct, ad []byte) ([]byte, error) {
@@ -151,7 +207,7 @@ func open(mk [32]byte, ct, ad []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	pt, err := aead.Open(nil, nonce, ct, ad)
+	pt, err := aead.Open(nil, nonce[:], ct, ad)
 	if err != nil {
 		return nil, ErrTampered
 	}

@@ -221,7 +221,7 @@ func profileFlows(ctx context.Context, prefix string, n int) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("  CPU profile of %s (untimed run of %d messages; the profile covers its setup too, %.0f µs CPU/msg in its timed part): %s\n", f.name, r.Messages, r.CPUSeconds/float64(r.Messages)*1e6, path)
+		fmt.Printf("  CPU profile of %s (untimed run of %d messages; the profile covers its setup too; its timed part: %.0f msg/s, %.0f µs CPU/msg, read-write commits/msg of the pair %.2f): %s\n", f.name, r.Messages, r.rate(), r.CPUSeconds/float64(r.Messages)*1e6, float64(r.SenderCommits+r.ReceiverCommits)/float64(r.Messages), path)
 	}
 	return nil
 }
