@@ -215,3 +215,54 @@ func TestCitedTestsExist(t *testing.T) {
 		t.Fatalf("only %d test citations found in the docs", n)
 	}
 }
+
+// citedTest matches a test, fuzz target or example cited in a doc, with or
+// without its package path: `runtime.TestX`, `actors/device.TestY`, `TestZ`.
+var citedTest = regexp.MustCompile("`(?:([a-z0-9_/]+)\\.)?((?:Test|Fuzz|Example)[A-Za-z0-9_]+)`")
+
+// TestEveryCitedTestExists: the threat model and the other docs point
+// each claim at a test. A renamed or deleted test would leave a claim
+// pointing at nothing, so every cited name must be declared by a _test.go
+// file, in the cited package when the doc names one.
+func TestEveryCitedTestExists(t *testing.T) {
+	root := repoRoot(t)
+	declared := map[string][]string{} // test name -> package dirs declaring it
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Example)[A-Za-z0-9_]+)\(`)
+	for _, f := range textFiles(t, root) {
+		if !strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range decl.FindAllSubmatch(b, -1) {
+			declared[string(m[1])] = append(declared[string(m[1])], filepath.ToSlash(filepath.Dir(f)))
+		}
+	}
+	cited := 0
+	for _, f := range textFiles(t, root) {
+		if !strings.HasSuffix(f, ".md") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range citedTest.FindAllSubmatch(b, -1) {
+			pkg, name := string(m[1]), string(m[2])
+			dirs, ok := declared[name]
+			if !ok {
+				t.Errorf("%s cites %s, which no test file declares", f, name)
+				continue
+			}
+			cited++
+			if pkg != "" && !slices.ContainsFunc(dirs, func(d string) bool { return d == pkg || strings.HasSuffix(d, "/"+pkg) }) {
+				t.Errorf("%s cites %s.%s, but it is declared in %v", f, pkg, name, dirs)
+			}
+		}
+	}
+	if cited < 50 {
+		t.Fatalf("only %d cited tests found: the pattern no longer matches the docs", cited)
+	}
+}
