@@ -95,9 +95,6 @@ func layerOf(path string) (string, int) {
 // between), library code imports no test store, and runtime matches no
 // bbolt error itself (persistence.ErrLocked carries the lock timeout).
 func TestImportsPointDownward(t *testing.T) {
-	// crypto/sealed still imports persistence for its record types and
-	// ErrCorrupt; that edge is being removed separately (issue 17).
-	known := map[string]bool{"crypto/sealed -> persistence": true}
 	for _, top := range []string{"messages", "crypto", "persistence", "actors", "runtime"} {
 		for rel, imps := range importsUnder(t, filepath.Join("..", top), nil, false, modulePath, "go.etcd.io/bbolt") {
 			from := top + "/" + filepath.ToSlash(filepath.Dir(rel))
@@ -118,8 +115,7 @@ func TestImportsPointDownward(t *testing.T) {
 				if impTop == fromTop {
 					continue
 				}
-				dir := strings.TrimSuffix(from, "/.")
-				if impRank > fromRank && !known[dir+" -> "+impTop] {
+				if impRank > fromRank {
 					t.Errorf("%s/%s imports %s: upward (%s above %s)", top, rel, imp, impTop, fromTop)
 				}
 			}
