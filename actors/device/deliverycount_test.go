@@ -6,7 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/syncmesh/syncmesh/actors/device")
+	"github.com/syncmesh/syncmesh/actors/device"
+)
 
 // TestDeliveryCountPersistsAcrossRetriesAndRestarts: on both stores, each
 // hand-off of a pending message to the Handler carries the persisted
