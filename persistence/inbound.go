@@ -101,6 +101,13 @@ type PendingInbound struct {
 	ReceivedAt int64
 	// Frame is the encoded SecurePayload ApplicationMessage frame.
 	Frame []byte
+	// Deliveries counts the hand-offs of the message to the application
+	// recorded so far, across restarts: PutPendingInbound stores the value
+	// given (the receive path gives 1, counting the hand-off that follows
+	// it in the receive's own transaction) and CountInboundDelivery adds
+	// one. A record written before the count existed reads as 1 (it may
+	// have been handed over once).
+	Deliveries uint32
 }
 
 // ProcessedInbound is the entry kept for a finalized inbound message, for
@@ -187,6 +194,10 @@ type InboundWriter interface {
 	// sequence assigned to it (the next one, never reused). A second entry
 	// for (p.Sender, p.ID) fails with ErrDuplicate; p.Sequence is ignored.
 	PutPendingInbound(p PendingInbound) (sequence uint64, err error)
+	// CountInboundDelivery records one more hand-off of the pending entry
+	// of (sender, id) to the application and returns the new count
+	// (PendingInbound.Deliveries); ErrNotFound when it is not pending.
+	CountInboundDelivery(sender messages.DeviceAddress, id messages.LogicalMessageID) (uint32, error)
 	// DeletePendingInbound removes the pending entry of (sender, id) and
 	// reports whether there was one.
 	DeletePendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (bool, error)

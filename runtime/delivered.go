@@ -12,10 +12,15 @@ type Delivered struct {
 	ReceivedMessage
 	// Node is the receiving node; Commit and Discard call it.
 	Node *Node
-	// Deliveries counts the hand-offs of this message to the application
-	// by this node since it opened: 1 the first time. It is kept in memory
-	// (a hand-off writes nothing), so after a restart it starts at 1
-	// again; Redelivered tells that case apart.
+	// Deliveries counts the hand-offs of this message to the application,
+	// across restarts: 1 the first time. It is persisted with the pending
+	// message, in the receive's transaction for a new message or a
+	// sender's retry and in one transaction per page for the messages
+	// redelivered from the store when the node opens, so a message handed
+	// over, left uncommitted and handed over again after a restart has 2.
+	// It may count one more than the application saw (a crash between
+	// that write and the hand-off), never fewer. A message stored before
+	// the count existed counts as handed over once.
 	Deliveries int
 	// Redelivered is true when the message was received before this node
 	// opened (it was pending across a restart, so an earlier process may
@@ -41,7 +46,8 @@ var closedMessages = func() chan ReceivedMessage {
 	return c
 }()
 
-// deliveryCounts counts hand-offs per pending message; an entry goes when
+// deliveryCounts counts this process's hand-offs per pending message (a
+// lower bound of the persisted count); an entry goes when
 // the message is committed or discarded through the node, so it holds at
 // most the pending messages (which the device bounds).
 type deliveryCounts struct {
@@ -83,7 +89,10 @@ func (n *Node) onMessage(h func(context.Context, Delivered)) func(context.Contex
 		case <-ctx.Done():
 			return
 		}
-		k := n.deliveries.next(m)
+		// The persisted count, or this process's own if it is higher (a
+		// hand-off repeated from the store after the delivery queue
+		// overflowed writes no count).
+		k := max(n.deliveries.next(m), m.Deliveries)
 		h(ctx, Delivered{ReceivedMessage: m, Node: n, Deliveries: k,
 			Redelivered: k > 1 || m.ReceivedAt.Before(n.deliveries.opened)})
 	}

@@ -9,7 +9,9 @@ import (
 // TestOnMessageCarriesTheNodeAndTheDeliveryCount: the OnMessage handler
 // gets the node (it commits through Delivered.Commit, which ACKs the
 // sender) and how the message was delivered: first time, or pending from
-// before a restart (Redelivered). Messages is never nil.
+// before a restart (Redelivered), with a hand-off count persisted on bbolt
+// across restarts (1, then 2 and 3 after two restarts without a commit).
+// Messages is never nil.
 func TestOnMessageCarriesTheNodeAndTheDeliveryCount(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -54,20 +56,24 @@ func TestOnMessageCarriesTheNodeAndTheDeliveryCount(t *testing.T) {
 	if d.Node != bob.Node || d.ID != sent.ID || d.Deliveries != 1 || d.Redelivered {
 		t.Fatalf("first delivery: node %p (bob %p), id %v, deliveries %d, redelivered %v", d.Node, bob.Node, d.ID, d.Deliveries, d.Redelivered)
 	}
-	if err := bob.Close(); err != nil {
-		t.Fatal(err)
-	}
-	net.UnregisterDevice(bAddr)
-	w.Advance(time.Second)
-	commit <- true
-	bob = openBob()
-	select {
-	case d = <-got:
-	case <-ctx.Done():
-		t.Fatal("no redelivery after the restart")
-	}
-	if d.Node != bob.Node || d.ID != sent.ID || d.Deliveries != 1 || !d.Redelivered {
-		t.Fatalf("redelivery: id %v, deliveries %d, redelivered %v", d.ID, d.Deliveries, d.Redelivered)
+	// Closed and reopened without a commit, twice: the persisted count
+	// goes on from where the last process left it (2, then 3).
+	for i, want := range []int{2, 3} {
+		if err := bob.Close(); err != nil {
+			t.Fatal(err)
+		}
+		net.UnregisterDevice(bAddr)
+		w.Advance(time.Second)
+		commit <- i == 1
+		bob = openBob()
+		select {
+		case d = <-got:
+		case <-ctx.Done():
+			t.Fatalf("no redelivery after restart %d", i+1)
+		}
+		if d.Node != bob.Node || d.ID != sent.ID || d.Deliveries != want || !d.Redelivered {
+			t.Fatalf("redelivery after restart %d: id %v, deliveries %d (want %d), redelivered %v", i+1, d.ID, d.Deliveries, want, d.Redelivered)
+		}
 	}
 	for {
 		p, err := alice.PendingSentMessages(ctx, 0, 10, nil)

@@ -693,7 +693,17 @@ func (d *Device) dispatch(redeliver bool) {
 				}
 				break
 			}
-			for _, m := range page.Messages {
+			// Each redelivery from the store is a hand-off no receive
+			// counted: record them, one transaction per page, before
+			// handing them (a crash in between over-counts, never under).
+			msgs, err := d.sessions.CountDeliveries(ctx, page.Messages)
+			if err != nil {
+				if ctx.Err() == nil {
+					d.cfg.Logger.Warn("device: counting redeliveries failed", "err", err)
+				}
+				break
+			}
+			for _, m := range msgs {
 				handed[m.Sequence] = true
 				if !d.hand(ctx, m) {
 					d.queue.stopped()

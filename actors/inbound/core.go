@@ -72,6 +72,10 @@ type Effects struct {
 	PersistStep bool
 	// PutPending: store this new pending entry (the store assigns Sequence).
 	PutPending *persistence.PendingInbound
+	// CountDelivery: record one more hand-off of the stored pending entry
+	// (a sender's retry of a pending message is delivered again; its
+	// count is persisted in the receive's own transaction).
+	CountDelivery bool
 	// DeletePending: remove the pending entry of the key.
 	DeletePending bool
 	// PutProcessed: write this processed entry.
@@ -161,12 +165,14 @@ func DecideReceive(st State, in ReceiveInput) Decision {
 		if subtle.ConstantTimeCompare(stored, in.Body) != 1 {
 			return Decision{Err: &ConflictError{Sender: in.Sender, ID: in.ID}}
 		}
-		return Decision{Outcome: OutcomeDelivery, Effects: Effects{PersistStep: true}, Pending: p, Plaintext: stored}
+		return Decision{Outcome: OutcomeDelivery, Effects: Effects{PersistStep: true, CountDelivery: true}, Pending: p, Plaintext: stored}
 	}
 	if in.MaxPendingPerSender > 0 && st.SenderPending >= in.MaxPendingPerSender {
 		return Decision{Err: &BacklogFullError{Sender: in.Sender, Pending: st.SenderPending, Limit: in.MaxPendingPerSender}}
 	}
-	p := &persistence.PendingInbound{Sender: in.Sender, ID: in.ID, ReceivedAt: in.Now, Frame: in.Frame}
+	// Deliveries 1: the hand-off that follows this receive is counted in
+	// its transaction.
+	p := &persistence.PendingInbound{Sender: in.Sender, ID: in.ID, ReceivedAt: in.Now, Frame: in.Frame, Deliveries: 1}
 	return Decision{Outcome: OutcomeDelivery, Effects: Effects{PersistStep: true, PutPending: p}, Pending: p, Plaintext: in.Body, New: true}
 }
 

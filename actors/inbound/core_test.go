@@ -52,8 +52,9 @@ func TestDecideReceiveNewStoresPendingNoAck(t *testing.T) {
 	if d.Err != nil || d.Outcome != OutcomeDelivery || !d.New || d.Effects.PutPending == nil || !d.Effects.PersistStep || d.Effects.Ack {
 		t.Fatalf("%+v", d)
 	}
-	if p := d.Effects.PutPending; p.ReceivedAt != 1234 || string(p.Frame) != string(frameOf(t, mid, "b")) || p.Sender != alice || p.ID != mid {
-		t.Fatalf("pending entry %+v", p)
+	if p := d.Effects.PutPending; p.ReceivedAt != 1234 || string(p.Frame) != string(frameOf(t, mid, "b")) || p.Sender != alice || p.ID != mid ||
+		p.Deliveries != 1 || d.Effects.CountDelivery {
+		t.Fatalf("pending entry %+v (the first hand-off is counted in the receive's put)", p)
 	}
 }
 
@@ -65,6 +66,9 @@ func TestDecideReceivePendingSameBodyRedeliversStored(t *testing.T) {
 	}
 	if d.Pending != p || string(d.Plaintext) != "b" {
 		t.Fatalf("redelivery of %+v / %q", d.Pending, d.Plaintext)
+	}
+	if !d.Effects.CountDelivery {
+		t.Fatal("a redelivery on a sender's retry does not count the hand-off")
 	}
 }
 

@@ -33,6 +33,9 @@ type ReceivedMessage struct {
 	Sequence   uint64
 	ReceivedAt time.Time
 	Plaintext  []byte
+	// Deliveries is the persisted count of hand-offs of the message to
+	// the application, this one included (persistence.PendingInbound.Deliveries).
+	Deliveries int
 }
 
 // Page is one page of pending messages in sequence order. Next is the
@@ -96,5 +99,6 @@ func Message(p persistence.PendingInbound, body []byte) ReceivedMessage {
 	if b == nil {
 		b = []byte{}
 	}
-	return ReceivedMessage{Sender: p.Sender, ID: p.ID, Sequence: p.Sequence, ReceivedAt: time.UnixMilli(p.ReceivedAt), Plaintext: b}
+	return ReceivedMessage{Sender: p.Sender, ID: p.ID, Sequence: p.Sequence, ReceivedAt: time.UnixMilli(p.ReceivedAt), Plaintext: b,
+		Deliveries: int(p.Deliveries)}
 }

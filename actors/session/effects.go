@@ -43,6 +43,10 @@ type writes struct {
 	// maxPending is the global pending cap checked before putPending
 	// (0: none).
 	maxPending int
+	// countDelivery records one more hand-off of the pending entry of
+	// (peer, id); the new count goes to deliveries.
+	countDelivery bool
+	deliveries    uint32
 	// deletePending removes the pending entry of (peer, id).
 	deletePending bool
 	// putProcessed writes the processed entry of (peer, id).
@@ -140,6 +144,13 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 			return err
 		}
 		w.slot.v = seq
+	}
+	if w.countDelivery {
+		n, err := tx.CountInboundDelivery(w.peer, w.id)
+		if err != nil {
+			return err
+		}
+		w.deliveries = n
 	}
 	if w.deletePending {
 		if _, err := tx.DeletePendingInbound(w.peer, w.id); err != nil {

@@ -569,6 +569,48 @@ func (m *Manager) Prune(ctx context.Context, policy inbound.RetentionPolicy) (in
 	return n, nil
 }
 
+// CountDeliveries records one more hand-off to the application of each
+// pending message of ms, in one committer transaction (a page of messages
+// redelivered from the store), and returns ms with Deliveries set to the
+// new persisted counts, without those no longer pending (finalized
+// meanwhile: there is nothing to hand over).
+func (m *Manager) CountDeliveries(ctx context.Context, ms []inbound.ReceivedMessage) ([]inbound.ReceivedMessage, error) {
+	if len(ms) == 0 {
+		return ms, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []inbound.ReceivedMessage
+	reply := make(chan error, 1)
+	if err := m.submitOwn(&item{
+		apply: func(tx persistence.DeliveryTx, _ *Stats) error {
+			out = out[:0]
+			for _, msg := range ms {
+				n, err := tx.CountInboundDelivery(msg.Sender, msg.ID)
+				if errors.Is(err, persistence.ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				msg.Deliveries = int(n)
+				out = append(out, msg)
+			}
+			return nil
+		},
+		done: func(err error) { reply <- err },
+	}); err != nil {
+		return nil, err
+	}
+	if err, werr := await(ctx, reply); werr != nil {
+		return nil, werr
+	} else if err != nil {
+		return nil, fmt.Errorf("session: count deliveries: %w", err)
+	}
+	return out, nil
+}
+
 // call routes a request to peer's actor and waits for its reply.
 func call[T any](ctx context.Context, m *Manager, peer messages.DeviceAddress, mk func(reply func(T, error)) request) (T, error) {
 	return callVia(ctx, m, peer, mk, func(r request) error { return m.route(peer, r) })

@@ -553,6 +553,7 @@ func (r *receiveReq) handle(a *peerActor) {
 	}
 	a.adoptDecryption(d, wr)
 	res.Outcome, res.New = dec.Outcome, dec.New
+	wr.countDelivery = dec.Effects.CountDelivery
 	if p := dec.Effects.PutPending; p != nil {
 		slot = &seqSlot{}
 		wr.putPending, wr.slot, wr.maxPending = p, slot, cfg.MaxPending
@@ -572,6 +573,9 @@ func (r *receiveReq) handle(a *peerActor) {
 		if pending != nil {
 			p := *pending
 			p.Sequence = slot.v
+			if wr.countDelivery {
+				p.Deliveries = wr.deliveries
+			}
 			m := inbound.Message(p, body)
 			res.Message = &m
 			if cfg.OnDelivery != nil {

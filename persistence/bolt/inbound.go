@@ -59,6 +59,18 @@ type pendingInRecord struct {
 	Seq        uint64 `cbor:"2,keyasint"`
 	ReceivedAt int64  `cbor:"3,keyasint"`
 	Frame      []byte `cbor:"4,keyasint"` // sealed RecordPendingFrame
+	// Deliveries (issue 16 point 11) is the persisted hand-off count. A
+	// record written before it existed lacks the key and reads as 1, so
+	// the field extends version 1 without a layout change.
+	Deliveries *uint32 `cbor:"5,keyasint,omitempty"`
+}
+
+// deliveries is the hand-off count of r (1 for a record without one).
+func (r *pendingInRecord) deliveries() uint32 {
+	if r.Deliveries == nil {
+		return 1
+	}
+	return *r.Deliveries
 }
 
 // processedRecord is a processed entry from layout 11 on: everything but
@@ -275,7 +287,8 @@ func (t *deliveryTx) readPendingIn(k []byte, peer messages.DeviceAddress, id mes
 	if err != nil {
 		return persistence.PendingInbound{}, err
 	}
-	return persistence.PendingInbound{Sender: peer, ID: id, Sequence: r.Seq, ReceivedAt: r.ReceivedAt, Frame: append([]byte{}, frame...)}, nil
+	return persistence.PendingInbound{Sender: peer, ID: id, Sequence: r.Seq, ReceivedAt: r.ReceivedAt, Frame: append([]byte{}, frame...),
+		Deliveries: r.deliveries()}, nil
 }
 
 func (t *deliveryTx) PendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (persistence.PendingInbound, bool, error) {
@@ -533,7 +546,8 @@ func (t *deliveryTx) PutPendingInbound(p persistence.PendingInbound) (uint64, er
 	if err != nil {
 		return 0, err
 	}
-	rec, err := messages.Marshal(&pendingInRecord{V: recordVersion, Seq: seq, ReceivedAt: p.ReceivedAt, Frame: frame})
+	n := p.Deliveries
+	rec, err := messages.Marshal(&pendingInRecord{V: recordVersion, Seq: seq, ReceivedAt: p.ReceivedAt, Frame: frame, Deliveries: &n})
 	if err != nil {
 		return 0, err
 	}
@@ -555,6 +569,40 @@ func (t *deliveryTx) PutPendingInbound(p persistence.PendingInbound) (uint64, er
 		return 0, err
 	}
 	return seq, nil
+}
+
+func (t *deliveryTx) CountInboundDelivery(sender messages.DeviceAddress, id messages.LogicalMessageID) (uint32, error) {
+	if err := t.check(true); err != nil {
+		return 0, err
+	}
+	if err := checkPeer(sender); err != nil {
+		return 0, err
+	}
+	b, err := t.bucket(bucketInPending)
+	if err != nil {
+		return 0, err
+	}
+	k := msgKey(sender, id)
+	v := b.Get(k)
+	if v == nil {
+		return 0, fmt.Errorf("bolt: pending inbound %s/%s: %w", sender, id, persistence.ErrNotFound)
+	}
+	r, err := decodePendingIn(v)
+	if err != nil {
+		return 0, err
+	}
+	// Only the plaintext count changes: the sealed frame is kept as is.
+	n := r.deliveries()
+	if n == ^uint32(0) {
+		return 0, corrupt("pending inbound", fmt.Errorf("delivery count overflow"))
+	}
+	n++
+	r.Deliveries = &n
+	nv, err := messages.Marshal(&r)
+	if err != nil {
+		return 0, err
+	}
+	return n, b.Put(k, nv)
 }
 
 func (t *deliveryTx) DeletePendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {

@@ -327,3 +327,88 @@ func inboundStale(t *testing.T, db *DB, rot persistence.KeyRotator) (map[string]
 	}
 	return per, total
 }
+
+// pendingInRecordV1 is the pending inbound record as written before the
+// delivery count existed (CBOR keys 1–4 only).
+type pendingInRecordV1 struct {
+	V          uint64 `cbor:"1,keyasint"`
+	Seq        uint64 `cbor:"2,keyasint"`
+	ReceivedAt int64  `cbor:"3,keyasint"`
+	Frame      []byte `cbor:"4,keyasint"`
+}
+
+// TestPendingRecordWithoutDeliveryCountReadsAsOne: a pending record
+// written before the count (no key 5) decodes with the layout unchanged,
+// reads as handed over once, and counting it writes 2 and keeps the
+// sealed frame and the sequence.
+func TestPendingRecordWithoutDeliveryCountReadsAsOne(t *testing.T) {
+	var k sealed.Key
+	for i := range k {
+		k[i] = byte(i + 3)
+	}
+	s, err := sealed.New(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := mustOpen(t, filepath.Join(t.TempDir(), "node.db"), Options{NoSync: true, Sealer: s})
+	defer db.Close()
+	var seq uint64
+	if err := db.Delivery().Update(ctx, func(tx persistence.DeliveryTx) error {
+		seq, err = tx.PutPendingInbound(persistence.PendingInbound{Sender: ibAlice, ID: ibID(1), ReceivedAt: 5, Frame: []byte("frame"), Deliveries: 1})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite the record as an older version wrote it: without key 5.
+	key := msgKey(ibAlice, ibID(1))
+	if err := db.bolt.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketInPending)
+		r, err := decodePendingIn(b.Get(key))
+		if err != nil {
+			return err
+		}
+		if r.Deliveries == nil || *r.Deliveries != 1 {
+			return fmt.Errorf("stored count %v, want 1", r.Deliveries)
+		}
+		old, err := messages.Marshal(&pendingInRecordV1{V: r.V, Seq: r.Seq, ReceivedAt: r.ReceivedAt, Frame: r.Frame})
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(old, b.Get(key)) {
+			return errors.New("the old encoding equals the new one: the test proves nothing")
+		}
+		return b.Put(key, old)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	read := func() persistence.PendingInbound {
+		t.Helper()
+		var p persistence.PendingInbound
+		if err := db.Delivery().View(ctx, func(r persistence.DeliveryReader) error {
+			var ok bool
+			p, ok, err = r.PendingInbound(ibAlice, ibID(1))
+			if !ok && err == nil {
+				err = errors.New("not pending")
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := read(); p.Deliveries != 1 || p.Sequence != seq || string(p.Frame) != "frame" {
+		t.Fatalf("old record: %+v, want Deliveries 1, sequence %d, frame kept", p, seq)
+	}
+	if err := db.Delivery().Update(ctx, func(tx persistence.DeliveryTx) error {
+		n, err := tx.CountInboundDelivery(ibAlice, ibID(1))
+		if err == nil && n != 2 {
+			err = fmt.Errorf("count %d, want 2", n)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p := read(); p.Deliveries != 2 || p.Sequence != seq || string(p.Frame) != "frame" {
+		t.Fatalf("after counting: %+v, want Deliveries 2, sequence %d, frame kept", p, seq)
+	}
+}

@@ -228,6 +228,25 @@ func (t *deliveryTxn) PutPendingInbound(p persistence.PendingInbound) (uint64, e
 	return p.Sequence, nil
 }
 
+func (t *deliveryTxn) CountInboundDelivery(sender messages.DeviceAddress, id messages.LogicalMessageID) (uint32, error) {
+	if err := t.check(true); err != nil {
+		return 0, err
+	}
+	if err := checkPeer(sender); err != nil {
+		return 0, err
+	}
+	k := msgKey{sender, id}
+	p, ok := t.inRead().pending.get(k)
+	if !ok {
+		return 0, fmt.Errorf("memory: pending inbound %s/%s: %w", sender, id, persistence.ErrNotFound)
+	}
+	// The stored Frame is never mutated (copy-on-write), so the entry can
+	// be put back as is with the new count.
+	p.Deliveries++
+	t.inWrite().pending.put(k, p)
+	return p.Deliveries, nil
+}
+
 func (t *deliveryTxn) DeletePendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
 	if err := t.check(true); err != nil {
 		return false, err

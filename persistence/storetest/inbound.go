@@ -13,7 +13,8 @@ import (
 // RunInboundStore runs the contract suite of the commit-boundary records
 // (persistence/inbound.go) against open: pending inbound (unique per
 // (sender, id), persistent strictly increasing sequence never reused,
-// paging after a cursor with a sender filter, counts), processed inbound
+// paging after a cursor with a sender filter, counts, a hand-off count
+// kept across a reopen and frame and sequence untouched by it), processed inbound
 // (never replaced, finalization/reason validated, prune by finalizedAt ≤
 // cutoff), pending outbound (unique, attempts, paging, counts), atomicity
 // with the rest of a DeliveryTx, copies and survival across a reopen.
@@ -26,6 +27,7 @@ func RunInboundStore(t *testing.T, open DeliveryOpenFunc) {
 		{"PendingSequenceNeverReused", testPendingSequence},
 		{"PendingPagingAndSenderFilter", testPendingPaging},
 		{"PendingCounts", testPendingCounts},
+		{"PendingDeliveryCount", testPendingDeliveryCount},
 		{"ProcessedNeverReplaced", testProcessedBasic},
 		{"ProcessedInvalidRefused", testProcessedInvalid},
 		{"LegacyOnlyThroughImport", testLegacyImport},
@@ -598,6 +600,84 @@ func testInboundReopen(t *testing.T, open DeliveryOpenFunc) {
 		}
 		if _, ok, err := r.PendingOutbound(a, lid(3)); !ok || err != nil {
 			t.Fatalf("outbound after reopen: %v %v", ok, err)
+		}
+		return nil
+	})
+}
+
+// testPendingDeliveryCount: PutPendingInbound keeps the Deliveries given,
+// CountInboundDelivery adds one and returns it (inside the transaction and
+// after it, in a point read and a page, across a reopen) and changes
+// nothing else; a count rolled back with its transaction is not kept; an
+// entry not pending is ErrNotFound and writes nothing.
+func testPendingDeliveryCount(t *testing.T, open DeliveryOpenFunc) {
+	s, reopen := open(t)
+	a := addr("alice", 1)
+	p := pend(a, 1, "frame-1")
+	p.Deliveries = 1
+	var seq uint64
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		seq = putPending(t, tx, p)
+		putPending(t, tx, pend(a, 2, "frame-2")) // Deliveries 0 as given
+		return nil
+	})
+	count := func(want uint32) {
+		t.Helper()
+		dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+			n, err := tx.CountInboundDelivery(a, lid(1))
+			if err != nil || n != want {
+				t.Fatalf("CountInboundDelivery = %d, %v; want %d", n, err, want)
+			}
+			if q, _, _ := tx.PendingInbound(a, lid(1)); q.Deliveries != want {
+				t.Fatalf("inside the tx: Deliveries %d, want %d", q.Deliveries, want)
+			}
+			return nil
+		})
+	}
+	check := func(want uint32) {
+		t.Helper()
+		dView(t, s, func(r persistence.DeliveryReader) error {
+			q, ok, err := r.PendingInbound(a, lid(1))
+			if !ok || err != nil || q.Deliveries != want || q.Sequence != seq || string(q.Frame) != "frame-1" || q.ReceivedAt != p.ReceivedAt {
+				t.Fatalf("PendingInbound = %+v, %v, %v; want Deliveries %d, sequence %d, frame kept", q, ok, err, want, seq)
+			}
+			page := pageIn(t, r, 0, nil, 10)
+			if len(page) != 2 || page[0].Deliveries != want || page[1].Deliveries != 0 {
+				t.Fatalf("page: %+v", page)
+			}
+			return nil
+		})
+	}
+	check(1)
+	count(2)
+	check(2)
+	// A count rolled back with its transaction is not kept.
+	errBoom := errors.New("boom")
+	if err := s.Update(context.Background(), func(tx persistence.DeliveryTx) error {
+		if _, err := tx.CountInboundDelivery(a, lid(1)); err != nil {
+			t.Fatalf("CountInboundDelivery: %v", err)
+		}
+		return errBoom
+	}); !errors.Is(err, errBoom) {
+		t.Fatalf("failed Update: %v", err)
+	}
+	check(2)
+	s = reopen()
+	check(2)
+	count(3)
+	check(3)
+	if err := s.Update(context.Background(), func(tx persistence.DeliveryTx) error {
+		_, err := tx.CountInboundDelivery(a, lid(9))
+		return err
+	}); !errors.Is(err, persistence.ErrNotFound) {
+		t.Fatalf("CountInboundDelivery of an entry not pending: %v, want ErrNotFound", err)
+	}
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		if _, err := tx.DeletePendingInbound(a, lid(1)); err != nil {
+			return err
+		}
+		if _, err := tx.CountInboundDelivery(a, lid(1)); !errors.Is(err, persistence.ErrNotFound) {
+			t.Fatalf("CountInboundDelivery after delete: %v, want ErrNotFound", err)
 		}
 		return nil
 	})

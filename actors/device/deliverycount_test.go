@@ -1,0 +1,80 @@
+package device_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/syncmesh/syncmesh/actors/device"
+)
+
+// TestDeliveryCountPersistsAcrossRetriesAndRestarts: on both stores, each
+// hand-off of a pending message to the Handler carries the persisted
+// count: 1 on receipt, 2 on the sender's retry (counted in the receive's
+// transaction), 3 and 4 on the redeliveries of the next two Opens; the
+// stored pending entry says the same, and a commit ends it.
+func TestDeliveryCountPersistsAcrossRetriesAndRestarts(t *testing.T) {
+	for _, store := range []string{"memory", "bolt"} {
+		t.Run(store, func(t *testing.T) {
+			ms := newMesh(t)
+			a := ms.add(aliceAddr, nil)
+			var mu sync.Mutex
+			var got []int
+			tweak := func(c *device.Config) {
+				c.Handler = func(_ context.Context, m device.ReceivedMessage) {
+					mu.Lock()
+					got = append(got, m.Deliveries)
+					mu.Unlock()
+				}
+			}
+			var b *dev
+			if store == "bolt" {
+				b = ms.addBolt(bobAddr, tweak)
+			} else {
+				b = ms.add(bobAddr, tweak)
+			}
+			seen := func(n int) string {
+				t.Helper()
+				waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == n }, fmt.Sprintf("%d hand-offs", n))
+				mu.Lock()
+				defer mu.Unlock()
+				return fmt.Sprint(got)
+			}
+			stored := func() int {
+				t.Helper()
+				p := b.pendingAll()
+				if len(p) != 1 {
+					t.Fatalf("%d pending, want 1", len(p))
+				}
+				return p[0].Deliveries
+			}
+			sm := a.send(b, "one")
+			if r := b.pump(); len(r) != 1 || r[0].Message == nil || r[0].Message.Deliveries != 1 {
+				t.Fatalf("receive: %+v", r)
+			}
+			if s := seen(1); s != "[1]" || stored() != 1 {
+				t.Fatalf("after receipt: handed %s, stored %d", s, stored())
+			}
+			a.resend(b, sm.ID)
+			b.pump()
+			if s := seen(2); s != "[1 2]" || stored() != 2 {
+				t.Fatalf("after the sender's retry: handed %s, stored %d", s, stored())
+			}
+			b.restart()
+			if s := seen(3); s != "[1 2 3]" || stored() != 3 {
+				t.Fatalf("after a restart: handed %s, stored %d", s, stored())
+			}
+			b.restart()
+			if s := seen(4); s != "[1 2 3 4]" || stored() != 4 {
+				t.Fatalf("after a second restart: handed %s, stored %d", s, stored())
+			}
+			if r := b.commit(a, sm.ID); r.Status != device.Committed {
+				t.Fatalf("commit: %+v", r)
+			}
+			if n := b.pendingCount(); n != 0 {
+				t.Fatalf("%d pending after the commit", n)
+			}
+		})
+	}
+}
