@@ -34,6 +34,7 @@ var (
 	mesh       = []byte("bench-mesh")
 	cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the one-core child (all its arms) here")
 	storeCache = flag.String("store-cache", "", "keep the sync section's preloaded store in this directory and copy it on later runs")
+	syncArms   = flag.String("sync-arms", "", "sync: run only these comma-separated one-core arms (ed25519, go-cose, single, batch, apply, push-valid, push-one, push-every, vbatch-every, vsingle-every) and the two-core section only if the list names scale; for profiling and quick A/B runs (default: all)")
 )
 
 // benchRows is the workload's row count (makeEvents): fixed, so a
@@ -65,7 +66,7 @@ func main() {
 		run  func() error
 	}{
 		{"sync", func() error {
-			return syncReport(syncParams{Events: *events, Writers: *writers, Batch: *batch, Sites: *sites, Trials: *trials, Preload: *preload, Pushes: *pushes, Profile: *cpuprofile, StoreCache: *storeCache})
+			return syncReport(syncParams{Events: *events, Writers: *writers, Batch: *batch, Sites: *sites, Trials: *trials, Preload: *preload, Pushes: *pushes, Profile: *cpuprofile, StoreCache: *storeCache, Arms: splitList(*syncArms)})
 		}},
 		{"catchup", func() error {
 			sizes, err := parseSizes(*catchupEvents)
@@ -99,6 +100,17 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// splitList splits a comma-separated flag value (nil for "").
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func parseSizes(s string) ([]int, error) {

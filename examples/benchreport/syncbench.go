@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -30,6 +31,10 @@ type syncParams struct {
 	// size: the history is built once and copied for each run (building a
 	// million events takes longer than measuring them).
 	StoreCache string
+	// Arms, when set, runs only these one-core arms (and the two-core
+	// section only if it lists "scale"): a quicker run for profiling and
+	// for alternating two builds. The report's figures need every arm.
+	Arms []string
 }
 
 // pushSize and pushesPerTrial (the default of syncParams.Pushes) shape the forgery comparison: a push of 1 000
@@ -47,6 +52,7 @@ type oneCoreArgs struct {
 	Trials, Writers, Batch int
 	Sites, Pushes          int
 	Profile                string
+	Arms                   []string
 }
 
 type samplesOut struct {
@@ -119,7 +125,7 @@ func syncReport(p syncParams) error {
 		}
 	}
 	var one samplesOut
-	if err := ab.Child(ctx, ab.Proc{MaxProcs: 1}, "sync-1core", oneCoreArgs{Store: store, Work: work, Pushes: p.Pushes, Trials: p.Trials, Writers: p.Writers, Batch: p.Batch, Sites: p.Sites, Profile: p.Profile}, &one); err != nil {
+	if err := ab.Child(ctx, ab.Proc{MaxProcs: 1}, "sync-1core", oneCoreArgs{Store: store, Work: work, Pushes: p.Pushes, Trials: p.Trials, Writers: p.Writers, Batch: p.Batch, Sites: p.Sites, Profile: p.Profile, Arms: p.Arms}, &one); err != nil {
 		return err
 	}
 	s := &ab.Samples{Names: one.Names, Values: one.Values}
@@ -148,6 +154,9 @@ func syncReport(p syncParams) error {
 		{"verification with a forgery in every sub-batch: batch+bisection / per-signature", everyVerify.String() + "   " + everyVerify.Verdict(1.0, false)},
 	}))
 
+	if len(p.Arms) > 0 && !slices.Contains(p.Arms, "scale") {
+		return nil
+	}
 	var bpe, busy1, busy2 []float64
 	scale, err := ab.Run(p.Trials,
 		ab.Arm{Name: "1", Run: func(t int) (float64, error) {
@@ -425,6 +434,9 @@ func runOneCore(arg json.RawMessage) (any, error) {
 		{Name: "push-every", Run: func(t int) (float64, error) { return pushes(data[t].every, everyBad) }},
 		{Name: "vbatch-every", Run: func(t int) (float64, error) { return verifyBatches(data[t].every, everyBad) }},
 		{Name: "vsingle-every", Run: func(t int) (float64, error) { return verifySingles(data[t].every, everyBad) }},
+	}
+	if len(a.Arms) > 0 {
+		arms = slices.DeleteFunc(arms, func(arm ab.Arm) bool { return !slices.Contains(a.Arms, arm.Name) })
 	}
 	stop, err := startProfile(a.Profile)
 	if err != nil {
