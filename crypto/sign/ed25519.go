@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha512"
+	"encoding/binary"
+	"sync"
 
 	"filippo.io/edwards25519"
 )
@@ -38,6 +40,10 @@ type verifyKey struct {
 	pub    []byte
 	a      *edwards25519.Point // nil: not a valid point, every signature fails
 	minusA *edwards25519.Point
+
+	// The key's tables for batch equations (msm.go), built on first use.
+	wideOnce sync.Once
+	wideTab  *wideTable
 }
 
 func newVerifyKey(pub ed25519.PublicKey) *verifyKey {
@@ -123,57 +129,92 @@ func (vk *verifyKey) verify(msg, sig []byte) bool {
 // probability about 2⁻¹²⁸. Coefficients of signatures by the same key are
 // merged into one scalar per key: the sync plane has few signers, so a
 // batch of n costs one multi-scalar multiplication of about n+keys+1
-// points instead of 2n+1. Every c in cs must be prepared and ok.
+// points instead of 2n+1 (msm.go: the tables of B and of the keys are
+// built once, those of the R_i come from a pool). Every c in cs must be
+// prepared and ok.
 func batchHolds(cs []*sigCheck) bool {
 	if len(cs) == 1 {
 		return cs[0].single()
 	}
-	zb := make([]byte, 16*len(cs))
-	if _, err := rand.Read(zb); err != nil {
+	sc := batchScratchPool.Get().(*batchScratch)
+	defer func() {
+		if len(cs) <= maxScratchSigs {
+			batchScratchPool.Put(sc)
+		}
+	}()
+	zb := sc.coefficients(len(cs))
+	if err := batchRandom(zb); err != nil {
 		return false // no randomness: refuse rather than verify weakly (callers fall back)
 	}
-	scalars := make([]*edwards25519.Scalar, 0, len(cs)+8)
-	points := make([]*edwards25519.Point, 0, len(cs)+8)
-	zs := make([]edwards25519.Scalar, len(cs))
-	bCoeff := edwards25519.NewScalar()
-	scalars = append(scalars, bCoeff)
-	points = append(points, edwards25519.NewGeneratorPoint())
+	// The distinct keys first (few: a linear scan beats a map), so the
+	// scratch is sized before any term points into it.
 	type keyTerm struct {
 		vk    *verifyKey
-		coeff *edwards25519.Scalar
+		coeff edwards25519.Scalar
 	}
-	var keys []keyTerm // few: a linear scan beats a map
-	var buf [32]byte
-	var zk edwards25519.Scalar
+	var keyStack [8]keyTerm
+	keys := keyStack[:0]
+	var keyOf [BatchSize]uint8
+	keyIdx := keyOf[:0]
+	if len(cs) > len(keyOf) {
+		keyIdx = make([]uint8, 0, len(cs))
+	}
+	for _, c := range cs {
+		j := 0
+		for j < len(keys) && keys[j].vk != c.vk {
+			j++
+		}
+		if j == len(keys) {
+			if len(keys) == 255 {
+				// More signers than a uint8 indexes: check in halves.
+				mid := len(cs) / 2
+				return batchHolds(cs[:mid]) && batchHolds(cs[mid:])
+			}
+			keys = append(keys, keyTerm{vk: c.vk})
+		}
+		keyIdx = append(keyIdx, uint8(j))
+	}
+	sc.reset(len(cs), len(keys))
+	var bCoeff, z, zk edwards25519.Scalar
+	var zBytes [32]byte
+	var r extPoint
+	top := -1
 	for i, c := range cs {
-		copy(buf[:16], zb[16*i:16*i+16])
-		z := &zs[i]
-		if _, err := z.SetCanonicalBytes(buf[:]); err != nil {
+		copy(zBytes[:16], zb[16*i:16*i+16])
+		if _, err := z.SetCanonicalBytes(zBytes[:]); err != nil {
 			return false
 		}
-		bCoeff.MultiplyAdd(z, &c.s, bCoeff) // Σ z_i S_i
-		scalars = append(scalars, z)
-		points = append(points, &c.r)
-		zk.Multiply(z, &c.k)
-		found := false
-		for j := range keys {
-			if keys[j].vk == c.vk {
-				keys[j].coeff.Add(keys[j].coeff, &zk)
-				found = true
-				break
-			}
-		}
-		if !found {
-			keys = append(keys, keyTerm{vk: c.vk, coeff: new(edwards25519.Scalar).Set(&zk)})
-		}
+		bCoeff.MultiplyAdd(&z, &c.s, &bCoeff) // Σ z_i S_i
+		zk.Multiply(&z, &c.k)
+		k := &keys[keyIdx[i]]
+		k.coeff.Add(&k.coeff, &zk)
+		oddMultiples(sc.rTables[i][:], r.fromLib(&c.r))
+		zl := [4]uint64{binary.LittleEndian.Uint64(zb[16*i:]), binary.LittleEndian.Uint64(zb[16*i+8:])}
+		top = max(top, naf(&sc.digits[i], zl, rWidth))
+		sc.terms = append(sc.terms, msmTerm{table: sc.rTables[i][:], digit: &sc.digits[i]})
 	}
-	bCoeff.Negate(bCoeff)
-	for _, k := range keys {
-		scalars = append(scalars, k.coeff)
-		points = append(points, k.vk.a)
+	bCoeff.Negate(&bCoeff)
+	d := len(cs)
+	wide := func(t *wideTable, s *edwards25519.Scalar) {
+		lo, hi := splitScalar(s)
+		top = max(top, naf(&sc.digits[d], lo, wideWidth), naf(&sc.digits[d+1], hi, wideWidth))
+		sc.terms = append(sc.terms, msmTerm{table: t.lo[:], digit: &sc.digits[d]}, msmTerm{table: t.hi[:], digit: &sc.digits[d+1]})
+		d += 2
 	}
-	sum := new(edwards25519.Point).VarTimeMultiScalarMult(scalars, points)
-	return isSmallOrder(sum)
+	wide(basepointWide(), &bCoeff)
+	for j := range keys {
+		wide(keys[j].vk.wide(), &keys[j].coeff)
+	}
+	return isSmallOrderProj(msmEval(sc.terms, top))
+}
+
+// batchRandom fills the batch equation's coefficients (a test replaces it
+// to compare with a reference computation on the same coefficients).
+var batchRandom = readRandom
+
+func readRandom(b []byte) error {
+	_, err := rand.Read(b)
+	return err
 }
 
 // bisectLeaf is the size below which a failing range is checked one
