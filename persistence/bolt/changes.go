@@ -124,7 +124,7 @@ func (t *syncTx) AppendChange(c persistence.RowChange) (uint64, error) {
 // applied event); TestRecordEncodersMatchCodec proves it byte-identical
 // to messages.Marshal(&changeRecord{...}).
 func encodeChange(c *persistence.RowChange, rowKey []byte) []byte {
-	b := make([]byte, 0, 96+len(rowKey)+len(c.Cells)*64)
+	b := make([]byte, 0, 32+len(rowKey)+3*maxClockLen+cellsLen(c.Cells)+8*len(c.Cleared))
 	b = messages.AppendMapHeader(b, 9)
 	b = messages.AppendUint(messages.AppendUint(b, 1), recordVersion)
 	b = messages.AppendBytes(messages.AppendUint(b, 2), rowKey)

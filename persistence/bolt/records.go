@@ -137,13 +137,29 @@ func siteFrom(b []byte) (messages.SiteID, error) {
 // event); TestRecordEncodersMatchCodec proves it byte-identical to
 // messages.Marshal(&rowRecord{...}).
 func encodeRow(row *persistence.Row) ([]byte, error) {
-	b := make([]byte, 0, 64+len(row.Cells)*48)
+	b := make([]byte, 0, 16+2*maxClockLen+cellsLen(row.Cells))
 	b = messages.AppendMapHeader(b, 5)
 	b = messages.AppendUint(messages.AppendUint(b, 1), rowRecordVersion)
 	b = messages.AppendBool(messages.AppendUint(b, 2), row.Exists)
 	b = appendClock(messages.AppendUint(b, 3), row.Existence)
 	b = appendClock(messages.AppendUint(b, 4), row.Tomb)
 	return appendCells(messages.AppendUint(b, 5), row.Cells), nil
+}
+
+// maxClockLen is the most appendClock writes: a map of HLC, site and id.
+const maxClockLen = 1 + 1 + 9 + 1 + 2 + 16 + 1 + 2 + 32
+
+// cellsLen bounds what appendCells writes for cells whose names are
+// shorter than 256 bytes and values than 64 KiB (larger ones only cost a
+// reallocation), so the encoders allocate their record once instead of
+// growing it clock by clock (a third of their time in a profile of the
+// apply path).
+func cellsLen(cells map[string]persistence.Cell) int {
+	n := 9
+	for name, c := range cells {
+		n += 2 + len(name) + 1 + 1 + 3 + len(c.Value) + 1 + maxClockLen
+	}
+	return n
 }
 
 // appendCells writes a map[string]cellRecord of cells (null when empty,
