@@ -28,11 +28,12 @@ func (t *syncTx) EventIDsAt(site messages.SiteID, h messages.HLC, limit int) ([]
 	if err := t.check(); err != nil {
 		return nil, err
 	}
+	if t.noneAt && t.noneAtSite == site && t.noneAtHLC == h {
+		return nil, nil // Event just found none there (sync.go)
+	}
 	if t.idsCur == nil {
 		t.idsCur = t.ids.Cursor()
 	}
-	// The apply path calls this right after Event missed the same prefix:
-	// the reused cursor walks pages already in memory.
 	return eventIDsAt(t.idsCur, site, h, limit, nil)
 }
 

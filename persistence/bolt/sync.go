@@ -122,6 +122,12 @@ type syncTx struct {
 	// search the id index again. Any append clears it.
 	missed    persistence.EventID
 	hasMissed bool
+	// noneAt: Event found no event at all at (noneAtSite, noneAtHLC), so
+	// EventIDsAt there is empty. Only an append can make it false
+	// (deletions keep it true), and every append clears it.
+	noneAt     bool
+	noneAtSite messages.SiteID
+	noneAtHLC  messages.HLC
 
 	// Per-transaction scratch for the apply path (one Get, one Put and one
 	// AppendEvent per event): cursors reused for point lookups (Bucket.Get
@@ -427,10 +433,33 @@ func (t *syncTx) Event(site messages.SiteID, h messages.HLC, id persistence.Even
 	if err := t.check(); err != nil {
 		return persistence.StoredEvent{}, false, err
 	}
+	// One seek to the (site, HLC) prefix: the id, if present, is among
+	// the few entries there, and finding none at all answers the
+	// EventIDsAt the apply path asks next without a second search.
 	t.keyBuf = eventKey(t.keyBuf[:0], site, h, id)
-	v := get(&t.idsCur, t.ids, t.keyBuf)
+	if t.idsCur == nil {
+		t.idsCur = t.ids.Cursor()
+	}
+	prefix := t.keyBuf[:len(site)+8]
+	var v []byte
+	others := 0
+	for k, kv := t.idsCur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, kv = t.idsCur.Next() {
+		if bytes.Equal(k, t.keyBuf) {
+			v = kv
+			break
+		}
+		if others++; others > 2 {
+			// Many events at one (site, HLC) (a hostile site): look the
+			// id up directly.
+			v = get(&t.idsCur, t.ids, t.keyBuf)
+			break
+		}
+	}
 	if v == nil {
 		t.missed, t.hasMissed = id, true
+		if others == 0 {
+			t.noneAt, t.noneAtSite, t.noneAtHLC = true, site, h
+		}
 		return persistence.StoredEvent{}, false, nil
 	}
 	if len(v) != 8 {
@@ -707,7 +736,7 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 		return 0, err
 	}
 	knownAbsent := t.hasMissed && t.missed == ev.ID
-	t.hasMissed = false
+	t.hasMissed, t.noneAt = false, false
 	t.keyBuf = eventKey(t.keyBuf[:0], ev.Site, ev.HLC, ev.ID)
 	if !knownAbsent && get(&t.idsCur, t.ids, t.keyBuf) != nil {
 		return 0, fmt.Errorf("bolt: append event %s: %w", ev.ID, persistence.ErrDuplicate)
