@@ -147,13 +147,21 @@ func syncReport(p syncParams) error {
 	oneForged := s.Ratio("push-valid", "push-one")
 	everyForged := s.Ratio("push-valid", "push-every")
 	everyVerify := s.Ratio("vsingle-every", "vbatch-every")
+	if len(s.Of("push-valid")) == 0 {
+		// -sync-arms left the pushes out: no verdict on what did not run.
+		return scaleReport(ctx, p, store, work)
+	}
 	fmt.Printf("pushes of %d (ApplySignedBatch, one core, %d pushes per trial and arm):\n", pushSize, p.Pushes)
 	fmt.Print(ab.Table([][2]string{
 		{"cost(one forged among 1000) / cost(all valid)", oneForged.String() + "   " + oneForged.Verdict(1.3, false)},
 		{fmt.Sprintf("cost(a forgery in every sub-batch of %d) / cost(all valid)", sign.BatchSize), everyForged.String()},
 		{"verification with a forgery in every sub-batch: batch+bisection / per-signature", everyVerify.String() + "   " + everyVerify.Verdict(1.0, false)},
 	}))
+	return scaleReport(ctx, p, store, work)
+}
 
+// scaleReport prints the two-core scaling (unless -sync-arms leaves it out).
+func scaleReport(ctx context.Context, p syncParams, store, work string) error {
 	if len(p.Arms) > 0 && !slices.Contains(p.Arms, "scale") {
 		return nil
 	}
