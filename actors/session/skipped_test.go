@@ -1,13 +1,19 @@
 package session_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/syncmesh/syncmesh/actors/inbound"
+	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -38,6 +44,16 @@ func (t byteCountingTx) add(n int) {
 func (t byteCountingTx) PutSession(peer messages.DeviceAddress, record []byte) error {
 	t.add(len(record))
 	return t.DeliveryTx.PutSession(peer, record)
+}
+
+func (t byteCountingTx) PutSkippedKey(peer messages.DeviceAddress, seq uint64, entry []byte) error {
+	t.add(8 + len(entry))
+	return t.DeliveryTx.PutSkippedKey(peer, seq, entry)
+}
+
+func (t byteCountingTx) DeleteSkippedKey(peer messages.DeviceAddress, seq uint64) error {
+	t.add(8) // the key of the entry it removes
+	return t.DeliveryTx.DeleteSkippedKey(peer, seq)
 }
 
 func (s *byteCountingStore) Update(ctx context.Context, fn func(tx persistence.DeliveryTx) error) error {
@@ -204,4 +220,142 @@ func TestAttackSkippedKeysDoNotInflateEachStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAttackHostileAddressesCannotEvictHonestSkippedKeys (issue 13 item
+// 4, the per-device cap): with MaxSkippedKeysPerDevice 1 000, five hostile
+// addresses each open two sessions whose first envelope skips 512 keys
+// (5 120 keys, each record under the per-record cap) after alice left 9
+// keys waiting for her late messages. The device keeps at most 1 000 keys,
+// the hostile peers (the largest holders) lose their own oldest keys and
+// alice loses none: after a restart (keys read from the store) all nine
+// late messages decrypt, while a hostile peer's evicted early message is
+// ErrReplay. The cap is reported in Stats and logged once, on both stores.
+func TestAttackHostileAddressesCannotEvictHonestSkippedKeys(t *testing.T) {
+	for _, kind := range []string{"memory", "bolt"} {
+		t.Run(kind, func(t *testing.T) {
+			ms := newMesh(t)
+			var store persistence.DeliveryStore = memory.NewDelivery()
+			if kind == "bolt" {
+				db, err := bolt.Open(filepath.Join(t.TempDir(), "bob.db"), bolt.Options{NoSync: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				store = db.Delivery()
+			}
+			const limit = 1000
+			var mu sync.Mutex
+			evicted := map[messages.DeviceAddress]int{}
+			most := 0
+			var logs bytes.Buffer
+			tweak := func(c *session.Config) {
+				c.MaxSkippedKeysPerDevice = limit
+				c.Logger = slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))
+				c.Observe = func(s session.Stats) {
+					mu.Lock()
+					defer mu.Unlock()
+					most = max(most, s.SkippedKeys)
+					for _, e := range s.SkippedEvicted {
+						evicted[e.Peer] += e.Count
+					}
+				}
+			}
+			bob := ms.add(bobAddr, store, tweak)
+			alice := newRawPeer(t, aliceAddr)
+			alice.initiate(t, bob)
+			env, id := alice.message(t, "hello")
+			receiveNew(t, bob, aliceAddr, env)
+			commit(t, bob, aliceAddr, id)
+			var held [][]byte
+			for range 10 {
+				env, _ := alice.message(t, "late")
+				held = append(held, env)
+			}
+			receiveNew(t, bob, aliceAddr, held[9])
+			held = held[:9]
+
+			var early []byte
+			var early0 messages.DeviceAddress
+			for h := range 5 {
+				p := newRawPeer(t, messages.DeviceAddress{User: fmt.Sprintf("hostile%d", h), Device: 1})
+				for s := range 2 {
+					p.initiate(t, bob)
+					if h == 0 && s == 0 {
+						early, _ = p.message(t, "early")
+						early0 = p.addr
+						p.skip(t, 511)
+					} else {
+						p.skip(t, 512)
+					}
+					env, id := p.message(t, "flood")
+					receiveNew(t, bob, p.addr, env)
+					commit(t, bob, p.addr, id)
+				}
+			}
+			count := func(peer *messages.DeviceAddress) int {
+				t.Helper()
+				var n int
+				if err := store.View(bg, func(r persistence.DeliveryReader) error {
+					var err error
+					n, err = r.SkippedKeyCount(peer)
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			a := aliceAddr
+			if n, na := count(nil), count(&a); n > limit || na != 9 {
+				t.Fatalf("after the flood the device stores %d skipped keys (cap %d), alice %d (want 9)", n, limit, na)
+			}
+			mu.Lock()
+			total := 0
+			for p, n := range evicted {
+				if p == aliceAddr {
+					t.Errorf("the cap evicted %d of alice's keys", n)
+				}
+				total += n
+			}
+			notices := strings.Count(logs.String(), "skipped key cap")
+			mu.Unlock()
+			if stored := count(nil); total != 9+5*2*512-stored || most > limit {
+				t.Fatalf("Stats: %d keys evicted, at most %d stored; want %d evicted, at most %d", total, most, 9+5*2*512-stored, limit)
+			}
+			if notices != 1 {
+				t.Fatalf("%d notices of the cap during one flood, want 1:\n%s", notices, logs.String())
+			}
+
+			// A restart reads the keys from the store.
+			if err := bob.m.Close(); err != nil {
+				t.Fatal(err)
+			}
+			bob = ms.add(bobAddr, store, tweak)
+			for i, env := range held {
+				r, err := bob.m.Receive(bg, aliceAddr, env)
+				if err != nil || !r.New {
+					t.Fatalf("alice's late message %d after the flood: %+v %v", i, r, err)
+				}
+			}
+			if _, err := bob.m.Receive(bg, early0, early); !errors.Is(err, ratchet.ErrReplay) {
+				t.Fatalf("a hostile peer's evicted message: %v, want ErrReplay", err)
+			}
+			if n := count(&a); n != 0 {
+				t.Fatalf("alice's keys left after her late messages: %d", n)
+			}
+		})
+	}
+}
+
+// lockedWriter serializes writes to w (the committer logs from its own
+// goroutine).
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
