@@ -11,7 +11,8 @@ import (
 // remote device, and the identity pinned for each remote device.
 //
 // Record values are the opaque encodings produced by crypto/ratchet
-// (MarshalIdentity, MarshalPrekeyStore, MarshalState); a store only keeps
+// (MarshalIdentity, MarshalPrekeyStore, MarshalStateWithoutKeys, and the
+// SkippedKey entries stored beside a session record); a store only keeps
 // them. At rest they are sealed (bolt: RecordIdentity, RecordPrekey,
 // RecordSession, see each method); a damaged sealed record is an error
 // matching ErrCorrupt, never "missing" (docs/protocol.md, "At rest").
@@ -44,6 +45,19 @@ type DeliveryReader interface {
 	// Sessions returns). fn may write to the transaction; writes made by fn
 	// may or may not be visited.
 	Sessions(after *messages.DeviceAddress, fn func(peer messages.DeviceAddress) (bool, error)) error
+	// SkippedKeys calls fn with every skipped message key entry stored for
+	// peer (ratchet.SkippedKey: its number and encoded entry), in
+	// ascending number order, until fn returns false or an error (which
+	// SkippedKeys returns). The keys of a session record are stored beside
+	// it, one entry each, so that a ratchet step writes only the keys it
+	// adds or consumes (issue 13 item 4; docs/storage.md, "Skipped
+	// message keys"). At rest each is sealed on its own (bolt:
+	// RecordSkippedKey, identity sealed.Identity(user, device as 4
+	// big-endian bytes, seq as 8 big-endian bytes)).
+	SkippedKeys(peer messages.DeviceAddress, fn func(seq uint64, entry []byte) (bool, error)) error
+	// SkippedKeyCount returns the number of skipped keys stored for peer,
+	// or for every peer of the device together when peer is nil.
+	SkippedKeyCount(peer *messages.DeviceAddress) (int, error)
 	// InboundReader reads the commit-boundary records (inbound.go).
 	InboundReader
 }
@@ -61,9 +75,20 @@ type DeliveryTx interface {
 	PutPrekeys(prekeys []byte) error
 	// PutSession stores (or replaces) the marshalled session record of peer.
 	PutSession(peer messages.DeviceAddress, record []byte) error
-	// DeleteSession removes peer's session record; removing a missing one
-	// is not an error. The pin is kept.
+	// DeleteSession removes peer's session record and its skipped keys;
+	// removing a missing one is not an error. The pin is kept.
 	DeleteSession(peer messages.DeviceAddress) error
+	// PutSkippedKey stores (or replaces) skipped key number seq of peer's
+	// record. An entry longer than MaxSkippedKeyEntry is ErrInvalidRecord.
+	PutSkippedKey(peer messages.DeviceAddress, seq uint64, entry []byte) error
+	// DeleteSkippedKey removes skipped key seq of peer; removing a missing
+	// one is not an error.
+	DeleteSkippedKey(peer messages.DeviceAddress, seq uint64) error
+	// EvictSkippedKeys enforces a device-wide cap: while more than limit
+	// skipped keys are stored, it deletes the lowest-numbered (oldest)
+	// keys of the peer holding the most (PlanSkippedEviction), and returns
+	// how many it deleted per peer. At or under limit it does nothing.
+	EvictSkippedKeys(limit int) ([]SkippedEviction, error)
 	// PutPin pins (or re-pins) identity for peer.
 	PutPin(peer messages.DeviceAddress, identity messages.IdentityKey) error
 	// InboundWriter writes the commit-boundary records (inbound.go).

@@ -21,6 +21,7 @@ const (
 	RecordProcessedDigest RecordType = 12 // layouts ≤ 10: processed inbound digest (version 1 | digest[32]); identity as RecordPendingFrame
 	RecordPin             RecordType = 13 // pinned identity of a remote device (sign | dh); identity = peer user, device (docs/delivery.md, "Sealed pins and processed entries")
 	RecordProcessedEntry  RecordType = 14 // processed inbound entry: finalization, time, digest, reason, legacy marker; identity as RecordPendingFrame
+	RecordSkippedKey      RecordType = 15 // a skipped ratchet message key (layout 13); identity = peer user, device, key number (docs/storage.md, "Skipped message keys")
 )
 
 // Sealer seals and opens records at rest. identity is the row's identity

@@ -336,6 +336,10 @@ func (d *Device) observe(s session.Stats) {
 	d.metrics.commits.Add(float64(s.Committed))
 	d.metrics.discards.Add(float64(s.Discarded))
 	d.metrics.pruned.Add(float64(s.Pruned))
+	d.metrics.skipped.Set(float64(s.SkippedKeys))
+	for _, e := range s.SkippedEvicted {
+		d.metrics.evicted.Add(float64(e.Count))
+	}
 	if !s.OutboundChanged {
 		return
 	}

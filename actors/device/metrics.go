@@ -27,6 +27,10 @@ type metrics struct {
 	// stale counts messages found pending past StaleAfter, by side and
 	// reason only (closed sets).
 	stale *prometheus.CounterVec
+	// skipped is the skipped message keys stored (all peers); evicted
+	// counts those the device-wide cap evicted (no peer label).
+	skipped *share
+	evicted prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,6 +50,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "processed_pruned_total", Help: "Processed-ID entries removed by PruneProcessedMessages."}),
 		acksSent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "acks_sent_total", Help: "ACKs encrypted and handed to the transport."}),
+		skipped: &share{g: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "skipped_messages", Help: "Messages skipped in their ratchet chain whose keys are stored, awaiting their late arrival, for all peers (summed over the devices sharing the registry)."})},
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "skipped_messages_evicted_total", Help: "Keys of skipped messages evicted by the device-wide cap (MaxSkippedKeysPerDevice), from the peers holding the most."}),
 		acksFailed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "acks_failed_total", Help: "ACKs that could not be encrypted or handed off (the commit stands; ackSent=false)."}),
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
@@ -57,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	for _, g := range []*prometheus.Gauge{&m.pendingIn.g, &m.pendingOut.g, &m.oldestOut} {
+	for _, g := range []*prometheus.Gauge{&m.pendingIn.g, &m.pendingOut.g, &m.oldestOut, &m.skipped.g} {
 		if *g, err = promreg.Register(reg, *g); err != nil {
 			return nil, err
 		}
@@ -68,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.stale, err = promreg.Register(reg, m.stale); err != nil {
 		return nil, err
 	}
-	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed} {
+	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed, &m.evicted} {
 		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}

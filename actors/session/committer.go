@@ -58,6 +58,11 @@ type Stats struct {
 	// did: new commits, new discards, pruned processed entries, outbound
 	// messages cleared by an ACK.
 	Committed, Discarded, Pruned, Cleared int
+	// SkippedKeys is the number of skipped message keys the device stores
+	// after it (all peers); SkippedEvicted lists the keys the device-wide
+	// cap (Config.MaxSkippedKeysPerDevice) evicted in it, per peer.
+	SkippedKeys    int
+	SkippedEvicted []persistence.SkippedEviction
 }
 
 type committer struct {
@@ -67,6 +72,11 @@ type committer struct {
 	logger   interface {
 		Warn(msg string, args ...any)
 	}
+	// maxSkipped is the device-wide cap on stored skipped keys (0: none);
+	// capped reports that the last transaction evicted (one notice per
+	// episode at the cap, not one per step).
+	maxSkipped int
+	capped     bool
 
 	pending []*item
 	queued  bool
@@ -148,9 +158,19 @@ func (c *committer) commit() {
 					return errPoisoned
 				}
 			}
+			if c.maxSkipped > 0 {
+				// The device-wide cap, once per transaction after every
+				// item's keys: the largest holders lose their oldest keys.
+				ev, err := tx.EvictSkippedKeys(c.maxSkipped)
+				if err != nil {
+					return err
+				}
+				st.SkippedEvicted = ev
+			}
 			return readStats(tx, &st)
 		})
 		if err == nil {
+			c.noticeSkipped(st)
 			if c.observe != nil {
 				c.observe(st)
 			}
@@ -190,8 +210,33 @@ func (c *committer) commit() {
 	}
 }
 
+// noticeSkipped logs the device-wide skipped-key cap once per episode: when
+// a transaction first evicts, naming the peers that lost keys (they hold
+// the most, so a flooding peer names itself), and again only after a
+// transaction ended under the cap.
+func (c *committer) noticeSkipped(st Stats) {
+	if len(st.SkippedEvicted) == 0 {
+		if st.SkippedKeys < c.maxSkipped {
+			c.capped = false
+		}
+		return
+	}
+	if c.capped {
+		return
+	}
+	c.capped = true
+	args := []any{"limit", c.maxSkipped}
+	for _, e := range st.SkippedEvicted {
+		args = append(args, e.Peer.String(), e.Count)
+	}
+	c.logger.Warn("session: device-wide skipped key cap reached; the largest holders' oldest keys were evicted", args...)
+}
+
 func readStats(tx persistence.DeliveryTx, st *Stats) error {
 	var err error
+	if st.SkippedKeys, err = tx.SkippedKeyCount(nil); err != nil {
+		return err
+	}
 	if st.PendingInbound, err = tx.PendingInboundCount(nil); err != nil {
 		return err
 	}

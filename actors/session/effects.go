@@ -27,13 +27,19 @@ type writes struct {
 	// last-resort initiation's id recorded), refused when another copy was
 	// accepted first (ErrUnknownPrekey, ErrReplay).
 	accept *ratchet.AcceptedInitiation
-	// session is the new session record (nil: unchanged). It is encoded
-	// in the committer's transaction, and only when no later item of the
-	// same transaction writes the peer's record (superseded): one
-	// encoding, seal and put per peer and transaction, however many
-	// ratchet steps of that peer the transaction holds. Records are
-	// immutable values, so reading it there races with nothing.
+	// session is the new session record (nil: unchanged), base the record
+	// its step started from (what is stored once the earlier items of its
+	// chain are: a chain stops at its first failed item). The record is
+	// stored without its skipped keys, each key being an entry of its own
+	// (issue 13 item 4): every item writes the keys its step added or
+	// consumed (ratchet.SkippedKeyChanges of base and session), and the
+	// record itself is encoded only when no later item of the same
+	// transaction writes the peer's record (superseded): one encoding,
+	// seal and put per peer and transaction, however many ratchet steps of
+	// that peer the transaction holds. Records are immutable values, so
+	// reading them there races with nothing.
 	session    *ratchet.SessionRecord
+	base       ratchet.SessionRecord
 	superseded bool
 
 	// putPending stores a new pending inbound entry; the sequence the
@@ -62,7 +68,56 @@ type writes struct {
 	deleteOutbound bool
 }
 
-func (w *writes) setSession(rec ratchet.SessionRecord) { w.session = &rec }
+// setSession records a step from base to rec. One writes value may hold
+// several steps (a receive and its ACK): base stays the first one's.
+func (w *writes) setSession(base, rec ratchet.SessionRecord) {
+	if w.session == nil {
+		w.base = base
+	}
+	w.session = &rec
+}
+
+// loadRecord reads peer's session record and joins the skipped keys
+// stored beside it; has is false when there is no record.
+func loadRecord(r persistence.DeliveryReader, peer messages.DeviceAddress) (rec ratchet.SessionRecord, has bool, err error) {
+	raw, has, err := r.Session(peer)
+	if err != nil || !has {
+		return rec, has, err
+	}
+	var keys []ratchet.SkippedKey
+	if err := r.SkippedKeys(peer, func(seq uint64, entry []byte) (bool, error) {
+		keys = append(keys, ratchet.SkippedKey{Seq: seq, Entry: entry})
+		return true, nil
+	}); err != nil {
+		return rec, false, err
+	}
+	if rec, err = ratchet.UnmarshalStateWithKeys(raw, keys); err != nil {
+		return rec, false, corrupt("session record", err)
+	}
+	return rec, true, nil
+}
+
+// putSkipped writes the skipped keys the step added or changed and deletes
+// those it consumed, evicted or expired. After a delete of the session in
+// the same writes, everything the record holds is new.
+func (w *writes) putSkipped(tx persistence.DeliveryTx) error {
+	base := w.base
+	if w.deleteSession {
+		base = ratchet.SessionRecord{}
+	}
+	put, del := ratchet.SkippedKeyChanges(base, *w.session)
+	for _, seq := range del {
+		if err := tx.DeleteSkippedKey(w.peer, seq); err != nil {
+			return err
+		}
+	}
+	for _, k := range put {
+		if err := tx.PutSkippedKey(w.peer, k.Seq, k.Entry); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // supersede marks, among items in transaction order, every session record
 // write that a later item overwrites for the same peer (the last one
@@ -129,8 +184,13 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 			return err
 		}
 	}
+	if w.session != nil {
+		if err := w.putSkipped(tx); err != nil {
+			return err
+		}
+	}
 	if w.session != nil && !w.superseded {
-		raw, err := ratchet.MarshalState(*w.session)
+		raw, err := ratchet.MarshalStateWithoutKeys(*w.session)
 		if err != nil {
 			return err
 		}

@@ -49,6 +49,9 @@ const (
 	// DefaultMaxUnpinnedPeers is Config.MaxUnpinnedPeers' default.
 	DefaultMaxUnpinnedPeers = 1024
 	DefaultRefreshInterval  = time.Hour
+	// DefaultMaxSkippedKeysPerDevice is Config.MaxSkippedKeysPerDevice's
+	// default: ten records at the per-record cap (about 2 MiB sealed).
+	DefaultMaxSkippedKeysPerDevice = 20_000
 )
 
 // Config configures a Manager. Store and Transport are required.
@@ -108,6 +111,19 @@ type Config struct {
 	// not be decrypted (from the peer's actor: it must not block), with
 	// its reason (UndecryptableReason).
 	OnUndecryptable func(peer messages.DeviceAddress, reason string, err error)
+	// MaxSkippedKeysPerDevice caps the skipped message keys stored for
+	// all peers together (beside Ratchet.MaxSkippedKeysPerRecord per
+	// peer). Past it, at the end of the transaction that crossed it, the
+	// peers holding the most keys lose their oldest ones until the cap
+	// holds (persistence.PlanSkippedEviction): a peer that floods skipped
+	// keys loses its own first, and a peer holding fewer keys than the
+	// flooder keeps all of them. An evicted key's message then fails with
+	// ratchet.ErrReplay (as past the per-record cap); a loaded peer actor
+	// may still use a key evicted from storage until it reloads. Reported
+	// in Stats (SkippedKeys, SkippedEvicted) and logged once per episode
+	// at the cap (issue 13 item 4). 0: DefaultMaxSkippedKeysPerDevice;
+	// negative: no device-wide cap.
+	MaxSkippedKeysPerDevice int
 	// MaxBatch bounds the items of one committer transaction; 0:
 	// DefaultMaxBatch.
 	MaxBatch int
@@ -156,6 +172,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxUnpinnedPeers <= 0 {
 		c.MaxUnpinnedPeers = DefaultMaxUnpinnedPeers
+	}
+	if c.MaxSkippedKeysPerDevice == 0 {
+		c.MaxSkippedKeysPerDevice = DefaultMaxSkippedKeysPerDevice
 	}
 	if c.FailedDecryptBurst == 0 {
 		c.FailedDecryptBurst = DefaultFailedDecryptBurst
@@ -319,7 +338,7 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 	}
 	m.pub = m.local.Public()
 	m.committer = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &committer{store: cfg.Store, maxBatch: cfg.MaxBatch, observe: cfg.Observe, logger: cfg.Logger}
+		return &committer{store: cfg.Store, maxBatch: cfg.MaxBatch, observe: cfg.Observe, logger: cfg.Logger, maxSkipped: max(cfg.MaxSkippedKeysPerDevice, 0)}
 	}, cfg.Mailboxes.Option("delivery_committer"), mailbox.Pooled()))
 	if cfg.RefreshInterval > 0 {
 		m.scheduledRefresh()

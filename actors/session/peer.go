@@ -128,12 +128,12 @@ func (a *peerActor) load(ctx context.Context) error {
 	if a.loaded {
 		return nil
 	}
-	var raw []byte
+	var rec ratchet.SessionRecord
 	var has, pinned bool
 	var pin ratchet.IdentityPublic
 	err := a.m.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
 		var err error
-		if raw, has, err = r.Session(a.peer); err != nil {
+		if rec, has, err = loadRecord(r, a.peer); err != nil {
 			return err
 		}
 		pin, pinned, err = r.Pin(a.peer)
@@ -141,12 +141,6 @@ func (a *peerActor) load(ctx context.Context) error {
 	})
 	if err != nil {
 		return wrapPeer("load", a.peer, err)
-	}
-	rec := ratchet.SessionRecord{}
-	if has {
-		if rec, err = ratchet.UnmarshalState(raw); err != nil {
-			return wrapPeer("load", a.peer, corrupt("session record", err))
-		}
 	}
 	a.rec, a.pin, a.loaded = rec, nil, true
 	if pinned {
@@ -337,8 +331,8 @@ func (a *peerActor) encrypt(ctx context.Context, plaintext []byte) (encrypted, e
 
 // adoptEncryption makes e the speculative state and adds its writes.
 func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
+	wr.setSession(a.rec, e.rec)
 	a.rec = e.rec
-	wr.setSession(e.rec)
 	if e.pin != nil {
 		a.pin = e.pin
 		wr.pin = e.pin
@@ -440,8 +434,8 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 
 // adoptDecryption makes d the speculative state and adds its writes.
 func (a *peerActor) adoptDecryption(d decrypted, wr *writes) {
+	wr.setSession(a.rec, d.res.Record)
 	a.rec = d.res.Record
-	wr.setSession(d.res.Record)
 	wr.accept = d.accept
 	if d.pin != nil {
 		a.pin = d.pin

@@ -68,7 +68,7 @@ func records(t *testing.T, n int) []ratchet.SessionRecord {
 
 func sessionItem(peer int, ch *chain, rec ratchet.SessionRecord, fail error, res chan<- error) *item {
 	wr := &writes{peer: peerN(peer)}
-	wr.setSession(rec)
+	wr.setSession(ratchet.SessionRecord{}, rec)
 	return &item{chain: ch, writes: wr, apply: func(tx persistence.DeliveryTx, st *Stats) error {
 		if err := wr.run(tx, st); err != nil {
 			return err

@@ -105,16 +105,16 @@ func FuzzUnmarshalPrekeyStore(f *testing.F) {
 // stateV1 encodes r in the version-1 record layout.
 func stateV1(tb testing.TB, r SessionRecord) []byte {
 	tb.Helper()
-	var w wireRecord
-	if err := messages.Unmarshal("test", mustState(tb, r), &w, MaxStateSize); err != nil {
+	var w3 wireRecord
+	if err := messages.Unmarshal("test", mustState(tb, r), &w3, MaxStateSize); err != nil {
 		tb.Fatal(err)
 	}
-	w.V = 1
+	w := wireRecordV2{V: 1, Sessions: w3.Sessions, Retired: w3.Retired}
 	for i := range w.Sessions {
 		var old []byte
 		for p := w.Sessions[i].Skipped; len(p) > 0; p = p[skippedEntry:] {
-			old = append(old, p[:36]...)
-			old = append(old, p[44:76]...)
+			old = append(old, p[8:44]...)
+			old = append(old, p[52:84]...)
 		}
 		w.Sessions[i].Skipped = old
 	}

@@ -135,6 +135,7 @@ type SessionInfo struct {
 type SessionRecord struct {
 	sessions []*session // [0] is current
 	retired  []SessionID
+	nextSeq  uint64 // number of the next skipped key (0 and 1: the first)
 }
 
 // IsEmpty reports whether the record holds no session.
@@ -428,7 +429,7 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 			ns.pending, ns.pendingEnc = nil, nil
 		}
 		return DecryptResult{
-			Record: rec.withReplaced(i, ns).bounded(c, t), Prekeys: prekeys, Plaintext: pt,
+			Record: rec.withReplaced(i, ns).numbered(i).bounded(c, t), Prekeys: prekeys, Plaintext: pt,
 			Session: ns.info(), Current: i == 0,
 		}, nil
 	}
@@ -482,7 +483,7 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 		}
 	}
 	return DecryptResult{
-		Record: rec.withInserted(c, pos, ns).bounded(c, t), Prekeys: newPrekeys,
+		Record: rec.withInserted(c, pos, ns).numbered(pos).bounded(c, t), Prekeys: newPrekeys,
 		PrekeysChanged: true, Plaintext: pt,
 		Session: ns.info(), Established: true, Current: pos == 0, Accepted: &acc,
 	}, nil

@@ -18,10 +18,14 @@ const (
 )
 
 type skippedKey struct {
-	dh [32]byte
-	n  uint32
-	at int64 // unix ns when it was skipped; 0: loaded from a record that kept no times
-	mk [32]byte
+	// seq numbers the key in its record (0: not numbered yet, a key this
+	// step just skipped; SessionRecord.numbered). It is the key's storage
+	// address when skipped keys are stored on their own (SkippedKey).
+	seq uint64
+	dh  [32]byte
+	n   uint32
+	at  int64 // unix ns when it was skipped; 0: loaded from a record that kept no times
+	mk  [32]byte
 }
 
 // oldChain remembers a retired receiving chain so a late copy of one of its

@@ -8,12 +8,16 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// StateVersion is the version of the SessionRecord encoding. Version 2
-// stores the time each skipped key was skipped; version 1 records are
-// still read (their keys are stamped at the next step), and a session
-// whose unanswered initiation is of version 1 is dropped on load (no
-// current peer accepts it: docs/delivery.md, "Initiation version 2").
-const StateVersion = 2
+// StateVersion is the version of the SessionRecord encoding. Version 3
+// numbers every skipped key with a sequence unique in its record (the
+// key under which it is stored on its own: MarshalStateWithoutKeys,
+// SkippedKeyChanges) and stores the next number. Version 2 stores the
+// time each skipped key was skipped; versions 1 and 2 are still read
+// (their keys are numbered in order on load; version-1 keys are stamped
+// at the next step), and a session whose unanswered initiation is of
+// version 1 is dropped on load (no current peer accepts it:
+// docs/delivery.md, "Initiation version 2").
+const StateVersion = 3
 
 // MaxStateSize is the largest encoded SessionRecord UnmarshalState accepts.
 const MaxStateSize = 64 << 20
@@ -33,11 +37,21 @@ type wireSession struct {
 	CKs        []byte // null when absent
 	CKr        []byte // null when absent
 	Ns, Nr, PN uint32
-	// Skipped packs dh (32) || n (u32 BE) || at (i64 BE, unix ns) || mk
-	// (32) per key, oldest first (version 1: without at).
+	// Skipped packs seq (u64 BE) || dh (32) || n (u32 BE) || at (i64 BE,
+	// unix ns) || mk (32) per key, oldest first (version 2: without seq;
+	// version 1: without seq and at).
 	Skipped []byte
 	// OldChains packs dh (32) || end (u32 BE) per chain, oldest first.
 	OldChains []byte
+}
+
+// wireRecordV2 is the record of versions 1 and 2.
+type wireRecordV2 struct {
+	_        struct{} `cbor:",toarray"`
+	V        uint64
+	Sessions []wireSession
+	// Retired packs 32-byte session ids, oldest first.
+	Retired []byte
 }
 
 type wireRecord struct {
@@ -46,10 +60,13 @@ type wireRecord struct {
 	Sessions []wireSession
 	// Retired packs 32-byte session ids, oldest first.
 	Retired []byte
+	// NextSkipped is the sequence number the next skipped key gets.
+	NextSkipped uint64
 }
 
 const (
-	skippedEntry   = 32 + 4 + 8 + 32
+	skippedEntry   = 8 + 32 + 4 + 8 + 32
+	skippedEntryV2 = 32 + 4 + 8 + 32
 	skippedEntryV1 = 32 + 4 + 32
 	oldChainEntry  = 32 + 4
 )
@@ -62,9 +79,20 @@ func opt(has bool, b [32]byte) []byte {
 }
 
 // MarshalState returns the deterministic encoding of rec (Core
-// Deterministic CBOR, versioned). It holds secrets: seal it at rest.
-func MarshalState(rec SessionRecord) ([]byte, error) {
-	w := wireRecord{V: StateVersion, Sessions: make([]wireSession, len(rec.sessions))}
+// Deterministic CBOR, versioned), its skipped keys included. It holds
+// secrets: seal it at rest. A store that keeps skipped keys on their own
+// writes MarshalStateWithoutKeys instead.
+func MarshalState(rec SessionRecord) ([]byte, error) { return marshalState(rec, true) }
+
+// MarshalStateWithoutKeys is MarshalState without the skipped message
+// keys: the small state record a ratchet step rewrites. The keys are
+// stored as entries of their own (SkippedKeys, SkippedKeyChanges) and
+// joined again by UnmarshalStateWithKeys, so a step writes only the keys
+// it added or consumed (issue 13 item 4).
+func MarshalStateWithoutKeys(rec SessionRecord) ([]byte, error) { return marshalState(rec, false) }
+
+func marshalState(rec SessionRecord, keys bool) ([]byte, error) {
+	w := wireRecord{V: StateVersion, Sessions: make([]wireSession, len(rec.sessions)), NextSkipped: rec.nextSeq}
 	var scratch [][]byte
 	defer func() { wipeAll(scratch) }()
 	for i, s := range rec.sessions {
@@ -76,9 +104,10 @@ func MarshalState(rec SessionRecord) ([]byte, error) {
 			DHr:      opt(s.hasDHr, s.dhr), CKs: opt(s.hasCKs, s.cks), CKr: opt(s.hasCKr, s.ckr),
 			Ns: s.ns, Nr: s.nr, PN: s.pn,
 		}
-		if len(s.skipped) > 0 {
+		if keys && len(s.skipped) > 0 {
 			ws.Skipped = make([]byte, 0, len(s.skipped)*skippedEntry)
 			for _, k := range s.skipped {
+				ws.Skipped = binary.BigEndian.AppendUint64(ws.Skipped, k.seq)
 				ws.Skipped = append(ws.Skipped, k.dh[:]...)
 				ws.Skipped = binary.BigEndian.AppendUint32(ws.Skipped, k.n)
 				ws.Skipped = binary.BigEndian.AppendUint64(ws.Skipped, uint64(k.at))
@@ -135,20 +164,33 @@ func getIdentity(dst *IdentityPublic, b []byte) bool {
 func UnmarshalState(b []byte) (SessionRecord, error) {
 	const what = "ratchet session record"
 	var w wireRecord
-	if err := messages.Unmarshal(what, b, &w, MaxStateSize); err != nil {
-		return SessionRecord{}, err
-	}
-	if w.V != StateVersion && w.V != 1 {
+	err := messages.Unmarshal(what, b, &w, MaxStateSize)
+	if err == nil && w.V != StateVersion {
 		return SessionRecord{}, &messages.DecodeError{What: what, Kind: messages.ErrUnsupportedVersion, Err: fmt.Errorf("version %d", w.V)}
 	}
+	if err != nil {
+		// Versions 1 and 2: three fields.
+		var w2 wireRecordV2
+		if messages.Unmarshal(what, b, &w2, MaxStateSize) != nil {
+			return SessionRecord{}, err
+		}
+		if w2.V != 2 && w2.V != 1 {
+			return SessionRecord{}, &messages.DecodeError{What: what, Kind: messages.ErrUnsupportedVersion, Err: fmt.Errorf("version %d", w2.V)}
+		}
+		w = wireRecord{V: w2.V, Sessions: w2.Sessions, Retired: w2.Retired}
+	}
 	entry := skippedEntry
-	if w.V == 1 {
+	switch w.V {
+	case 1:
 		entry = skippedEntryV1
+	case 2:
+		entry = skippedEntryV2
 	}
 	if len(w.Retired)%32 != 0 {
 		return SessionRecord{}, decodeError(what, fmt.Errorf("retired ids not a multiple of 32 bytes"))
 	}
-	var rec SessionRecord
+	rec := SessionRecord{nextSeq: w.NextSkipped}
+	seqs := map[uint64]bool{}
 	for p := w.Retired; len(p) > 0; p = p[32:] {
 		rec.retired = append(rec.retired, SessionID(p[:32]))
 	}
@@ -192,13 +234,28 @@ func UnmarshalState(b []byte) (SessionRecord, error) {
 		}
 		for p := ws.Skipped; len(p) > 0; p = p[entry:] {
 			var k skippedKey
-			copy(k.dh[:], p[:32])
-			k.n = binary.BigEndian.Uint32(p[32:36])
-			if w.V == 1 {
-				copy(k.mk[:], p[36:68])
+			q := p
+			if w.V == StateVersion {
+				k.seq = binary.BigEndian.Uint64(q[:8])
+				q = q[8:]
+				if k.seq == 0 || k.seq >= rec.nextSeq || seqs[k.seq] ||
+					(len(s.skipped) > 0 && s.skipped[len(s.skipped)-1].seq >= k.seq) {
+					return SessionRecord{}, decodeError(what, fmt.Errorf("session %d: skipped key number %d out of order or not below %d", i, k.seq, rec.nextSeq))
+				}
 			} else {
-				k.at = int64(binary.BigEndian.Uint64(p[36:44]))
-				copy(k.mk[:], p[44:76])
+				// Versions 1 and 2 kept no numbers: number in order.
+				rec.nextSeq = max(rec.nextSeq, 1)
+				k.seq = rec.nextSeq
+				rec.nextSeq++
+			}
+			seqs[k.seq] = true
+			copy(k.dh[:], q[:32])
+			k.n = binary.BigEndian.Uint32(q[32:36])
+			if w.V == 1 {
+				copy(k.mk[:], q[36:68])
+			} else {
+				k.at = int64(binary.BigEndian.Uint64(q[36:44]))
+				copy(k.mk[:], q[44:76])
 			}
 			s.skipped = append(s.skipped, k)
 		}

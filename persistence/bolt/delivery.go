@@ -134,6 +134,9 @@ func (s *deliveryStore) Update(ctx context.Context, fn func(tx persistence.Deliv
 		if err := fn(tx); err != nil {
 			return err
 		}
+		if err := tx.flushSkipped(); err != nil {
+			return err
+		}
 		return s.d.failpoint(FailpointDeliveryUpdateBeforeCommit)
 	})
 	if err != nil {
@@ -168,6 +171,9 @@ type deliveryTx struct {
 	// read-only bbolt transaction looks a bucket up anew on every
 	// Tx.Bucket, and most transactions need two or three of them.
 	opened [8]openedBucket
+	// skippedDeltas are this transaction's changes to the skipped-key
+	// counts, by addrKey, written once before the commit (flushSkipped).
+	skippedDeltas map[string]int64
 }
 
 type openedBucket struct {
@@ -354,7 +360,11 @@ func (t *deliveryTx) DeleteSession(peer messages.DeviceAddress) error {
 	if err != nil {
 		return err
 	}
-	return sessions.Delete(addrKey(peer))
+	if err := sessions.Delete(addrKey(peer)); err != nil {
+		return err
+	}
+	_, err = t.deleteSkipped(peer, -1)
+	return err
 }
 
 func (t *deliveryTx) PutPin(peer messages.DeviceAddress, identity messages.IdentityKey) error {

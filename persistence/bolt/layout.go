@@ -37,8 +37,11 @@ import (
 // legacy marker sealed together (resealDeliveryV11, migrate_v11.go).
 // Version 12: reconciliation's range aggregate, per (table, site) counts
 // and LtHash16 sums of the retained events' keys (migrateRangeSumsV12,
-// reconcile_sums.go).
-const LayoutVersion = 12
+// reconcile_sums.go). Version 13: skipped message keys stored one entry
+// each beside their session records, so a ratchet step writes only the
+// keys it changed, with counts per peer and per device for the
+// device-wide cap (splitSkippedV13, migrate_v13.go).
+const LayoutVersion = 13
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -87,6 +90,7 @@ var migrations = []migration{
 	{from: 9, to: 10, fn: createChangesV10},
 	{from: 10, to: 11, sealed: resealDeliveryV11},
 	{from: 11, to: 12, fn: migrateRangeSumsV12},
+	{from: 12, to: 13, sealed: splitSkippedV13},
 }
 
 // createV1 creates the initial layout.

@@ -36,6 +36,7 @@ var sealedBuckets = []sealedBucket{
 	{bucketDeliveryMeta, resealDeliveryMeta, `"identity": RecordIdentity/DeviceIdentity(); "prekeys": RecordPrekey/PrekeyIdentity(PrekeyStoreIdentity)`},
 	{bucketDeliverySessions, resealSession, "whole value: RecordSession, identity = SessionIdentity(peer user, u32be device)"},
 	{bucketDeliveryPins, resealPin, "whole value (layout 11): RecordPin, identity = PinIdentity(peer user, u32be device)"},
+	{bucketDeliverySkipped, resealSkipped, "whole value (layout 13): RecordSkippedKey, identity = Identity(peer user, u32be device, u64be key number)"},
 	{bucketInPending, resealPendingIn, "pendingInRecord.Frame: RecordPendingFrame, identity = MessageIdentity(sender user, u32be device, id)"},
 	{bucketInProcessed, resealProcessed, "processedRecord.Entry (layout 11): RecordProcessedEntry, identity = MessageIdentity(sender user, u32be device, id)"},
 	{bucketOutPending, resealOutbound, "outboundRecord.Body: RecordOutboundBody, identity = MessageIdentity(recipient user, u32be device, id)"},
@@ -51,9 +52,10 @@ var plaintextBuckets = [][]byte{
 	bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers, // SSP/1 §14 progress: sequence numbers and clocks
 	bucketSyncPeerGaps, bucketSyncCursorRetry, bucketSyncHeldUsage, // layout 6: gaps, re-offers, held totals (sequences, group names, counts)
 	bucketInPendingSeq, bucketInPendingSender, bucketInProcessedTime, bucketOutPendingSeq, // commit-boundary indexes: sequences, times, ids
-	bucketInMeta,        // commit-boundary counters
-	bucketSyncChanges,   // layout 10: the change log (row states, plaintext as bucketSyncRows is)
-	bucketSyncRangeSums, // layout 12: counts and hashes of event keys (plaintext as bucketSyncEventKeys is)
+	bucketInMeta,               // commit-boundary counters
+	bucketSyncChanges,          // layout 10: the change log (row states, plaintext as bucketSyncRows is)
+	bucketSyncRangeSums,        // layout 12: counts and hashes of event keys (plaintext as bucketSyncEventKeys is)
+	bucketDeliverySkippedCount, // layout 13: skipped keys stored per peer (counts)
 }
 
 // Reseal re-seals, under the current storage key, every sealed record the

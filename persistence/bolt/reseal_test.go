@@ -154,6 +154,9 @@ func seedAll(t *testing.T, db *DB, tk persistence.TableKey, events int) {
 			if err := tx.PutPin(p, seededPin(i)); err != nil {
 				return err
 			}
+			if err := tx.PutSkippedKey(p, uint64(i+1), []byte(fmt.Sprint("skipped-", i))); err != nil {
+				return err
+			}
 		}
 		return nil
 	}); err != nil {
@@ -209,6 +212,16 @@ func readAll(db *DB, tk persistence.TableKey, events int) error {
 			if k, ok, err := r.Pin(p); err != nil || !ok || k != seededPin(i) {
 				return fmt.Errorf("pin %s = %v, %v, %w", p, k, ok, err)
 			}
+			var got []string
+			if err := r.SkippedKeys(p, func(seq uint64, e []byte) (bool, error) {
+				got = append(got, fmt.Sprint(seq, string(e)))
+				return true, nil
+			}); err != nil {
+				return err
+			}
+			if want := fmt.Sprint(i+1, "skipped-", i); len(got) != 1 || got[0] != want {
+				return fmt.Errorf("skipped keys of %s = %q, want [%s]", p, got, want)
+			}
 		}
 		return nil
 	}); err != nil {
@@ -226,7 +239,7 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 	tk := persistence.TableKey{Schema: "s", Table: "t"}
 	const events = 23
 	const inbound = 6                                      // pending frames, processed entries, outbound bodies (seedInbound)
-	total := events + 3 + 2 + 2*len(resealPeers) + inbound // events, sealed meta, identity+prekeys, sessions and pins, commit boundary
+	total := events + 3 + 2 + 3*len(resealPeers) + inbound // events, sealed meta, identity+prekeys, sessions, pins and skipped keys, commit boundary
 	db := mustOpen(t, path, Options{NoSync: true, Sealer: newTestSealer(1)})
 	seedAll(t, db, tk, events)
 	if err := db.Close(); err != nil {
@@ -277,8 +290,9 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 	}
 	per, stale = staleCounts(t, db, rot)
 	pins := len(resealPeers)
-	if stale != 2+pins+inbound || per[string(bucketDeliverySessions)] != 2 || per[string(bucketDeliveryPins)] != pins {
-		t.Fatalf("stale after run 2 = %d (%v), want 2 sessions + %d pins + %d commit-boundary records", stale, per, pins, inbound)
+	skipped := len(resealPeers)
+	if stale != 2+pins+skipped+inbound || per[string(bucketDeliverySessions)] != 2 || per[string(bucketDeliveryPins)] != pins || per[string(bucketDeliverySkipped)] != skipped {
+		t.Fatalf("stale after run 2 = %d (%v), want 2 sessions + %d pins + %d skipped keys + %d commit-boundary records", stale, per, pins, skipped, inbound)
 	}
 	// Restart and resume: the rest is resealed, nothing twice.
 	if err := db.Close(); err != nil {
@@ -287,8 +301,8 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 	opts.Failpoint = nil
 	db = mustOpen(t, path, opts)
 	defer db.Close()
-	if n, err := db.Reseal(ctx, 5); err != nil || n != 2+pins+inbound {
-		t.Fatalf("resumed Reseal = %d, %v; want %d", n, err, 2+pins+inbound)
+	if n, err := db.Reseal(ctx, 5); err != nil || n != 2+pins+skipped+inbound {
+		t.Fatalf("resumed Reseal = %d, %v; want %d", n, err, 2+pins+skipped+inbound)
 	}
 	if _, stale := staleCounts(t, db, rot); stale != 0 {
 		t.Fatalf("stale after reseal = %d", stale)
@@ -320,6 +334,7 @@ func TestResealDamagedRecordIsCorrupt(t *testing.T) {
 		{"identity", bucketDeliveryMeta, deliveryKeyIdentity},
 		{"unknown delivery meta key", bucketDeliveryMeta, []byte("mystery")},
 		{"session under a malformed key", bucketDeliverySessions, []byte("no-terminator")},
+		{"skipped key", bucketDeliverySkipped, skippedKeyOf(messages.DeviceAddress{User: "alice", Device: 1}, 7)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "node.db")

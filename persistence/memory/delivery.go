@@ -22,7 +22,9 @@ type deliveryData struct {
 	prekeys  []byte
 	sessions map[messages.DeviceAddress][]byte
 	pins     map[messages.DeviceAddress]messages.IdentityKey
-	in       *inboundState // commit-boundary records (inbound.go); replaced, never mutated
+	in       *inboundState                                // commit-boundary records (inbound.go); replaced, never mutated
+	skipped  map[messages.DeviceAddress]map[uint64][]byte // skipped keys (skipped.go)
+	nSkipped int                                          // all peers' skipped keys
 }
 
 // DeliveryStore is an in-memory persistence.DeliveryStore, without
@@ -42,6 +44,7 @@ func NewDelivery() *DeliveryStore {
 		sessions: make(map[messages.DeviceAddress][]byte),
 		pins:     make(map[messages.DeviceAddress]messages.IdentityKey),
 		in:       newInboundState(),
+		skipped:  make(map[messages.DeviceAddress]map[uint64][]byte),
 	}}
 }
 
@@ -102,6 +105,7 @@ func (s *DeliveryStore) Update(ctx context.Context, fn func(tx persistence.Deliv
 	for a, k := range tx.pins {
 		s.d.pins[a] = k
 	}
+	tx.commitSkipped()
 	if tx.in != nil {
 		s.d.in = tx.in
 	}
@@ -132,6 +136,10 @@ type deliveryTxn struct {
 	sessions          map[messages.DeviceAddress][]byte
 	pins              map[messages.DeviceAddress]messages.IdentityKey
 	in                *inboundState // staged commit-boundary records (nil: unchanged)
+	// skipped stages skipped-key writes (a nil entry: deleted);
+	// skippedCleared marks peers whose committed keys are all deleted.
+	skipped        map[messages.DeviceAddress]map[uint64][]byte
+	skippedCleared map[messages.DeviceAddress]bool
 }
 
 var errDeliveryReadOnly = errors.New("memory: write in a read-only delivery transaction")
@@ -276,6 +284,7 @@ func (t *deliveryTxn) DeleteSession(peer messages.DeviceAddress) error {
 		t.sessions = make(map[messages.DeviceAddress][]byte)
 	}
 	t.sessions[peer] = nil
+	t.clearSkipped(peer)
 	return nil
 }
 

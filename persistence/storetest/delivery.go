@@ -45,6 +45,9 @@ func RunDeliveryStore(t *testing.T, open DeliveryOpenFunc) {
 		{"CloseThenEveryCallReturnsErrClosed", testDeliveryClosed},
 		{"SurvivesReopen", testDeliveryReopen},
 		{"ConcurrentReadModifyWriteLosesNothing", testDeliveryConcurrent},
+		{"SkippedKeysPerPeerInOrderWithCounts", testDeliverySkippedKeys},
+		{"SkippedKeyEntryLimitAtAndPastTheEdge", testDeliverySkippedEntryLimit},
+		{"SkippedKeysEvictedFromTheLargestHolderAtAndPastTheCap", testDeliverySkippedEviction},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
