@@ -94,23 +94,26 @@ func freePort(t *testing.T) int {
 // 4 × GOMAXPROCS of them on purpose (actors/mailbox), a worker running
 // an actor's mailbox is counted.
 func goroutines() (int, string) {
-	buf := make([]byte, 1<<20)
-	for {
-		n := goruntime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	var kept []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range goroutineStacks() {
 		if lines := strings.SplitN(g, "\n", 3); len(lines) >= 2 && strings.Contains(lines[1], "actors/mailbox.(*Pool).run(") {
 			continue
 		}
 		kept = append(kept, g)
 	}
 	return len(kept), strings.Join(kept, "\n\n")
+}
+
+// goroutineStacks returns the stack of every goroutine, one an entry.
+func goroutineStacks() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := goruntime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // waitGoroutinesAtMost waits (up to a minute) until at most want
