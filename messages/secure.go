@@ -187,10 +187,7 @@ func EncodeSecurePayload(p *SecurePayload) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("messages: encode secure payload: unknown type 0x%02x", uint8(p.Type))
 	}
-	if len(out) > MaxSecurePayloadSize {
-		return nil, fmt.Errorf("messages: encode secure payload: %d bytes: %w", len(out), ErrTooLarge)
-	}
-	return out, nil
+	return bounded("secure payload", out, MaxSecurePayloadSize)
 }
 
 // DecodeSecurePayload strictly decodes one SecurePayload v1 frame. Errors
@@ -202,8 +199,8 @@ func DecodeSecurePayload(b []byte) (*SecurePayload, error) {
 	if err := Unmarshal(what, b, &w, MaxSecurePayloadSize); err != nil {
 		return nil, err
 	}
-	if w.V != SecurePayloadVersion {
-		return nil, decodeErr(what, ErrUnsupportedVersion, fmt.Errorf("version %d", w.V))
+	if err := checkVersion(what, w.V, SecurePayloadVersion); err != nil {
+		return nil, err
 	}
 	if w.Type > 0xff {
 		return nil, decodeErr(what, ErrMalformed, fmt.Errorf("type %d", w.Type))
@@ -241,6 +238,23 @@ func DecodeSecurePayload(b []byte) (*SecurePayload, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// bounded returns the encoding b of what, or ErrTooLarge past limit
+// bytes: an encoder refuses what its decoder would.
+func bounded(what string, b []byte, limit int) ([]byte, error) {
+	if len(b) > limit {
+		return nil, fmt.Errorf("messages: encode %s: %d bytes: %w", what, len(b), ErrTooLarge)
+	}
+	return b, nil
+}
+
+// checkVersion refuses a decoded frame of what whose version is not want.
+func checkVersion(what string, got, want uint64) error {
+	if got != want {
+		return decodeErr(what, ErrUnsupportedVersion, fmt.Errorf("version %d", got))
+	}
+	return nil
 }
 
 // requireCanonical re-encodes the decoded value and rejects input that is
@@ -426,10 +440,7 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 		}
 	}
 	b := appendEnvelope(make([]byte, 0, 2+ratchetHeaderSize+len(ib)+1+5+len(e.Ciphertext)), &e.Header, ib, e.Ciphertext)
-	if len(b) > MaxEnvelopeSize {
-		return nil, fmt.Errorf("messages: encode envelope: %d bytes: %w", len(b), ErrTooLarge)
-	}
-	return b, nil
+	return bounded("envelope", b, MaxEnvelopeSize)
 }
 
 // DecodeEnvelope strictly decodes one envelope.
@@ -439,8 +450,8 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 	if err := Unmarshal(what, b, &w, MaxEnvelopeSize); err != nil {
 		return nil, err
 	}
-	if w.V != EnvelopeVersion {
-		return nil, decodeErr(what, ErrUnsupportedVersion, fmt.Errorf("version %d", w.V))
+	if err := checkVersion(what, w.V, EnvelopeVersion); err != nil {
+		return nil, err
 	}
 	if w.Header == nil || w.Initiation == nil {
 		return nil, decodeErr(what, ErrMalformed, fmt.Errorf("missing header or initiation slot"))
@@ -482,8 +493,8 @@ func decodeInitiation(what string, b []byte) (*PrekeyInitiation, error) {
 		}
 		return nil, err
 	}
-	if wi.V != PrekeyInitiationVersion {
-		return nil, decodeErr(what, ErrUnsupportedVersion, fmt.Errorf("version %d", wi.V))
+	if err := checkVersion(what, wi.V, PrekeyInitiationVersion); err != nil {
+		return nil, err
 	}
 	if len(wi.IKSign) != Ed25519PublicKeySize || len(wi.IKDH) != X25519KeySize ||
 		len(wi.Ephemeral) != X25519KeySize || len(wi.KEMCT) != MLKEM768CiphertextSize || len(wi.Sig) != SignatureSize {
@@ -589,10 +600,7 @@ func EncodePrekeyBundle(b *PrekeyBundle) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(out) > MaxPrekeyBundleSize {
-		return nil, fmt.Errorf("messages: encode prekey bundle: %d bytes: %w", len(out), ErrTooLarge)
-	}
-	return out, nil
+	return bounded("prekey bundle", out, MaxPrekeyBundleSize)
 }
 
 // DecodePrekeyBundle strictly decodes one prekey bundle. It checks shapes
@@ -603,8 +611,8 @@ func DecodePrekeyBundle(in []byte) (*PrekeyBundle, error) {
 	if err := Unmarshal(what, in, &w, MaxPrekeyBundleSize); err != nil {
 		return nil, err
 	}
-	if w.V != PrekeyBundleVersion {
-		return nil, decodeErr(what, ErrUnsupportedVersion, fmt.Errorf("version %d", w.V))
+	if err := checkVersion(what, w.V, PrekeyBundleVersion); err != nil {
+		return nil, err
 	}
 	if len(w.IKSign) != Ed25519PublicKeySize || len(w.IKDH) != X25519KeySize ||
 		len(w.SPK.Pub) != X25519KeySize || len(w.SPK.Sig) != SignatureSize ||

@@ -10,18 +10,34 @@ package messages
 // in bytewise order of their encodings); TestSecureAppendMatchesCBOR
 // compares them with it over random and edge-sized values.
 
+// The heads of the frames, each by appendHead (RFC 8949 §3.1 major types
+// 0 unsigned, 2 byte string, 3 text string, 4 array, 5 map; simple value
+// 22 is null), so no encoder spells a head byte by hand.
+
+func appendUint(dst []byte, v uint64) []byte { return appendHead(dst, 0, v) }
+
 func appendBstr(dst, b []byte) []byte {
 	return append(appendHead(dst, 2, uint64(len(b))), b...)
 }
 
+func appendTstr(dst []byte, s string) []byte {
+	return append(appendHead(dst, 3, uint64(len(s))), s...)
+}
+
+func appendArray(dst []byte, n int) []byte { return appendHead(dst, 4, uint64(n)) }
+
+func appendMap(dst []byte, n int) []byte { return appendHead(dst, 5, uint64(n)) }
+
+func appendNull(dst []byte) []byte { return appendHead(dst, 7, 22) }
+
 // appendRatchetHeader appends the encoding of wireHeader: [session bstr,
 // dh bstr, pn uint, n uint].
 func appendRatchetHeader(dst []byte, h *RatchetHeader) []byte {
-	dst = append(dst, 0x84)
+	dst = appendArray(dst, 4)
 	dst = appendBstr(dst, h.Session[:])
 	dst = appendBstr(dst, h.DH[:])
-	dst = appendHead(dst, 0, uint64(h.PN))
-	return appendHead(dst, 0, uint64(h.N))
+	dst = appendUint(dst, uint64(h.PN))
+	return appendUint(dst, uint64(h.N))
 }
 
 // ratchetHeaderSize is the largest encoded ratchet header.
@@ -31,18 +47,18 @@ const ratchetHeaderSize = 1 + 2*(2+32) + 2*5
 // {"id": bstr} (an ack) or {"id": bstr, "body": bstr} (an application
 // message): "id" (0x62…) sorts before "body" (0x64…).
 func appendSecurePayload(dst []byte, t SecurePayloadType, id *LogicalMessageID, body []byte, app bool) []byte {
-	dst = append(dst, 0x83)
-	dst = appendHead(dst, 0, SecurePayloadVersion)
-	dst = appendHead(dst, 0, uint64(t))
+	dst = appendArray(dst, 3)
+	dst = appendUint(dst, SecurePayloadVersion)
+	dst = appendUint(dst, uint64(t))
+	fields := 1
 	if app {
-		dst = append(dst, 0xa2)
-	} else {
-		dst = append(dst, 0xa1)
+		fields = 2
 	}
-	dst = append(dst, 0x62, 'i', 'd')
+	dst = appendMap(dst, fields)
+	dst = appendTstr(dst, "id")
 	dst = appendBstr(dst, id[:])
 	if app {
-		dst = append(dst, 0x64, 'b', 'o', 'd', 'y')
+		dst = appendTstr(dst, "body")
 		dst = appendBstr(dst, body)
 	}
 	return dst
@@ -52,13 +68,13 @@ func appendSecurePayload(dst []byte, t SecurePayloadType, id *LogicalMessageID, 
 // initiation or null, ciphertext bstr]; initiation is the encoded
 // initiation (nil: none).
 func appendEnvelope(dst []byte, h *RatchetHeader, initiation, ciphertext []byte) []byte {
-	dst = append(dst, 0x84)
-	dst = appendHead(dst, 0, EnvelopeVersion)
+	dst = appendArray(dst, 4)
+	dst = appendUint(dst, EnvelopeVersion)
 	dst = appendRatchetHeader(dst, h)
 	if initiation != nil {
 		dst = append(dst, initiation...)
 	} else {
-		dst = append(dst, 0xf6)
+		dst = appendNull(dst)
 	}
 	return appendBstr(dst, ciphertext)
 }

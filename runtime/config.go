@@ -146,6 +146,10 @@ type Config struct {
 	// with a commit boundary, on the same actor system and storage. Nil:
 	// the node syncs tables only.
 	Device *DeviceConfig
+
+	// openFault, tests only, is called after each phase of Open (its name
+	// from openPhases); an error fails Open there (closers.go).
+	openFault func(phase string) error
 }
 
 // ConfigError names the Config field that is wrong.

@@ -167,9 +167,7 @@ func (n *Node) openDevice(ctx context.Context) error {
 		},
 	})
 	if err != nil {
-		_ = store.Close()
-		n.dstore = nil
-		return err
+		return err // the store closes with the node's storage (closeStore)
 	}
 	close(n.deliveries.ready)
 	return nil

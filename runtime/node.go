@@ -48,7 +48,6 @@ type Node struct {
 	cfg     Config
 	log     *slog.Logger
 	system  *actor.ActorSystem
-	ownSys  bool
 	db      *bolt.DB
 	store   persistence.SyncStore
 	signer  *sign.Signer
@@ -57,6 +56,7 @@ type Node struct {
 	clock   *clock.Clock
 	router  *syncgroup.Router
 	apply   *apply.Chokepoint
+	scope   apply.Scope // Config.Scope, parsed
 	metrics *metrics
 	gather  prometheus.Gatherer
 
@@ -82,6 +82,7 @@ type Node struct {
 
 	closed    chan struct{} // closed when Close starts
 	stopped   chan struct{} // closed when the actors have drained
+	closers   closerStack   // what Open opened, unwound by Close (closers.go)
 	closeOnce sync.Once
 	closeErr  error
 	subsMu    sync.Mutex
@@ -92,6 +93,11 @@ type Node struct {
 
 // Open opens (or creates) a node. Creating needs Config.MeshID; the node's
 // site id and Ed25519 signing key are generated once and kept sealed.
+//
+// Opening runs the phases of openPhases in order. Each pushes what it
+// opens on the node's closer stack, which an error in a later phase
+// unwinds, as Close does: a failed Open leaves nothing open (the bbolt
+// file lock released, no goroutine left).
 func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -99,6 +105,16 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	n := newNode(cfg)
+	if err := runPhases(n.openPhases(ctx), cfg.openFault); err != nil {
+		_ = n.Close() // unwinds what the earlier phases opened
+		return nil, err
+	}
+	return n, nil
+}
+
+// newNode is a node with Config's defaults filled in and nothing opened.
+func newNode(cfg Config) *Node {
 	n := &Node{cfg: cfg, log: cfg.Logger, closed: make(chan struct{}), stopped: make(chan struct{}), subs: map[uint64]noticeSub{}}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -112,58 +128,75 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.CloseTimeout == 0 {
 		n.cfg.CloseTimeout = 30 * time.Second
 	}
-	reg := cfg.Registerer
+	return n
+}
+
+// openPhases are the steps of Open, in order; the closers they push
+// unwind in reverse (see closerStack): the background reconciliation
+// first, then the listeners, the device, the sync service, the router,
+// the actor system, storage last.
+func (n *Node) openPhases(ctx context.Context) []phase {
+	return []phase{
+		{"metrics", n.openMetrics},
+		{"store", func() error { return n.openStore(ctx) }},
+		{"identity", func() error { return n.loadIdentity(ctx) }},
+		{"clock", func() error { return n.loadClock(ctx) }},
+		{"actors", n.startActors},
+		{"sync", func() error { return n.startSync(ctx) }},
+		// A crash between DefineTable and the release of its held groups
+		// leaves groups held for a table that now exists: release them.
+		{"release", func() error { return n.releaseDefined(ctx, "") }},
+		{"rebuild", func() error { return n.rebuildColumns(ctx) }}, // tables.go: an AddColumn a crash interrupted
+		{"remote", n.startRemote},
+		{"device", func() error { return n.startDevice(ctx) }},
+		{"http", n.startMetricsHTTP},
+		{"reconcile", n.startReconcileSchedule}, // reconcile.go
+	}
+}
+
+// openMetrics sets up the registry (a private one unless
+// Config.Registerer), the node's metrics and Config.Scope.
+func (n *Node) openMetrics() error {
+	reg := n.cfg.Registerer
 	if reg == nil {
 		// A private registry is the process's only one: it also carries the
 		// Go runtime and process collectors a scrape expects.
 		r := prometheus.NewRegistry()
 		if err := r.Register(collectors.NewGoCollector()); err != nil {
-			return nil, fmt.Errorf("runtime: metrics: %w", err)
+			return fmt.Errorf("runtime: metrics: %w", err)
 		}
 		if err := r.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
-			return nil, fmt.Errorf("runtime: metrics: %w", err)
+			return fmt.Errorf("runtime: metrics: %w", err)
 		}
 		reg, n.gather = r, r
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		n.gather = g
 	}
-	if cfg.MetricsNode != "" {
+	if n.cfg.MetricsNode != "" {
 		// Every series of this node carries node="<MetricsNode>", so nodes
 		// sharing a registry stay apart instead of adding up.
-		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": cfg.MetricsNode}, reg)
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": n.cfg.MetricsNode}, reg)
 	}
 	var err error
 	n.registerer = reg
 	if n.metrics, err = newMetrics(reg); err != nil {
-		return nil, fmt.Errorf("runtime: metrics: %w", err)
+		return fmt.Errorf("runtime: metrics: %w", err)
 	}
-	scope, err := apply.ParseScope(cfg.Scope)
-	if err != nil {
-		return nil, &ConfigError{"Scope", err.Error()}
-	}
-	if err := n.openStore(ctx); err != nil {
-		return nil, err
+	if n.scope, err = apply.ParseScope(n.cfg.Scope); err != nil {
+		return &ConfigError{"Scope", err.Error()}
 	}
 	if n.mailboxes, err = mailbox.NewDepths(reg); err != nil {
-		_ = n.closeStore()
-		return nil, fmt.Errorf("runtime: metrics: %w", err)
+		return fmt.Errorf("runtime: metrics: %w", err)
 	}
 	if n.txLatency, err = newTxLatency(reg); err != nil {
-		_ = n.closeStore()
-		return nil, fmt.Errorf("runtime: metrics: %w", err)
+		return fmt.Errorf("runtime: metrics: %w", err)
 	}
-	n.store = timedSync{SyncStore: n.store, update: n.txLatency.WithLabelValues("sync", "update"), view: n.txLatency.WithLabelValues("sync", "view")}
-	n.store = n.changes.wrap(n.store, n.cfg.ChangeLogLimit) // watch.go
-	n.store = syncgroup.CheckWriters(n.store)               // invariants tag: every writer checked
-	ok := false
-	defer func() {
-		if !ok {
-			_ = n.closeStore()
-		}
-	}()
-	if err := n.loadIdentity(ctx); err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// loadClock reads the stored clock mark and keyring, and builds the
+// clock above the mark (restore.go: above the clock mark file too).
+func (n *Node) loadClock(ctx context.Context) error {
 	var hw messages.HLC
 	var keys []persistence.KeyEntry
 	if err := n.store.View(ctx, func(tx persistence.SyncReader) error {
@@ -177,31 +210,38 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		keys, err = tx.Keys()
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("runtime: load state: %w", err)
+		return fmt.Errorf("runtime: load state: %w", err)
 	}
 	if err := n.loadKeyring(keys); err != nil {
-		return nil, err
+		return err
 	}
-	if n.clock, err = n.openClock(hw); err != nil { // restore.go: above the clock mark file too
-		return nil, err
+	var err error
+	if n.clock, err = n.openClock(hw); err != nil {
+		return err
 	}
 	n.own = replicate.NewOwnWrites(n.clock.Last())
+	return nil
+}
 
-	if cfg.System != nil {
-		n.system = cfg.System
+// startActors starts (or joins, with Config.System) the actor system and
+// spawns the sync plane's router and chokepoint on it.
+func (n *Node) startActors() error {
+	if n.cfg.System != nil {
+		n.system = n.cfg.System
 	} else {
 		// protoactor's lifecycle and peer-shutdown noise go below INFO.
 		logger := ProtoactorLogger(n.log)
 		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
-		n.ownSys = true
-	}
-	if n.ownSys {
+		n.closers.pushFunc(n.system.Shutdown)
 		// Dead letters are the actor system's: counted by the node that owns
 		// it. A host sharing one system among many nodes counts them once
 		// with CountDeadLetters (a subscription per node would count each
 		// dead letter once per node and slow every publish).
 		n.dlSub = subscribeDeadLetters(n.system, n.metrics.deadLetters)
+		n.closers.pushFunc(func() { n.system.EventStream.Unsubscribe(n.dlSub) })
 	}
+	n.closers.pushFunc(n.stopSubscribers)
+	n.closers.pushFunc(func() { close(n.stopped) }) // once the router drained: see apply.Config.Stopped
 	n.router = syncgroup.NewRouter(n.system, n.signer.Site().String()[:8], syncgroup.Deps{
 		Store:     n.store,
 		Notify:    n.publish,
@@ -210,77 +250,111 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		Logger:    n.log,
 		Mailboxes: n.mailboxes,
 	})
+	n.closers.pushFunc(func() { n.router.Stop(n.cfg.CloseTimeout) })
 	n.apply = apply.New(apply.Config{
 		MeshID:  n.meshID,
 		Keyring: &n.keyring,
 		Clock:   n.clock,
-		Scope:   scope,
+		Scope:   n.scope,
 		Router:  n.router,
 		Notify:  n.publish,
 		Count:   n.metrics.count,
 		Logger:  n.log,
 		Stopped: n.stopped,
 	})
-	n.name = cfg.Name
+	return nil
+}
+
+// stopSubscribers stops the actors Subscribe spawned; later Subscribe
+// calls subscribe nothing.
+func (n *Node) stopSubscribers() {
+	n.subsMu.Lock()
+	defer n.subsMu.Unlock()
+	for _, sub := range n.subs {
+		if sub.owns {
+			n.system.Root.Stop(sub.pid)
+		}
+	}
+	n.subs = nil
+}
+
+// startSync starts the sync service (delivery.go): senders stop and the
+// progress actor records what it holds when it closes.
+func (n *Node) startSync(ctx context.Context) error {
+	n.name = n.cfg.Name
 	if n.name == "" {
 		n.name = n.signer.Site().String()
 	}
-	err = n.startDelivery(ctx, scope)
-	// A crash between DefineTable and the release of its held groups
-	// leaves groups held for a table that now exists: release them.
-	if err == nil {
-		err = n.releaseDefined(ctx, "")
+	if err := n.startDelivery(ctx, n.scope); err != nil {
+		return err
 	}
-	if err == nil {
-		err = n.rebuildColumns(ctx) // tables.go: an AddColumn a crash interrupted
+	n.closers.pushFunc(n.sync.Close)
+	return nil
+}
+
+// startRemote starts Config.Remote's transport, serving this node.
+func (n *Node) startRemote() error {
+	if n.cfg.Remote == nil {
+		return nil
 	}
-	if err == nil && cfg.MetricsAddr != "" {
-		err = n.startHTTP(cfg.MetricsAddr)
+	rc := *n.cfg.Remote
+	if rc.Logger == nil {
+		rc.Logger = n.log
 	}
-	if err == nil && cfg.Remote != nil {
-		rc := *cfg.Remote
-		if rc.Logger == nil {
-			rc.Logger = n.log
-		}
-		if rc.Registerer == nil {
-			rc.Registerer = n.registerer
-		}
-		if n.remote, err = StartRemote(n.system, rc); err == nil {
-			n.remote.Serve(n)
-		}
+	if rc.Registerer == nil {
+		rc.Registerer = n.registerer
 	}
-	if err == nil {
-		err = n.openDevice(ctx)
+	r, err := StartRemote(n.system, rc)
+	if err != nil {
+		return err
 	}
-	if err == nil && n.remote != nil && n.device != nil {
+	n.remote = r
+	n.closers.push(r.Close)
+	r.Serve(n)
+	return nil
+}
+
+// startDevice opens Config.Device's delivery plane (messaging.go) and
+// serves it on the remote. Messages not yet handed to the application
+// when it closes stay pending and are delivered again on the next Open.
+func (n *Node) startDevice(ctx context.Context) error {
+	if err := n.openDevice(ctx); err != nil || n.device == nil {
+		return err
+	}
+	n.closers.push(n.device.Close)
+	if n.remote != nil {
 		n.remote.ServeDevice(n)
 	}
-	if err == nil {
-		err = n.startReconcile() // reconcile.go; last: starts nothing when it fails
+	return nil
+}
+
+// startMetricsHTTP serves Config.MetricsAddr (httpserver.go).
+func (n *Node) startMetricsHTTP() error {
+	if n.cfg.MetricsAddr == "" {
+		return nil
 	}
-	if err != nil {
-		_ = n.stopHTTP()
-		if n.remote != nil {
-			_ = n.remote.Close()
-		}
-		if n.device != nil {
-			_ = n.device.Close()
-			_ = n.dstore.Close()
-		}
-		if n.sync != nil {
-			n.sync.Close()
-		}
-		n.router.Stop(n.cfg.CloseTimeout)
-		n.shutdownSystem()
-		return nil, err
+	if err := n.startHTTP(n.cfg.MetricsAddr); err != nil {
+		return err
 	}
-	ok = true
-	return n, nil
+	n.closers.push(n.stopHTTP)
+	return nil
+}
+
+// startReconcileSchedule starts the background reconciliation
+// (reconcile.go); it ends before anything else closes.
+func (n *Node) startReconcileSchedule() error {
+	if err := n.startReconcile(); err != nil {
+		return err
+	}
+	n.closers.pushFunc(n.stopReconcile)
+	return nil
 }
 
 func (n *Node) openStore(ctx context.Context) error {
 	if n.cfg.InMemory {
 		n.store = memory.New()
+		n.closers.push(n.closeStore)
+		n.wrapStore()
 		return nil
 	}
 	if err := os.MkdirAll(n.cfg.Dir, 0o700); err != nil {
@@ -299,13 +373,23 @@ func (n *Node) openStore(ctx context.Context) error {
 		return fmt.Errorf("runtime: open store: %w", err)
 	}
 	n.store = n.db.Sync()
+	n.closers.push(n.closeStore)
 	if reseal {
 		if err := n.resealPrevious(ctx); err != nil {
-			_ = n.closeStore()
 			return err
 		}
 	}
+	n.wrapStore()
 	return nil
+}
+
+// wrapStore wraps the sync store in what every access goes through:
+// transaction latency, the change log's wake-ups (watch.go) and, under
+// the invariants tag, the writer check.
+func (n *Node) wrapStore() {
+	n.store = timedSync{SyncStore: n.store, update: n.txLatency.WithLabelValues("sync", "update"), view: n.txLatency.WithLabelValues("sync", "view")}
+	n.store = n.changes.wrap(n.store, n.cfg.ChangeLogLimit) // watch.go
+	n.store = syncgroup.CheckWriters(n.store)               // invariants tag: every writer checked
 }
 
 func (n *Node) loadIdentity(ctx context.Context) error {
@@ -428,40 +512,16 @@ func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }
 // answered), then closes storage. Close is idempotent: the first call
 // returns what closing met, later calls return nil (the Close rule of
 // every component, see ErrClosed).
+//
+// Close marks the node closed (every call then returns ErrClosed) and
+// unwinds the closer stack Open pushed, in the reverse of the opening
+// order: the same teardown a failed Open runs.
 func (n *Node) Close() error {
 	first := false
 	n.closeOnce.Do(func() {
 		first = true
 		close(n.closed)
-		n.stopReconcile() // reconcile.go: background runs end before the actors stop
-		devErr := n.stopHTTP()
-		if n.remote != nil {
-			devErr = errors.Join(devErr, n.remote.Close())
-		}
-		if n.device != nil {
-			// Messages not yet handed to the application stay pending and
-			// are delivered again on the next Open.
-			devErr = errors.Join(devErr, n.device.Close())
-		}
-		n.sync.Close() // senders stop; the progress actor records what it holds
-		n.router.Stop(n.cfg.CloseTimeout)
-		close(n.stopped)
-		n.subsMu.Lock()
-		for _, sub := range n.subs {
-			if sub.owns {
-				n.system.Root.Stop(sub.pid)
-			}
-		}
-		n.subs = nil
-		n.subsMu.Unlock()
-		if n.dlSub != nil {
-			n.system.EventStream.Unsubscribe(n.dlSub)
-		}
-		n.shutdownSystem()
-		if n.dstore != nil {
-			devErr = errors.Join(devErr, n.dstore.Close())
-		}
-		n.closeErr = errors.Join(devErr, n.closeStore())
+		n.closeErr = n.closers.unwind()
 	})
 	if !first {
 		return nil
@@ -469,19 +529,19 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// closeStore closes the sync handle and, for bbolt, the file itself.
+// closeStore closes storage: the delivery handle (opened with the device,
+// closed here, after the actor system stopped, because it is a handle of
+// the same storage), the sync handle and, for bbolt, the file itself.
 func (n *Node) closeStore() error {
-	err := n.store.Close()
+	var err error
+	if n.dstore != nil {
+		err = n.dstore.Close()
+	}
+	err = errors.Join(err, n.store.Close())
 	if n.db != nil {
 		err = errors.Join(err, n.db.Close())
 	}
 	return err
-}
-
-func (n *Node) shutdownSystem() {
-	if n.ownSys {
-		n.system.Shutdown()
-	}
 }
 
 func (n *Node) isClosed() bool {

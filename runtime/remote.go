@@ -101,6 +101,10 @@ type RemoteConfig struct {
 	Logger *slog.Logger
 	// Registerer receives the transport's metrics. Nil: not registered.
 	Registerer prometheus.Registerer
+
+	// startFault, tests only, is called after each phase of StartRemote
+	// (its name from startPhases); an error fails StartRemote there.
+	startFault func(phase string) error
 }
 
 func (c *RemoteConfig) validate() error {
@@ -199,6 +203,7 @@ type Remote struct {
 	baseCtx   context.Context
 	cancel    context.CancelFunc
 	inflight  sync.WaitGroup
+	closers   closerStack // what StartRemote started, unwound by Close (closers.go)
 	closeOnce sync.Once
 	closeErr  error
 
@@ -220,7 +225,26 @@ var _ replicate.Transport = (*Remote)(nil)
 // StartRemote configures and starts protoactor's remote on sys and spawns
 // the sync actor (SyncActorName). The system must not have a remote yet.
 // A taken port is an error wrapping ErrRemoteListen, never a panic.
+//
+// Starting runs the phases of startPhases in order; each pushes what it
+// started on the transport's closer stack, which an error in a later
+// phase unwinds, as Close does (closers.go).
 func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
+	r, err := newRemote(sys, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := runPhases(r.startPhases(), cfg.startFault); err != nil {
+		_ = r.teardown()
+		return nil, err
+	}
+	r.log.Info("remote started", "address", r.Address(), "tls", cfg.TLS != nil)
+	return r, nil
+}
+
+// newRemote checks cfg and builds the transport with its defaults and
+// metrics. It starts nothing.
+func newRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 	if sys == nil {
 		return nil, &ConfigError{"System", "nil actor system"}
 	}
@@ -250,10 +274,6 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 		n = DefaultRemoteMaxConcurrentPushes
 	}
 	r.in = newInbound(n)
-	maxMsg := cfg.MaxMessageBytes
-	if maxMsg == 0 {
-		maxMsg = DefaultRemoteMaxMessageBytes
-	}
 	var err error
 	if r.metrics, err = newRemoteMetrics(cfg.Registerer); err != nil {
 		return nil, err
@@ -261,18 +281,44 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 	if ext := sys.Extensions.Get((&remote.Remote{}).ExtensionID()); ext != nil {
 		return nil, ErrRemoteRunning
 	}
-	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
-	// protoactor's Start panics on a taken port: try it first.
-	if cfg.Port != 0 {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrRemoteListen, err)
-		}
-		if err := l.Close(); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrRemoteListen, err)
-		}
-	}
+	return r, nil
+}
 
+// startPhases are the steps of StartRemote, in order; the closers they
+// push unwind in reverse: the sync actor first, then the endpoint
+// subscription, the gRPC server (after its handlers drained) last.
+func (r *Remote) startPhases() []phase {
+	return []phase{
+		{"listen", r.checkPort},
+		{"start", r.startServer},
+		{"subscribe", r.watchEndpoints},
+		{"spawn", r.spawnSyncActor},
+	}
+}
+
+// checkPort fails with ErrRemoteListen when the configured port is taken:
+// protoactor's Start panics on it.
+func (r *Remote) checkPort() error {
+	if r.cfg.Port == 0 {
+		return nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(r.cfg.Host, strconv.Itoa(r.cfg.Port)))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrRemoteListen, err)
+	}
+	if err := l.Close(); err != nil {
+		return fmt.Errorf("%w: %w", ErrRemoteListen, err)
+	}
+	return nil
+}
+
+// remoteConfig is protoactor's configuration of this transport: gRPC's
+// limits and windows, the stream guard, the credentials.
+func (r *Remote) remoteConfig() *remote.Config {
+	maxMsg := r.cfg.MaxMessageBytes
+	if maxMsg == 0 {
+		maxMsg = DefaultRemoteMaxMessageBytes
+	}
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsg),
 		// A 1000-event push is ~256 KiB: with gRPC's default 64 KiB
@@ -283,9 +329,9 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 		grpc.ChainUnaryInterceptor(rejectUnary),
 	}
 	var dialCreds credentials.TransportCredentials
-	if cfg.TLS != nil {
-		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(cfg.TLS.Clone())))
-		dialCreds = credentials.NewTLS(cfg.ClientTLS.Clone())
+	if r.cfg.TLS != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(r.cfg.TLS.Clone())))
+		dialCreds = credentials.NewTLS(r.cfg.ClientTLS.Clone())
 	} else {
 		dialCreds = insecure.NewCredentials()
 	}
@@ -293,26 +339,57 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 		remote.WithServerOptions(serverOpts...),
 		remote.WithDialOptions(grpc.WithTransportCredentials(dialCreds)),
 	}
-	if cfg.AdvertisedAddress != "" {
-		opts = append(opts, remote.WithAdvertisedHost(cfg.AdvertisedAddress))
+	if r.cfg.AdvertisedAddress != "" {
+		opts = append(opts, remote.WithAdvertisedHost(r.cfg.AdvertisedAddress))
 	}
-	rc := remote.Configure(cfg.Host, cfg.Port, opts...)
+	rc := remote.Configure(r.cfg.Host, r.cfg.Port, opts...)
 	// One connection attempt per endpoint writer: a failed attempt sleeps
 	// 2 s inside protoactor and then answers the queued requests with dead
 	// letters (ErrUnreachable here); the next push dials again. The default
 	// (5 attempts) blocks every push to that peer for 10 s.
 	rc.MaxRetryCount = 1
-	r.rem = remote.NewRemote(sys, rc)
-	// Before Start: the stream guard reads it from gRPC's goroutines.
-	r.baseCtx, r.cancel = context.WithCancel(context.Background())
-	if err := panics.Call(r.rem.Start); err != nil {
-		r.cancel()
-		return nil, fmt.Errorf("%w: %w", ErrRemoteListen, err)
-	}
+	return rc
+}
 
-	// Subscribed after Start, so after protoactor's endpoint manager: in
-	// each Publish this handler runs after the manager's (see Close).
-	r.evSub = sys.EventStream.SubscribeWithPredicate(func(any) {
+// startServer registers protoactor's remote on the system and starts its
+// gRPC server.
+func (r *Remote) startServer() error {
+	r.rem = remote.NewRemote(r.sys, r.remoteConfig())
+	// Before Start: the stream guard reads it from gRPC's goroutines. Its
+	// closer only matters when Start fails; stopServer cancels it first.
+	r.baseCtx, r.cancel = context.WithCancel(context.Background())
+	r.closers.pushFunc(r.cancel)
+	if err := panics.Call(r.rem.Start); err != nil {
+		return fmt.Errorf("%w: %w", ErrRemoteListen, err)
+	}
+	r.closers.pushFunc(r.stopServer)
+	return nil
+}
+
+// stopServer ends the handlers (their context cancelled: a stream guard
+// waiting on a full pool returns, so gRPC's graceful stop does not wait
+// on it), then stops protoactor's remote.
+func (r *Remote) stopServer() {
+	r.cancel()
+	r.inflight.Wait()
+	// protoactor's Shutdown (pinned version) sets its endpoint manager's
+	// connections to nil without synchronization, while that manager's
+	// handler for EndpointTerminatedEvent (published when a peer
+	// disconnects) reads it. Taking evMu orders Shutdown after every
+	// such handler that already ran: ours runs after it in the same
+	// Publish. A peer disconnecting during Shutdown itself remains
+	// protoactor's race.
+	r.evMu.Lock()
+	r.evMu.Unlock() //nolint:staticcheck // an ordering point, not a critical section
+	r.rem.Shutdown(true)
+}
+
+// watchEndpoints subscribes the ordering point stopServer waits on to
+// protoactor's endpoint events. Subscribed after Start, so after
+// protoactor's endpoint manager: in each Publish this handler runs after
+// the manager's.
+func (r *Remote) watchEndpoints() error {
+	r.evSub = r.sys.EventStream.SubscribeWithPredicate(func(any) {
 		r.evMu.Lock()
 		defer r.evMu.Unlock()
 	}, func(m any) bool {
@@ -322,17 +399,25 @@ func StartRemote(sys *actor.ActorSystem, cfg RemoteConfig) (*Remote, error) {
 		}
 		return false
 	})
+	r.closers.pushFunc(func() { r.sys.EventStream.Unsubscribe(r.evSub) })
+	return nil
+}
 
+// spawnSyncActor spawns the actor that receives pushes (SyncActorName).
+func (r *Remote) spawnSyncActor() error {
 	props := actor.PropsFromProducer(func() actor.Actor { return &syncActor{r: r} })
-	pid, err := sys.Root.SpawnNamed(props, SyncActorName)
+	pid, err := r.sys.Root.SpawnNamed(props, SyncActorName)
 	if err != nil {
-		r.cancel()
-		r.rem.Shutdown(true)
-		return nil, fmt.Errorf("runtime: spawn %s: %w", SyncActorName, err)
+		return fmt.Errorf("runtime: spawn %s: %w", SyncActorName, err)
 	}
 	r.pid = pid
-	r.log.Info("remote started", "address", r.Address(), "tls", cfg.TLS != nil)
-	return r, nil
+	r.closers.push(func() error {
+		if err := r.sys.Root.StopFuture(r.pid).Wait(); err != nil {
+			return fmt.Errorf("runtime: stop %s: %w", SyncActorName, err)
+		}
+		return nil
+	})
+	return nil
 }
 
 // Address returns the host:port peers reach this node at (the advertised
@@ -496,31 +581,23 @@ func (r *Remote) Close() error {
 	first := false
 	r.closeOnce.Do(func() {
 		first = true
-		r.mu.Lock()
-		r.closed = true
-		r.mu.Unlock()
-		if err := r.sys.Root.StopFuture(r.pid).Wait(); err != nil {
-			r.closeErr = fmt.Errorf("runtime: stop %s: %w", SyncActorName, err)
-		}
-		r.cancel()
-		r.inflight.Wait()
-		// protoactor's Shutdown (pinned version) sets its endpoint
-		// manager's connections to nil without synchronization, while
-		// that manager's handler for EndpointTerminatedEvent (published
-		// when a peer disconnects) reads it. Taking evMu orders Close
-		// after every such handler that already ran: ours runs after it
-		// in the same Publish. A peer disconnecting during Shutdown
-		// itself remains protoactor's race.
-		r.evMu.Lock()
-		r.evMu.Unlock() //nolint:staticcheck // an ordering point, not a critical section
-		r.rem.Shutdown(true)
-		r.sys.EventStream.Unsubscribe(r.evSub)
+		r.closeErr = r.teardown()
 		r.log.Info("remote closed", "address", r.Address())
 	})
 	if !first {
 		return nil
 	}
 	return r.closeErr
+}
+
+// teardown marks the transport closed (sends fail with ErrRemoteClosed)
+// and unwinds what StartRemote started, last first: the sync actor, the
+// endpoint subscription, the handlers and the gRPC server.
+func (r *Remote) teardown() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	return r.closers.unwind()
 }
 
 func (r *Remote) countSent(n int) {

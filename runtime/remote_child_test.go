@@ -524,30 +524,30 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// remoteChild is the parent's handle on a child node.
-type remoteChild struct {
-	t       testing.TB
-	name    string
-	cmd     *exec.Cmd
-	in      io.WriteCloser
-	stderr  *bytes.Buffer
-	addr    string
-	replies chan remoteReply
-	done    chan struct{}
-
-	mu       sync.Mutex
-	undec    []remoteChildUndecodable
-	pushed   []map[string]any
-	blocking int
+// childProcess is the parent's side of a child process: this test
+// binary run again for one test (a runAsChild body) with env set to the
+// child's JSON spec. Commands go to its stdin as JSON lines; its stdout
+// lines go to the parent's handler; stop fails the test when the child
+// exits non-zero (for example on a race report). The remote tests' and
+// the reconciliation tests' children share it.
+type childProcess struct {
+	t      testing.TB
+	name   string
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	stderr *bytes.Buffer
+	done   chan struct{} // closed when the child's stdout ends
 }
 
-// startRemoteChild starts a child node and waits for its address.
-func startRemoteChild(t testing.TB, name string, spec remoteChildSpec) *remoteChild {
+// startChildProcess starts the child running test with env set to spec;
+// onLine gets each stdout line (split at its first space), from one
+// goroutine. The child stops when t ends.
+func startChildProcess(t testing.TB, name, test, env string, spec any, onLine func(kind, body string)) *childProcess {
 	t.Helper()
-	rawSpec, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRemoteChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), remoteChildEnv+"="+string(rawSpec))
-	c := &remoteChild{t: t, name: name, cmd: cmd, stderr: &bytes.Buffer{}, replies: make(chan remoteReply, 1), done: make(chan struct{})}
+	raw, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+string(raw))
+	c := &childProcess{t: t, name: name, cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	var err error
 	if c.in, err = cmd.StdinPipe(); err != nil {
@@ -560,73 +560,47 @@ func startRemoteChild(t testing.TB, name string, spec remoteChildSpec) *remoteCh
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addr := make(chan string, 1)
 	go func() {
 		defer close(c.done)
 		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
 		for sc.Scan() {
 			kind, body, _ := strings.Cut(sc.Text(), " ")
-			switch kind {
-			case "ADDR":
-				var a string
-				_ = json.Unmarshal([]byte(body), &a)
-				addr <- a
-			case "UNDECODABLE":
-				var u remoteChildUndecodable
-				_ = json.Unmarshal([]byte(body), &u)
-				c.mu.Lock()
-				c.undec = append(c.undec, u)
-				c.mu.Unlock()
-			case "BLOCKING":
-				c.mu.Lock()
-				c.blocking++
-				c.mu.Unlock()
-			case "PUSHED":
-				var p map[string]any
-				_ = json.Unmarshal([]byte(body), &p)
-				c.mu.Lock()
-				c.pushed = append(c.pushed, p)
-				c.mu.Unlock()
-			case "REPLY":
-				var r remoteReply
-				_ = json.Unmarshal([]byte(body), &r)
-				c.replies <- r
-			}
+			onLine(kind, body)
 		}
 	}()
-	t.Cleanup(func() { c.stop() })
-	select {
-	case c.addr = <-addr:
-	case <-c.done:
-		t.Fatalf("child %s exited before starting: %s", name, c.stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("child %s did not start: %s", name, c.stderr.String())
-	}
+	t.Cleanup(c.stop)
 	return c
 }
 
-// call sends cmd and waits for the child's reply.
-func (c *remoteChild) call(cmd remoteCmd) remoteReply {
+// send writes cmd to the child as one JSON line.
+func (c *childProcess) send(cmd any) {
 	c.t.Helper()
 	b, _ := json.Marshal(cmd)
 	if _, err := c.in.Write(append(b, '\n')); err != nil {
 		c.t.Fatalf("child %s: %v: %s", c.name, err, c.stderr.String())
 	}
-	select {
-	case r := <-c.replies:
-		return r
-	case <-c.done:
-		c.t.Fatalf("child %s exited: %s", c.name, c.stderr.String())
-	case <-time.After(2 * time.Minute):
-		c.t.Fatalf("child %s did not answer %s", c.name, cmd.Op)
-	}
-	return remoteReply{}
 }
 
-// stop closes the child's stdin (it closes its remote and exits) and
-// fails the test if it exits non-zero, for example on a race report.
-func (c *remoteChild) stop() {
+// awaitChild waits for the child's next reply on replies, failing the
+// test when the child exits or does not answer what within two minutes.
+func awaitChild[R any](c *childProcess, replies <-chan R, what string) R {
+	c.t.Helper()
+	select {
+	case r := <-replies:
+		return r
+	case <-c.done:
+		c.t.Fatalf("child %s exited during %s: %s", c.name, what, c.stderr.String())
+	case <-time.After(2 * time.Minute):
+		c.t.Fatalf("child %s did not answer %s: %s", c.name, what, c.stderr.String())
+	}
+	var zero R
+	return zero
+}
+
+// stop closes the child's stdin (it closes what it runs and exits) and
+// fails the test if it exits non-zero.
+func (c *childProcess) stop() {
 	if c.in == nil {
 		return
 	}
@@ -640,6 +614,68 @@ func (c *remoteChild) stop() {
 	if err := c.cmd.Wait(); err != nil {
 		c.t.Errorf("child %s: %v\n%s", c.name, err, c.stderr.String())
 	}
+}
+
+// remoteChild is the parent's handle on a child node.
+type remoteChild struct {
+	*childProcess
+	addr    string
+	replies chan remoteReply
+
+	mu       sync.Mutex
+	undec    []remoteChildUndecodable
+	pushed   []map[string]any
+	blocking int
+}
+
+// startRemoteChild starts a child node and waits for its address.
+func startRemoteChild(t testing.TB, name string, spec remoteChildSpec) *remoteChild {
+	t.Helper()
+	c := &remoteChild{replies: make(chan remoteReply, 1)}
+	addr := make(chan string, 1)
+	c.childProcess = startChildProcess(t, name, "TestRemoteChild", remoteChildEnv, spec, func(kind, body string) {
+		switch kind {
+		case "ADDR":
+			var a string
+			_ = json.Unmarshal([]byte(body), &a)
+			addr <- a
+		case "UNDECODABLE":
+			var u remoteChildUndecodable
+			_ = json.Unmarshal([]byte(body), &u)
+			c.mu.Lock()
+			c.undec = append(c.undec, u)
+			c.mu.Unlock()
+		case "BLOCKING":
+			c.mu.Lock()
+			c.blocking++
+			c.mu.Unlock()
+		case "PUSHED":
+			var p map[string]any
+			_ = json.Unmarshal([]byte(body), &p)
+			c.mu.Lock()
+			c.pushed = append(c.pushed, p)
+			c.mu.Unlock()
+		case "REPLY":
+			var r remoteReply
+			_ = json.Unmarshal([]byte(body), &r)
+			c.replies <- r
+		}
+	})
+	select {
+	case c.addr = <-addr:
+	case <-c.done:
+		t.Fatalf("child %s exited before starting: %s", name, c.stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("child %s did not start: %s", name, c.stderr.String())
+	}
+	return c
+}
+
+// call sends cmd and waits for the child's reply.
+func (c *remoteChild) call(cmd remoteCmd) remoteReply {
+	c.t.Helper()
+	c.send(cmd)
+	return awaitChild(c.childProcess, c.replies, cmd.Op)
 }
 
 func (c *remoteChild) undecodables() []remoteChildUndecodable {

@@ -2,14 +2,11 @@ package runtime
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -208,48 +205,22 @@ func childState(ctx context.Context, n *Node) (string, int, error) {
 
 // reconChild is the parent's handle on a child node.
 type reconChild struct {
-	t       testing.TB
-	name    string
-	cmd     *exec.Cmd
-	in      io.WriteCloser
-	stderr  *bytes.Buffer
+	*childProcess
 	replies chan reconReply
-	done    chan struct{}
 	addr    string
 	key     PeerKey
 }
 
 func startReconChild(t testing.TB, spec reconChildSpec) *reconChild {
 	t.Helper()
-	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRemoteReconcileChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), reconChildEnv+"="+string(raw))
-	c := &reconChild{t: t, name: spec.Name, cmd: cmd, stderr: &bytes.Buffer{}, replies: make(chan reconReply, 1), done: make(chan struct{})}
-	cmd.Stderr = c.stderr
-	var err error
-	if c.in, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(c.done)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 64<<20)
-		for sc.Scan() {
-			if body, ok := strings.CutPrefix(sc.Text(), "REPLY "); ok {
-				var r reconReply
-				_ = json.Unmarshal([]byte(body), &r)
-				c.replies <- r
-			}
+	c := &reconChild{replies: make(chan reconReply, 1)}
+	c.childProcess = startChildProcess(t, spec.Name, "TestRemoteReconcileChild", reconChildEnv, spec, func(kind, body string) {
+		if kind == "REPLY" {
+			var r reconReply
+			_ = json.Unmarshal([]byte(body), &r)
+			c.replies <- r
 		}
-	}()
-	t.Cleanup(c.stop)
+	})
 	first := c.wait("start")
 	if !first.OK {
 		t.Fatalf("child %s: %s", spec.Name, first.Err)
@@ -260,23 +231,12 @@ func startReconChild(t testing.TB, spec reconChildSpec) *reconChild {
 
 func (c *reconChild) wait(what string) reconReply {
 	c.t.Helper()
-	select {
-	case r := <-c.replies:
-		return r
-	case <-c.done:
-		c.t.Fatalf("child %s exited during %s: %s", c.name, what, c.stderr.String())
-	case <-time.After(2 * time.Minute):
-		c.t.Fatalf("child %s did not answer %s: %s", c.name, what, c.stderr.String())
-	}
-	return reconReply{}
+	return awaitChild(c.childProcess, c.replies, what)
 }
 
 func (c *reconChild) call(cmd reconCmd) reconReply {
 	c.t.Helper()
-	b, _ := json.Marshal(cmd)
-	if _, err := c.in.Write(append(b, '\n')); err != nil {
-		c.t.Fatalf("child %s: %v: %s", c.name, err, c.stderr.String())
-	}
+	c.send(cmd)
 	return c.wait(cmd.Op)
 }
 
@@ -287,22 +247,6 @@ func (c *reconChild) must(cmd reconCmd) reconReply {
 		c.t.Fatalf("%s %s: %s", c.name, cmd.Op, r.Err)
 	}
 	return r
-}
-
-func (c *reconChild) stop() {
-	if c.in == nil {
-		return
-	}
-	_ = c.in.Close()
-	c.in = nil
-	select {
-	case <-c.done:
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-	}
-	if err := c.cmd.Wait(); err != nil {
-		c.t.Errorf("child %s: %v\n%s", c.name, err, c.stderr.String())
-	}
 }
 
 // link makes x and y peers of each other over their remotes.

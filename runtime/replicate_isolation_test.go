@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	goruntime "runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,17 +15,8 @@ import (
 // syncgroup.Router.ApplyWith's wait for the committer: each has handed
 // its push's work to the committer's mailbox (Send returned).
 func waitingInApplyWith() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := goruntime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	got := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range goroutineStacks() { // closers_test.go
 		if strings.Contains(g, "[select") && strings.Contains(g, "syncgroup.(*Router).ApplyWith(") {
 			got++
 		}

@@ -73,346 +73,445 @@ const (
 )
 
 // Run runs the scenario and returns an error describing the first
-// violated guarantee.
+// violated guarantee. Its phases, in order: place units on every member,
+// apply events on every group, exchange messages between the devices,
+// stop the victim under load, check the survivors' takeover.
 func Run(ctx context.Context, env Env) (Report, error) {
-	logf := env.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
+	r := &run{env: env, logf: env.Logf, rep: Report{UnitsPerMember: map[string]int{}, MovedTo: map[string]string{}}}
+	if r.logf == nil {
+		r.logf = func(string, ...any) {}
 	}
-	rep := Report{UnitsPerMember: map[string]int{}, MovedTo: map[string]string{}}
 	if len(env.Members) < 2 {
-		return rep, errors.New("scenario: needs at least 2 members")
+		return r.rep, errors.New("scenario: needs at least 2 members")
 	}
-	cl := hosting.Client{P: env.Members[0]}
+	r.cl = hosting.Client{P: env.Members[0]}
+	if err := r.placeUnits(ctx); err != nil {
+		return r.rep, err
+	}
+	w, err := NewWriter(ctx, env.MeshID)
+	if err != nil {
+		return r.rep, err
+	}
+	defer w.Close()
+	r.w = w
+	for _, phase := range []func(context.Context) error{r.applyEvents, r.exchangeMessages, r.stopVictimUnderLoad, r.checkTakeover} {
+		if err := phase(ctx); err != nil {
+			return r.rep, err
+		}
+	}
+	return r.rep, nil
+}
 
-	// 1. Host devices and groups until every member hosts at least one
-	// unit and some member hosts both a device and a group (placement is
-	// by hash of the identity, so we grow the set rather than assume).
-	var devices []messages.DeviceAddress
-	var groups []string
-	where := map[string]string{} // "kind/identity" → member
-	perMember := func() map[string][2]int {
-		m := map[string][2]int{}
-		for _, p := range env.Members {
-			m[p.Member()] = [2]int{}
-		}
-		for k, mem := range where {
-			c := m[mem]
-			if k[:len(hosting.KindDevice)] == hosting.KindDevice {
-				c[0]++
-			} else {
-				c[1]++
-			}
-			m[mem] = c
-		}
-		return m
-	}
-	spread := func() (victim int, ok bool) {
-		pm := perMember()
-		best := -1
-		for i, p := range env.Members {
-			c := pm[p.Member()]
-			if c[0]+c[1] == 0 {
-				return 0, false
-			}
-			// Member 0 routes the scenario's requests: the victim is
-			// another one.
-			if i > 0 && c[0] >= 2 && c[1] >= 1 && (best < 0 || c[0]+c[1] > sum(pm[env.Members[best].Member()])) {
-				best = i
-			}
-		}
-		return best, best > 0
-	}
-	victim := 0
+// run is the state one scenario carries from phase to phase.
+type run struct {
+	env  Env
+	logf func(format string, args ...any)
+	rep  Report
+	cl   hosting.Client // routes the requests: member 0, a survivor after the stop
+	w    *Writer
+
+	devices []messages.DeviceAddress
+	groups  []string
+	where   map[string]string // "kind/identity" → member
+	victim  int               // index of the member stopped
+
+	acked              map[string][]messages.EventID // group → events acknowledged
+	digests            map[string][]byte             // group → digest of acked
+	committed, pending []msgRef
+}
+
+// placeUnits (phase 1) hosts devices and groups until every member hosts
+// at least one unit and some member hosts both a device and a group
+// (placement is by hash of the identity, so it grows the set rather than
+// assume), picks that member as the victim, and checks each member's own
+// list agrees with what the units reported.
+func (r *run) placeUnits(ctx context.Context) error {
+	r.where = map[string]string{}
 	for i := 0; ; i++ {
-		if len(devices) >= 6 && len(groups) >= 3 {
-			if v, ok := spread(); ok {
-				victim = v
+		if len(r.devices) >= 6 && len(r.groups) >= 3 {
+			if v, ok := r.spread(); ok {
+				r.victim = v
 				break
 			}
 		}
-		if len(devices)+len(groups) >= maxUnits {
-			return rep, fmt.Errorf("scenario: %d units not spread over the members: %v", maxUnits, perMember())
+		if len(r.devices)+len(r.groups) >= maxUnits {
+			return fmt.Errorf("scenario: %d units not spread over the members: %v", maxUnits, r.perMember())
 		}
-		d := messages.DeviceAddress{User: fmt.Sprintf("user%02d", len(devices)), Device: 1}
-		mem, err := cl.Info(ctx, hosting.KindDevice, hosting.DeviceIdentity(d))
-		if err != nil {
-			return rep, fmt.Errorf("activate device %s: %w", d, err)
-		}
-		devices = append(devices, d)
-		where[hosting.KindDevice+"/"+hosting.DeviceIdentity(d)] = mem
-		if i%2 == 0 {
-			g := fmt.Sprintf("tenant%02d", len(groups))
-			mem, err := cl.Info(ctx, hosting.KindGroup, g)
-			if err != nil {
-				return rep, fmt.Errorf("activate group %s: %w", g, err)
-			}
-			groups = append(groups, g)
-			where[hosting.KindGroup+"/"+g] = mem
+		if err := r.activate(ctx, i%2 == 0); err != nil {
+			return err
 		}
 	}
-	rep.Devices, rep.Groups = len(devices), len(groups)
-	rep.Victim = env.Members[victim].Member()
-	for k, mem := range where {
-		rep.UnitsPerMember[mem]++
-		if mem == rep.Victim {
-			if k[:len(hosting.KindDevice)] == hosting.KindDevice {
-				rep.VictimDevices = append(rep.VictimDevices, k)
-			} else {
-				rep.VictimGroups = append(rep.VictimGroups, k)
-			}
-		}
-	}
-	sort.Strings(rep.VictimDevices)
-	sort.Strings(rep.VictimGroups)
-	// Each member's own list agrees with what the grains reported.
-	for _, p := range env.Members {
+	r.reportPlacement()
+	for _, p := range r.env.Members {
 		for _, u := range p.Hosted() {
-			if mem, ok := where[u.Kind+"/"+u.Identity]; ok && mem != p.Member() {
-				return rep, fmt.Errorf("%s/%s reported member %s but is open on %s", u.Kind, u.Identity, mem, p.Member())
+			if mem, ok := r.where[u.Kind+"/"+u.Identity]; ok && mem != p.Member() {
+				return fmt.Errorf("%s/%s reported member %s but is open on %s", u.Kind, u.Identity, mem, p.Member())
 			}
 		}
 	}
-	logf("units per member: %v; victim %s hosts devices %v groups %v", rep.UnitsPerMember, rep.Victim, rep.VictimDevices, rep.VictimGroups)
+	r.logf("units per member: %v; victim %s hosts devices %v groups %v", r.rep.UnitsPerMember, r.rep.Victim, r.rep.VictimDevices, r.rep.VictimGroups)
+	return nil
+}
 
-	// 2. Sync plane: signed events applied on every group, through
-	// different members (any member routes to the unit's host).
-	w, err := NewWriter(ctx, env.MeshID)
+// activate hosts one more device and, with group, one more group,
+// recording the member each landed on.
+func (r *run) activate(ctx context.Context, group bool) error {
+	d := messages.DeviceAddress{User: fmt.Sprintf("user%02d", len(r.devices)), Device: 1}
+	mem, err := r.cl.Info(ctx, hosting.KindDevice, hosting.DeviceIdentity(d))
 	if err != nil {
-		return rep, err
+		return fmt.Errorf("activate device %s: %w", d, err)
 	}
-	defer w.Close()
-	acked := map[string][]messages.EventID{}
-	for gi, g := range groups {
-		via := hosting.Client{P: env.Members[gi%len(env.Members)]}
-		if err := via.Trust(ctx, g, w.Key()); err != nil {
-			return rep, fmt.Errorf("trust on %s: %w", g, err)
-		}
-		if err := via.DefineTable(ctx, g, Table); err != nil {
-			return rep, fmt.Errorf("define on %s: %w", g, err)
-		}
-		evs, err := w.Events(g, eventsPerGroup)
-		if err != nil {
-			return rep, err
-		}
-		for _, batch := range [][][]byte{evs[:eventsPerGroup/2], evs[eventsPerGroup/2:]} {
-			outs, _, err := via.Apply(ctx, g, batch)
-			if err != nil {
-				return rep, fmt.Errorf("apply on %s: %w", g, err)
-			}
-			for _, o := range outs {
-				if o.Kind != messages.Applied {
-					return rep, fmt.Errorf("apply on %s: outcome %v", g, o)
-				}
-				acked[g] = append(acked[g], o.ID)
-				rep.EventsAcked++
-			}
-		}
+	r.devices = append(r.devices, d)
+	r.where[hosting.KindDevice+"/"+hosting.DeviceIdentity(d)] = mem
+	if !group {
+		return nil
 	}
-	digests := map[string][]byte{}
-	for _, g := range groups {
-		n, h, _, err := cl.Digest(ctx, g)
-		if err != nil {
-			return rep, err
-		}
-		if n != uint64(len(acked[g])) {
-			return rep, fmt.Errorf("group %s retains %d events, %d acknowledged", g, n, len(acked[g]))
-		}
-		digests[g] = h
+	g := fmt.Sprintf("tenant%02d", len(r.groups))
+	mem, err = r.cl.Info(ctx, hosting.KindGroup, g)
+	if err != nil {
+		return fmt.Errorf("activate group %s: %w", g, err)
 	}
-	logf("applied %d events on %d groups", rep.EventsAcked, len(groups))
+	r.groups = append(r.groups, g)
+	r.where[hosting.KindGroup+"/"+g] = mem
+	return nil
+}
 
-	// 3. Delivery plane: each device sends two messages to the next one;
-	// the first is committed by its recipient, the second stays pending.
-	var committed, pending []msgRef
-	for i, from := range devices {
-		to := devices[(i+1)%len(devices)]
+// perMember counts each member's units: [devices, groups].
+func (r *run) perMember() map[string][2]int {
+	m := map[string][2]int{}
+	for _, p := range r.env.Members {
+		m[p.Member()] = [2]int{}
+	}
+	for k, mem := range r.where {
+		c := m[mem]
+		if isDevice(k) {
+			c[0]++
+		} else {
+			c[1]++
+		}
+		m[mem] = c
+	}
+	return m
+}
+
+// spread picks the victim once every member hosts a unit: the member
+// other than 0 (which routes the scenario's requests) hosting the most
+// units, at least two devices and a group.
+func (r *run) spread() (victim int, ok bool) {
+	pm := r.perMember()
+	best := -1
+	for i, p := range r.env.Members {
+		c := pm[p.Member()]
+		if c[0]+c[1] == 0 {
+			return 0, false
+		}
+		if i > 0 && c[0] >= 2 && c[1] >= 1 && (best < 0 || c[0]+c[1] > sum(pm[r.env.Members[best].Member()])) {
+			best = i
+		}
+	}
+	return best, best > 0
+}
+
+// reportPlacement fills in the report's units and the victim's.
+func (r *run) reportPlacement() {
+	r.rep.Devices, r.rep.Groups = len(r.devices), len(r.groups)
+	r.rep.Victim = r.env.Members[r.victim].Member()
+	for k, mem := range r.where {
+		r.rep.UnitsPerMember[mem]++
+		if mem != r.rep.Victim {
+			continue
+		}
+		if isDevice(k) {
+			r.rep.VictimDevices = append(r.rep.VictimDevices, k)
+		} else {
+			r.rep.VictimGroups = append(r.rep.VictimGroups, k)
+		}
+	}
+	sort.Strings(r.rep.VictimDevices)
+	sort.Strings(r.rep.VictimGroups)
+}
+
+// applyEvents (phase 2, sync plane) applies signed events on every group,
+// through different members (any member routes to the unit's host), and
+// checks every group retains what was acknowledged.
+func (r *run) applyEvents(ctx context.Context) error {
+	r.acked = map[string][]messages.EventID{}
+	for gi, g := range r.groups {
+		if err := r.applyOnGroup(ctx, hosting.Client{P: r.env.Members[gi%len(r.env.Members)]}, g); err != nil {
+			return err
+		}
+	}
+	r.digests = map[string][]byte{}
+	for _, g := range r.groups {
+		n, h, _, err := r.cl.Digest(ctx, g)
+		if err != nil {
+			return err
+		}
+		if n != uint64(len(r.acked[g])) {
+			return fmt.Errorf("group %s retains %d events, %d acknowledged", g, n, len(r.acked[g]))
+		}
+		r.digests[g] = h
+	}
+	r.logf("applied %d events on %d groups", r.rep.EventsAcked, len(r.groups))
+	return nil
+}
+
+// applyOnGroup trusts the writer on g, defines the table and applies
+// eventsPerGroup events in two batches via the given client.
+func (r *run) applyOnGroup(ctx context.Context, via hosting.Client, g string) error {
+	if err := via.Trust(ctx, g, r.w.Key()); err != nil {
+		return fmt.Errorf("trust on %s: %w", g, err)
+	}
+	if err := via.DefineTable(ctx, g, Table); err != nil {
+		return fmt.Errorf("define on %s: %w", g, err)
+	}
+	evs, err := r.w.Events(g, eventsPerGroup)
+	if err != nil {
+		return err
+	}
+	for _, batch := range [][][]byte{evs[:eventsPerGroup/2], evs[eventsPerGroup/2:]} {
+		outs, _, err := via.Apply(ctx, g, batch)
+		if err != nil {
+			return fmt.Errorf("apply on %s: %w", g, err)
+		}
+		for _, o := range outs {
+			if o.Kind != messages.Applied {
+				return fmt.Errorf("apply on %s: outcome %v", g, o)
+			}
+			r.acked[g] = append(r.acked[g], o.ID)
+			r.rep.EventsAcked++
+		}
+	}
+	return nil
+}
+
+// exchangeMessages (phase 3, delivery plane): each device sends two
+// messages to the next one; the first is committed by its recipient, the
+// second stays pending.
+func (r *run) exchangeMessages(ctx context.Context) error {
+	for i, from := range r.devices {
+		to := r.devices[(i+1)%len(r.devices)]
 		for j := 0; j < 2; j++ {
 			m := msgRef{from: from, to: to, id: idOf(i, j), body: []byte(fmt.Sprintf("%s→%s #%d", from, to, j))}
-			if _, err := cl.Send(ctx, from, to, m.id, m.body); err != nil {
-				return rep, fmt.Errorf("send %s→%s: %w", from, to, err)
+			if _, err := r.cl.Send(ctx, from, to, m.id, m.body); err != nil {
+				return fmt.Errorf("send %s→%s: %w", from, to, err)
 			}
 			if j == 0 {
-				committed = append(committed, m)
+				r.committed = append(r.committed, m)
 			} else {
-				pending = append(pending, m)
+				r.pending = append(r.pending, m)
 			}
 		}
 	}
-	for _, m := range committed {
-		res, err := cl.Commit(ctx, m.to, m.from, m.id)
+	for _, m := range r.committed {
+		res, err := r.cl.Commit(ctx, m.to, m.from, m.id)
 		if err != nil {
-			return rep, fmt.Errorf("commit at %s: %w", m.to, err)
+			return fmt.Errorf("commit at %s: %w", m.to, err)
 		}
 		if res.Status != uint8(runtime.Committed) || !res.AckSent {
-			return rep, fmt.Errorf("commit at %s: status %d ack %v", m.to, res.Status, res.AckSent)
+			return fmt.Errorf("commit at %s: status %d ack %v", m.to, res.Status, res.AckSent)
 		}
 	}
-	rep.Committed, rep.Pending = len(committed), len(pending)
-	if err := checkDevices(ctx, cl, devices, committed, pending); err != nil {
-		return rep, fmt.Errorf("before the stop: %w", err)
+	r.rep.Committed, r.rep.Pending = len(r.committed), len(r.pending)
+	if err := checkDevices(ctx, r.cl, r.devices, r.committed, r.pending); err != nil {
+		return fmt.Errorf("before the stop: %w", err)
 	}
-	logf("%d messages committed, %d pending", len(committed), len(pending))
+	r.logf("%d messages committed, %d pending", len(r.committed), len(r.pending))
+	return nil
+}
 
-	// 4. Stop the victim while requests for its units are in flight
-	// (routed through member 0, a survivor): each is retried until it is
-	// acknowledged, so every one must be there after the takeover.
+// stopVictimUnderLoad (phase 4) stops the victim while requests for its
+// units are in flight (routed through member 0, a survivor): each is
+// retried until it is acknowledged, so every one must be there after the
+// takeover. What the load got acknowledged joins what is checked.
+func (r *run) stopVictimUnderLoad(ctx context.Context) error {
+	ld, loadEvents, err := r.startLoad(ctx)
+	if err != nil {
+		return err
+	}
+	time.Sleep(20 * time.Millisecond) // let the load start
+	t0 := time.Now()
+	if err := r.env.Stop(r.victim); err != nil {
+		close(ld.stopped)
+		ld.wg.Wait()
+		return fmt.Errorf("stop member %s: %w", r.rep.Victim, err)
+	}
+	r.rep.StopTook = time.Since(t0)
+	close(ld.stopped)
+	ld.wg.Wait()
+	if ld.err != nil {
+		return fmt.Errorf("load during the stop: %w", ld.err)
+	}
+	for g, ids := range ld.acked {
+		r.acked[g] = append(r.acked[g], ids...)
+		r.rep.EventsAcked += len(ids)
+		r.w.Record(g, loadEvents[g][:len(ids)])
+	}
+	r.committed = append(r.committed, ld.committed...)
+	r.rep.Committed = len(r.committed)
+	r.rep.LoadEvents, r.rep.LoadMessages = ld.events, len(ld.committed)
+	r.logf("stopped %s in %v; meanwhile %d events applied and %d messages committed on its units", r.rep.Victim, r.rep.StopTook, ld.events, len(ld.committed))
+	// Digests now include the events applied during the stop.
+	for _, g := range r.groups {
+		r.digests[g] = digestOf(r.acked[g])
+	}
+	return nil
+}
+
+// startLoad starts the load on the victim's units: signed events on its
+// groups, messages from its devices to a device hosted elsewhere. It
+// returns the events signed per group (recorded once acknowledged).
+func (r *run) startLoad(ctx context.Context) (*load, map[string][][]byte, error) {
 	var recipient messages.DeviceAddress
-	for _, d := range devices {
-		if where[hosting.KindDevice+"/"+hosting.DeviceIdentity(d)] != rep.Victim {
+	for _, d := range r.devices {
+		if r.where[hosting.KindDevice+"/"+hosting.DeviceIdentity(d)] != r.rep.Victim {
 			recipient = d
 			break
 		}
 	}
-	ld := &load{cl: cl, stopped: make(chan struct{})}
+	ld := &load{cl: r.cl, stopped: make(chan struct{})}
 	loadEvents := map[string][][]byte{}
-	for _, k := range rep.VictimGroups {
+	for _, k := range r.rep.VictimGroups {
 		_, g := split(k)
-		evs, err := w.Sign(g, loadOps)
+		evs, err := r.w.Sign(g, loadOps)
 		if err != nil {
-			return rep, err
+			return nil, nil, err
 		}
 		loadEvents[g] = evs
 		ld.group(ctx, g, evs)
 	}
-	for i, k := range rep.VictimDevices {
+	for i, k := range r.rep.VictimDevices {
 		_, id := split(k)
 		from, err := hosting.ParseDeviceIdentity(id)
 		if err != nil {
-			return rep, err
+			return nil, nil, err
 		}
 		ld.device(ctx, from, recipient, 2000+i)
 	}
-	time.Sleep(20 * time.Millisecond) // let the load start
-	t0 := time.Now()
-	if err := env.Stop(victim); err != nil {
-		close(ld.stopped)
-		ld.wg.Wait()
-		return rep, fmt.Errorf("stop member %s: %w", rep.Victim, err)
-	}
-	rep.StopTook = time.Since(t0)
-	close(ld.stopped)
-	ld.wg.Wait()
-	if ld.err != nil {
-		return rep, fmt.Errorf("load during the stop: %w", ld.err)
-	}
-	for g, ids := range ld.acked {
-		acked[g] = append(acked[g], ids...)
-		rep.EventsAcked += len(ids)
-		w.Record(g, loadEvents[g][:len(ids)])
-	}
-	committed = append(committed, ld.committed...)
-	rep.Committed = len(committed)
-	rep.LoadEvents, rep.LoadMessages = ld.events, len(ld.committed)
-	logf("stopped %s in %v; meanwhile %d events applied and %d messages committed on its units", rep.Victim, rep.StopTook, ld.events, len(ld.committed))
-	// Digests now include the events applied during the stop.
-	for _, g := range groups {
-		digests[g] = digestOf(acked[g])
-	}
+	return ld, loadEvents, nil
+}
 
-	// 5. Survivors take over from the persisted state: every unit answers
-	// from a survivor; every acknowledged event and commit is there.
+// checkTakeover (phase 5): survivors take over from the persisted state.
+// Every unit answers from a survivor; every acknowledged event and commit
+// is there; repeats stay idempotent; the taken-over units keep working.
+func (r *run) checkTakeover(ctx context.Context) error {
 	t1 := time.Now()
 	survivor := 0
-	if victim == 0 {
+	if r.victim == 0 {
 		survivor = 1
 	}
-	cl = hosting.Client{P: env.Members[survivor]}
-	for k := range where {
+	r.cl = hosting.Client{P: r.env.Members[survivor]}
+	for k := range r.where {
 		kind, id := split(k)
-		mem, err := cl.Info(ctx, kind, id)
+		mem, err := r.cl.Info(ctx, kind, id)
 		if err != nil {
-			return rep, fmt.Errorf("after the stop, %s: %w", k, err)
+			return fmt.Errorf("after the stop, %s: %w", k, err)
 		}
-		if mem == rep.Victim {
-			return rep, fmt.Errorf("after the stop, %s still answers from %s", k, mem)
+		if mem == r.rep.Victim {
+			return fmt.Errorf("after the stop, %s still answers from %s", k, mem)
 		}
-		if where[k] == rep.Victim {
-			rep.MovedTo[k] = mem
+		if r.where[k] == r.rep.Victim {
+			r.rep.MovedTo[k] = mem
 		}
 	}
-	rep.TakeoverTook = time.Since(t1)
-	for _, g := range groups {
-		n, h, _, err := cl.Digest(ctx, g)
-		if err != nil {
-			return rep, err
-		}
-		if n != uint64(len(acked[g])) || !bytes.Equal(h, digests[g]) {
-			return rep, fmt.Errorf("after the stop, group %s retains %d events (digest %x), before %d (%x)", g, n, h, len(acked[g]), digests[g])
-		}
-		ids, err := cl.EventIDs(ctx, g)
-		if err != nil {
-			return rep, err
-		}
-		for _, id := range acked[g] {
-			if !slices.Contains(ids, id) {
-				return rep, fmt.Errorf("after the stop, group %s lost event %s", g, id)
-			}
-		}
-		// Re-applying is a no-op (idempotent by event id), and the rows
-		// read back.
-		evs, err := w.Events(g, 0)
-		if err != nil {
-			return rep, err
-		}
-		outs, _, err := cl.Apply(ctx, g, evs)
-		if err != nil {
-			return rep, err
-		}
-		for _, o := range outs {
-			if o.Kind != messages.Duplicate {
-				return rep, fmt.Errorf("after the stop, re-applying on %s: %v", g, o)
-			}
-		}
-		row, found, err := cl.Get(ctx, g, Table.Schema, Table.Table, map[string]any{"id": int64(eventsPerGroup - 1)})
-		if err != nil || !found {
-			return rep, fmt.Errorf("after the stop, row of %s: found=%v %v", g, found, err)
-		}
-		var text string
-		if err := row.Cells["text"].Decode(&text); err != nil || text != noteText(g, eventsPerGroup-1) {
-			return rep, fmt.Errorf("after the stop, row of %s: %q %v", g, text, err)
+	r.rep.TakeoverTook = time.Since(t1)
+	for _, g := range r.groups {
+		if err := r.checkGroupAfterStop(ctx, g); err != nil {
+			return err
 		}
 	}
-	if err := checkDevices(ctx, cl, devices, committed, pending); err != nil {
-		return rep, fmt.Errorf("after the stop: %w", err)
+	if err := checkDevices(ctx, r.cl, r.devices, r.committed, r.pending); err != nil {
+		return fmt.Errorf("after the stop: %w", err)
 	}
 	// Repeats across the takeover stay idempotent.
-	for _, m := range committed {
-		res, err := cl.Commit(ctx, m.to, m.from, m.id)
+	for _, m := range r.committed {
+		res, err := r.cl.Commit(ctx, m.to, m.from, m.id)
 		if err != nil || res.Status != uint8(runtime.AlreadyCommitted) {
-			return rep, fmt.Errorf("after the stop, commit again at %s: %+v %v", m.to, res, err)
+			return fmt.Errorf("after the stop, commit again at %s: %+v %v", m.to, res, err)
 		}
 	}
-	// The taken-over units keep working: new events, new messages.
-	for _, k := range append(append([]string(nil), rep.VictimGroups...), rep.VictimDevices...) {
+	if err := r.checkTakenOverUnitsWork(ctx); err != nil {
+		return err
+	}
+	r.logf("survivors took over %d units in %v; all checks passed", len(r.rep.MovedTo), r.rep.TakeoverTook)
+	return nil
+}
+
+// checkGroupAfterStop checks group g after the takeover: it retains
+// exactly the acknowledged events, re-applying them is a no-op
+// (idempotent by event id), and its rows read back.
+func (r *run) checkGroupAfterStop(ctx context.Context, g string) error {
+	n, h, _, err := r.cl.Digest(ctx, g)
+	if err != nil {
+		return err
+	}
+	if n != uint64(len(r.acked[g])) || !bytes.Equal(h, r.digests[g]) {
+		return fmt.Errorf("after the stop, group %s retains %d events (digest %x), before %d (%x)", g, n, h, len(r.acked[g]), r.digests[g])
+	}
+	ids, err := r.cl.EventIDs(ctx, g)
+	if err != nil {
+		return err
+	}
+	for _, id := range r.acked[g] {
+		if !slices.Contains(ids, id) {
+			return fmt.Errorf("after the stop, group %s lost event %s", g, id)
+		}
+	}
+	evs, err := r.w.Events(g, 0)
+	if err != nil {
+		return err
+	}
+	outs, _, err := r.cl.Apply(ctx, g, evs)
+	if err != nil {
+		return err
+	}
+	for _, o := range outs {
+		if o.Kind != messages.Duplicate {
+			return fmt.Errorf("after the stop, re-applying on %s: %v", g, o)
+		}
+	}
+	row, found, err := r.cl.Get(ctx, g, Table.Schema, Table.Table, map[string]any{"id": int64(eventsPerGroup - 1)})
+	if err != nil || !found {
+		return fmt.Errorf("after the stop, row of %s: found=%v %v", g, found, err)
+	}
+	var text string
+	if err := row.Cells["text"].Decode(&text); err != nil || text != noteText(g, eventsPerGroup-1) {
+		return fmt.Errorf("after the stop, row of %s: %q %v", g, text, err)
+	}
+	return nil
+}
+
+// checkTakenOverUnitsWork: the victim's units keep working on their new
+// hosts: a new event on each group, a new message from each device.
+func (r *run) checkTakenOverUnitsWork(ctx context.Context) error {
+	for _, k := range append(append([]string(nil), r.rep.VictimGroups...), r.rep.VictimDevices...) {
 		kind, id := split(k)
 		if kind == hosting.KindGroup {
-			evs, err := w.Events(id, 1)
+			evs, err := r.w.Events(id, 1)
 			if err != nil {
-				return rep, err
+				return err
 			}
-			outs, _, err := cl.Apply(ctx, id, evs[len(evs)-1:])
+			outs, _, err := r.cl.Apply(ctx, id, evs[len(evs)-1:])
 			if err != nil || outs[0].Kind != messages.Applied {
-				return rep, fmt.Errorf("after the stop, new event on %s: %v %v", id, outs, err)
+				return fmt.Errorf("after the stop, new event on %s: %v %v", id, outs, err)
 			}
 			continue
 		}
 		from, _ := hosting.ParseDeviceIdentity(id)
-		to := devices[0]
+		to := r.devices[0]
 		if to == from {
-			to = devices[1]
+			to = r.devices[1]
 		}
 		mid := idOf(1000, int(from.User[len(from.User)-1]))
-		if _, err := cl.Send(ctx, from, to, mid, []byte("after the takeover")); err != nil {
-			return rep, fmt.Errorf("after the stop, send from %s: %w", from, err)
+		if _, err := r.cl.Send(ctx, from, to, mid, []byte("after the takeover")); err != nil {
+			return fmt.Errorf("after the stop, send from %s: %w", from, err)
 		}
-		res, err := cl.Commit(ctx, to, from, mid)
+		res, err := r.cl.Commit(ctx, to, from, mid)
 		if err != nil || res.Status != uint8(runtime.Committed) {
-			return rep, fmt.Errorf("after the stop, commit at %s: %+v %v", to, res, err)
+			return fmt.Errorf("after the stop, commit at %s: %+v %v", to, res, err)
 		}
 	}
-	logf("survivors took over %d units in %v; all checks passed", len(rep.MovedTo), rep.TakeoverTook)
-	return rep, nil
+	return nil
 }
 
 // load runs requests on the victim's units while it stops: each request
@@ -614,6 +713,9 @@ func total(m map[messages.DeviceAddress][]hosting.Message) int {
 }
 
 func sum(c [2]int) int { return c[0] + c[1] }
+
+// isDevice tells a "kind/identity" key of a device from a group's.
+func isDevice(k string) bool { return k[:len(hosting.KindDevice)] == hosting.KindDevice }
 
 func split(k string) (kind, identity string) {
 	for i := 0; i < len(k); i++ {
