@@ -583,7 +583,7 @@ func (r *receiveReq) handle(a *peerActor) {
 			}
 		}
 		if dec.Effects.Ack {
-			res.ack = &handoff{env: ack, err: ackErr}
+			res.AckSent, res.ack = a.m.handOffAck(a.peer, payload.ID, ack, ackErr)
 		}
 		r.reply(res, nil)
 	})
@@ -652,7 +652,7 @@ func (r *finalizeReq) handle(a *peerActor) {
 			return
 		}
 		if dec.Effects.Ack {
-			res.ack = &handoff{env: ack, err: ackErr}
+			res.AckSent, res.ack = a.m.handOffAck(a.peer, r.id, ack, ackErr)
 		}
 		r.reply(res, nil)
 	})
@@ -738,7 +738,7 @@ func (r *sendReq) handle(a *peerActor) {
 		if encErr == nil {
 			out.env = e.envelope
 		}
-		r.reply(out, nil)
+		r.reply(a.m.handOffSent(a.peer, out), nil)
 	})
 }
 
