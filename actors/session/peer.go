@@ -507,22 +507,30 @@ func (r *receiveReq) handle(a *peerActor) {
 	w := a.newWork()
 	switch payload.Type {
 	case messages.PayloadAck:
-		p, err := a.outState(r.ctx, payload.ID)
-		if err != nil {
-			r.fail(wrapPeer("receive", a.peer, err))
-			return
-		}
-		dec := inbound.DecideAck(p != nil)
-		res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
 		a.adoptDecryption(d, wr)
-		if dec.Effects.DeleteOutbound {
-			wr.deleteOutbound = true
+		k := a.out[payload.ID]
+		if k != nil {
+			// A write of the row is in flight: decide on it.
+			dec := inbound.DecideAck(k.pending != nil)
+			res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
+			wr.deleteOutbound = dec.Effects.DeleteOutbound
+		} else {
+			// The store holds the row's state: DecideAck runs on what the
+			// delete finds in the item's own transaction (a missing row
+			// changes nothing), which saves a read transaction per ACK.
+			wr.deleteOutbound, wr.ackDecides = true, true
+		}
+		if wr.deleteOutbound {
 			a.setOut(w, payload.ID, &outKey{})
 		}
 		a.submit(w, wr, func(err error) {
 			if err != nil {
 				r.fail(wrapPeer("persist", a.peer, err))
 				return
+			}
+			if wr.ackDecides {
+				dec := inbound.DecideAck(wr.cleared)
+				res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
 			}
 			r.reply(res, nil)
 		})
