@@ -60,9 +60,6 @@ type writes struct {
 	markAttempt    bool
 	attemptAt      int64
 	deleteOutbound bool
-	// cleared: deleteOutbound found the row (set in the transaction);
-	// ackDecides: the ACK's decision is made on it (receiveReq).
-	cleared, ackDecides bool
 }
 
 func (w *writes) setSession(rec ratchet.SessionRecord) { w.session = &rec }
@@ -189,11 +186,10 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 		if err != nil {
 			return err
 		}
-		w.cleared = had
 		if had {
 			st.Cleared++
-			st.OutboundChanged = true
 		}
+		st.OutboundChanged = true
 	}
 	return nil
 }

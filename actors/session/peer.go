@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -40,22 +39,7 @@ type peerActor struct {
 	inflight int
 	in       map[messages.LogicalMessageID]*inKey
 	out      map[messages.LogicalMessageID]*outKey
-
-	// stored remembers the last maxStoredPending pending inbound entries
-	// this actor made durable (oldest forgotten first, in storedOrder),
-	// so the commit of a message received moments ago decides without a
-	// read transaction. Only this actor's items write (peer, id)'s entry
-	// (CountDeliveries changes its count, which no decision reads), so
-	// the entry is what the store holds until the next item of the key
-	// settles. A finalized entry is forgotten, not remembered: Prune may
-	// remove it behind the actor's back.
-	stored      map[messages.LogicalMessageID]*inKey
-	storedOrder []messages.LogicalMessageID
 }
-
-// maxStoredPending bounds the durable pending entries a peer actor
-// remembers (what one sender can make it hold, beside its window).
-const maxStoredPending = 64
 
 // inKey is the speculative commit-boundary state of (peer, id) while a
 // write of it is in flight. pending.Sequence is not used: the sequence is
@@ -183,7 +167,6 @@ func (a *peerActor) settled(m *settledMsg) {
 	if m.err != nil {
 		if m.w.chain == a.chain {
 			a.loaded, a.rec, a.pin, a.chain, a.in, a.out = false, ratchet.SessionRecord{}, nil, nil, nil, nil
-			a.stored, a.storedOrder = nil, nil
 		}
 		return
 	}
@@ -193,7 +176,6 @@ func (a *peerActor) settled(m *settledMsg) {
 	for _, id := range m.w.inKeys {
 		if k := a.in[id]; k != nil && k.owner == m.w {
 			delete(a.in, id)
-			a.remember(id, k)
 		}
 	}
 	for _, id := range m.w.outKeys {
@@ -241,46 +223,11 @@ func (a *peerActor) setOut(w *work, id messages.LogicalMessageID, k *outKey) {
 	w.outKeys = append(w.outKeys, id)
 }
 
-// remember records k, just made durable, as what the store holds for
-// (peer, id) when it is a pending entry, and forgets (peer, id) otherwise.
-func (a *peerActor) remember(id messages.LogicalMessageID, k *inKey) {
-	if k.pending == nil {
-		delete(a.stored, id)
-		return
-	}
-	if a.stored == nil {
-		a.stored = map[messages.LogicalMessageID]*inKey{}
-	}
-	a.stored[id] = &inKey{pending: k.pending, slot: k.slot}
-	a.storedOrder = append(a.storedOrder, id)
-	for len(a.stored) > maxStoredPending {
-		delete(a.stored, a.storedOrder[0])
-		a.storedOrder = a.storedOrder[1:]
-	}
-	if len(a.storedOrder) > 4*maxStoredPending {
-		// Ids forgotten since (finalized) are still in the order: drop them.
-		kept := make([]messages.LogicalMessageID, 0, len(a.stored))
-		seen := make(map[messages.LogicalMessageID]bool, len(a.stored))
-		for i := len(a.storedOrder) - 1; i >= 0; i-- {
-			id := a.storedOrder[i]
-			if a.stored[id] != nil && !seen[id] {
-				seen[id] = true
-				kept = append(kept, id)
-			}
-		}
-		slices.Reverse(kept)
-		a.storedOrder = kept
-	}
-}
-
 // inState returns the speculative state of (peer, id) and the slot of its
 // pending entry's sequence.
 func (a *peerActor) inState(ctx context.Context, id messages.LogicalMessageID) (inbound.State, *seqSlot, error) {
 	if k := a.in[id]; k != nil {
 		return inbound.State{Pending: k.pending, Processed: k.processed}, k.slot, nil
-	}
-	if k := a.stored[id]; k != nil {
-		return inbound.State{Pending: k.pending}, &seqSlot{v: k.slot.v}, nil
 	}
 	var st inbound.State
 	err := a.m.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
@@ -560,30 +507,22 @@ func (r *receiveReq) handle(a *peerActor) {
 	w := a.newWork()
 	switch payload.Type {
 	case messages.PayloadAck:
-		a.adoptDecryption(d, wr)
-		k := a.out[payload.ID]
-		if k != nil {
-			// A write of the row is in flight: decide on it.
-			dec := inbound.DecideAck(k.pending != nil)
-			res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
-			wr.deleteOutbound = dec.Effects.DeleteOutbound
-		} else {
-			// The store holds the row's state: DecideAck runs on what the
-			// delete finds in the item's own transaction (a missing row
-			// changes nothing), which saves a read transaction per ACK.
-			wr.deleteOutbound, wr.ackDecides = true, true
+		p, err := a.outState(r.ctx, payload.ID)
+		if err != nil {
+			r.fail(wrapPeer("receive", a.peer, err))
+			return
 		}
-		if wr.deleteOutbound {
+		dec := inbound.DecideAck(p != nil)
+		res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
+		a.adoptDecryption(d, wr)
+		if dec.Effects.DeleteOutbound {
+			wr.deleteOutbound = true
 			a.setOut(w, payload.ID, &outKey{})
 		}
 		a.submit(w, wr, func(err error) {
 			if err != nil {
 				r.fail(wrapPeer("persist", a.peer, err))
 				return
-			}
-			if wr.ackDecides {
-				dec := inbound.DecideAck(wr.cleared)
-				res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
 			}
 			r.reply(res, nil)
 		})

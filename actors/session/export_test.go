@@ -1,4 +1,0 @@
-package session
-
-// MaxStoredPending is maxStoredPending for the external tests.
-const MaxStoredPending = maxStoredPending
