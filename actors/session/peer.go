@@ -301,7 +301,7 @@ type encrypted struct {
 // it fetches peer's bundle, verifies it, checks it against the pin and
 // initiates one (the only blocking step of a peer actor: a network fetch).
 func (a *peerActor) encrypt(ctx context.Context, plaintext []byte) (encrypted, error) {
-	cfg := a.m.cfg
+	cfg := &a.m.cfg // a copy of Config would escape to the heap with the closures
 	rec := a.rec
 	var out encrypted
 	if rec.IsEmpty() {
@@ -353,7 +353,7 @@ type decrypted struct {
 }
 
 func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, error) {
-	cfg := a.m.cfg
+	cfg := &a.m.cfg
 	var out decrypted
 	// The session id and the initiation slot decide whether the prekeys
 	// are read; the ratchet decodes the envelope strictly itself, so a
@@ -491,7 +491,7 @@ func (r *receiveReq) context() context.Context { return r.ctx }
 func (r *receiveReq) fail(err error)           { r.reply(Received{}, err) }
 
 func (r *receiveReq) handle(a *peerActor) {
-	cfg := a.m.cfg
+	cfg := &a.m.cfg
 	d, err := a.decrypt(r.ctx, r.envelope)
 	if err != nil {
 		r.fail(err)
@@ -675,7 +675,7 @@ func (r *sendReq) context() context.Context { return r.ctx }
 func (r *sendReq) fail(err error)           { r.reply(Sent{}, err) }
 
 func (r *sendReq) handle(a *peerActor) {
-	cfg := a.m.cfg
+	cfg := &a.m.cfg
 	cur, err := a.outState(r.ctx, r.id)
 	if err != nil {
 		r.fail(wrapPeer("send", a.peer, err))
