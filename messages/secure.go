@@ -194,6 +194,14 @@ func EncodeSecurePayload(p *SecurePayload) ([]byte, error) {
 // match ErrMalformed (and ErrUnsupportedVersion, ErrTooLarge or
 // ErrTrailingBytes where they apply).
 func DecodeSecurePayload(b []byte) (*SecurePayload, error) {
+	if p, ok := readSecurePayload(b); ok {
+		return p, nil
+	}
+	return decodeSecurePayload(b)
+}
+
+// decodeSecurePayload is DecodeSecurePayload by the reflective decoder.
+func decodeSecurePayload(b []byte) (*SecurePayload, error) {
 	const what = "secure payload"
 	var w wirePayloadFrame
 	if err := Unmarshal(what, b, &w, MaxSecurePayloadSize); err != nil {
@@ -445,6 +453,14 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 
 // DecodeEnvelope strictly decodes one envelope.
 func DecodeEnvelope(b []byte) (*Envelope, error) {
+	if e, ok := readEnvelope(b); ok {
+		return e, nil
+	}
+	return decodeEnvelope(b)
+}
+
+// decodeEnvelope is DecodeEnvelope by the reflective decoder.
+func decodeEnvelope(b []byte) (*Envelope, error) {
 	const what = "envelope"
 	var w wireEnvelope
 	if err := Unmarshal(what, b, &w, MaxEnvelopeSize); err != nil {

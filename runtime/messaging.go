@@ -46,6 +46,11 @@ type (
 	ProcessedMessage = device.ProcessedMessage
 	// DeviceTransport fetches peers' prekey bundles and carries envelopes.
 	DeviceTransport = session.Transport
+	// OrderedDeviceTransport is a DeviceTransport whose hand-off only
+	// queues (Enqueue never waits for the receiver): the device then hands
+	// each peer's envelopes over in ratchet-chain order, as soon as they
+	// are durable. The Network's and the remote's transports are.
+	OrderedDeviceTransport = session.OrderedTransport
 )
 
 // Receive and commit outcomes (ReceiveResult.Kind, CommitResult.Status).

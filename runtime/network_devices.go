@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/syncmesh/syncmesh/actors/replicate"
+	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -156,7 +157,19 @@ func (t *deviceTransport) FetchBundle(ctx context.Context, peer messages.DeviceA
 	return messages.DecodePrekeyBundle(raw)
 }
 
-func (t *deviceTransport) Send(ctx context.Context, peer messages.DeviceAddress, envelope []byte) error {
+// The link queues are the ordered hand-off of the session layer: the
+// device's committer enqueues each envelope once it is durable, in chain
+// order, and the link's drainer delivers them in that order.
+var _ session.OrderedTransport = (*deviceTransport)(nil)
+
+func (t *deviceTransport) Send(_ context.Context, peer messages.DeviceAddress, envelope []byte) error {
+	return t.Enqueue(peer, append([]byte(nil), envelope...))
+}
+
+// Enqueue implements session.OrderedTransport: the envelope joins its
+// link's queue (the faults apply) and Enqueue returns; the link's drainer
+// delivers it.
+func (t *deviceTransport) Enqueue(peer messages.DeviceAddress, env []byte) error {
 	if _, err := t.target(peer); err != nil {
 		return err
 	}
@@ -186,7 +199,6 @@ func (t *deviceTransport) Send(ctx context.Context, peer messages.DeviceAddress,
 	if drop {
 		copies = 0
 	}
-	env := append([]byte(nil), envelope...)
 	start := false
 	// Added under n.mu: the drainer removes an empty link under it too
 	// (idle links keep no state), so nothing lands on a removed link.

@@ -14,6 +14,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/syncmesh/syncmesh/actors/replicate"
+	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 )
@@ -180,11 +181,23 @@ func (t *remoteDeviceTransport) FetchBundle(ctx context.Context, peer messages.D
 	return nil, fmt.Errorf("%w: bundle of %s: unexpected %T", ErrBadResponse, peer, v)
 }
 
+// The remote's hand-off only queues (one endpoint writer per address,
+// one stream, and the receiver's link queue per (from, to)): it is the
+// session layer's ordered hand-off.
+var _ session.OrderedTransport = (*remoteDeviceTransport)(nil)
+
 // Send hands the envelope to the remote toward peer (one way).
 func (t *remoteDeviceTransport) Send(ctx context.Context, peer messages.DeviceAddress, envelope []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	return t.Enqueue(peer, envelope)
+}
+
+// Enqueue implements session.OrderedTransport: the envelope is queued on
+// the endpoint toward peer's host, behind those sent before it, and
+// Enqueue returns without waiting for the receiver.
+func (t *remoteDeviceTransport) Enqueue(peer messages.DeviceAddress, envelope []byte) error {
 	addr, err := t.address(peer)
 	if err != nil {
 		return err

@@ -209,9 +209,10 @@ type Received struct {
 }
 
 // handoff is an envelope whose writes are durable, to be handed to the
-// transport by the caller's goroutine — never by the committer's: a
-// transport may deliver synchronously into another device, whose ACK then
-// comes back through this store's committer.
+// transport by the caller's goroutine — never by the committer's (unless
+// the transport only queues: OrderedTransport): a transport may deliver
+// synchronously into another device, whose ACK then comes back through
+// this store's committer.
 type handoff struct {
 	env []byte
 	err error // the ACK could not be encrypted
@@ -253,6 +254,10 @@ type Manager struct {
 	self      messages.DeviceAddress // Config.Local
 	committer *actor.PID
 	budgets   budgets
+	// ordered is Config.Transport when it is an OrderedTransport: then
+	// envelopes are handed over from the committer's goroutine, in chain
+	// order (handOffSent, handOffAck); nil: from the callers' goroutines.
+	ordered OrderedTransport
 
 	mu        sync.Mutex
 	peers     map[messages.DeviceAddress]*peerEntry
@@ -298,6 +303,7 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 	}
 	m := &Manager{cfg: cfg, sys: sys, peers: make(map[messages.DeviceAddress]*peerEntry), closing: make(chan struct{}), self: cfg.Local}
 	m.budgets.rate, m.budgets.burst = cfg.FailedDecryptRate, cfg.FailedDecryptBurst
+	m.ordered, _ = cfg.Transport.(OrderedTransport)
 	// ready reports whether the stored identity and prekeys are usable as
 	// they are (loading the identity).
 	ready := func(r persistence.DeliveryReader) (bool, error) {
@@ -789,9 +795,41 @@ func (m *Manager) Abandon(ctx context.Context, peer messages.DeviceAddress, id m
 // handAck hands an ACK envelope (encrypted by a peer actor, its ratchet
 // step now durable) to the transport and reports success.
 func (m *Manager) handAck(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff) bool {
+	return m.ackVia(to, id, h, func(env []byte) error { return m.cfg.Transport.Send(ctx, to, env) })
+}
+
+// handOffSent is called by a send's item once it is durable, on the
+// committer's goroutine: with an OrderedTransport the envelope is queued
+// now, in chain order, and r.HandOff says how that went; otherwise r keeps
+// it for handSent on the caller's goroutine.
+func (m *Manager) handOffSent(to messages.DeviceAddress, r Sent) Sent {
+	if m.ordered == nil || r.env == nil {
+		return r
+	}
+	if err := m.ordered.Enqueue(to, r.env); err != nil {
+		r.HandOff = fmt.Errorf("session: send to %s: %w", to, err)
+	}
+	r.env = nil
+	return r
+}
+
+// handOffAck is handOffSent for an ACK (encryption error ackErr): with an
+// OrderedTransport it is queued now and the result says whether it was
+// (AckSent); otherwise the returned handoff goes to handAck on the
+// caller's goroutine.
+func (m *Manager) handOffAck(to messages.DeviceAddress, id messages.LogicalMessageID, env []byte, ackErr error) (bool, *handoff) {
+	h := &handoff{env: env, err: ackErr}
+	if m.ordered == nil {
+		return false, h
+	}
+	return m.ackVia(to, id, h, func(env []byte) error { return m.ordered.Enqueue(to, env) }), nil
+}
+
+// ackVia hands h over with send, tells OnAck and reports success.
+func (m *Manager) ackVia(to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff, send func([]byte) error) bool {
 	err := h.err
 	if err == nil {
-		if err = m.cfg.Transport.Send(ctx, to, h.env); err != nil {
+		if err = send(h.env); err != nil {
 			err = fmt.Errorf("session: send ACK to %s: %w", to, err)
 		}
 	}

@@ -295,7 +295,7 @@ type encrypted struct {
 // it fetches peer's bundle, verifies it, checks it against the pin and
 // initiates one (the only blocking step of a peer actor: a network fetch).
 func (a *peerActor) encrypt(ctx context.Context, plaintext []byte) (encrypted, error) {
-	cfg := a.m.cfg
+	cfg := &a.m.cfg // a copy of Config would escape to the heap with the closures
 	rec := a.rec
 	var out encrypted
 	if rec.IsEmpty() {
@@ -347,7 +347,7 @@ type decrypted struct {
 }
 
 func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, error) {
-	cfg := a.m.cfg
+	cfg := &a.m.cfg
 	var out decrypted
 	// The session id and the initiation slot decide whether the prekeys
 	// are read; the ratchet decodes the envelope strictly itself, so a
@@ -485,7 +485,7 @@ func (r *receiveReq) context() context.Context { return r.ctx }
 func (r *receiveReq) fail(err error)           { r.reply(Received{}, err) }
 
 func (r *receiveReq) handle(a *peerActor) {
-	cfg := a.m.cfg
+	cfg := &a.m.cfg
 	d, err := a.decrypt(r.ctx, r.envelope)
 	if err != nil {
 		r.fail(err)
@@ -577,7 +577,7 @@ func (r *receiveReq) handle(a *peerActor) {
 			}
 		}
 		if dec.Effects.Ack {
-			res.ack = &handoff{env: ack, err: ackErr}
+			res.AckSent, res.ack = a.m.handOffAck(a.peer, payload.ID, ack, ackErr)
 		}
 		r.reply(res, nil)
 	})
@@ -646,7 +646,7 @@ func (r *finalizeReq) handle(a *peerActor) {
 			return
 		}
 		if dec.Effects.Ack {
-			res.ack = &handoff{env: ack, err: ackErr}
+			res.AckSent, res.ack = a.m.handOffAck(a.peer, r.id, ack, ackErr)
 		}
 		r.reply(res, nil)
 	})
@@ -669,7 +669,7 @@ func (r *sendReq) context() context.Context { return r.ctx }
 func (r *sendReq) fail(err error)           { r.reply(Sent{}, err) }
 
 func (r *sendReq) handle(a *peerActor) {
-	cfg := a.m.cfg
+	cfg := &a.m.cfg
 	cur, err := a.outState(r.ctx, r.id)
 	if err != nil {
 		r.fail(wrapPeer("send", a.peer, err))
@@ -732,7 +732,7 @@ func (r *sendReq) handle(a *peerActor) {
 		if encErr == nil {
 			out.env = e.envelope
 		}
-		r.reply(out, nil)
+		r.reply(a.m.handOffSent(a.peer, out), nil)
 	})
 }
 

@@ -21,6 +21,27 @@ type Transport interface {
 	Send(ctx context.Context, peer messages.DeviceAddress, envelope []byte) error
 }
 
+// OrderedTransport is implemented by a Transport that only queues: its
+// Enqueue puts an envelope on the (local device, peer) link's queue and
+// returns without waiting for the receiver or calling into any device. The
+// Manager then hands every envelope it produces (messages, resends, ACKs)
+// over from its committer's goroutine, as soon as the transaction that
+// produced it is durable and before its caller is answered — so one peer's
+// envelopes reach the transport in the order of its ratchet chain, and the
+// receiver decrypts on its current chain instead of through skipped keys
+// (calls to Send from each caller's goroutine overtake each other). A
+// transport whose Send waits for the receiver must not implement it: the
+// committer would wait on a device whose ACK comes back through it. Without
+// it, envelopes go through Send from the callers' goroutines.
+type OrderedTransport interface {
+	Transport
+	// Enqueue queues envelope for peer behind every envelope enqueued for
+	// peer before it, and returns at once. It takes ownership of envelope.
+	// An error means it was not queued (as a failed Send: the message
+	// stays pending). It must not block.
+	Enqueue(peer messages.DeviceAddress, envelope []byte) error
+}
+
 // LocalAddresser is implemented by a Transport that knows the address of
 // the device it serves (Config.Local defaults to it).
 type LocalAddresser interface {
@@ -34,8 +55,8 @@ type Delivered struct {
 }
 
 // InProcess connects managers of one process: a bundle fetch calls the
-// peer manager's Bundle, and Send queues the envelope in the recipient's
-// inbox, from which the test (or a driver) takes it with Take. It is safe
+// peer manager's Bundle, and Send (or Enqueue: its endpoints implement
+// OrderedTransport) queues the envelope in the recipient's inbox, from which the test (or a driver) takes it with Take. It is safe
 // for concurrent use.
 type InProcess struct {
 	mu       sync.Mutex
@@ -91,11 +112,16 @@ func (e *endpoint) Send(ctx context.Context, peer messages.DeviceAddress, envelo
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	return e.Enqueue(peer, append([]byte(nil), envelope...))
+}
+
+// Enqueue implements OrderedTransport: the inbox is a queue.
+func (e *endpoint) Enqueue(peer messages.DeviceAddress, envelope []byte) error {
 	e.n.mu.Lock()
 	defer e.n.mu.Unlock()
 	if _, ok := e.n.managers[peer]; !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownPeer, peer)
 	}
-	e.n.inbox[peer] = append(e.n.inbox[peer], Delivered{From: e.self, Envelope: append([]byte(nil), envelope...)})
+	e.n.inbox[peer] = append(e.n.inbox[peer], Delivered{From: e.self, Envelope: envelope})
 	return nil
 }

@@ -380,7 +380,15 @@ func (t *benchTransport) FetchBundle(ctx context.Context, peer runtime.DeviceAdd
 	return messages.DecodePrekeyBundle(raw)
 }
 
-func (t *benchTransport) Send(ctx context.Context, peer runtime.DeviceAddress, envelope []byte) error {
+var _ runtime.OrderedDeviceTransport = (*benchTransport)(nil)
+
+func (t *benchTransport) Send(_ context.Context, peer runtime.DeviceAddress, envelope []byte) error {
+	return t.Enqueue(peer, append([]byte(nil), envelope...))
+}
+
+// Enqueue queues envelope on its link (the ordered hand-off, as the
+// runtime transports do): the sender's committer calls it in chain order.
+func (t *benchTransport) Enqueue(peer runtime.DeviceAddress, envelope []byte) error {
 	to, err := t.node(peer)
 	if err != nil {
 		return err
@@ -393,7 +401,7 @@ func (t *benchTransport) Send(ctx context.Context, peer runtime.DeviceAddress, e
 		l = &benchLink{window: make(chan struct{}, benchLinkWindow)}
 		b.links[k] = l
 	}
-	l.queue = append(l.queue, append([]byte(nil), envelope...))
+	l.queue = append(l.queue, envelope)
 	start := !l.running
 	l.running = true
 	if start {
