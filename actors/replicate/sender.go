@@ -99,6 +99,9 @@ type senderActor struct {
 	tail     uint64
 	lastPush time.Time
 	lastErr  error
+	// caught: a push of this sender reached the tail of the log it read
+	// (Deps.CaughtUp was called).
+	caught bool
 }
 
 func (a *senderActor) Receive(ctx actor.Context) {
@@ -202,7 +205,8 @@ func (a *senderActor) fill(ctx actor.Context, max int) {
 		} else if a.next >= a.tail {
 			return // the window reached the end of the log
 		}
-		b, err := a.prepare(len(a.flights) == 0)
+		first := len(a.flights) == 0
+		b, err := a.prepare(first)
 		if err != nil {
 			if len(a.flights) == 0 {
 				a.finishWindow(ctx, CycleReport{Err: err})
@@ -213,7 +217,7 @@ func (a *senderActor) fill(ctx actor.Context, max int) {
 		// several senders at once: lease.go), and keeps probing while the
 		// peer asks; a probing push is alone in its window, since what
 		// it covers is known only once the peer answered.
-		probe := len(a.flights) == 0 && b.offer != nil && (a.probing || (!a.probed && b.push.Through < b.push.Tail))
+		probe := first && b.offer != nil && (a.probing || (!a.probed && b.push.Through < b.push.Tail))
 		f := &flight{b: b, probe: probe}
 		a.flights = append(a.flights, f)
 		a.next = b.push.Through
@@ -485,6 +489,10 @@ func (a *senderActor) drain(ctx actor.Context) {
 				break
 			}
 			a.cursor = next
+			if !a.caught && next.Seq == p.Tail && a.s.deps.CaughtUp != nil {
+				a.caught = true
+				a.s.deps.CaughtUp(a.peer)
+			}
 			if next.Seq < p.Through {
 				// The re-offer set is full: the rest of the window covers
 				// the log past a cursor that stopped short; offer it again.

@@ -71,6 +71,11 @@ type Deps struct {
 	// Failpoint, when set, is called at the named failpoints of the
 	// receiver (FailpointRecordPush); an error is injected there.
 	Failpoint func(name string) error
+	// CaughtUp, when set, is called once per sender (on its goroutine:
+	// it must not block) when its cursor toward peer first reached the
+	// tail of the log its push read: everything the log held then was
+	// offered, and the peer answered.
+	CaughtUp func(peer string)
 }
 
 // FailpointRecordPush is run inside the transaction recording a received
