@@ -205,8 +205,10 @@ func (a *senderActor) fill(ctx actor.Context, max int) {
 		} else if a.next >= a.tail {
 			return // the window reached the end of the log
 		}
+		// Only a push that may probe describes its batch (offerOf: a
+		// sort, a hash and a map per event).
 		first := len(a.flights) == 0
-		b, err := a.prepare(first)
+		b, err := a.prepare(first, first && (a.probing || !a.probed))
 		if err != nil {
 			if len(a.flights) == 0 {
 				a.finishWindow(ctx, CycleReport{Err: err})
@@ -320,8 +322,9 @@ func checkResult(p *messages.SyncPush, r *messages.PushResult) error {
 
 // prepare reads the next batch from the log: the re-offers first, then
 // the events past the cursor, leaving out what the peer's watermarks show
-// it applied (SSP/1 §14.2).
-func (a *senderActor) prepare(withRetries bool) (*batch, error) {
+// it applied (SSP/1 §14.2). With describe it also describes the batch for
+// a probe (batch.offer).
+func (a *senderActor) prepare(withRetries, describe bool) (*batch, error) {
 	d := a.s.deps
 	limit := a.s.cfg.Batch
 	b := &batch{push: &messages.SyncPush{V: messages.SyncVersion, From: d.Name, To: a.peer, Log: d.LogID}}
@@ -355,7 +358,13 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 		a.tail = tail
 		p := b.push
 		p.After, p.Tail = a.next, tail
-		var evs []messages.PushedEvent
+		// Room for what the log holds past the cursor, up to a batch
+		// (grown once, not append by append).
+		size := min(limit, len(a.cursor.Retry))
+		if tail > a.next {
+			size = min(limit, size+int(min(tail-a.next, uint64(limit))))
+		}
+		evs := make([]messages.PushedEvent, 0, size)
 		reofferBytes := 0
 		for _, seq := range a.cursor.Retry {
 			// Re-offers are capped per push, in events and bytes (§14.1
@@ -393,7 +402,9 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 				return true, nil
 			}
 			evs = append(evs, messages.PushedEvent{Seq: se.Seq, Raw: se.Raw})
-			offers = append(offers, offered{seq: se.Seq, site: se.Site, hlc: se.HLC, id: se.ID})
+			if describe {
+				offers = append(offers, offered{seq: se.Seq, site: se.Site, hlc: se.HLC, id: se.ID})
+			}
 			return true, nil
 		})
 		if b.offer = offerOf(offers); b.offer != nil {
