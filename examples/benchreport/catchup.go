@@ -391,6 +391,9 @@ func catchupReport(p catchupParams) error {
 			{"CPU per event: single-node child", ab.Summarize(fr.cpuUS).Format("%.1f") + " us"},
 			{"CPU per event: joiner child", ab.Summarize(j.cpuUS).Format("%.1f") + " us"},
 			{"CPU per event: source process (source node, proxy)", ab.Summarize(j.srcCPUUS).Format("%.1f") + " us"},
+			// Both processes share the cores the single-node child has to
+			// itself: on a busy (CPU-bound) machine this is the rate ratio.
+			{"CPU per event, single-node / (joiner + source)", ab.Paired(fr.cpuUS, sumOf(j.cpuUS, j.srcCPUUS)).String()},
 		}
 		if s.n != ref {
 			jr := joinX[ref]
@@ -585,6 +588,15 @@ func catchupOnce(ctx context.Context, work string, s *catchupSource, p catchupPa
 		return storeRun{}, 0, err
 	}
 	return r, float64(proxy.toTarget.Load()) / float64(s.n), nil
+}
+
+// sumOf adds a and b element by element.
+func sumOf(a, b []float64) []float64 {
+	out := make([]float64, min(len(a), len(b)))
+	for i := range out {
+		out[i] = a[i] + b[i]
+	}
+	return out
 }
 
 func freeTCPPort() (int, error) {
