@@ -350,27 +350,33 @@ func (r *reconState) addPeer(peer string, t Transport) {
 
 // peerAdded runs after AddPeer: reconcile with the new peer once the new
 // sender first offered it the whole log (senderCaughtUp), or at once when
-// senders run only through SyncNow or the clock waits for a
-// reconciliation (a restore). While a peer catches up, the two sets
-// differ by the log still being pushed: the session would load every key
-// of it to learn what the pushes deliver anyway (catching up from
-// genesis, one key load of the whole log per added peer). Caught up, the
-// range sums agree in one round unless the peer holds more. A sender that
-// never catches up (the peer refuses or cannot be reached) leaves the
-// peer to the schedule (Config.ReconcileInterval).
+// senders run only through SyncNow or this node was opened from a restore
+// (its log rotated or its clock held: what the copy lost comes back from
+// the peers before its log is pushed again). While a peer catches up, the
+// two sets differ by the log still being pushed: the session would load
+// every key of it to learn what the pushes deliver anyway (catching up
+// from genesis, one key load of the whole log per added peer). Caught up,
+// the range sums agree in one round unless the peer holds more. A sender
+// that never catches up (the peer refuses or cannot be reached) leaves
+// the peer to the schedule (Config.ReconcileInterval).
 func (n *Node) peerAdded(peer string, t Transport) {
 	n.recon.addPeer(peer, t)
-	if n.cfg.SyncInterval < 0 || !n.clockReleased() || n.recon.awaitCatchUp(peer) {
+	if n.cfg.SyncInterval < 0 || n.restoring() || n.recon.awaitCatchUp(peer) {
 		n.reconcileInBackground(peer)
 	}
 }
 
-func (n *Node) clockReleased() bool {
+// restoring reports an Open from a restore: the log was rotated, or the
+// clock waits for a reconciliation (restore.go).
+func (n *Node) restoring() bool {
+	n.restore.mu.Lock()
+	rotated := n.restore.status.LogRotated
+	n.restore.mu.Unlock()
 	select {
 	case <-n.clock.Released():
-		return true
+		return rotated
 	default:
-		return false
+		return true
 	}
 }
 

@@ -20,6 +20,7 @@ type gatedTransport struct {
 
 	mu     sync.Mutex
 	atCall []uint64
+	gated  []bool // the pushes were still held when the request was sent
 }
 
 func (g *gatedTransport) release() { g.once.Do(func() { close(g.gate) }) }
@@ -38,8 +39,15 @@ func (g *gatedTransport) reconcileCall(ctx context.Context, from, peer string, k
 	if err != nil {
 		return nil, err
 	}
+	gated := true
+	select {
+	case <-g.gate:
+		gated = false
+	default:
+	}
 	g.mu.Lock()
 	g.atCall = append(g.atCall, held)
+	g.gated = append(g.gated, gated)
 	g.mu.Unlock()
 	g.release() // a reconciliation started: the pushes may go on
 	return g.inner.(reconcileTransport).reconcileCall(ctx, from, peer, kind, req)
@@ -105,5 +113,40 @@ func TestAddPeerReconcilesOnceCaughtUp(t *testing.T) {
 	}
 	if r := st.LastReconcile; r.Err != nil || r.Rounds != 1 || r.Missing != 0 {
 		t.Fatalf("reconciliation after the catch-up: err %v, %d rounds, %d missing; want one agreeing round", r.Err, r.Rounds, r.Missing)
+	}
+}
+
+// TestRestoredNodeReconcilesAtAddPeerBeforeItsPushes: a node opened from a
+// restore (Config.Restored: its log rotated, its clock held) reconciles
+// with a peer as AddPeer adds it, before its pushes (held here until a
+// reconciliation request is sent or 300 ms passed) offered anything: what
+// the copy lost comes back first, and the reconciliation releases the
+// clock.
+func TestRestoredNodeReconcilesAtAddPeerBeforeItsPushes(t *testing.T) {
+	net := NewNetwork(1)
+	a := openTestNode(t, Config{Name: "a", Dir: t.TempDir(), NoSync: true, Restored: true, SyncInterval: 5 * time.Millisecond})
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1, ReconcileInterval: -1})
+	for _, n := range []*testNode{a, b} {
+		n.define(defT)
+		net.Register(n.Name(), n.Node)
+	}
+	if err := b.AcceptPeer("a"); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedTransport{inner: net.Transport("a"), peer: b.Node, gate: make(chan struct{})}
+	timer := time.AfterFunc(300*time.Millisecond, g.release)
+	defer timer.Stop()
+	if err := a.AddPeer("b", g, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.clock.Released():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the restored node's clock is still held: no reconciliation completed")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.gated) == 0 || !g.gated[0] {
+		t.Fatalf("the first reconciliation request was sent after the pushes went on (held at each request: %v)", g.gated)
 	}
 }
