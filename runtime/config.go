@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 )
@@ -171,8 +172,8 @@ func (c *Config) validate() error {
 	if c.ChangeLogLimit < 0 {
 		return &ConfigError{"ChangeLogLimit", "0 (the default) or more"}
 	}
-	if c.PushWindow < 0 || c.PushWindow > 64 {
-		return &ConfigError{"PushWindow", "between 0 and 64"}
+	if c.PushWindow < 0 || c.PushWindow > replicate.MaxWindow {
+		return &ConfigError{"PushWindow", fmt.Sprintf("between 0 and %d", replicate.MaxWindow)}
 	}
 	if c.PushBatch < 0 || c.PushBatch > messages.MaxPushEvents {
 		return &ConfigError{"PushBatch", fmt.Sprintf("between 0 and %d", messages.MaxPushEvents)}

@@ -110,6 +110,7 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 		Metrics:   m,
 		Mailboxes: n.mailboxes,
 		Failpoint: n.cfg.Failpoint,
+		CaughtUp:  n.senderCaughtUp, // reconcile.go
 	}, replicate.Config{Interval: interval, Batch: n.cfg.PushBatch, Timeout: n.cfg.PushTimeout, Window: n.cfg.PushWindow, IgnorePeerWatermarks: n.cfg.IgnorePeerWatermarks})
 	return err
 }

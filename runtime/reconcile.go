@@ -147,6 +147,11 @@ type reconState struct {
 	stopped bool                        // Close began: no new background run (wg.Add never races wg.Wait)
 	metrics *reconMetrics
 	wg      sync.WaitGroup // background runs; Close waits for them
+
+	// awaiting: added peers whose reconciliation waits for the new
+	// sender to catch up; caught: senders that caught up before their
+	// AddPeer got here (peerAdded). Both bounded by the added peers.
+	awaiting, caught map[string]bool
 }
 
 // DefaultReconcileInterval is the schedule of background reconciliation
@@ -343,10 +348,71 @@ func (r *reconState) addPeer(peer string, t Transport) {
 	r.peers[peer] = t
 }
 
-// peerAdded runs after AddPeer: reconcile with the new peer.
+// peerAdded runs after AddPeer: reconcile with the new peer once the new
+// sender first offered it the whole log (senderCaughtUp), or at once when
+// senders run only through SyncNow or this node was opened from a restore
+// (its log rotated or its clock held: what the copy lost comes back from
+// the peers before its log is pushed again). While a peer catches up, the
+// two sets differ by the log still being pushed: the session would load
+// every key of it to learn what the pushes deliver anyway (catching up
+// from genesis, one key load of the whole log per added peer). Caught up,
+// the range sums agree in one round unless the peer holds more. A sender
+// that never catches up (the peer refuses or cannot be reached) leaves
+// the peer to the schedule (Config.ReconcileInterval).
 func (n *Node) peerAdded(peer string, t Transport) {
 	n.recon.addPeer(peer, t)
-	n.reconcileInBackground(peer)
+	if n.cfg.SyncInterval < 0 || n.restoring() || n.recon.awaitCatchUp(peer) {
+		n.reconcileInBackground(peer)
+	}
+}
+
+// restoring reports an Open from a restore: the log was rotated, or the
+// clock waits for a reconciliation (restore.go).
+func (n *Node) restoring() bool {
+	n.restore.mu.Lock()
+	rotated := n.restore.status.LogRotated
+	n.restore.mu.Unlock()
+	select {
+	case <-n.clock.Released():
+		return rotated
+	default:
+		return true
+	}
+}
+
+// awaitCatchUp makes peer's reconciliation wait for its sender to catch
+// up; it reports true (reconcile now) when that happened already.
+func (r *reconState) awaitCatchUp(peer string) (now bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.caught[peer] {
+		delete(r.caught, peer)
+		return true
+	}
+	if r.awaiting == nil {
+		r.awaiting = map[string]bool{}
+	}
+	r.awaiting[peer] = true
+	return false
+}
+
+// senderCaughtUp is replicate's Deps.CaughtUp: a sender toward peer
+// offered it the whole log; the reconciliation its AddPeer deferred runs.
+func (n *Node) senderCaughtUp(peer string) {
+	r := &n.recon
+	r.mu.Lock()
+	wait := r.awaiting[peer]
+	delete(r.awaiting, peer)
+	if !wait {
+		if r.caught == nil {
+			r.caught = map[string]bool{}
+		}
+		r.caught[peer] = true
+	}
+	r.mu.Unlock()
+	if wait {
+		n.reconcileInBackground(peer)
+	}
 }
 
 func (r *reconState) transport(peer string) (Transport, bool) {

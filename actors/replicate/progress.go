@@ -21,8 +21,16 @@ type pendingRange struct {
 	gaps           []persistence.PeerGap
 }
 
+// MaxWindow is the most pushes one sender may have in flight toward a
+// peer (Config.Window), and the most out-of-order pushes a receiver
+// remembers per sender (maxPendingRanges): one bound for writer and
+// reader, so a full window recorded in any order is never forgotten (a
+// window of MaxWindow leaves at most MaxWindow-1 pushes waiting for the
+// first).
+const MaxWindow = 64
+
 // maxPendingRanges bounds the out-of-order pushes remembered per sender.
-const maxPendingRanges = 64
+const maxPendingRanges = MaxWindow
 
 // maxGaps bounds the gaps remembered per sender: the store's limit, so
 // whatever the receiver keeps can be written and read back. Past it the

@@ -1,7 +1,10 @@
 package replicate
 
 import (
+	"context"
 	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -99,5 +102,48 @@ func TestNextCursorNeverForgetsPastTheRetryLimit(t *testing.T) {
 	}
 	if n := nextCursor(persistence.SenderCursor{Seq: 3, Retry: []uint64{2}}, []uint64{2}, nil, 9); n.Seq != 9 || len(n.Retry) != 0 {
 		t.Fatalf("consumed re-offer: %+v", n)
+	}
+}
+
+// TestWindowAndPendingRangesShareOneBound: a sender never has more than
+// MaxWindow pushes in flight (Config.Window is clamped there), and the
+// receiver remembers MaxWindow out-of-order pushes: a full window whose
+// first push is recorded last all counts once it is; one push more than
+// the bound waiting is the oldest forgotten, and progress stops before
+// it (fail closed: offered again from the sender's cursor).
+func TestWindowAndPendingRangesShareOneBound(t *testing.T) {
+	for _, w := range []int{MaxWindow, MaxWindow + 1} {
+		d := *testDeps()
+		d.Store, d.Name, d.LogID = newStore(t), "b", logA
+		d.Apply = func(context.Context, [][]byte) ([]messages.Outcome, error) { return nil, nil }
+		s, err := NewService(actor.NewActorSystem(), d, Config{Window: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.cfg.Window != MaxWindow {
+			t.Fatalf("Window %d configured as %d, want %d", w, s.cfg.Window, MaxWindow)
+		}
+		s.Close()
+	}
+	for _, waiting := range []int{MaxWindow - 1, MaxWindow, MaxWindow + 1} {
+		st := newStore(t)
+		var ranges []pendingRange
+		// Pushes 2..waiting+1 (one event each) arrive before push 1.
+		for k := 2; k <= waiting+1; k++ {
+			recordWith(t, st, &ranges, push(uint64(k-1), uint64(k), []uint64{uint64(k)}), applied(gT))
+		}
+		if len(ranges) != min(waiting, maxPendingRanges) {
+			t.Fatalf("%d waiting: %d remembered, bound %d", waiting, len(ranges), maxPendingRanges)
+		}
+		recordWith(t, st, &ranges, push(0, 1, []uint64{1}), applied(gT))
+		var p persistence.PeerProgress
+		_ = st.View(context.Background(), func(tx persistence.SyncReader) error { p, _, _ = tx.PeerProgress("a"); return nil })
+		want := uint64(waiting + 1) // every push counted
+		if waiting > maxPendingRanges {
+			want = 1 // the push right after the first was forgotten: nothing past the first counts
+		}
+		if p.Through != want {
+			t.Fatalf("%d waiting: progress through %d, want %d", waiting, p.Through, want)
+		}
 	}
 }

@@ -99,6 +99,9 @@ type senderActor struct {
 	tail     uint64
 	lastPush time.Time
 	lastErr  error
+	// caught: a push of this sender reached the tail of the log it read
+	// (Deps.CaughtUp was called).
+	caught bool
 }
 
 func (a *senderActor) Receive(ctx actor.Context) {
@@ -202,7 +205,10 @@ func (a *senderActor) fill(ctx actor.Context, max int) {
 		} else if a.next >= a.tail {
 			return // the window reached the end of the log
 		}
-		b, err := a.prepare(len(a.flights) == 0)
+		// Only a push that may probe describes its batch (offerOf: a
+		// sort, a hash and a map per event).
+		first := len(a.flights) == 0
+		b, err := a.prepare(first, first && (a.probing || !a.probed))
 		if err != nil {
 			if len(a.flights) == 0 {
 				a.finishWindow(ctx, CycleReport{Err: err})
@@ -213,7 +219,7 @@ func (a *senderActor) fill(ctx actor.Context, max int) {
 		// several senders at once: lease.go), and keeps probing while the
 		// peer asks; a probing push is alone in its window, since what
 		// it covers is known only once the peer answered.
-		probe := len(a.flights) == 0 && b.offer != nil && (a.probing || (!a.probed && b.push.Through < b.push.Tail))
+		probe := first && b.offer != nil && (a.probing || (!a.probed && b.push.Through < b.push.Tail))
 		f := &flight{b: b, probe: probe}
 		a.flights = append(a.flights, f)
 		a.next = b.push.Through
@@ -316,8 +322,9 @@ func checkResult(p *messages.SyncPush, r *messages.PushResult) error {
 
 // prepare reads the next batch from the log: the re-offers first, then
 // the events past the cursor, leaving out what the peer's watermarks show
-// it applied (SSP/1 §14.2).
-func (a *senderActor) prepare(withRetries bool) (*batch, error) {
+// it applied (SSP/1 §14.2). With describe it also describes the batch for
+// a probe (batch.offer).
+func (a *senderActor) prepare(withRetries, describe bool) (*batch, error) {
 	d := a.s.deps
 	limit := a.s.cfg.Batch
 	b := &batch{push: &messages.SyncPush{V: messages.SyncVersion, From: d.Name, To: a.peer, Log: d.LogID}}
@@ -351,7 +358,13 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 		a.tail = tail
 		p := b.push
 		p.After, p.Tail = a.next, tail
-		var evs []messages.PushedEvent
+		// Room for what the log holds past the cursor, up to a batch
+		// (grown once, not append by append).
+		size := min(limit, len(a.cursor.Retry))
+		if tail > a.next {
+			size = min(limit, size+int(min(tail-a.next, uint64(limit))))
+		}
+		evs := make([]messages.PushedEvent, 0, size)
 		reofferBytes := 0
 		for _, seq := range a.cursor.Retry {
 			// Re-offers are capped per push, in events and bytes (§14.1
@@ -389,7 +402,9 @@ func (a *senderActor) prepare(withRetries bool) (*batch, error) {
 				return true, nil
 			}
 			evs = append(evs, messages.PushedEvent{Seq: se.Seq, Raw: se.Raw})
-			offers = append(offers, offered{seq: se.Seq, site: se.Site, hlc: se.HLC, id: se.ID})
+			if describe {
+				offers = append(offers, offered{seq: se.Seq, site: se.Site, hlc: se.HLC, id: se.ID})
+			}
 			return true, nil
 		})
 		if b.offer = offerOf(offers); b.offer != nil {
@@ -485,6 +500,10 @@ func (a *senderActor) drain(ctx actor.Context) {
 				break
 			}
 			a.cursor = next
+			if !a.caught && next.Seq == p.Tail && a.s.deps.CaughtUp != nil {
+				a.caught = true
+				a.s.deps.CaughtUp(a.peer)
+			}
 			if next.Seq < p.Through {
 				// The re-offer set is full: the rest of the window covers
 				// the log past a cursor that stopped short; offer it again.

@@ -71,6 +71,11 @@ type Deps struct {
 	// Failpoint, when set, is called at the named failpoints of the
 	// receiver (FailpointRecordPush); an error is injected there.
 	Failpoint func(name string) error
+	// CaughtUp, when set, is called once per sender (on its goroutine:
+	// it must not block) when its cursor toward peer first reached the
+	// tail of the log its push read: everything the log held then was
+	// offered, and the peer answered.
+	CaughtUp func(peer string)
 }
 
 // FailpointRecordPush is run inside the transaction recording a received
@@ -91,8 +96,9 @@ type Config struct {
 	// Timeout bounds one push (default 30 s).
 	Timeout time.Duration
 	// Window is how many pushes to one peer may be in flight while it
-	// catches up on timer-driven cycles (default 4; SyncNow pushes one at
-	// a time): the receiver verifies one batch while it commits another.
+	// catches up on timer-driven cycles (default 4, at most MaxWindow;
+	// SyncNow pushes one at a time): the receiver verifies one batch
+	// while it commits another.
 	Window int
 	// IgnorePeerWatermarks: offer everything past the cursor, never
 	// skipping what the peer reported applied (watermarks are an
@@ -139,6 +145,7 @@ func NewService(system *actor.ActorSystem, deps Deps, cfg Config) (*Service, err
 	if cfg.Window <= 0 {
 		cfg.Window = 4
 	}
+	cfg.Window = min(cfg.Window, MaxWindow)
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,11 @@ import (
 
 	"github.com/syncmesh/syncmesh/examples/benchreport/internal/ab"
 	"github.com/syncmesh/syncmesh/runtime"
+)
+
+var (
+	catchupProfile = flag.String("catchup-cpuprofile", "", "catch-up: write CPU profiles into this directory: the source (this process, source.pprof, over the interleaved trials) and every child (catchup-joiner-<pid>.pprof, apply-fresh-<pid>.pprof)")
+	catchupMany    = flag.Bool("catchup-many", true, "catch-up: also measure joining from 3 peers at once")
 )
 
 // countingProxy forwards TCP connections to target and counts the bytes
@@ -143,6 +149,8 @@ type storeRun struct {
 	WriteBytes      int64
 	PeakHeap        uint64
 	Commits, Pushes uint64
+	// CPUSeconds is the child's user + system CPU over the measured run.
+	CPUSeconds float64
 }
 
 func init() {
@@ -187,7 +195,7 @@ func runJoiner(arg json.RawMessage) (any, error) {
 	if err := os.WriteFile(a.Ready, nil, 0o600); err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), reconCPU()
 	for {
 		got, err := n.LastSeq(ctx)
 		if err != nil {
@@ -201,7 +209,7 @@ func runJoiner(arg json.RawMessage) (any, error) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	el := time.Since(start)
+	el, cpu := time.Since(start), reconCPU()-cpu0
 	peak := hp.Stop()
 	// Every push counted here was answered after its commit: read the
 	// pushes first, so a push committed after this read is not counted
@@ -212,7 +220,7 @@ func runJoiner(arg json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak, Commits: commits, Pushes: pushes}, nil
+	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak, Commits: commits, Pushes: pushes, CPUSeconds: cpu.Seconds()}, nil
 }
 
 // runApplyFresh applies an event file to a fresh store: the single-node
@@ -238,18 +246,18 @@ func runApplyFresh(arg json.RawMessage) (any, error) {
 		return nil, err
 	}
 	hp := ab.StartHeapPeak(5 * time.Millisecond)
-	start := time.Now()
+	start, cpu0 := time.Now(), reconCPU()
 	if _, err := applyAll(ctx, n, raws, a.Writers, a.Batch); err != nil {
 		hp.Stop()
 		return nil, err
 	}
-	el := time.Since(start)
+	el, cpu := time.Since(start), reconCPU()-cpu0
 	peak := hp.Stop()
 	io1, err := ab.ReadIO(0)
 	if err != nil {
 		return nil, err
 	}
-	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak}, nil
+	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak, CPUSeconds: cpu.Seconds()}, nil
 }
 
 // catchupSource is one size's source node, serving its log over a remote.
@@ -307,7 +315,7 @@ func catchupReport(p catchupParams) error {
 		}
 		s.rem.Serve(s.node)
 	}
-	type extra struct{ bytesPerEvent, heap, wire, commitsPerPush []float64 }
+	type extra struct{ bytesPerEvent, heap, wire, commitsPerPush, cpuUS, srcCPUUS []float64 }
 	joinX := map[int]*extra{}
 	freshX := map[int]*extra{}
 	var arms []ab.Arm
@@ -316,11 +324,14 @@ func catchupReport(p catchupParams) error {
 		joinX[s.n], freshX[s.n] = &extra{}, &extra{}
 		arms = append(arms,
 			ab.Arm{Name: fmt.Sprintf("catchup-%d", s.n), Run: func(t int) (float64, error) {
+				cpu0 := reconCPU()
 				r, wire, err := catchupOnce(ctx, work, s, p, t)
 				if err != nil {
 					return 0, err
 				}
 				x := joinX[s.n]
+				x.cpuUS = append(x.cpuUS, r.CPUSeconds*1e6/float64(s.n))
+				x.srcCPUUS = append(x.srcCPUUS, (reconCPU()-cpu0).Seconds()*1e6/float64(s.n))
 				x.bytesPerEvent = append(x.bytesPerEvent, float64(r.WriteBytes)/float64(s.n))
 				x.heap = append(x.heap, float64(r.PeakHeap)/(1<<20))
 				x.wire = append(x.wire, wire/(float64(s.signed)/float64(s.n)))
@@ -337,13 +348,29 @@ func catchupReport(p catchupParams) error {
 					return 0, err
 				}
 				x := freshX[s.n]
+				x.cpuUS = append(x.cpuUS, r.CPUSeconds*1e6/float64(s.n))
 				x.bytesPerEvent = append(x.bytesPerEvent, float64(r.WriteBytes)/float64(s.n))
 				x.heap = append(x.heap, float64(r.PeakHeap)/(1<<20))
 				return float64(s.n) / r.Seconds, nil
 			}},
 		)
 	}
+	stopProfile := func() {}
+	if dir := *catchupProfile; dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		// The children inherit the variable: each profiles its own run.
+		if err := os.Setenv(ab.EnvProfileDir, dir); err != nil {
+			return err
+		}
+		if stopProfile, err = startProfile(filepath.Join(dir, "source.pprof")); err != nil {
+			return err
+		}
+	}
 	res, err := ab.Run(p.Trials, arms...)
+	stopProfile()
+	os.Unsetenv(ab.EnvProfileDir)
 	if err != nil {
 		return err
 	}
@@ -361,6 +388,12 @@ func catchupReport(p catchupParams) error {
 			{"joiner peak heap (live objects)", ab.Summarize(j.heap).Format("%.1f") + " MiB"},
 			{"wire bytes toward the joiner / signed event bytes", ab.Summarize(j.wire).Format("%.3f") + "   " + ab.Summarize(j.wire).Verdict(1.1, false)},
 			{"read-write store commits per received push (joiner, bolt DB.Commits)", ab.Summarize(j.commitsPerPush).Format("%.3f") + "   " + ab.Summarize(j.commitsPerPush).Verdict(1, false)},
+			{"CPU per event: single-node child", ab.Summarize(fr.cpuUS).Format("%.1f") + " us"},
+			{"CPU per event: joiner child", ab.Summarize(j.cpuUS).Format("%.1f") + " us"},
+			{"CPU per event: source process (source node, proxy)", ab.Summarize(j.srcCPUUS).Format("%.1f") + " us"},
+			// Both processes share the cores the single-node child has to
+			// itself: on a busy (CPU-bound) machine this is the rate ratio.
+			{"CPU per event, single-node / (joiner + source)", ab.Paired(fr.cpuUS, sumOf(j.cpuUS, j.srcCPUUS)).String()},
 		}
 		if s.n != ref {
 			jr := joinX[ref]
@@ -373,6 +406,9 @@ func catchupReport(p catchupParams) error {
 		}
 		fmt.Printf("%d events (signed event %.1f B):\n", s.n, float64(s.signed)/float64(s.n))
 		fmt.Print(ab.Table(rows))
+	}
+	if !*catchupMany {
+		return nil
 	}
 	return joinManyReport(ctx, work, srcs[0], p)
 }
@@ -552,6 +588,15 @@ func catchupOnce(ctx context.Context, work string, s *catchupSource, p catchupPa
 		return storeRun{}, 0, err
 	}
 	return r, float64(proxy.toTarget.Load()) / float64(s.n), nil
+}
+
+// sumOf adds a and b element by element.
+func sumOf(a, b []float64) []float64 {
+	out := make([]float64, min(len(a), len(b)))
+	for i := range out {
+		out[i] = a[i] + b[i]
+	}
+	return out
 }
 
 func freeTCPPort() (int, error) {

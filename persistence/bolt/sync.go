@@ -481,7 +481,7 @@ func (t *syncTx) EventsAfter(after uint64, limit int, fn func(persistence.Stored
 		if len(k) != 8 {
 			return false, fmt.Errorf("bolt: event key of %d bytes: %w", len(k), persistence.ErrCorrupt)
 		}
-		ev, err := decodeEvent(binary.BigEndian.Uint64(k), v)
+		ev, err := readEvent(binary.BigEndian.Uint64(k), v) // event_read.go: a sender reads every event it pushes
 		if err != nil {
 			return false, err
 		}
