@@ -490,7 +490,26 @@ func joinManyReport(ctx context.Context, work string, one *catchupSource, p catc
 // srcs at once and returns its report and the wire bytes per event
 // toward it (every source's pushes and probes cross one counting proxy).
 func joinManyOnce(ctx context.Context, work string, srcs []*catchupSource, p catchupParams, t int) (storeRun, float64, error) {
-	name := fmt.Sprintf("joiner-many-%d-%d", len(srcs), t)
+	var names []string
+	for _, s := range srcs {
+		names = append(names, s.node.Name())
+	}
+	return startJoiner(ctx, work, fmt.Sprintf("joiner-many-%d-%d", len(srcs), t), srcs, names, p)
+}
+
+// catchupOnce runs one joiner child against s's source and returns its
+// report and the wire bytes per event toward it.
+func catchupOnce(ctx context.Context, work string, s *catchupSource, p catchupParams, t int) (storeRun, float64, error) {
+	return startJoiner(ctx, work, fmt.Sprintf("joiner-%d-%d", s.n, t), []*catchupSource{s}, nil, p)
+}
+
+// startJoiner starts a joiner child named name, waits until it is ready,
+// makes every source of srcs push to it and returns the child's report
+// and the wire bytes per event toward it. The joiner advertises a
+// counting proxy: pushes to it cross the proxy; its answers go straight
+// to the sources' own addresses. sources is the joiner's list of the
+// senders it accepts (nil: its default, "source").
+func startJoiner(ctx context.Context, work, name string, srcs []*catchupSource, sources []string, p catchupParams) (storeRun, float64, error) {
 	dir := filepath.Join(work, name)
 	defer os.RemoveAll(dir)
 	port, err := freeTCPPort()
@@ -503,15 +522,11 @@ func joinManyOnce(ctx context.Context, work string, srcs []*catchupSource, p cat
 	}
 	defer proxy.Close()
 	ready := filepath.Join(work, name+".ready")
-	var names []string
-	for _, s := range srcs {
-		names = append(names, s.node.Name())
-	}
 	var r storeRun
 	done := make(chan error, 1)
 	n := srcs[0].n
 	go func() {
-		done <- ab.Child(ctx, ab.Proc{}, "catchup-joiner", joinerArgs{Dir: dir, Name: name, Advertise: proxy.Addr(), Ready: ready, Port: port, Sites: p.Sites, Events: n, PushBatch: p.PushBatch, Sources: names}, &r)
+		done <- ab.Child(ctx, ab.Proc{}, "catchup-joiner", joinerArgs{Dir: dir, Name: name, Advertise: proxy.Addr(), Ready: ready, Port: port, Sites: p.Sites, Events: n, PushBatch: p.PushBatch, Sources: sources}, &r)
 	}()
 	for {
 		if _, err := os.Stat(ready); err == nil {
@@ -540,54 +555,6 @@ func joinManyOnce(ctx context.Context, work string, srcs []*catchupSource, p cat
 		return storeRun{}, 0, err
 	}
 	return r, float64(proxy.toTarget.Load()) / float64(n), nil
-}
-
-// catchupOnce runs one joiner child against s's source and returns its
-// report and the wire bytes per event toward it.
-func catchupOnce(ctx context.Context, work string, s *catchupSource, p catchupParams, t int) (storeRun, float64, error) {
-	name := fmt.Sprintf("joiner-%d-%d", s.n, t)
-	dir := filepath.Join(work, name)
-	defer os.RemoveAll(dir)
-	port, err := freeTCPPort()
-	if err != nil {
-		return storeRun{}, 0, err
-	}
-	proxy, err := newCountingProxy(fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		return storeRun{}, 0, err
-	}
-	defer proxy.Close()
-	ready := filepath.Join(work, name+".ready")
-	var r storeRun
-	done := make(chan error, 1)
-	// The joiner advertises the proxy: pushes to it cross the proxy; its
-	// answers go straight to the source's own address.
-	go func() {
-		done <- ab.Child(ctx, ab.Proc{}, "catchup-joiner", joinerArgs{Dir: dir, Name: name, Advertise: proxy.Addr(), Ready: ready, Port: port, Sites: p.Sites, Events: s.n, PushBatch: p.PushBatch}, &r)
-	}()
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		select {
-		case err := <-done:
-			if err == nil {
-				err = fmt.Errorf("joiner exited before it was ready")
-			}
-			return storeRun{}, 0, err
-		case <-time.After(time.Millisecond):
-		}
-	}
-	s.rem.AddPeer(name, proxy.Addr())
-	if err := s.node.AddPeer(name, s.rem, "remote"); err != nil {
-		return storeRun{}, 0, err
-	}
-	err = <-done
-	_ = s.node.RemovePeer(name, "remote")
-	if err != nil {
-		return storeRun{}, 0, err
-	}
-	return r, float64(proxy.toTarget.Load()) / float64(s.n), nil
 }
 
 // sumOf adds a and b element by element.
