@@ -81,7 +81,27 @@ type committer struct {
 	pending []*item
 	queued  bool
 	yielded bool
+
+	// cache is what items keep between transactions (the manager's
+	// decoded prekey store). It is dropped once the committer has had no
+	// message for cacheIdle (defaultCacheIdle when zero), so an idle
+	// device holds only its records.
+	cache      committerCache
+	cacheIdle  time.Duration
+	cacheArmed bool
 }
+
+// committerCache is state the committer's items keep on its goroutine
+// between transactions.
+type committerCache interface {
+	held() bool
+	drop()
+}
+
+// defaultCacheIdle is how long the committer keeps its cache without a
+// message: long enough for a run of requests (a bundle flood decodes the
+// prekey store once), short next to the time a device stays idle.
+const defaultCacheIdle = 250 * time.Millisecond
 
 type flushMsg struct{}
 
@@ -116,8 +136,25 @@ func (c *committer) Receive(ctx actor.Context) {
 		}
 		c.queued, c.yielded = false, false
 		c.commit()
+	case *actor.ReceiveTimeout:
+		// The timer fired and is cancelled; a later use arms it again.
+		c.cacheArmed = false
+		if c.cache != nil {
+			c.cache.drop()
+		}
+		return
 	case *actor.Stopping:
 		c.commit()
+		return
+	}
+	if c.cache != nil && !c.cacheArmed && c.cache.held() {
+		// Every later message restarts the timer.
+		c.cacheArmed = true
+		d := c.cacheIdle
+		if d <= 0 {
+			d = defaultCacheIdle
+		}
+		ctx.SetReceiveTimeout(d)
 	}
 }
 

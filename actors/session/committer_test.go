@@ -173,3 +173,101 @@ func TestCommitterFailedCommitFailsEveryItem(t *testing.T) {
 		t.Fatal("a failed or refused item was written")
 	}
 }
+
+// fakeCache is a committer cache an item fills; drops signals each drop.
+type fakeCache struct {
+	full  bool // committer goroutine only
+	drops chan struct{}
+}
+
+func (c *fakeCache) held() bool { return c.full }
+func (c *fakeCache) drop() {
+	c.full = false
+	c.drops <- struct{}{}
+}
+
+// An idle device must not keep what its committer cached for a run of
+// requests (the decoded prekey store is about 17 KiB per device): the cache
+// is dropped once the committer has been idle, and filled again on use.
+func TestCommitterDropsItsCacheWhenIdle(t *testing.T) {
+	cache := &fakeCache{drops: make(chan struct{}, 4)}
+	sys := actortest.System(t)
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &committer{store: memory.NewDelivery(), maxBatch: DefaultMaxBatch, logger: slog.New(slog.DiscardHandler),
+			cache: cache, cacheIdle: 5 * time.Millisecond}
+	}))
+	t.Cleanup(func() { _ = sys.Root.PoisonFuture(pid).Wait() })
+	fill := func() {
+		res := make(chan error, 1)
+		sys.Root.Send(pid, &item{
+			apply: func(persistence.DeliveryTx, *Stats) error { cache.full = true; return nil },
+			done:  func(err error) { res <- err },
+		})
+		if err := <-res; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 2 {
+		fill()
+		select {
+		case <-cache.drops:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the filled cache was not dropped after the committer went idle", round)
+		}
+	}
+	// Nothing held: nothing to drop, and an item that does not fill the
+	// cache does not arm the timer.
+	res := make(chan error, 1)
+	sys.Root.Send(pid, &item{apply: func(persistence.DeliveryTx, *Stats) error { return nil }, done: func(err error) { res <- err }})
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+	_ = sys.Root.PoisonFuture(pid).Wait()
+	if n := len(cache.drops); n != 0 {
+		t.Fatalf("%d drops of an empty cache", n)
+	}
+}
+
+// The manager's decoded prekey store is that cache: a device that served a
+// bundle drops it once idle, and the next bundle decodes the store again.
+func TestManagerDropsDecodedPrekeysWhenIdle(t *testing.T) {
+	sys := actortest.System(t)
+	addr := messages.DeviceAddress{User: "bob", Device: 1}
+	m, err := NewManager(context.Background(), sys, Config{Store: memory.NewDelivery(), Transport: NewInProcess().Endpoint(addr), Local: addr, RefreshInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	held := func() bool {
+		res := make(chan bool, 1)
+		if err := m.submitOwn(&item{
+			apply: func(persistence.DeliveryTx, *Stats) error { res <- (*managerCache)(m).held(); return nil },
+			done:  func(error) {},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return <-res
+	}
+	var first uint32
+	for round := range 2 {
+		b, err := m.Bundle(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.OneTimePrekey == nil {
+			t.Fatalf("round %d: a bundle without a one-time prekey", round)
+		}
+		if round == 0 {
+			first = b.OneTimePrekey.ID
+		} else if b.OneTimePrekey.ID == first {
+			t.Fatalf("the bundle after the cache was dropped reissued one-time prekey %d", first)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for held() {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the decoded prekey store is still held after 30 s idle", round)
+			}
+			time.Sleep(2 * defaultCacheIdle)
+		}
+	}
+}

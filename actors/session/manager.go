@@ -278,6 +278,13 @@ type Manager struct {
 	}
 }
 
+// managerCache is the Manager as the committer's cache: the decoded prekey
+// store (about 17 KiB) is dropped when the committer goes idle.
+type managerCache Manager
+
+func (c *managerCache) held() bool { return c.prekeyCache.raw != nil }
+func (c *managerCache) drop()      { c.prekeyCache.raw, c.prekeyCache.ps = nil, ratchet.PrekeyStore{} }
+
 // peerEntry is the routing entry of one live peer actor. pending counts
 // requests sent to it and not yet processed; the actor passivates only
 // when it is zero (under Manager.mu), so no request reaches a stopped actor.
@@ -344,7 +351,7 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 	}
 	m.pub = m.local.Public()
 	m.committer = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &committer{store: cfg.Store, maxBatch: cfg.MaxBatch, observe: cfg.Observe, logger: cfg.Logger, maxSkipped: max(cfg.MaxSkippedKeysPerDevice, 0)}
+		return &committer{store: cfg.Store, maxBatch: cfg.MaxBatch, observe: cfg.Observe, logger: cfg.Logger, maxSkipped: max(cfg.MaxSkippedKeysPerDevice, 0), cache: (*managerCache)(m)}
 	}, cfg.Mailboxes.Option("delivery_committer"), mailbox.Pooled()))
 	if cfg.RefreshInterval > 0 {
 		m.scheduledRefresh()
