@@ -178,7 +178,7 @@ func TestGrowingIndexesWritePackedPages(t *testing.T) {
 	defer db.Close()
 	raw := make([]byte, 193)
 	base := uint64(time.Now().UnixMilli())
-	for i := 0; i < 40_000; i += 2000 {
+	for i := 0; i < 12_000; i += 2000 {
 		applyPathBatch(t, db.Sync(), base, i, 2000, raw)
 	}
 	err := db.bolt.View(func(tx *bbolt.Tx) error {
