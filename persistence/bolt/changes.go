@@ -110,7 +110,7 @@ func (t *syncTx) AppendChange(c persistence.RowChange) (uint64, error) {
 	}
 	seq := last + 1
 	t.keyBuf = c.Key.AppendEncode(t.keyBuf[:0])
-	v := encodeChange(&c, t.keyBuf)
+	v := encodeChangeTo(t.valueBuf(changeLen(&c, t.keyBuf)), &c, t.keyBuf)
 	// bbolt copies the key on Put and keeps the value until commit.
 	t.keyBuf = tablePrefix(binary.BigEndian.AppendUint64(t.keyBuf[:0], seq), persistence.TableKey{Schema: c.Schema, Table: c.Table})
 	if err := b.Put(t.keyBuf, v); err != nil {
@@ -124,7 +124,17 @@ func (t *syncTx) AppendChange(c persistence.RowChange) (uint64, error) {
 // applied event); TestRecordEncodersMatchCodec proves it byte-identical
 // to messages.Marshal(&changeRecord{...}).
 func encodeChange(c *persistence.RowChange, rowKey []byte) []byte {
-	b := make([]byte, 0, 32+len(rowKey)+3*maxClockLen+cellsLen(c.Cells)+8*len(c.Cleared))
+	return encodeChangeTo(make([]byte, 0, changeLen(c, rowKey)), c, rowKey)
+}
+
+// changeLen bounds what encodeChangeTo writes (as cellsLen does; a
+// cleared name longer than 7 bytes only costs a reallocation).
+func changeLen(c *persistence.RowChange, rowKey []byte) int {
+	return 32 + len(rowKey) + 3*maxClockLen + cellsLen(c.Cells) + 8*len(c.Cleared)
+}
+
+// encodeChangeTo appends the changeRecord of c to b.
+func encodeChangeTo(b []byte, c *persistence.RowChange, rowKey []byte) []byte {
 	b = messages.AppendMapHeader(b, 9)
 	b = messages.AppendUint(messages.AppendUint(b, 1), recordVersion)
 	b = messages.AppendBytes(messages.AppendUint(b, 2), rowKey)

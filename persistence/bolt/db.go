@@ -61,6 +61,10 @@ type DB struct {
 	closed atomic.Bool
 
 	syncCommits, deliveryCommits atomic.Uint64
+
+	// rowsHint and pendHint are the rows and index entries the last sync
+	// transaction wrote: the next one sizes its buffers by them.
+	rowsHint, pendHint atomic.Int64
 }
 
 // CommitStats counts the read-write transactions a DB committed, per plane.

@@ -61,6 +61,15 @@ func FuzzDecodeRecords(f *testing.F) {
 				t.Fatalf("hand reader accepted a non-canonical row record %x (canonical %x)", data, again)
 			}
 		}
+		// Reading with a name cache (the apply path's, warmed by a first
+		// read) decides and reads exactly as without one.
+		var names nameCache
+		for range 2 {
+			cached, cerr := readRowKeyed(tk, rowKey, nil, data, &names)
+			if (cerr == nil) != (ferr == nil) || (cerr == nil && !reflect.DeepEqual(cached, fast)) {
+				t.Fatalf("read with a name cache differs: %+v (%v), without %+v (%v)", cached, cerr, fast, ferr)
+			}
+		}
 		if err == nil && ferr != nil {
 			if again, _ := encodeRow(&ref); bytes.Equal(again, data) {
 				t.Fatalf("hand reader refused a canonical row record %x: %v", data, ferr)

@@ -137,13 +137,20 @@ func siteFrom(b []byte) (messages.SiteID, error) {
 // event); TestRecordEncodersMatchCodec proves it byte-identical to
 // messages.Marshal(&rowRecord{...}).
 func encodeRow(row *persistence.Row) ([]byte, error) {
-	b := make([]byte, 0, 16+2*maxClockLen+cellsLen(row.Cells))
+	return encodeRowTo(make([]byte, 0, rowLen(row)), row), nil
+}
+
+// rowLen bounds what encodeRowTo writes (as cellsLen does).
+func rowLen(row *persistence.Row) int { return 16 + 2*maxClockLen + cellsLen(row.Cells) }
+
+// encodeRowTo appends the rowRecord of row to b.
+func encodeRowTo(b []byte, row *persistence.Row) []byte {
 	b = messages.AppendMapHeader(b, 5)
 	b = messages.AppendUint(messages.AppendUint(b, 1), rowRecordVersion)
 	b = messages.AppendBool(messages.AppendUint(b, 2), row.Exists)
 	b = appendClock(messages.AppendUint(b, 3), row.Existence)
 	b = appendClock(messages.AppendUint(b, 4), row.Tomb)
-	return appendCells(messages.AppendUint(b, 5), row.Cells), nil
+	return appendCells(messages.AppendUint(b, 5), row.Cells)
 }
 
 // maxClockLen is the most appendClock writes: a map of HLC, site and id.
@@ -226,8 +233,15 @@ func appendClock(b []byte, c messages.Clock) []byte {
 
 // encodeEvent writes an eventRecord directly (once per appended event);
 // proven byte-identical to messages.Marshal by TestRecordEncodersMatchCodec.
-func encodeEvent(r *eventRecord) []byte {
-	b := make([]byte, 0, 64+len(r.ID)+len(r.Site)+len(r.Schema)+len(r.Table)+len(r.RowKey)+len(r.Raw))
+func encodeEvent(r *eventRecord) []byte { return encodeEventTo(make([]byte, 0, eventLen(r)), r) }
+
+// eventLen bounds what encodeEventTo writes.
+func eventLen(r *eventRecord) int {
+	return 64 + len(r.ID) + len(r.Site) + len(r.Schema) + len(r.Table) + len(r.RowKey) + len(r.Raw)
+}
+
+// encodeEventTo appends the eventRecord r to b.
+func encodeEventTo(b []byte, r *eventRecord) []byte {
 	b = messages.AppendMapHeader(b, 8)
 	b = messages.AppendUint(messages.AppendUint(b, 1), r.V)
 	b = messages.AppendBytes(messages.AppendUint(b, 2), r.ID)

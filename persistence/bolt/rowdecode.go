@@ -18,12 +18,13 @@ import (
 // target checks both directions: an accepted record re-encodes to itself,
 // and decodeRow (the reflective reference) reads it the same.
 func readRow(t persistence.TableKey, rowKey, b []byte) (persistence.Row, error) {
-	return readRowKeyed(t, rowKey, nil, b)
+	return readRowKeyed(t, rowKey, nil, b, nil)
 }
 
 // readRowKeyed is readRow taking the row's key columns from key when the
-// caller has them (non-nil), instead of decoding rowKey.
-func readRowKeyed(t persistence.TableKey, rowKey []byte, key messages.Columns, b []byte) (persistence.Row, error) {
+// caller has them (non-nil), instead of decoding rowKey, and the cell
+// names from names when it holds them (nil: each name is a new string).
+func readRowKeyed(t persistence.TableKey, rowKey []byte, key messages.Columns, b []byte, names *nameCache) (persistence.Row, error) {
 	// One copy backs every cell value: the row never aliases bbolt memory.
 	r := cborReader{b: bytes.Clone(b)}
 	row := persistence.Row{Schema: t.Schema, Table: t.Table}
@@ -55,7 +56,7 @@ func readRowKeyed(t persistence.TableKey, rowKey []byte, key messages.Columns, b
 		}
 		var prev string
 		for i := 0; i < n && r.err == nil; i++ {
-			name := r.text()
+			name := r.name(names)
 			if i > 0 && !messages.LessShortlex(prev, name) {
 				return row, corrupt("row", r.fail("cell order"))
 			}
@@ -187,6 +188,47 @@ func (r *cborReader) text() string {
 	v := string(r.b[:n])
 	r.b = r.b[n:]
 	return v
+}
+
+// nameCache holds the column names a transaction's rows were read with:
+// a table's rows share a few names, and the apply path reads a row per
+// event, so its names are allocated once instead of once per row.
+type nameCache struct{ names []string }
+
+// maxCachedNames bounds a nameCache (wider rows allocate the rest).
+const maxCachedNames = 32
+
+// name reads a text string as text does, returning an equal string of c
+// when it holds one (c may be nil).
+func (r *cborReader) name(c *nameCache) string {
+	if c == nil {
+		return r.text()
+	}
+	n := r.head(3)
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.fail("text length")
+		return ""
+	}
+	b := r.b[:n]
+	for _, s := range c.names {
+		if s == string(b) { // no allocation: a comparison
+			r.b = r.b[n:]
+			return s
+		}
+	}
+	if !utf8.Valid(b) {
+		r.fail("text encoding")
+		return ""
+	}
+	s := string(b)
+	r.b = r.b[n:]
+	if len(c.names) < maxCachedNames {
+		c.names = append(c.names, s)
+	}
+	return s
 }
 
 func (r *cborReader) bool() bool {

@@ -20,6 +20,11 @@ import (
 // increasing order (the event log): full pages instead of half-empty splits.
 const sequentialFill = 1.0
 
+// rowsFill is the FillPercent of the rows bucket: rows are rewritten in
+// place and change size a little (a cell's value, a clock gaining an id),
+// so its pages keep room for that instead of splitting at the next byte.
+const rowsFill = 0.9
+
 // scanChunk is how many entries a scan copies out of a cursor before it
 // calls back, so a callback may write to the transaction safely.
 const scanChunk = 256
@@ -137,6 +142,8 @@ type syncTx struct {
 	idsCur, rowsCur *bbolt.Cursor
 	keyBuf, idBuf   []byte
 	arena           []byte
+	values          []byte    // valueBuf's current chunk
+	names           nameCache // the column names RowWithKey read
 
 	// The row and table index entries AppendEvent added, not yet Put:
 	// flushIndexes puts them in key order before the commit and before
@@ -168,13 +175,16 @@ func (t *syncTx) flushRows() error {
 	if len(t.rowsOut) == 0 {
 		return nil
 	}
+	t.d.rowsHint.Store(int64(len(t.rowsOut)))
 	keys := make([]string, 0, len(t.rowsOut))
 	for k := range t.rowsOut {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		if err := t.rows.Put([]byte(k), t.rowsOut[k]); err != nil {
+		// Put copies the key: one buffer serves them all.
+		t.keyBuf = append(t.keyBuf[:0], k...)
+		if err := t.rows.Put(t.keyBuf, t.rowsOut[k]); err != nil {
 			return err
 		}
 	}
@@ -196,6 +206,9 @@ func (t *syncTx) pendKey(key []byte) []byte {
 // flushIndexes puts the pending row and table index entries, each index
 // in key order.
 func (t *syncTx) flushIndexes() error {
+	if n := len(t.pendRow); n > 0 {
+		t.d.pendHint.Store(int64(n))
+	}
 	for _, p := range []struct {
 		b    *bbolt.Bucket
 		keys *[][]byte
@@ -225,6 +238,26 @@ func get(cur **bbolt.Cursor, b *bbolt.Bucket, key []byte) []byte {
 		return nil
 	}
 	return v
+}
+
+// valueChunk is the size of the chunks valueBuf carves record values from.
+const valueChunk = 64 << 10
+
+// valueBuf returns an empty slice with capacity n for a record value that
+// bbolt keeps until the commit: values of the apply path (an event, a row
+// and a change record per event) are carved from shared chunks instead of
+// one allocation each. The capacity is exact, so an encoder that writes
+// past n reallocates instead of overwriting the next value.
+func (t *syncTx) valueBuf(n int) []byte {
+	if n > valueChunk/4 {
+		return make([]byte, 0, n)
+	}
+	if cap(t.values)-len(t.values) < n {
+		t.values = make([]byte, 0, valueChunk)
+	}
+	at := len(t.values)
+	t.values = t.values[:at+n]
+	return t.values[at : at : at+n]
 }
 
 // own returns a copy of b in memory that lives until the transaction ends
@@ -258,7 +291,21 @@ func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
 		}
 	}
 	if btx.Writable() {
-		t.events.FillPercent = sequentialFill
+		// Pages are written whole whatever they hold, and a commit's CPU
+		// and bytes go by the pages it writes (about 11 µs each at a
+		// million events). bbolt splits a node it spills into pieces of
+		// FillPercent of a page, and its default, half, suits keys that
+		// land at random in a bucket that is rarely rewritten. These
+		// buckets grow at a few places per commit (the log and the change
+		// log at their end, the id index at each site's newest HLC, the
+		// table index at the newest HLC, the row index in its newest
+		// generation), so a piece filled to the brim is never split
+		// again; the rows bucket is rewritten page by page on each commit
+		// that touches its rows, so a fuller page is fewer pages to write.
+		for _, b := range []*bbolt.Bucket{t.events, t.ids, t.tableIdx, t.rowIdx} {
+			b.FillPercent = sequentialFill
+		}
+		t.rows.FillPercent = rowsFill
 	}
 	return t, nil
 }
@@ -570,7 +617,7 @@ func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.
 	if v == nil {
 		return persistence.Row{}, false, nil
 	}
-	row, err := readRowKeyed(k, rowKey, key, v)
+	row, err := readRowKeyed(k, rowKey, key, v, &t.names)
 	return row, err == nil, err
 }
 
@@ -756,10 +803,11 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 			return 0, fmt.Errorf("bolt: seal event %s: %w", ev.ID, err)
 		}
 	}
-	v := encodeEvent(&eventRecord{
+	rec := eventRecord{
 		V: recordVersion, ID: t.idBuf, Site: ev.Site[:], HLC: uint64(ev.HLC),
 		Schema: ev.Schema, Table: ev.Table, RowKey: ev.RowKey, Raw: raw,
-	})
+	}
+	v := encodeEventTo(t.valueBuf(eventLen(&rec)), &rec)
 	// bbolt copies keys on Put but keeps values until commit: the keys
 	// come from the scratch buffer, the seq value from the arena.
 	t.keyBuf = binary.BigEndian.AppendUint64(t.keyBuf[:0], seq)
@@ -773,6 +821,11 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	}
 	// The row and table index entries are put in key order at the end
 	// (flushIndexes).
+	if t.pendRow == nil {
+		// Sized as the last transaction's (flushIndexes).
+		n := t.d.pendHint.Load()
+		t.pendRow, t.pendTable = make([][]byte, 0, n), make([][]byte, 0, n)
+	}
 	t.keyBuf = rowIdxKey(t.keyBuf[:0], tk, ev.RowKey, seq)
 	t.pendRow = append(t.pendRow, t.pendKey(t.keyBuf))
 	t.keyBuf = tableIdxKey(t.keyBuf[:0], tk, ev.HLC, seq)
@@ -845,16 +898,15 @@ func (t *syncTx) PutRow(row persistence.Row) error {
 	if err := validRowKey(row.Key); err != nil {
 		return err
 	}
-	v, err := encodeRow(&row)
-	if err != nil {
-		return fmt.Errorf("bolt: encode row: %w", err)
-	}
+	v := encodeRowTo(t.valueBuf(rowLen(&row)), &row)
 	t.keyBuf = row.Key.AppendEncode(tablePrefix(t.keyBuf[:0], tableKeyOf(row.Schema, row.Table)))
 	if len(t.keyBuf) > bbolt.MaxKeySize {
 		return fmt.Errorf("bolt: put row: %w", bolterrors.ErrKeyTooLarge) // as Put would, at once
 	}
 	if t.rowsOut == nil {
-		t.rowsOut = make(map[string][]byte)
+		// Sized as the last transaction's: a batch writes thousands of
+		// rows, and growing the map rehashed them at every doubling.
+		t.rowsOut = make(map[string][]byte, t.d.rowsHint.Load())
 	}
 	t.rowsOut[string(t.keyBuf)] = v // flushRows puts it
 	return nil
