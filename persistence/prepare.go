@@ -1,0 +1,198 @@
+package persistence
+
+import (
+	"reflect"
+	"sync"
+	"sync/atomic"
+
+	"github.com/syncmesh/syncmesh/crypto/lthash"
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// PreparedEvent is an event's pure storage work, done before the write
+// transaction that appends it (SyncStore.PrepareEvents): its share of the
+// range sums — the LtHash16 of its reconciliation key, summed with the
+// other events of one preparation that share its table and site — and its
+// bytes sealed at rest when the store seals. Neither depends on the
+// store's state, so the apply path prepares events on its parallel
+// verifiers and the store's single writer only uses the results: it adds
+// one prepared sum for the whole group instead of expanding every key
+// (PreparedSums).
+//
+// A store uses a preparation only for the bytes, id and sealer it was
+// made for, and does the work itself otherwise: a stale or foreign
+// preparation costs time, never a wrong record or sum.
+type PreparedEvent struct {
+	raw    []byte
+	id     EventID
+	group  *preparedGroup
+	member int // this event's index in group.keys
+	sealer Sealer
+	sealed []byte
+}
+
+// preparedGroup is the prepared range-sum share of events of one (table,
+// site): their keys and the sum of their expansions.
+type preparedGroup struct {
+	tk   TableKey
+	site messages.SiteID
+	keys []messages.ReconcileKey
+	sum  lthash.Sum
+}
+
+// MaxPreparedEvents bounds the preparations of a process not released yet
+// (at most a 2 KiB sum and the sealed bytes per event, far less when
+// events share a table and site): past it PrepareEvents leaves events
+// unprepared and the store does the work in its transaction, so however
+// many events peers have in flight, preparing them holds bounded memory.
+const MaxPreparedEvents = 1 << 14
+
+// outstanding counts the preparations not released.
+var outstanding atomic.Int64
+
+// scratch holds one expansion while it is added to a group's sum.
+var scratch = sync.Pool{New: func() any { return new(lthash.Element) }}
+
+// PrepareEvents does the pure storage work of evs for a store sealing
+// with sealer (nil: none) and records it in each event's Prepared; past
+// MaxPreparedEvents it leaves the rest unprepared. A failed seal leaves
+// the sealing to AppendEvent, which reports the error. Whoever holds an
+// event releases its preparation (PreparedEvent.Release) once no
+// transaction can append it any more.
+func PrepareEvents(evs []*StoredEvent, sealer Sealer) {
+	if sealer != nil && !reflect.TypeOf(sealer).Comparable() {
+		sealer = nil // Sealed compares it; the store seals such events itself
+	}
+	x := scratch.Get().(*lthash.Element)
+	defer scratch.Put(x)
+	var groups []*preparedGroup // few: the events of one verified batch
+	for _, ev := range evs {
+		if outstanding.Add(1) > MaxPreparedEvents {
+			outstanding.Add(-1)
+			return
+		}
+		tk := TableKey{Schema: ev.Schema, Table: ev.Table}
+		var g *preparedGroup
+		for _, c := range groups {
+			if c.site == ev.Site && c.tk == tk {
+				g = c
+				break
+			}
+		}
+		if g == nil {
+			g = &preparedGroup{tk: tk, site: ev.Site}
+			groups = append(groups, g)
+		}
+		p := &PreparedEvent{raw: ev.Raw, id: ev.ID, group: g, member: len(g.keys)}
+		k := messages.NewReconcileKey(ev.Site, ev.HLC, ev.ID)
+		g.keys = append(g.keys, k)
+		x.Expand(k[:])
+		g.sum.AddElement(x)
+		if sealer != nil {
+			id := ev.ID
+			if sealed, err := sealer.Seal(RecordEvent, id[:], ev.Raw); err == nil {
+				p.sealer, p.sealed = sealer, sealed
+			}
+		}
+		ev.Prepared = p
+	}
+}
+
+// For reports whether p was prepared for ev (its very bytes, not only
+// equal ones: a caller cannot change them in place unnoticed), and so is
+// what a store uses when it appends ev.
+func (p *PreparedEvent) For(ev *StoredEvent) bool {
+	return p != nil && p.group != nil && p.id == ev.ID && len(p.raw) == len(ev.Raw) &&
+		(len(p.raw) == 0 || &p.raw[0] == &ev.Raw[0]) &&
+		p.group.site == ev.Site && p.group.tk == (TableKey{Schema: ev.Schema, Table: ev.Table}) &&
+		p.group.keys[p.member] == messages.NewReconcileKey(ev.Site, ev.HLC, ev.ID)
+}
+
+// Sealed returns ev's bytes sealed by sealer as RecordEvent, prepared for
+// ev, or nil (the store seals them itself).
+func (p *PreparedEvent) Sealed(ev *StoredEvent, sealer Sealer) []byte {
+	if sealer == nil || !p.For(ev) || p.sealer != sealer {
+		return nil
+	}
+	return p.sealed
+}
+
+// Release ends the preparation (its memory is the garbage collector's
+// once nothing refers to it); call it once no transaction can append the
+// event any more. A second call does nothing; p is unusable after.
+func (p *PreparedEvent) Release() {
+	if p == nil || p.group == nil {
+		return
+	}
+	*p = PreparedEvent{}
+	outstanding.Add(-1)
+}
+
+// PreparedOutstanding returns how many preparations of this process are
+// not released (for tests and diagnostics).
+func PreparedOutstanding() int64 { return outstanding.Load() }
+
+// PreparedSums is one write transaction's account of the appended events
+// whose range-sum share was prepared: AppendEvent hands each event to
+// Append, and before the transaction's sums are read or written the store
+// calls Resolve, which gives each prepared group's share once — the
+// prepared sum when every event of the group was appended, else that sum
+// less the expansions of the members not appended, or the expansions of
+// those appended, whichever is fewer. The zero value is ready; it belongs
+// to one transaction.
+type PreparedSums struct {
+	appended map[*preparedGroup][]int
+}
+
+// Append reports whether ev's key is accounted for by its prepared group
+// (Resolve adds it); when false the store adds ev's key to its sum itself.
+// It is called once per appended event.
+func (s *PreparedSums) Append(ev *StoredEvent) bool {
+	p := ev.Prepared
+	if !p.For(ev) {
+		return false
+	}
+	if s.appended == nil {
+		s.appended = map[*preparedGroup][]int{}
+	}
+	s.appended[p.group] = append(s.appended[p.group], p.member)
+	return true
+}
+
+// Resolve calls add with the share of every group appended to since the
+// last Resolve: the (table, site), the number of its events appended and
+// the sum of their keys' expansions.
+func (s *PreparedSums) Resolve(add func(tk TableKey, site messages.SiteID, count int64, sum *lthash.Sum)) {
+	if len(s.appended) == 0 {
+		return
+	}
+	x := scratch.Get().(*lthash.Element)
+	defer scratch.Put(x)
+	for g, members := range s.appended {
+		if len(members) == len(g.keys) {
+			add(g.tk, g.site, int64(len(members)), &g.sum)
+			continue
+		}
+		in := make([]bool, len(g.keys))
+		for _, m := range members {
+			in[m] = true
+		}
+		var sum lthash.Sum
+		if 2*len(members) >= len(g.keys) {
+			sum = g.sum
+			for m, k := range g.keys {
+				if !in[m] {
+					x.Expand(k[:])
+					sum.RemoveElement(x)
+				}
+			}
+		} else {
+			for _, m := range members {
+				x.Expand(g.keys[m][:])
+				sum.AddElement(x)
+			}
+		}
+		add(g.tk, g.site, int64(len(members)), &sum)
+	}
+	s.appended = nil // a copy of s (a store's copied state) shares no map
+}
