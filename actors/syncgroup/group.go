@@ -380,9 +380,8 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 	if err != nil {
 		return err
 	}
-	prev := materialize.Snapshot(row)
 	// The row is this transaction's own copy: hand it over.
-	nr, fx, err := materialize.ApplyOwned(def, h, row, id, e, RowLog(tx, t, rowKey))
+	nr, fx, ch, changed, err := materialize.ApplyChange(def, h, row, id, e, RowLog(tx, t, rowKey), persistence.CauseEvent)
 	if err != nil {
 		return err
 	}
@@ -390,7 +389,7 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 		return err
 	}
 	// The change log is written in the transaction that writes the row.
-	if ch, ok := materialize.Change(prev, nr, persistence.CauseEvent, e.ClockOf(id)); ok {
+	if changed {
 		if _, err := tx.AppendChange(ch); err != nil {
 			return err
 		}
