@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -25,6 +26,7 @@ import (
 type PreparedEvent struct {
 	raw    []byte
 	id     EventID
+	hlc    messages.HLC
 	group  *preparedGroup
 	member int // this event's index in group.keys
 	sealer Sealer
@@ -63,30 +65,50 @@ func PrepareEvents(evs []*StoredEvent, sealer Sealer) {
 	if sealer != nil && !reflect.TypeOf(sealer).Comparable() {
 		sealer = nil // Sealed compares it; the store seals such events itself
 	}
+	// Within the budget: the first n events.
+	n := len(evs)
+	if over := outstanding.Add(int64(n)) - MaxPreparedEvents; over > 0 {
+		outstanding.Add(-min(over, int64(n)))
+		n = max(0, n-int(over))
+	}
+	if n == 0 {
+		return
+	}
+	evs = evs[:n]
+	// The groups (few: the events of one verified batch) and each event's,
+	// then one allocation for the groups, one for their keys (each group's
+	// a contiguous part) and one for the preparations: allocating them one
+	// by one cost more than the hashing.
+	var gkeys []groupKey
+	gi := make([]int32, n)
+	var sizes []int
+	for i, ev := range evs {
+		k := groupKey{TableKey{Schema: ev.Schema, Table: ev.Table}, ev.Site}
+		j := slices.Index(gkeys, k)
+		if j < 0 {
+			j = len(gkeys)
+			gkeys = append(gkeys, k)
+			sizes = append(sizes, 0)
+		}
+		gi[i] = int32(j)
+		sizes[j]++
+	}
+	groups := make([]preparedGroup, len(gkeys))
+	keys := make([]messages.ReconcileKey, n)
+	off := 0
+	for j, k := range gkeys {
+		groups[j] = preparedGroup{tk: k.tk, site: k.site, keys: keys[off : off : off+sizes[j]]}
+		off += sizes[j]
+	}
+	ps := make([]PreparedEvent, n)
 	x := scratch.Get().(*lthash.Element)
 	defer scratch.Put(x)
-	var groups []*preparedGroup // few: the events of one verified batch
-	for _, ev := range evs {
-		if outstanding.Add(1) > MaxPreparedEvents {
-			outstanding.Add(-1)
-			return
-		}
-		tk := TableKey{Schema: ev.Schema, Table: ev.Table}
-		var g *preparedGroup
-		for _, c := range groups {
-			if c.site == ev.Site && c.tk == tk {
-				g = c
-				break
-			}
-		}
-		if g == nil {
-			g = &preparedGroup{tk: tk, site: ev.Site}
-			groups = append(groups, g)
-		}
-		p := &PreparedEvent{raw: ev.Raw, id: ev.ID, group: g, member: len(g.keys)}
-		k := messages.NewReconcileKey(ev.Site, ev.HLC, ev.ID)
-		g.keys = append(g.keys, k)
-		x.Expand(k[:])
+	for i, ev := range evs {
+		g := &groups[gi[i]]
+		p := &ps[i]
+		*p = PreparedEvent{raw: ev.Raw, id: ev.ID, hlc: ev.HLC, group: g, member: len(g.keys)}
+		g.keys = append(g.keys, messages.NewReconcileKey(ev.Site, ev.HLC, ev.ID))
+		x.Expand(g.keys[p.member][:])
 		g.sum.AddElement(x)
 		if sealer != nil {
 			id := ev.ID
@@ -98,14 +120,21 @@ func PrepareEvents(evs []*StoredEvent, sealer Sealer) {
 	}
 }
 
+// groupKey names a prepared group.
+type groupKey struct {
+	tk   TableKey
+	site messages.SiteID
+}
+
 // For reports whether p was prepared for ev (its very bytes, not only
 // equal ones: a caller cannot change them in place unnoticed), and so is
 // what a store uses when it appends ev.
 func (p *PreparedEvent) For(ev *StoredEvent) bool {
-	return p != nil && p.group != nil && p.id == ev.ID && len(p.raw) == len(ev.Raw) &&
+	// The key's parts (site, HLC, id) and the sum's (table, site): what
+	// the prepared share was computed from.
+	return p != nil && p.group != nil && p.id == ev.ID && p.hlc == ev.HLC && len(p.raw) == len(ev.Raw) &&
 		(len(p.raw) == 0 || &p.raw[0] == &ev.Raw[0]) &&
-		p.group.site == ev.Site && p.group.tk == (TableKey{Schema: ev.Schema, Table: ev.Table}) &&
-		p.group.keys[p.member] == messages.NewReconcileKey(ev.Site, ev.HLC, ev.ID)
+		p.group.site == ev.Site && p.group.tk.Schema == ev.Schema && p.group.tk.Table == ev.Table
 }
 
 // Sealed returns ev's bytes sealed by sealer as RecordEvent, prepared for
