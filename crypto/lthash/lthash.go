@@ -121,11 +121,9 @@ func (s *Sum) Remove(elem []byte) {
 
 // AddElement adds the element x is the expansion of.
 func (s *Sum) AddElement(x *Element) {
-	w := s.w
-	for i := range w {
-		w[i] = add16(w[i], x.w[i])
+	for i := range s.w {
+		s.w[i] = add16(s.w[i], x.w[i])
 	}
-	s.w = w
 }
 
 // RemoveElement removes the element x is the expansion of (added before).
