@@ -63,6 +63,11 @@ func Snapshot(row persistence.Row) persistence.Row {
 // and clears. The apply path calls it once per event in the single
 // writer, where the copy and the comparison of every cell cost more than
 // the application.
+//
+// Unlike Apply and Change, the row and the change share the values of e
+// and of the log's events instead of copying them: values are immutable
+// once decoded, and the caller stores the row and the change (a store
+// copies what it is given) and drops them.
 func ApplyChange(def persistence.TableDef, horizon messages.HLC, row persistence.Row, id messages.EventID, e *messages.Event, log Log, cause persistence.ChangeCause) (persistence.Row, Effects, persistence.RowChange, bool, error) {
 	prevExists, prevExistence, prevTomb := row.Exists, row.Existence, row.Tomb
 	var tr tracker
@@ -82,8 +87,7 @@ func ApplyChange(def persistence.TableDef, horizon messages.HLC, row persistence
 			for _, name := range names {
 				// A cell written twice (by the payload, then by a rebuild)
 				// is recorded with its final state.
-				c := next.Cells[name]
-				ch.Cells[name] = persistence.Cell{Value: c.Value.Clone(), Clock: c.Clock}
+				ch.Cells[name] = next.Cells[name]
 			}
 		}
 	}

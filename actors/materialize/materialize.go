@@ -152,7 +152,10 @@ func writeIfBeats(row *persistence.Row, name string, v messages.Value, c message
 	if !c.Beats(row.Cells[name].Clock) || !c.Beats(row.Tomb) {
 		return false
 	}
-	row.Cells[name] = persistence.Cell{Value: v.Clone(), Clock: c}
+	if tr == nil {
+		v = v.Clone()
+	} // else ApplyChange: the row shares the event's values (ApplyChange)
+	row.Cells[name] = persistence.Cell{Value: v, Clock: c}
 	tr.write(name)
 	return true
 }
