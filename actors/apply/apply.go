@@ -163,7 +163,11 @@ func (c *Chokepoint) checkedWith(kr *sign.Keyring, raw []byte, v *sign.Verified,
 		c.cfg.Logger.Debug("apply: event out of scope dropped", "schema", e.Schema, "table", e.Table, "id", id)
 		return checked{out: out, final: true}
 	}
-	req := &syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: e.RowKey()}
+	rowKey := v.RowKey // read off the wire as it is, for a canonical event
+	if rowKey == nil {
+		rowKey = e.RowKey()
+	}
+	req := &syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: rowKey}
 	// Issue 10 point 5: an event of a key retired by the time it arrives
 	// is valid (HLC ≤ cutoff) but surfaced by its group if it is new.
 	if cut := c.cutoffOf(kr, v.Kid); cut != 0 {
