@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"math/bits"
 	"reflect"
 	"slices"
 	"sync"
@@ -170,21 +171,27 @@ func PreparedOutstanding() int64 { return outstanding.Load() }
 // those appended, whichever is fewer. The zero value is ready; it belongs
 // to one transaction.
 type PreparedSums struct {
-	appended map[*preparedGroup][]int
+	appended map[*preparedGroup][]uint64 // a bit per member appended
 }
 
 // Append reports whether ev's key is accounted for by its prepared group
 // (Resolve adds it); when false the store adds ev's key to its sum itself.
-// It is called once per appended event.
+// It is called once per appended event (a store refuses a second append of
+// one event: ErrDuplicate).
 func (s *PreparedSums) Append(ev *StoredEvent) bool {
 	p := ev.Prepared
 	if !p.For(ev) {
 		return false
 	}
 	if s.appended == nil {
-		s.appended = map[*preparedGroup][]int{}
+		s.appended = map[*preparedGroup][]uint64{}
 	}
-	s.appended[p.group] = append(s.appended[p.group], p.member)
+	in := s.appended[p.group]
+	if in == nil {
+		in = make([]uint64, (len(p.group.keys)+63)/64) // one word for a verified batch
+		s.appended[p.group] = in
+	}
+	in[p.member/64] |= 1 << (p.member % 64)
 	return true
 }
 
@@ -197,31 +204,34 @@ func (s *PreparedSums) Resolve(add func(tk TableKey, site messages.SiteID, count
 	}
 	x := scratch.Get().(*lthash.Element)
 	defer scratch.Put(x)
-	for g, members := range s.appended {
-		if len(members) == len(g.keys) {
-			add(g.tk, g.site, int64(len(members)), &g.sum)
+	for g, in := range s.appended {
+		n := 0
+		for _, w := range in {
+			n += bits.OnesCount64(w)
+		}
+		if n == len(g.keys) {
+			add(g.tk, g.site, int64(n), &g.sum)
 			continue
 		}
-		in := make([]bool, len(g.keys))
-		for _, m := range members {
-			in[m] = true
-		}
+		appended := func(m int) bool { return in[m/64]&(1<<(m%64)) != 0 }
 		var sum lthash.Sum
-		if 2*len(members) >= len(g.keys) {
+		if 2*n >= len(g.keys) {
 			sum = g.sum
 			for m, k := range g.keys {
-				if !in[m] {
+				if !appended(m) {
 					x.Expand(k[:])
 					sum.RemoveElement(x)
 				}
 			}
 		} else {
-			for _, m := range members {
-				x.Expand(g.keys[m][:])
-				sum.AddElement(x)
+			for m, k := range g.keys {
+				if appended(m) {
+					x.Expand(k[:])
+					sum.AddElement(x)
+				}
 			}
 		}
-		add(g.tk, g.site, int64(len(members)), &sum)
+		add(g.tk, g.site, int64(n), &sum)
 	}
 	s.appended = nil // a copy of s (a store's copied state) shares no map
 }
