@@ -67,7 +67,8 @@ func Snapshot(row persistence.Row) persistence.Row {
 // Unlike Apply and Change, the row and the change share the values of e
 // and of the log's events instead of copying them: values are immutable
 // once decoded, and the caller stores the row and the change (a store
-// copies what it is given) and drops them.
+// copies what it is given) and drops them. When the event wrote every
+// cell of the row, the change's Cells is the row's own map.
 func ApplyChange(def persistence.TableDef, horizon messages.HLC, row persistence.Row, id messages.EventID, e *messages.Event, log Log, cause persistence.ChangeCause) (persistence.Row, Effects, persistence.RowChange, bool, error) {
 	prevExists, prevExistence, prevTomb := row.Exists, row.Existence, row.Tomb
 	var tr tracker
@@ -81,7 +82,15 @@ func ApplyChange(def persistence.TableDef, horizon messages.HLC, row persistence
 		Cause: cause, Event: e.ClockOf(id),
 	}
 	changed := prevExists != next.Exists || prevExistence != next.Existence || prevTomb != next.Tomb
-	if inline, more := tr.written(); len(inline) > 0 {
+	inline, more := tr.written()
+	switch {
+	case len(inline) == 0:
+	case !fx.Resurrected && len(inline)+len(more) == len(next.Cells):
+		// Every cell of the row was written (each once: without a rebuild
+		// a name is written at most once): the change's cells are the
+		// row's, shared like the values.
+		ch.Cells = next.Cells
+	default:
 		ch.Cells = make(map[string]persistence.Cell, len(inline)+len(more))
 		for _, names := range [2][]string{inline, more} {
 			for _, name := range names {
