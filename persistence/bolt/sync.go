@@ -755,7 +755,7 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	raw := ev.Raw
 	if s := t.d.opts.Sealer; s != nil {
 		if sealed := ev.Prepared.Sealed(&ev, s); sealed != nil {
-			raw = sealed // sealed off the writer (PrepareEvent)
+			raw = sealed // sealed off the writer (PrepareEvents)
 		} else if raw, err = s.Seal(persistence.RecordEvent, t.idBuf, ev.Raw); err != nil {
 			return 0, fmt.Errorf("bolt: seal event %s: %w", ev.ID, err)
 		}

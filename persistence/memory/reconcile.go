@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/syncmesh/syncmesh/crypto/lthash"
-
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
