@@ -3,6 +3,7 @@ package messages
 import (
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/fxamacker/cbor/v2"
 )
@@ -136,10 +137,21 @@ func EncodeEvent(e *Event) ([]byte, error) {
 // an error matching ErrEmptyRowKey, so the apply path can drop and surface
 // it (SSP/1 §13.6).
 func DecodeEvent(b []byte) (*Event, error) {
-	if e, ok := decodeEventCanonical(b); ok {
-		return e, nil
+	e, _, err := DecodeEventRowKey(b)
+	return e, err
+}
+
+// DecodeEventRowKey is DecodeEvent that also returns the event's row key
+// encoding (Event.RowKey) when the decoder read it as it is — the key map
+// of a canonically encoded event is its own canonical encoding — and nil
+// otherwise (call RowKey). The returned bytes are the caller's, like the
+// event, and must not be modified.
+func DecodeEventRowKey(b []byte) (*Event, []byte, error) {
+	if e, rowKey, ok := decodeEventCanonical(b); ok {
+		return e, rowKey, nil
 	}
-	return decodeEventStrict(b)
+	e, err := decodeEventStrict(b)
+	return e, nil, err
 }
 
 // decodeEventStrict is the general strict decoder: every input the fast
@@ -314,6 +326,17 @@ func (r *canonReader) literal(lit []byte) {
 	r.b = r.b[len(lit):]
 }
 
+// str reads a valid UTF-8 text string as a string sharing the reader's
+// bytes: the decoder reads a private copy of its input that nothing
+// writes, so the names need no allocation of their own.
+func (r *canonReader) str() string {
+	t := r.text()
+	if len(t) == 0 {
+		return ""
+	}
+	return unsafe.String(&t[0], len(t))
+}
+
 // text reads a valid UTF-8 text string.
 func (r *canonReader) text() []byte {
 	t := r.take(r.head(3))
@@ -365,8 +388,11 @@ func (r *canonReader) scalar() []byte {
 
 // columns reads a non-empty map of column name → scalar value whose names
 // are valid, 1..maxNameLen bytes, and strictly in canonical order (so
-// unique). Values alias the reader's input.
-func (r *canonReader) columns() Columns {
+// unique). Values alias the reader's input (names too when shared: the
+// event decoder's private copy).
+func (r *canonReader) columns() Columns { return r.columnsOf(false) }
+
+func (r *canonReader) columnsOf(shared bool) Columns {
 	n := r.head(5)
 	if r.bad || n == 0 || n > maxMapPairs || n > uint64(len(r.b))/2 {
 		r.bad = true
@@ -389,58 +415,66 @@ func (r *canonReader) columns() Columns {
 		if r.bad {
 			return nil
 		}
-		cols[string(name)] = Value(v)
+		if shared {
+			cols[unsafe.String(&name[0], len(name))] = Value(v)
+		} else {
+			cols[string(name)] = Value(v)
+		}
 	}
 	return cols
 }
 
 // decodeEventCanonical decodes the canonical encoding of an event with a
-// non-empty key and a valid shape; ok is false for anything else.
-func decodeEventCanonical(in []byte) (*Event, bool) {
+// non-empty key and a valid shape; ok is false for anything else. rowKey
+// is the key map's bytes: a canonical map is its own Columns.Encode.
+func decodeEventCanonical(in []byte) (e *Event, rowKey []byte, ok bool) {
 	if len(in) > maxEventSize {
-		return nil, false
+		return nil, nil, false
 	}
-	// One copy of the input backs every value, as the strict decoder's
-	// per-value copies would: the event never aliases the caller's bytes.
+	// One copy of the input backs every value and name, as the strict
+	// decoder's per-value copies would: the event never aliases the
+	// caller's bytes, and nothing writes the copy.
 	b := append([]byte(nil), in...)
 	r := canonReader{b: b}
 	if r.head(5) != 7 {
-		return nil, false
+		return nil, nil, false
 	}
 	r.literal(wireKeyV)
 	if r.head(0) != EventVersion {
-		return nil, false
+		return nil, nil, false
 	}
 	r.literal(wireKeyHLC)
 	hlc := r.head(0)
 	r.literal(wireKeyKey)
-	key := r.columns()
+	keyAt := r.b
+	key := r.columnsOf(true)
+	rowKey = keyAt[: len(keyAt)-len(r.b) : len(keyAt)-len(r.b)]
 	r.literal(wireKeySite)
 	site := r.take(r.head(2))
 	r.literal(wireKeyTable)
-	table := r.text()
+	table := r.str()
 	r.literal(wireKeySchema)
-	schema := r.text()
+	schema := r.str()
 	r.literal(wireKeyPayload)
 	var payload Columns
 	del := false
 	switch {
 	case r.bad || len(r.b) == 0:
-		return nil, false
+		return nil, nil, false
 	case r.b[0] == 0xf6:
 		r.b, del = r.b[1:], true
 	case r.b[0] == 0xa0:
 		r.b, payload = r.b[1:], Columns{}
 	default:
-		payload = r.columns()
+		payload = r.columnsOf(true)
 	}
 	if r.bad || len(r.b) != 0 || len(site) != len(SiteID{}) {
-		return nil, false
+		return nil, nil, false
 	}
-	e := &Event{HLC: HLC(hlc), Schema: string(schema), Table: string(table), Key: key, Payload: payload, Delete: del}
+	e = &Event{HLC: HLC(hlc), Schema: schema, Table: table, Key: key, Payload: payload, Delete: del}
 	copy(e.Site[:], site)
 	if validateNames(e.Schema, e.Table, nil) != nil {
-		return nil, false
+		return nil, nil, false
 	}
-	return e, true
+	return e, rowKey, true
 }

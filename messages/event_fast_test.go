@@ -27,9 +27,12 @@ func canonicalSamples(t testing.TB) [][]byte {
 // path and decodes exactly as the strict decoder decodes it.
 func TestDecodeEventCanonicalFastPath(t *testing.T) {
 	for i, b := range canonicalSamples(t) {
-		fast, ok := decodeEventCanonical(b)
+		fast, rowKey, ok := decodeEventCanonical(b)
 		if !ok {
 			t.Fatalf("sample %d: canonical event left the fast path", i)
+		}
+		if !bytes.Equal(rowKey, fast.RowKey()) {
+			t.Fatalf("sample %d: the fast path's row key %x, RowKey %x", i, rowKey, fast.RowKey())
 		}
 		strict, err := decodeEventStrict(b)
 		if err != nil {
@@ -55,25 +58,25 @@ func TestDecodeEventCanonicalFastPath(t *testing.T) {
 func TestDecodeEventCanonicalLeavesOthers(t *testing.T) {
 	b := canonicalSamples(t)[0]
 	nonShortest := append([]byte{0xb8, 0x07}, b[1:]...) // map head with a 1-byte argument
-	if _, ok := decodeEventCanonical(nonShortest); ok {
+	if _, _, ok := decodeEventCanonical(nonShortest); ok {
 		t.Fatal("non-shortest map head took the fast path")
 	}
 	if _, err := DecodeEvent(nonShortest); err != nil {
 		t.Fatalf("strict decoder refused a non-shortest head: %v", err)
 	}
 	for _, in := range [][]byte{b[:len(b)-1], append(bytes.Clone(b), 0), {0xa0}, nil} {
-		if _, ok := decodeEventCanonical(in); ok {
+		if _, _, ok := decodeEventCanonical(in); ok {
 			t.Fatalf("%x took the fast path", in)
 		}
 	}
 	m := wireMap(t)
 	m["key"] = map[string]any{}
-	if _, ok := decodeEventCanonical(enc(t, m)); ok {
+	if _, _, ok := decodeEventCanonical(enc(t, m)); ok {
 		t.Fatal("empty key took the fast path")
 	}
 	m = wireMap(t)
 	m["payload"] = map[string]any{"nested": []any{1, 2}}
-	if _, ok := decodeEventCanonical(enc(t, m)); ok {
+	if _, _, ok := decodeEventCanonical(enc(t, m)); ok {
 		t.Fatal("a nested value took the fast path")
 	}
 	if _, err := DecodeEvent(enc(t, m)); err != nil {
@@ -92,9 +95,12 @@ func FuzzDecodeEventCanonical(f *testing.F) {
 	up, _ := EncodeEvent(sampleUpsert())
 	f.Add(up)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		fast, ok := decodeEventCanonical(in)
+		fast, rowKey, ok := decodeEventCanonical(in)
 		if !ok {
 			return
+		}
+		if !bytes.Equal(rowKey, fast.RowKey()) {
+			t.Fatalf("fast path's row key %x, RowKey %x", rowKey, fast.RowKey())
 		}
 		strict, err := decodeEventStrict(in)
 		if err != nil {

@@ -42,6 +42,9 @@ type StoredEvent struct {
 	Schema string
 	Table  string
 	RowKey []byte // the encoded row key (messages.Columns.Encode)
+	// Prepared, when set by the store's PrepareEvents, is work AppendEvent
+	// uses instead of redoing it; it is never stored or read back.
+	Prepared *PreparedEvent
 }
 
 // Cell is one materialized column: its value (possibly the CBOR null) and
@@ -182,4 +185,11 @@ type SyncStore interface {
 	View(ctx context.Context, fn func(tx SyncReader) error) error
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error
+	// PrepareEvents does the pure storage work of evs ahead of the
+	// transaction that appends them, on the caller's goroutine, and records
+	// it in each event's Prepared (persistence.PrepareEvents does it for a
+	// store that seals with a Sealer, or none, and PreparedSums is its
+	// transaction side). It reads no state and may run concurrently with
+	// anything; it never fails (AppendEvent redoes what was not prepared).
+	PrepareEvents(evs []*StoredEvent)
 }

@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/syncmesh/syncmesh/actors/clock"
 	"github.com/syncmesh/syncmesh/actors/syncgroup"
 	"github.com/syncmesh/syncmesh/crypto/eventid"
@@ -94,7 +96,20 @@ func (c *Chokepoint) check(raw []byte) checked {
 	// Step 1: signature first, so nothing later reads unauthenticated input.
 	kr := c.cfg.Keyring.Load()
 	v, err := sign.Verify(kr, raw, c.cfg.MeshID)
-	return c.checkedWith(kr, raw, v, err)
+	ck := c.checkedWith(kr, raw, v, err)
+	if ck.req != nil {
+		c.prepare([]*syncgroup.Apply{ck.req})
+	}
+	return ck
+}
+
+// prepare does the storage work of reqs that depends on the events alone
+// (sealing, the range sums' hashing: syncgroup.Router.Prepare) here, on
+// the verifiers, instead of in the single writer (issue 15).
+func (c *Chokepoint) prepare(reqs []*syncgroup.Apply) {
+	if c.cfg.Router != nil {
+		c.cfg.Router.Prepare(reqs)
+	}
 }
 
 // checkBatch runs §12 steps 1–3 for raws, step 1 for all of them together
@@ -106,6 +121,7 @@ func (c *Chokepoint) checkBatch(raws [][]byte, outs []messages.Outcome, reqs []*
 		ck := c.checkedWith(kr, raws[i], r.Verified, r.Err)
 		outs[i], reqs[i] = ck.out, ck.req
 	}
+	c.prepare(reqs)
 }
 
 // checkedWith runs steps 2–3 on the verdict of step 1 (v, err), reached
@@ -147,7 +163,11 @@ func (c *Chokepoint) checkedWith(kr *sign.Keyring, raw []byte, v *sign.Verified,
 		c.cfg.Logger.Debug("apply: event out of scope dropped", "schema", e.Schema, "table", e.Table, "id", id)
 		return checked{out: out, final: true}
 	}
-	req := &syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: e.RowKey()}
+	rowKey := v.RowKey // read off the wire as it is, for a canonical event
+	if rowKey == nil {
+		rowKey = e.RowKey()
+	}
+	req := &syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: rowKey}
 	// Issue 10 point 5: an event of a key retired by the time it arrives
 	// is valid (HLC ≤ cutoff) but surfaced by its group if it is new.
 	if cut := c.cutoffOf(kr, v.Kid); cut != 0 {
@@ -175,6 +195,7 @@ func (c *Chokepoint) Apply(ctx context.Context, raw []byte) (messages.Outcome, e
 	}
 	reply := make(chan syncgroup.Result, 1)
 	if err := c.send(ck.req, reply); err != nil {
+		ck.req.Release() // never sent: its group did not take it over
 		return ck.out, err
 	}
 	return c.wait(ctx, reply)
@@ -222,16 +243,26 @@ func (c *Chokepoint) ApplyBatch(ctx context.Context, raws [][]byte) ([]messages.
 		byGroup[k] = append(byGroup[k], req)
 		pending++
 	}
-	reply := make(chan syncgroup.Result, pending)
-	for k, reqs := range byGroup {
+	// Every group's actor first, so a closing router leaves nothing half
+	// sent: what no group took over is released here (a group releases
+	// what it was sent once it answered).
+	pids := make(map[persistence.GroupKey]*actor.PID, len(byGroup))
+	for k := range byGroup {
 		pid, ok := c.cfg.Router.PID(k)
 		if !ok {
+			for _, r := range reqs {
+				r.Release()
+			}
 			return outs, ErrClosed
 		}
+		pids[k] = pid
+	}
+	reply := make(chan syncgroup.Result, pending)
+	for k, reqs := range byGroup {
 		for _, r := range reqs {
 			r.Reply = reply
 		}
-		c.cfg.Router.Send(pid, reqs)
+		c.cfg.Router.Send(pids[k], reqs)
 	}
 	var firstErr error
 	for ; pending > 0; pending-- {
@@ -271,6 +302,13 @@ func (c *Chokepoint) wait(ctx context.Context, reply chan syncgroup.Result) (mes
 
 // waitResult waits for one answer; the error is cancellation or closing.
 func (c *Chokepoint) waitResult(ctx context.Context, reply chan syncgroup.Result) (syncgroup.Result, error) {
+	// A group answers its whole batch at once: most answers are already
+	// buffered, and a receive that need not wait skips the three-way select.
+	select {
+	case res := <-reply:
+		return res, nil
+	default:
+	}
 	select {
 	case res := <-reply:
 		return res, nil

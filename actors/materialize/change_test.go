@@ -1,8 +1,11 @@
 package materialize
 
 import (
+	"reflect"
 	"slices"
 	"testing"
+
+	"pgregory.net/rapid"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -64,4 +67,59 @@ func TestChangeTable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ApplyChange returns the row ApplyOwned returns and the change Change
+// computes from a copy of the row taken before — for every event of random
+// deliveries (upserts, deletes, resurrections with rebuilds, duplicates,
+// losing writes, unknown columns), at horizon zero and above it.
+func TestApplyChangeEqualsChangeOfASnapshot(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		evs := genEvents(t)
+		horizon := messages.HLC(rapid.IntRange(0, 10).Draw(t, "horizon"))
+		log := map[string][]*messages.Event{}
+		rows := map[string]persistence.Row{}
+		changes, applied := 0, 0
+		for _, e := range deliver(t, evs, "d") {
+			if e.HLC < horizon {
+				continue
+			}
+			applied++
+			id := idOf(e)
+			k := string(e.RowKey())
+			log[k] = append(log[k], e)
+			rowLog := func(yield func(messages.EventID, *messages.Event) error) error {
+				for _, le := range log[k] {
+					if err := yield(idOf(le), le); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			prev := rows[k]
+			snap := Snapshot(prev)
+			want, wantFx, err := ApplyOwned(propDef, horizon, clone(prev), id, e, rowLog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCh, wantOK := Change(snap, want, persistence.CauseEvent, e.ClockOf(id))
+			got, gotFx, gotCh, gotOK, err := ApplyChange(propDef, horizon, clone(prev), id, e, rowLog, persistence.CauseEvent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gotFx, wantFx) {
+				t.Fatalf("event %v: ApplyChange's row or effects differ from ApplyOwned's:\n%+v\n%+v", e, got, want)
+			}
+			if gotOK != wantOK || !reflect.DeepEqual(gotCh, wantCh) {
+				t.Fatalf("event %v: change %v %+v, Change of a snapshot gives %v %+v", e, gotOK, gotCh, wantOK, wantCh)
+			}
+			if gotOK {
+				changes++
+			}
+			rows[k] = got
+		}
+		if applied > 0 && changes == 0 {
+			t.Fatalf("no event of %d applied changed a row", applied)
+		}
+	})
 }

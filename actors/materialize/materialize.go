@@ -74,6 +74,12 @@ func Apply(def persistence.TableDef, horizon messages.HLC, row persistence.Row, 
 // ApplyOwned is Apply for a caller that hands over row (a fresh copy read
 // from storage): it updates row's cells in place instead of copying them.
 func ApplyOwned(def persistence.TableDef, horizon messages.HLC, row persistence.Row, id messages.EventID, e *messages.Event, log Log) (persistence.Row, Effects, error) {
+	return applyOwned(def, horizon, row, id, e, log, nil)
+}
+
+// applyOwned is ApplyOwned that records in tr (when not nil) the cells it
+// wrote and cleared.
+func applyOwned(def persistence.TableDef, horizon messages.HLC, row persistence.Row, id messages.EventID, e *messages.Event, log Log, tr *tracker) (persistence.Row, Effects, error) {
 	if row.Cells == nil {
 		row.Cells = make(map[string]persistence.Cell)
 	}
@@ -84,7 +90,7 @@ func ApplyOwned(def persistence.TableDef, horizon messages.HLC, row persistence.
 	c := e.ClockOf(id)
 	var fx Effects
 	if e.Delete {
-		applyDelete(def, &row, c)
+		applyDelete(def, &row, c, tr)
 		return row, fx, nil
 	}
 
@@ -105,13 +111,13 @@ func ApplyOwned(def persistence.TableDef, horizon messages.HLC, row persistence.
 			fx.Ignored = append(fx.Ignored, name)
 			continue
 		}
-		writeIfBeats(&row, name, v, c)
+		writeIfBeats(&row, name, v, c, tr)
 	}
 	sort.Strings(fx.Ignored)
 
 	if fx.Resurrected {
 		// §13.4: rebuild the row's columns from the retained log.
-		if err := rebuild(def, horizon, &row, def.Columns, log); err != nil {
+		if err := rebuild(def, horizon, &row, def.Columns, log, tr); err != nil {
 			return persistence.Row{}, Effects{}, err
 		}
 		fx.Partial = row.Tomb.HLC < horizon
@@ -120,7 +126,7 @@ func ApplyOwned(def persistence.TableDef, horizon messages.HLC, row persistence.
 }
 
 // applyDelete implements §13.2 and §13.3 for a delete, winning or losing.
-func applyDelete(def persistence.TableDef, row *persistence.Row, c messages.Clock) {
+func applyDelete(def persistence.TableDef, row *persistence.Row, c messages.Clock, tr *tracker) {
 	if c.Beats(row.Existence) {
 		row.Existence = c
 		row.Exists = false
@@ -137,16 +143,51 @@ func applyDelete(def persistence.TableDef, row *persistence.Row, c messages.Cloc
 	for name, cell := range row.Cells {
 		if c.Beats(cell.Clock) {
 			delete(row.Cells, name)
+			tr.clear(name)
 		}
 	}
 }
 
-func writeIfBeats(row *persistence.Row, name string, v messages.Value, c messages.Clock) bool {
+func writeIfBeats(row *persistence.Row, name string, v messages.Value, c messages.Clock, tr *tracker) bool {
 	if !c.Beats(row.Cells[name].Clock) || !c.Beats(row.Tomb) {
 		return false
 	}
-	row.Cells[name] = persistence.Cell{Value: v.Clone(), Clock: c}
+	if tr == nil {
+		v = v.Clone()
+	} // else ApplyChange: the row shares the event's values (ApplyChange)
+	row.Cells[name] = persistence.Cell{Value: v, Clock: c}
+	tr.write(name)
 	return true
+}
+
+// tracker records the cells one application wrote and cleared, so its
+// change (ApplyChange) needs no copy of the row from before it. A nil
+// tracker records nothing.
+type tracker struct {
+	n       int
+	inline  [8]string // the first names written: no allocation for most events
+	more    []string
+	cleared []string
+}
+
+func (tr *tracker) write(name string) {
+	switch {
+	case tr == nil:
+	case tr.n < len(tr.inline):
+		tr.inline[tr.n] = name
+		tr.n++
+	default:
+		tr.more = append(tr.more, name)
+	}
+}
+
+// written returns the names written (the inline ones, then the rest).
+func (tr *tracker) written() (inline []string, more []string) { return tr.inline[:tr.n], tr.more }
+
+func (tr *tracker) clear(name string) {
+	if tr != nil {
+		tr.cleared = append(tr.cleared, name)
+	}
 }
 
 // rebuild sets each of columns to the highest-clock retained upsert that
@@ -154,7 +195,7 @@ func writeIfBeats(row *persistence.Row, name string, v messages.Value, c message
 // (SSP/1 §13.4, §13.6). Columns with no such candidate keep their state:
 // a column the delete cleared stays null, which is how a partial rebuild
 // "comes back null".
-func rebuild(def persistence.TableDef, horizon messages.HLC, row *persistence.Row, columns []string, log Log) error {
+func rebuild(def persistence.TableDef, horizon messages.HLC, row *persistence.Row, columns []string, log Log, tr *tracker) error {
 	if log == nil {
 		return nil
 	}
@@ -186,7 +227,7 @@ func rebuild(def persistence.TableDef, horizon messages.HLC, row *persistence.Ro
 		return fmt.Errorf("materialize: rebuild: %w", err)
 	}
 	for name, b := range best {
-		writeIfBeats(row, name, b.v, b.c)
+		writeIfBeats(row, name, b.v, b.c, tr)
 	}
 	return nil
 }
@@ -202,7 +243,7 @@ func AddColumn(def persistence.TableDef, horizon messages.HLC, row persistence.R
 		row.Cells = make(map[string]persistence.Cell)
 	}
 	before, had := row.Cells[column]
-	if err := rebuild(def, horizon, &row, []string{column}, log); err != nil {
+	if err := rebuild(def, horizon, &row, []string{column}, log, nil); err != nil {
 		return persistence.Row{}, false, err
 	}
 	after, has := row.Cells[column]

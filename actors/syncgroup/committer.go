@@ -26,6 +26,9 @@ type batchWork struct {
 	// its record, push.go), after onCommit ran.
 	done     chan<- committed
 	onCommit func()
+	// reqs are the apply requests run has (their preparations are released
+	// once the work is answered: its transaction ended for good).
+	reqs []*Apply
 }
 
 // committed answers batchWork, sent back to the group actor.
@@ -107,6 +110,10 @@ func (c *committer) answer(ctx actor.Context, w *batchWork, res batchResult, err
 	if err != nil {
 		res = batchResult{}
 	}
+	// Released here, not by the callers: a caller that stopped waiting
+	// (cancelled) would never release them, and the budget of preparations
+	// (persistence.MaxPreparedEvents) would leak.
+	releasePrepared(w.reqs)
 	if w.done != nil {
 		if err == nil && w.onCommit != nil {
 			w.onCommit() // before the next transaction can run

@@ -50,6 +50,53 @@ type Apply struct {
 	// surfaced as a RetiredKeyEvent whatever its HLC (issue 10 point 5).
 	Kid    []byte
 	Cutoff messages.HLC
+	// Prepared is the event's storage work done ahead of the transaction
+	// (Router.Prepare); nil: the store does it in the transaction.
+	Prepared *persistence.PreparedEvent
+}
+
+// Prepare does the pure storage work of reqs (nil entries skipped) —
+// sealing their bytes, summing their reconciliation keys per table and
+// site (persistence.SyncStore.PrepareEvents) — on the caller's goroutine,
+// ahead of the committer's transaction: the apply path
+// calls it on its parallel verifiers, so the single writer does not. A
+// request sent to a group (or to ApplyWith) is released by the router
+// once its transaction ended for good, whether or not its caller still
+// waits; the caller releases one it never sent (Apply.Release).
+func (r *Router) Prepare(reqs []*Apply) {
+	evs := make([]persistence.StoredEvent, 0, len(reqs))
+	ptrs := make([]*persistence.StoredEvent, 0, len(reqs))
+	for _, req := range reqs {
+		if req != nil {
+			evs = append(evs, stored(req))
+			ptrs = append(ptrs, &evs[len(evs)-1])
+		}
+	}
+	r.deps.Store.PrepareEvents(ptrs)
+	i := 0
+	for _, req := range reqs {
+		if req != nil {
+			req.Prepared = evs[i].Prepared
+			i++
+		}
+	}
+}
+
+// Release returns the pooled memory of a's preparation (a nil a: none).
+func (a *Apply) Release() {
+	if a == nil {
+		return
+	}
+	a.Prepared.Release()
+	a.Prepared = nil
+}
+
+// releasePrepared releases the preparations of reqs: their transaction
+// ended and will not run again.
+func releasePrepared(reqs []*Apply) {
+	for _, r := range reqs {
+		r.Release()
+	}
 }
 
 // ApplyMany hands a group several requests in one message (one mailbox
@@ -152,7 +199,7 @@ func (g *groupActor) send(ctx actor.Context) {
 	// SSP/1 §13: materialize in HLC order within the batch.
 	slices.SortStableFunc(batch, func(a, b *Apply) int { return cmp.Compare(a.Event.HLC, b.Event.HLC) })
 	key := g.key
-	ctx.Send(g.committer, &batchWork{from: ctx.Self(), run: func(tx persistence.SyncTx) (batchResult, error) {
+	ctx.Send(g.committer, &batchWork{from: ctx.Self(), reqs: batch, run: func(tx persistence.SyncTx) (batchResult, error) {
 		r := batchResult{outcomes: make([]messages.Outcome, len(batch))}
 		tc := &tableCache{}
 		for i, req := range batch {
@@ -298,7 +345,7 @@ func resolveKey(def persistence.TableDef, e *messages.Event) (messages.Reason, s
 
 func stored(req *Apply) persistence.StoredEvent {
 	e := req.Event
-	return persistence.StoredEvent{ID: req.ID, Raw: req.Raw, Site: e.Site, HLC: e.HLC, Schema: e.Schema, Table: e.Table, RowKey: req.RowKey}
+	return persistence.StoredEvent{ID: req.ID, Raw: req.Raw, Site: e.Site, HLC: e.HLC, Schema: e.Schema, Table: e.Table, RowKey: req.RowKey, Prepared: req.Prepared}
 }
 
 // RowLog reads a row's retained events from tx for a rebuild.
@@ -333,9 +380,8 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 	if err != nil {
 		return err
 	}
-	prev := materialize.Snapshot(row)
 	// The row is this transaction's own copy: hand it over.
-	nr, fx, err := materialize.ApplyOwned(def, h, row, id, e, RowLog(tx, t, rowKey))
+	nr, fx, ch, changed, err := materialize.ApplyChange(def, h, row, id, e, RowLog(tx, t, rowKey), persistence.CauseEvent)
 	if err != nil {
 		return err
 	}
@@ -343,7 +389,7 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 		return err
 	}
 	// The change log is written in the transaction that writes the row.
-	if ch, ok := materialize.Change(prev, nr, persistence.CauseEvent, e.ClockOf(id)); ok {
+	if changed {
 		if _, err := tx.AppendChange(ch); err != nil {
 			return err
 		}

@@ -34,7 +34,7 @@ func (r *Router) ApplyWith(ctx context.Context, reqs []*Apply, record func(tx pe
 	})
 	var hook func()
 	done := make(chan committed, 1)
-	w := &batchWork{done: done, onCommit: func() {
+	w := &batchWork{done: done, reqs: reqs, onCommit: func() {
 		if hook != nil {
 			hook()
 		}
@@ -62,6 +62,7 @@ func (r *Router) ApplyWith(ctx context.Context, reqs []*Apply, record func(tx pe
 	r.mu.Lock() // as in commit (write.go): never sent behind the committer's stop
 	if r.closed {
 		r.mu.Unlock()
+		releasePrepared(reqs) // never sent
 		return nil, ErrStopped
 	}
 	r.system.Root.Send(r.committer, w)

@@ -56,52 +56,83 @@ type lanes = [Words / 4]uint64
 // littleEndian reports whether lanes in memory are their encoding.
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
-// scratch holds expansions: an expansion escapes to the heap (the key
-// stream is written through an interface), so they are reused.
-var scratch = sync.Pool{New: func() any { return new(lanes) }}
+// Element is one element's expansion: what Add adds to a Sum. Expanding
+// is nearly all of Add's cost (SHA-256, an AES key schedule, 2 KiB of key
+// stream); adding an Element is a pass over 2 KiB. A caller that has the
+// element early expands it on its own goroutine (Expand) and adds it later
+// (AddElement), so a single writer that keeps a sum does not expand.
+type Element struct{ w lanes }
 
-// expand returns the element's expansion, from scratch (put it back): the
-// key stream is written over the lanes' own bytes (one pass, no copy;
-// fewer accesses for the race detector to check).
-func expand(elem []byte) *lanes {
-	x := scratch.Get().(*lanes)
-	h := sha256.New()
-	_, _ = h.Write([]byte(domain))
-	_, _ = h.Write(elem)
+// scratch holds the expansions of Add and Remove: an expansion escapes to
+// the heap (the key stream is written through an interface), so they are
+// reused.
+var scratch = sync.Pool{New: func() any { return new(Element) }}
+
+// shortElem is the longest element expanded without a heap buffer for the
+// hash input (reconciliation keys are 56 bytes).
+const shortElem = 128
+
+// zeros is the plaintext of the key stream.
+var zeros [Size]byte
+
+// Expand sets x to elem's expansion: the key stream is written straight
+// into the lanes' own bytes (one pass, no copy; fewer accesses for the
+// race detector to check).
+func (x *Element) Expand(elem []byte) {
 	var key [sha256.Size]byte
-	c, _ := aes.NewCipher(h.Sum(key[:0])) // a 32-byte key: cannot fail
+	if len(elem) <= shortElem {
+		// sha256.Sum256 over a stack buffer: a hash.Hash would allocate.
+		var buf [len(domain) + shortElem]byte
+		n := copy(buf[:], domain)
+		n += copy(buf[n:], elem)
+		key = sha256.Sum256(buf[:n])
+	} else {
+		h := sha256.New()
+		_, _ = h.Write([]byte(domain))
+		_, _ = h.Write(elem)
+		h.Sum(key[:0])
+	}
+	c, _ := aes.NewCipher(key[:]) // a 32-byte key: cannot fail
 	var iv [aes.BlockSize]byte
-	*x = lanes{}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(x)), Size)
-	cipher.NewCTR(c, iv[:]).XORKeyStream(b, b)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&x.w)), Size)
+	cipher.NewCTR(c, iv[:]).XORKeyStream(b, zeros[:])
 	if !littleEndian {
-		for i := range x {
-			x[i] = bits.ReverseBytes64(x[i])
+		for i := range x.w {
+			x.w[i] = bits.ReverseBytes64(x.w[i])
 		}
 	}
-	return x
 }
 
 // Add adds one element.
 func (s *Sum) Add(elem []byte) {
-	x := expand(elem)
-	w := s.w
-	for i := range w {
-		w[i] = add16(w[i], x[i])
-	}
-	s.w = w
+	x := scratch.Get().(*Element)
+	x.Expand(elem)
+	s.AddElement(x)
 	scratch.Put(x)
 }
 
 // Remove removes one element (added before).
 func (s *Sum) Remove(elem []byte) {
-	x := expand(elem)
+	x := scratch.Get().(*Element)
+	x.Expand(elem)
+	s.RemoveElement(x)
+	scratch.Put(x)
+}
+
+// AddElement adds the element x is the expansion of.
+func (s *Sum) AddElement(x *Element) {
+	for i := range s.w {
+		s.w[i] = add16(s.w[i], x.w[i])
+	}
+}
+
+// RemoveElement removes the element x is the expansion of (added before).
+func (s *Sum) RemoveElement(x *Element) {
 	w := s.w
 	for i := range w {
-		w[i] = sub16(w[i], x[i])
+		w[i] = sub16(w[i], x.w[i])
 	}
 	s.w = w
-	scratch.Put(x)
 }
 
 // Combine adds the multiset o.

@@ -2,6 +2,9 @@ package lthash
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"testing"
@@ -98,4 +101,77 @@ func TestLanesAreWordwise(t *testing.T) {
 			}
 		}
 	})
+}
+
+// An element expanded ahead (Expand, then AddElement or RemoveElement)
+// changes a sum exactly as Add and Remove of the element do, for short
+// elements (hashed from a stack buffer) and long ones alike.
+func TestExpandedElementAddsAsAdd(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		elems := rapid.SliceOfN(rapid.SliceOfN(rapid.Byte(), 0, 2*shortElem+1), 1, 10).Draw(t, "elems")
+		var byAdd, byElem Sum
+		for _, e := range elems {
+			byAdd.Add(e)
+			var x Element
+			x.Expand(e)
+			byElem.AddElement(&x)
+		}
+		if byAdd != byElem {
+			t.Fatalf("adding expanded elements differs from Add")
+		}
+		for _, e := range elems[1:] {
+			byAdd.Remove(e)
+			var x Element
+			x.Expand(e)
+			byElem.RemoveElement(&x)
+		}
+		var one Sum
+		one.Add(elems[0])
+		if byAdd != one || byElem != one {
+			t.Fatalf("removing all but the first element does not leave its sum")
+		}
+	})
+}
+
+// The frozen vector of TestSumVector also holds for an element at the
+// stack buffer's edge and one past it (the two ways Expand hashes).
+func TestExpandAtTheShortElementEdge(t *testing.T) {
+	for _, n := range []int{shortElem, shortElem + 1} {
+		elem := bytes.Repeat([]byte{0xa5}, n)
+		var x Element
+		x.Expand(elem)
+		h := sha256.New()
+		h.Write([]byte(domain))
+		h.Write(elem)
+		c, err := aes.NewCipher(h.Sum(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]byte, Size)
+		cipher.NewCTR(c, make([]byte, aes.BlockSize)).XORKeyStream(want, want)
+		var s Sum
+		s.AddElement(&x)
+		if got := s.AppendBinary(nil); !bytes.Equal(got, want) {
+			t.Fatalf("element of %d bytes: expansion starts %x, want %x", n, got[:8], want[:8])
+		}
+	}
+}
+
+func BenchmarkExpand(b *testing.B) {
+	var x Element
+	key := make([]byte, 56)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		key[0] = byte(i)
+		x.Expand(key)
+	}
+}
+
+func BenchmarkAddElement(b *testing.B) {
+	var s Sum
+	var x Element
+	x.Expand([]byte("k"))
+	for i := 0; i < b.N; i++ {
+		s.AddElement(&x)
+	}
 }

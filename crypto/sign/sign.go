@@ -132,6 +132,10 @@ type Verified struct {
 	Kid []byte
 	// ID is eventid.Of(raw): BLAKE3-256 of the bytes exactly as received.
 	ID messages.EventID
+	// RowKey is Event.RowKey() when the decoder had it at hand (a
+	// canonically encoded event: messages.DecodeEventRowKey), else nil.
+	// It must not be modified.
+	RowKey []byte
 }
 
 // Verify checks a received signed event against the trusted keyring and
@@ -207,7 +211,7 @@ func prepareCheck(c *sigCheck, key entry, env envelope, meshID []byte) {
 // finish runs the checks after the signature: only now is the payload
 // decoded, then the signer's site and retirement cutoff are checked.
 func finish(env envelope, key entry, raw []byte) (*Verified, error) {
-	ev, err := messages.DecodeEvent(env.payload)
+	ev, rowKey, err := messages.DecodeEventRowKey(env.payload)
 	if err != nil {
 		return nil, fmt.Errorf("sign: signed payload: %w", err)
 	}
@@ -217,7 +221,7 @@ func finish(env envelope, key entry, raw []byte) (*Verified, error) {
 	if key.Cutoff != 0 && ev.HLC > key.Cutoff {
 		return nil, fmt.Errorf("%w: event HLC %s, cutoff %s (kid %x)", ErrRetired, ev.HLC, key.Cutoff, env.kid)
 	}
-	return &Verified{Event: ev, Kid: bytes.Clone(env.kid), ID: eventid.Of(raw)}, nil
+	return &Verified{Event: ev, Kid: bytes.Clone(env.kid), ID: eventid.Of(raw), RowKey: rowKey}, nil
 }
 
 // BatchSize is the batch the apply path verifies together. Larger batches

@@ -139,6 +139,9 @@ func syncReport(p syncParams) error {
 	}))
 	applyBare := s.Ratio("apply", "ed25519")
 	fmt.Print(ab.Table([][2]string{
+		{"CPU per event (the child's user+system time), apply", s.Stats(cpuArm("apply")).Format("%.1f") + " µs"},
+		{"CPU per event, bare ed25519", s.Stats(cpuArm("ed25519")).Format("%.1f") + " µs"},
+		{"CPU(bare ed25519) / CPU(apply) per event (what the rate ratio is when neither waits)", s.Ratio(cpuArm("ed25519"), cpuArm("apply")).String()},
 		{"apply / bare ed25519", applyBare.String() + "   " + applyBare.Verdict(1.6, true) + "; stretch " + applyBare.Verdict(2.0, true)},
 		{"apply / bare go-cose", s.Ratio("apply", "go-cose").String()},
 		{"batch verify / bare ed25519 (the crypto ceiling)", s.Ratio("batch", "ed25519").String()},
@@ -165,13 +168,13 @@ func scaleReport(ctx context.Context, p syncParams, store, work string) error {
 	if len(p.Arms) > 0 && !slices.Contains(p.Arms, "scale") {
 		return nil
 	}
-	var bpe, busy1, busy2 []float64
+	var bpe, busy1, busy2, cpu1, cpu2 []float64
 	scale, err := ab.Run(p.Trials,
 		ab.Arm{Name: "1", Run: func(t int) (float64, error) {
-			return applyOnce(ctx, 1, store, eventFile(work, fmt.Sprintf("scale1-%d", t)), p, &bpe, &busy1)
+			return applyOnce(ctx, 1, store, eventFile(work, fmt.Sprintf("scale1-%d", t)), p, &bpe, &busy1, &cpu1)
 		}},
 		ab.Arm{Name: "2", Run: func(t int) (float64, error) {
-			return applyOnce(ctx, 2, store, eventFile(work, fmt.Sprintf("scale2-%d", t)), p, &bpe, &busy2)
+			return applyOnce(ctx, 2, store, eventFile(work, fmt.Sprintf("scale2-%d", t)), p, &bpe, &busy2, &cpu2)
 		}},
 	)
 	if err != nil {
@@ -185,6 +188,8 @@ func scaleReport(ctx context.Context, p syncParams, store, work string) error {
 		{"apply(2) / apply(1)", sc.String() + "   " + sc.Verdict(1.5, true)},
 		{"single writer in a transaction, fraction of the run, GOMAXPROCS=1", ab.Summarize(busy1).String()},
 		{"single writer in a transaction, fraction of the run, GOMAXPROCS=2", ab.Summarize(busy2).String()},
+		{"CPU per event (the child's user+system time), GOMAXPROCS=1", ab.Summarize(cpu1).Format("%.1f") + " µs"},
+		{"CPU per event, GOMAXPROCS=2", ab.Summarize(cpu2).Format("%.1f") + " µs"},
 		{fmt.Sprintf("bytes written per applied event (store of %d+ events)", p.Preload), ab.Summarize(bpe).Format("%.0f") + " B"},
 	}))
 	return nil
@@ -199,13 +204,17 @@ func scaleReport(ctx context.Context, p syncParams, store, work string) error {
 // verifier held the core in the middle of a transaction).
 type applyOnceOut struct {
 	Rate, BytesPerEvent, WriterBusy float64
+	// CPUPerEvent is the child's user+system CPU time over the applying,
+	// per event, in µs.
+	CPUPerEvent float64
 }
 
-func applyOnce(ctx context.Context, procs int, store, file string, p syncParams, bpe, busy *[]float64) (float64, error) {
+func applyOnce(ctx context.Context, procs int, store, file string, p syncParams, bpe, busy, cpu *[]float64) (float64, error) {
 	var out applyOnceOut
 	err := ab.Child(ctx, ab.Proc{MaxProcs: procs}, "apply-once", applyOnceArgs{Store: store, File: file, Sites: p.Sites, Writers: p.Writers, Batch: p.Batch}, &out)
 	*bpe = append(*bpe, out.BytesPerEvent)
 	*busy = append(*busy, out.WriterBusy)
+	*cpu = append(*cpu, out.CPUPerEvent)
 	return out.Rate, err
 }
 
@@ -265,10 +274,12 @@ func runApplyOnce(arg json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	c0 := cpuTime()
 	rate, err := applyAll(ctx, n, raws, a.Writers, a.Batch)
 	if err != nil {
 		return nil, err
 	}
+	cpuPerEvent := (cpuTime() - c0) * 1e6 / float64(len(raws))
 	w1, err := writerSeconds(n)
 	if err != nil {
 		return nil, err
@@ -278,7 +289,7 @@ func runApplyOnce(arg json.RawMessage) (any, error) {
 		return nil, err
 	}
 	wall := float64(len(raws)) / rate
-	return applyOnceOut{Rate: rate, BytesPerEvent: float64(io1.WriteBytes-io0.WriteBytes) / float64(len(raws)), WriterBusy: (w1 - w0) / wall}, nil
+	return applyOnceOut{Rate: rate, BytesPerEvent: float64(io1.WriteBytes-io0.WriteBytes) / float64(len(raws)), WriterBusy: (w1 - w0) / wall, CPUPerEvent: cpuPerEvent}, nil
 }
 
 // sigInput is one event's bare Ed25519 input: what crypto/ed25519.Verify
@@ -446,6 +457,7 @@ func runOneCore(arg json.RawMessage) (any, error) {
 	if len(a.Arms) > 0 {
 		arms = slices.DeleteFunc(arms, func(arm ab.Arm) bool { return !slices.Contains(a.Arms, arm.Name) })
 	}
+	cpu := withCPU(arms)
 	stop, err := startProfile(a.Profile)
 	if err != nil {
 		return nil, err
@@ -455,7 +467,34 @@ func runOneCore(arg json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return samplesOut{Names: s.Names, Values: s.Values}, nil
+	out := samplesOut{Names: s.Names, Values: s.Values}
+	for _, name := range s.Names {
+		out.Names, out.Values = append(out.Names, cpuArm(name)), append(out.Values, cpu[name])
+	}
+	return out, nil
+}
+
+// cpuArm names the CPU-per-event series of an arm.
+func cpuArm(name string) string { return "cpu:" + name }
+
+// withCPU wraps every arm to record the process's CPU time (user +
+// system, every goroutine) per event of each trial, in µs: the figure
+// that load on the machine moves least (a wall-clock rate also counts
+// the time the process waited for a core).
+func withCPU(arms []ab.Arm) map[string][]float64 {
+	cpu := map[string][]float64{}
+	for i := range arms {
+		name, run := arms[i].Name, arms[i].Run
+		arms[i].Run = func(t int) (float64, error) {
+			c0, w0 := cpuTime(), time.Now()
+			rate, err := run(t)
+			if events := rate * time.Since(w0).Seconds(); err == nil && events > 0 {
+				cpu[name] = append(cpu[name], (cpuTime()-c0)*1e6/events)
+			}
+			return rate, err
+		}
+	}
+	return cpu
 }
 
 // cachedPreload preloads dir with history events, through cache when it

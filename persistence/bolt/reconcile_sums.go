@@ -85,6 +85,7 @@ func (t *syncTx) sumChange(tk persistence.TableKey, site messages.SiteID, h mess
 
 // flushSums applies the pending deltas to their records, in key order.
 func (t *syncTx) flushSums() error {
+	t.psums.Resolve(t.addPrepared) // prepare.go
 	if len(t.sums) == 0 {
 		return nil
 	}

@@ -166,8 +166,10 @@ type syncTx struct {
 	rowsOut map[string][]byte
 
 	// sums holds the range-sum changes of this transaction by record key
-	// until flushSums (reconcile_sums.go).
-	sums map[string]*sumDelta
+	// until flushSums (reconcile_sums.go); psums the prepared shares of
+	// appended events, added to sums there (prepare.go).
+	sums  map[string]*sumDelta
+	psums persistence.PreparedSums
 }
 
 // flushRows puts the rows written in this transaction, in key order.
@@ -799,7 +801,9 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	t.idBuf = append(t.idBuf[:0], ev.ID[:]...)
 	raw := ev.Raw
 	if s := t.d.opts.Sealer; s != nil {
-		if raw, err = s.Seal(persistence.RecordEvent, t.idBuf, ev.Raw); err != nil {
+		if sealed := ev.Prepared.Sealed(&ev, s); sealed != nil {
+			raw = sealed // sealed off the writer (PrepareEvents)
+		} else if raw, err = s.Seal(persistence.RecordEvent, t.idBuf, ev.Raw); err != nil {
 			return 0, fmt.Errorf("bolt: seal event %s: %w", ev.ID, err)
 		}
 	}
@@ -830,7 +834,9 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	t.pendRow = append(t.pendRow, t.pendKey(t.keyBuf))
 	t.keyBuf = tableIdxKey(t.keyBuf[:0], tk, ev.HLC, seq)
 	t.pendTable = append(t.pendTable, t.pendKey(t.keyBuf))
-	t.sumChange(tk, ev.Site, ev.HLC, ev.ID, true)
+	if !t.psums.Append(&ev) { // prepared: its group's sum is added at flushSums
+		t.sumChange(tk, ev.Site, ev.HLC, ev.ID, true)
+	}
 	t.lastSeq, t.seqDirty = seq, true
 	return seq, nil
 }

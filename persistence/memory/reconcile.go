@@ -3,6 +3,7 @@ package memory
 import (
 	"fmt"
 
+	"github.com/syncmesh/syncmesh/crypto/lthash"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -17,6 +18,7 @@ type sumKey struct {
 // in the transaction that appends or deletes ev, as the bolt store does.
 // Committed sums are immutable: a change stores a new copy.
 func (s *state) changeSum(ev *persistence.StoredEvent, add bool) {
+	s.resolveSums() // a removal must find the prepared additions made
 	k := sumKey{persistence.TableKey{Schema: ev.Schema, Table: ev.Table}, ev.Site}
 	var r persistence.RangeSum
 	if old, ok := s.sums.get(k); ok {
@@ -35,6 +37,21 @@ func (s *state) changeSum(ev *persistence.StoredEvent, add bool) {
 	s.sums.put(k, &r)
 }
 
+// resolveSums adds the prepared shares of the events appended so far
+// (persistence.PreparedSums) to the sums.
+func (s *state) resolveSums() {
+	s.psums.Resolve(func(tk persistence.TableKey, site messages.SiteID, count int64, sum *lthash.Sum) {
+		k := sumKey{tk, site}
+		var r persistence.RangeSum
+		if old, ok := s.sums.get(k); ok {
+			r = *old
+		}
+		r.Count += uint64(count)
+		r.Sum.Combine(sum)
+		s.sums.put(k, &r)
+	})
+}
+
 // TableEventSum returns the sum of the keys TableEventKeys lists from
 // min: the table's per-site sums less its retained events below min.
 func (t *txn) TableEventSum(k persistence.TableKey, min messages.HLC) (persistence.RangeSum, error) {
@@ -42,6 +59,7 @@ func (t *txn) TableEventSum(k persistence.TableKey, min messages.HLC) (persisten
 	if err := t.check(false); err != nil {
 		return total, err
 	}
+	t.st.resolveSums()
 	t.st.sums.each(func(sk sumKey, r *persistence.RangeSum) {
 		if sk.t == k {
 			total.Combine(r)

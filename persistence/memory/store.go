@@ -59,8 +59,11 @@ type state struct {
 	// The change log (changes.go): dense sequences oldestChange..lastChange.
 	changes                  cowMap[uint64, *persistence.RowChange]
 	oldestChange, lastChange uint64
-	// Reconciliation's range sums (reconcile.go).
-	sums cowMap[sumKey, *persistence.RangeSum]
+	// Reconciliation's range sums (reconcile.go), and the prepared shares
+	// of this transaction's appended events not added to them yet (nil in
+	// a committed state: Update resolves them before it commits).
+	sums  cowMap[sumKey, *persistence.RangeSum]
+	psums persistence.PreparedSums
 }
 
 func (s *state) begin(gen uint64) {
@@ -145,6 +148,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx persistence.SyncTx) error
 	if err != nil {
 		return err
 	}
+	next.resolveSums()
 	s.b.cur.Store(&next)
 	return nil
 }
@@ -212,8 +216,13 @@ func cloneBytes(b []byte) []byte {
 func cloneEvent(ev persistence.StoredEvent) persistence.StoredEvent {
 	ev.Raw = cloneBytes(ev.Raw)
 	ev.RowKey = cloneBytes(ev.RowKey)
+	ev.Prepared = nil // the caller's, never stored
 	return ev
 }
+
+// PrepareEvents sums the reconciliation keys of evs ahead of their
+// transaction (persistence.PreparedEvent); the memory store seals nothing.
+func (s *Store) PrepareEvents(evs []*persistence.StoredEvent) { persistence.PrepareEvents(evs, nil) }
 
 func cloneDef(d persistence.TableDef) persistence.TableDef {
 	d.KeyColumns = slices.Clone(d.KeyColumns)
@@ -478,12 +487,14 @@ func (t *txn) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 		return 0, fmt.Errorf("memory: append event %s: %w", ev.ID, persistence.ErrDuplicate)
 	}
 	t.st.lastSeq++
+	if !t.st.psums.Append(&ev) { // prepared: its group's sum is added by resolveSums
+		t.st.changeSum(&ev, true)
+	}
 	ev = cloneEvent(ev)
 	ev.Seq = t.st.lastSeq
 	t.st.events.put(ev.Seq, &ev)
 	t.st.ids.put(ev.ID, ev.Seq)
 	t.st.addStamp(ev)
-	t.st.changeSum(&ev, true)
 	if t.ownTable == nil {
 		t.ownTable, t.ownRow = map[persistence.TableKey]bool{}, map[rowID]bool{}
 	}

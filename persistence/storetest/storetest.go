@@ -84,6 +84,7 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"TableEventKeysInSiteHLCIDOrder", testTableEventKeys},
 		{"TableEventSumEqualsTheScan", testTableEventSum},
 		{"TableEventSumEqualsTheScanProperty", testTableEventSumProperty},
+		{"PreparedEventsStoreAsUnprepared", testPreparedEvents},
 		{"RowClocksKeepEventIDs", testRowClocksKeepEventIDs},
 		{"EventIDsAtListsOneStamp", testEventIDsAt},
 		{"SiteEventIDsListsARangeInOrder", testSiteEventIDs},

@@ -1,0 +1,32 @@
+package bolt
+
+import (
+	"github.com/syncmesh/syncmesh/crypto/lthash"
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// PrepareEvents seals the bytes of evs and sums their reconciliation keys
+// per (table, site) ahead of their transaction (persistence.PreparedEvent):
+// AppendEvent, in the single writer, then only copies the sealed bytes
+// into the record, and flushSums adds one prepared sum per group.
+func (s *syncStore) PrepareEvents(evs []*persistence.StoredEvent) {
+	persistence.PrepareEvents(evs, s.d.opts.Sealer)
+}
+
+// addPrepared adds a prepared share of count appended events to the
+// transaction's pending change of (tk, site) (persistence.PreparedSums).
+func (t *syncTx) addPrepared(tk persistence.TableKey, site messages.SiteID, count int64, sum *lthash.Sum) {
+	var kb [128]byte
+	key := sumKey(kb[:0], tk, site)
+	d := t.sums[string(key)]
+	if d == nil {
+		if t.sums == nil {
+			t.sums = map[string]*sumDelta{}
+		}
+		d = &sumDelta{}
+		t.sums[string(key)] = d
+	}
+	d.count += count
+	d.sum.Combine(sum)
+}
