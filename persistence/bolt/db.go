@@ -61,6 +61,7 @@ type DB struct {
 	closed atomic.Bool
 
 	syncCommits, deliveryCommits atomic.Uint64
+	deliveryWrites               writeCounters // delivery.go
 }
 
 // CommitStats counts the read-write transactions a DB committed, per plane.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -131,6 +132,7 @@ func (s *deliveryStore) Update(ctx context.Context, fn func(tx persistence.Deliv
 			return err
 		}
 		defer func() { tx.done = true }()
+		btx.OnCommit(func() { s.d.deliveryWrites.add(btx.Stats()) })
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -144,6 +146,39 @@ func (s *deliveryStore) Update(ctx context.Context, fn func(tx persistence.Deliv
 	}
 	s.d.deliveryCommits.Add(1)
 	return s.d.failpoint(FailpointDeliveryUpdateAfterCommit)
+}
+
+// WriteStats counts what the committed read-write transactions of one
+// plane wrote to the file. Each commit writes its dirty pages, then the
+// meta page, with an fdatasync after each: the pages are what a commit
+// costs beyond its two syncs, so benchmarks divide them by Commits.
+type WriteStats struct {
+	// Commits counts the committed transactions.
+	Commits uint64
+	// Pages counts the pages they wrote (tree nodes, freelist, meta).
+	Pages uint64
+	// Bytes is the size of those pages.
+	Bytes uint64
+}
+
+// writeCounters accumulates WriteStats from bbolt's per-transaction stats.
+type writeCounters struct{ commits, pages, bytes atomic.Uint64 }
+
+// add counts one committed transaction: its allocated dirty pages (every
+// one is written) and the meta page.
+func (w *writeCounters) add(st bbolt.TxStats) {
+	w.commits.Add(1)
+	w.pages.Add(uint64(st.GetPageCount()) + 1)
+	w.bytes.Add(uint64(st.GetPageAlloc()))
+}
+
+// DeliveryWrites returns what the delivery plane's committed transactions
+// wrote since Open.
+func (d *DB) DeliveryWrites() WriteStats {
+	w := &d.deliveryWrites
+	st := WriteStats{Commits: w.commits.Load(), Pages: w.pages.Load(), Bytes: w.bytes.Load()}
+	st.Bytes += st.Commits * uint64(d.bolt.Info().PageSize)
+	return st
 }
 
 // View runs fn in a bbolt read-only transaction (a consistent snapshot).
