@@ -139,7 +139,6 @@ func (m flowModel) run(tb testing.TB, dir string, n int, noSync bool) flowWrites
 	}
 	w1 := flowWrites{snd.DeliveryWrites(), rcv.DeliveryWrites()}
 
-
 	return flowWrites{
 		sender:   WriteStats{w1.sender.Commits - w0.sender.Commits, w1.sender.Pages - w0.sender.Pages, w1.sender.Bytes - w0.sender.Bytes},
 		receiver: WriteStats{w1.receiver.Commits - w0.receiver.Commits, w1.receiver.Pages - w0.receiver.Pages, w1.receiver.Bytes - w0.receiver.Bytes},

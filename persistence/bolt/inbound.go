@@ -279,7 +279,7 @@ func (t *deliveryTx) addCounter(name []byte, delta int64) (uint64, error) {
 }
 
 func (t *deliveryTx) readPendingIn(k []byte, peer messages.DeviceAddress, id messages.LogicalMessageID, v []byte) (persistence.PendingInbound, error) {
-	r, err := decodePendingIn(v)
+	r, err := readPendingInRecord(v)
 	if err != nil {
 		return persistence.PendingInbound{}, err
 	}
@@ -287,7 +287,8 @@ func (t *deliveryTx) readPendingIn(k []byte, peer messages.DeviceAddress, id mes
 	if err != nil {
 		return persistence.PendingInbound{}, err
 	}
-	return persistence.PendingInbound{Sender: peer, ID: id, Sequence: r.Seq, ReceivedAt: r.ReceivedAt, Frame: append([]byte{}, frame...),
+	// open returned a copy: the entry never aliases bbolt memory.
+	return persistence.PendingInbound{Sender: peer, ID: id, Sequence: r.Seq, ReceivedAt: r.ReceivedAt, Frame: frame,
 		Deliveries: r.deliveries()}, nil
 }
 
@@ -407,7 +408,7 @@ func (t *deliveryTx) ProcessedInbound(sender messages.DeviceAddress, id messages
 	if v == nil {
 		return out, false, nil
 	}
-	r, err := decodeProcessed(v)
+	r, err := readProcessedRecord(v)
 	if err != nil {
 		return out, false, err
 	}
@@ -431,7 +432,7 @@ func (t *deliveryTx) ProcessedInboundCount() (int, error) {
 }
 
 func (t *deliveryTx) readOutbound(peer messages.DeviceAddress, id messages.LogicalMessageID, v []byte) (persistence.PendingOutbound, error) {
-	r, err := decodeOutbound(v)
+	r, err := readOutboundRecord(v)
 	if err != nil {
 		return persistence.PendingOutbound{}, err
 	}
@@ -439,8 +440,9 @@ func (t *deliveryTx) readOutbound(peer messages.DeviceAddress, id messages.Logic
 	if err != nil {
 		return persistence.PendingOutbound{}, err
 	}
+	// open returned a copy: the row never aliases bbolt memory.
 	return persistence.PendingOutbound{Recipient: peer, ID: id, Sequence: r.Seq, CreatedAt: r.CreatedAt,
-		Attempts: r.Attempts, LastAttemptAt: r.LastAttemptAt, Body: append([]byte{}, body...)}, nil
+		Attempts: r.Attempts, LastAttemptAt: r.LastAttemptAt, Body: body}, nil
 }
 
 func (t *deliveryTx) PendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (persistence.PendingOutbound, bool, error) {
@@ -547,10 +549,7 @@ func (t *deliveryTx) PutPendingInbound(p persistence.PendingInbound) (uint64, er
 		return 0, err
 	}
 	n := p.Deliveries
-	rec, err := messages.Marshal(&pendingInRecord{V: recordVersion, Seq: seq, ReceivedAt: p.ReceivedAt, Frame: frame, Deliveries: &n})
-	if err != nil {
-		return 0, err
-	}
+	rec := encodePendingIn(&pendingInRecord{V: recordVersion, Seq: seq, ReceivedAt: p.ReceivedAt, Frame: frame, Deliveries: &n})
 	if err := b.Put(k, rec); err != nil {
 		return 0, err
 	}
@@ -587,22 +586,19 @@ func (t *deliveryTx) CountInboundDelivery(sender messages.DeviceAddress, id mess
 	if v == nil {
 		return 0, fmt.Errorf("bolt: pending inbound %s/%s: %w", sender, id, persistence.ErrNotFound)
 	}
-	r, err := decodePendingIn(v)
+	r, err := readPendingInRecord(v)
 	if err != nil {
 		return 0, err
 	}
-	// Only the plaintext count changes: the sealed frame is kept as is.
+	// Only the plaintext count changes: the sealed frame is kept as is
+	// (encoded into a new buffer before the Put, so r.Frame may alias v).
 	n := r.deliveries()
 	if n == ^uint32(0) {
 		return 0, corrupt("pending inbound", fmt.Errorf("delivery count overflow"))
 	}
 	n++
 	r.Deliveries = &n
-	nv, err := messages.Marshal(&r)
-	if err != nil {
-		return 0, err
-	}
-	return n, b.Put(k, nv)
+	return n, b.Put(k, encodePendingIn(&r))
 }
 
 func (t *deliveryTx) DeletePendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
@@ -621,7 +617,7 @@ func (t *deliveryTx) DeletePendingInbound(sender messages.DeviceAddress, id mess
 	if v == nil {
 		return false, nil
 	}
-	r, err := decodePendingIn(v)
+	r, err := readPendingInRecord(v)
 	if err != nil {
 		return false, err
 	}
@@ -668,19 +664,11 @@ func (t *deliveryTx) putProcessed(p persistence.ProcessedInbound) error {
 		return fmt.Errorf("bolt: processed inbound %s/%s: %w", p.Sender, p.ID, persistence.ErrDuplicate)
 	}
 	e := entryOf(p)
-	pt, err := messages.Marshal(&e)
+	sealedEntry, err := t.seal("processed entry", persistence.RecordProcessedEntry, msgIdentity(p.Sender, p.ID), encodeProcessedEntry(&e))
 	if err != nil {
 		return err
 	}
-	sealedEntry, err := t.seal("processed entry", persistence.RecordProcessedEntry, msgIdentity(p.Sender, p.ID), pt)
-	if err != nil {
-		return err
-	}
-	v, err := messages.Marshal(&processedRecord{V: processedRecordVersion, Entry: sealedEntry})
-	if err != nil {
-		return err
-	}
-	if err := b.Put(k, v); err != nil {
+	if err := b.Put(k, encodeProcessedRecord(&processedRecord{V: processedRecordVersion, Entry: sealedEntry})); err != nil {
 		return err
 	}
 	ti, err := t.bucket(bucketInProcessedTime)
@@ -781,12 +769,8 @@ func (t *deliveryTx) putOutbound(b *bbolt.Bucket, k []byte, p persistence.Pendin
 	if body == nil {
 		body = []byte{}
 	}
-	v, err := messages.Marshal(&outboundRecord{V: recordVersion, Seq: p.Sequence, CreatedAt: p.CreatedAt,
-		Attempts: p.Attempts, LastAttemptAt: p.LastAttemptAt, Body: body})
-	if err != nil {
-		return err
-	}
-	return b.Put(k, v)
+	return b.Put(k, encodeOutbound(&outboundRecord{V: recordVersion, Seq: p.Sequence, CreatedAt: p.CreatedAt,
+		Attempts: p.Attempts, LastAttemptAt: p.LastAttemptAt, Body: body}))
 }
 
 func (t *deliveryTx) MarkOutboundAttempt(recipient messages.DeviceAddress, id messages.LogicalMessageID, at int64) (uint32, error) {
@@ -805,18 +789,15 @@ func (t *deliveryTx) MarkOutboundAttempt(recipient messages.DeviceAddress, id me
 	if v == nil {
 		return 0, fmt.Errorf("bolt: pending outbound %s/%s: %w", recipient, id, persistence.ErrNotFound)
 	}
-	r, err := decodeOutbound(v)
+	r, err := readOutboundRecord(v)
 	if err != nil {
 		return 0, err
 	}
-	// Only the plaintext metadata changes: keep the sealed body as is.
+	// Only the plaintext metadata changes: keep the sealed body as is
+	// (encoded into a new buffer before the Put, so r.Body may alias v).
 	r.Attempts++
 	r.LastAttemptAt = at
-	nv, err := messages.Marshal(&r)
-	if err != nil {
-		return 0, err
-	}
-	return r.Attempts, b.Put(k, nv)
+	return r.Attempts, b.Put(k, encodeOutbound(&r))
 }
 
 func (t *deliveryTx) DeletePendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
@@ -835,7 +816,7 @@ func (t *deliveryTx) DeletePendingOutbound(recipient messages.DeviceAddress, id 
 	if v == nil {
 		return false, nil
 	}
-	r, err := decodeOutbound(v)
+	r, err := readOutboundRecord(v)
 	if err != nil {
 		return false, err
 	}
