@@ -187,6 +187,40 @@ func TestDeliveryWritesCountsCommittedPages(t *testing.T) {
 	}
 }
 
+// The pages a commit of the 64-in-flight flow writes (the model, 2 000
+// messages of 256 B, 16 per transaction): the pending buckets split fuller
+// (appendFillPercent), and time-ordered ids (device.NewLogicalMessageID)
+// keep each commit's inserts and deletes on a few leaves where random
+// ids scatter them over the processed index and the pending buckets.
+// Page counts are deterministic: seeded ids, no timing.
+func TestDeliveryCommitPages(t *testing.T) {
+	const n = 2000
+	run := func(fill float64, ids func(int) messages.LogicalMessageID) flowWrites {
+		t.Helper()
+		old := appendFillPercent
+		appendFillPercent = fill
+		defer func() { appendFillPercent = old }()
+		return flowModel{batch: 16, ackLag: 4, finLag: 2, ids: ids}.run(t, t.TempDir(), n, true)
+	}
+	show := func(name string, w flowWrites) {
+		t.Logf("%-36s sender %5.1f pages/commit, receiver %5.1f, pair %5.1f; %6.0f bytes/message", name,
+			float64(w.sender.Pages)/float64(w.sender.Commits), float64(w.receiver.Pages)/float64(w.receiver.Commits),
+			w.pagesPerCommit(), w.bytesPerMessage(n))
+	}
+	baseRandom := run(0.5, randomIDs(1))
+	show("random ids, default fill", baseRandom)
+	random := run(appendFillPercent, randomIDs(1))
+	show("random ids", random)
+	ordered := run(appendFillPercent, timeOrderedIDs(1))
+	show("time-ordered ids", ordered)
+	if s, s0 := random.sender.Pages, baseRandom.sender.Pages; float64(s) > 0.95*float64(s0) {
+		t.Errorf("sender pages with fill %.2f: %d, with the default: %d (want at least 5%% fewer)", appendFillPercent, s, s0)
+	}
+	if o, r := ordered.pagesPerCommit(), random.pagesPerCommit(); o > 0.75*r {
+		t.Errorf("time-ordered ids: %.1f pages per commit, random ids %.1f (want at most 0.75 of it)", o, r)
+	}
+}
+
 // BenchmarkDeliveryFlowCommit times the model's commits with fsync on:
 // what the pages a commit writes cost beyond its two fdatasyncs.
 func BenchmarkDeliveryFlowCommit(b *testing.B) {

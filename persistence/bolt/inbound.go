@@ -239,6 +239,9 @@ func (t *deliveryTx) bucket(name []byte) (*bbolt.Bucket, error) {
 	if b == nil {
 		return nil, fmt.Errorf("bolt: bucket %s missing: %w", name, persistence.ErrCorrupt)
 	}
+	if t.tx.Writable() && appendOrdered(name) {
+		b.FillPercent = appendFillPercent
+	}
 	for i := range t.opened {
 		if t.opened[i].b == nil {
 			t.opened[i] = openedBucket{name: name, b: b}
@@ -246,6 +249,26 @@ func (t *deliveryTx) bucket(name []byte) (*bbolt.Bucket, error) {
 		}
 	}
 	return b, nil
+}
+
+// appendFillPercent is how full bbolt leaves a page it splits in the
+// buckets whose keys grow (appendOrdered): bbolt's default of one half
+// suits random inserts, but under appends it leaves every page half
+// empty, so the index takes twice the pages and a commit rewrites more of
+// them. The setting lives in the transaction's bucket handle only; it
+// changes nothing stored but where later pages split. (A variable only
+// so that a test can compare it with the default.)
+var appendFillPercent = 0.9
+
+// appendOrdered reports the delivery buckets whose new keys come after
+// the existing ones: sequences, and times (the processed prune index).
+func appendOrdered(name []byte) bool {
+	for _, b := range [][]byte{bucketInPendingSeq, bucketInPendingSender, bucketInProcessedTime, bucketOutPendingSeq, bucketInPending, bucketOutPending} {
+		if bytes.Equal(name, b) {
+			return true
+		}
+	}
+	return false
 }
 
 // counter reads a u64 counter of bucketInMeta (0 when absent).
