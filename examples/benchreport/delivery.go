@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -561,8 +560,9 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 	}
 	body := make([]byte, deliveryBodySize)
 	send := func(s *runtime.Node) error {
-		var id runtime.MessageID
-		if _, err := rand.Read(id[:]); err != nil {
+		// The library's ids, as Send would draw them (time-ordered).
+		id, err := runtime.NewMessageID()
+		if err != nil {
 			return err
 		}
 		acked := net.expect(s.DeviceAddress(), id)
