@@ -139,6 +139,9 @@ func (s *deliveryStore) Update(ctx context.Context, fn func(tx persistence.Deliv
 		if err := tx.flushSkipped(); err != nil {
 			return err
 		}
+		if err := tx.flushCounters(); err != nil {
+			return err
+		}
 		return s.d.failpoint(FailpointDeliveryUpdateBeforeCommit)
 	})
 	if err != nil {
@@ -209,6 +212,9 @@ type deliveryTx struct {
 	// skippedDeltas are this transaction's changes to the skipped-key
 	// counts, by addrKey, written once before the commit (flushSkipped).
 	skippedDeltas map[string]int64
+	// counters are the bucketInMeta counters this transaction read or
+	// moved (cachedCounter), written once before the commit.
+	counters []cachedCounter
 }
 
 type openedBucket struct {

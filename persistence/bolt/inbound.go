@@ -271,34 +271,86 @@ func appendOrdered(name []byte) bool {
 	return false
 }
 
-// counter reads a u64 counter of bucketInMeta (0 when absent).
-func (t *deliveryTx) counter(name []byte) (uint64, error) {
-	m, err := t.bucket(bucketInMeta)
-	if err != nil {
-		return 0, err
-	}
-	v := m.Get(name)
-	if v == nil {
-		return 0, nil
-	}
-	if len(v) != 8 {
-		return 0, corrupt("counter "+string(name), fmt.Errorf("%d bytes", len(v)))
-	}
-	return binary.BigEndian.Uint64(v), nil
+// cachedCounter is one counter of bucketInMeta as this transaction sees
+// it: read from the bucket once, then moved in memory, and written once
+// before the commit (flushCounters) if it changed. Every message moves
+// two to four counters (a sequence, a count); a Get and a Put of each per
+// row was a tree search and a node insert each time.
+type cachedCounter struct {
+	name  []byte
+	v     uint64
+	dirty bool
 }
 
-// addCounter adds delta to a counter and returns the new value.
-func (t *deliveryTx) addCounter(name []byte, delta int64) (uint64, error) {
-	v, err := t.counter(name)
+// counter reads a u64 counter of bucketInMeta (0 when absent), with this
+// transaction's changes.
+func (t *deliveryTx) counter(name []byte) (uint64, error) {
+	c, err := t.cachedCounter(name)
 	if err != nil {
 		return 0, err
 	}
-	nv := uint64(int64(v) + delta)
-	if delta < 0 && uint64(-delta) > v {
+	return c.v, nil
+}
+
+func (t *deliveryTx) cachedCounter(name []byte) (*cachedCounter, error) {
+	for i := range t.counters {
+		if bytes.Equal(t.counters[i].name, name) {
+			return &t.counters[i], nil
+		}
+	}
+	m, err := t.bucket(bucketInMeta)
+	if err != nil {
+		return nil, err
+	}
+	c := cachedCounter{name: name}
+	if v := m.Get(name); v != nil {
+		if len(v) != 8 {
+			return nil, corrupt("counter "+string(name), fmt.Errorf("%d bytes", len(v)))
+		}
+		c.v = binary.BigEndian.Uint64(v)
+	}
+	t.counters = append(t.counters, c)
+	return &t.counters[len(t.counters)-1], nil
+}
+
+// addCounter adds delta to a counter and returns the new value; the
+// stored value changes in flushCounters.
+func (t *deliveryTx) addCounter(name []byte, delta int64) (uint64, error) {
+	if err := t.check(true); err != nil {
+		return 0, err
+	}
+	c, err := t.cachedCounter(name)
+	if err != nil {
+		return 0, err
+	}
+	if delta < 0 && uint64(-delta) > c.v {
 		return 0, corrupt("counter "+string(name), fmt.Errorf("underflow"))
 	}
-	m, _ := t.bucket(bucketInMeta)
-	return nv, m.Put(name, u64(nv))
+	if delta != 0 {
+		c.v = uint64(int64(c.v) + delta)
+		c.dirty = true
+	}
+	return c.v, nil
+}
+
+// flushCounters writes the counters this transaction changed (Update,
+// after everything else that moves them).
+func (t *deliveryTx) flushCounters() error {
+	m, err := t.bucket(bucketInMeta)
+	if err != nil {
+		return err
+	}
+	for i := range t.counters {
+		c := &t.counters[i]
+		if !c.dirty {
+			continue
+		}
+		if err := m.Put(c.name, u64(c.v)); err != nil {
+			return err
+		}
+		c.dirty = false
+	}
+	return nil
 }
 
 func (t *deliveryTx) readPendingIn(k []byte, peer messages.DeviceAddress, id messages.LogicalMessageID, v []byte) (persistence.PendingInbound, error) {

@@ -2,13 +2,20 @@ package bolt
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
+	"path/filepath"
 	"reflect"
 	"testing"
 
+	bbolt "go.etcd.io/bbolt"
 	"pgregory.net/rapid"
 
 	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
 )
 
 func genInt64(t *rapid.T, label string) int64 {
@@ -138,4 +145,73 @@ func FuzzInboundRecordReaders(f *testing.F) {
 			t.Fatalf("processed: read (%+v, %v), decoded (%+v, %v)", got, err, rref, rerr)
 		}
 	})
+}
+
+// The commit-boundary counters move in the transaction's memory and are
+// written once before the commit: rows of the transaction see the moved
+// values, the bucket holds the old ones until the commit, and a failed
+// transaction leaves them as they were.
+func TestCountersAreWrittenOnceBeforeTheCommit(t *testing.T) {
+	db := mustOpen(t, filepath.Join(t.TempDir(), "n.db"), Options{NoSync: true})
+	defer db.Close()
+	ctx := context.Background()
+	alice := messages.DeviceAddress{User: "alice", Device: 1}
+	stored := func(tx *bbolt.Tx, name []byte) uint64 {
+		v := tx.Bucket(bucketInMeta).Get(name)
+		if v == nil {
+			return 0
+		}
+		return binary.BigEndian.Uint64(v)
+	}
+	put := func(tx persistence.DeliveryTx, b byte) error {
+		_, err := tx.PutPendingInbound(persistence.PendingInbound{Sender: alice, ID: messages.LogicalMessageID{b}, ReceivedAt: 1, Frame: []byte{b}, Deliveries: 1})
+		return err
+	}
+	if err := db.Delivery().Update(ctx, func(ptx persistence.DeliveryTx) error {
+		for b := byte(1); b <= 3; b++ {
+			if err := put(ptx, b); err != nil {
+				return err
+			}
+		}
+		if n, err := ptx.PendingInboundCount(nil); err != nil || n != 3 {
+			return fmt.Errorf("count inside the transaction: %d, %v", n, err)
+		}
+		if _, err := ptx.DeletePendingInbound(alice, messages.LogicalMessageID{2}); err != nil {
+			return err
+		}
+		btx := ptx.(*deliveryTx).tx
+		if c, s := stored(btx, inMetaPendingCount), stored(btx, inMetaPendingSeq); c != 0 || s != 0 {
+			return fmt.Errorf("stored before the commit: count %d, sequence %d", c, s)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, count, seq uint64) {
+		t.Helper()
+		if err := db.bolt.View(func(tx *bbolt.Tx) error {
+			if c, s := stored(tx, inMetaPendingCount), stored(tx, inMetaPendingSeq); c != count || s != seq {
+				return fmt.Errorf("%s: stored count %d, sequence %d; want %d, %d", when, c, s, count, seq)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after the commit", 2, 3)
+	_ = db.Delivery().Update(ctx, func(ptx persistence.DeliveryTx) error {
+		if err := put(ptx, 4); err != nil {
+			return err
+		}
+		return errors.New("abort")
+	})
+	check("after a failed transaction", 2, 3)
+	var seq uint64
+	if err := db.Delivery().Update(ctx, func(ptx persistence.DeliveryTx) (err error) {
+		seq, err = ptx.PutPendingInbound(persistence.PendingInbound{Sender: alice, ID: messages.LogicalMessageID{4}, ReceivedAt: 1, Frame: []byte{4}, Deliveries: 1})
+		return err
+	}); err != nil || seq != 4 {
+		t.Fatalf("next sequence %d (%v), want 4: sequences are never reused", seq, err)
+	}
+	check("after the next commit", 3, 4)
 }
