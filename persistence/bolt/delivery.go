@@ -220,6 +220,32 @@ type deliveryTx struct {
 type openedBucket struct {
 	name []byte
 	b    *bbolt.Bucket
+	c    *bbolt.Cursor // get's cursor (nil until the first get)
+}
+
+// get is b.Get through one cursor per bucket and transaction: bbolt's Get
+// makes a new cursor and grows its stack on every call (a third of the
+// delivery store's allocations); Seek repositions from the root, so the
+// cursor stays valid across the transaction's writes.
+func (t *deliveryTx) get(b *bbolt.Bucket, k []byte) []byte {
+	for i := range t.opened {
+		o := &t.opened[i]
+		if o.b == nil {
+			break
+		}
+		if o.b != b {
+			continue
+		}
+		if o.c == nil {
+			o.c = b.Cursor()
+		}
+		ck, v := o.c.Seek(k)
+		if !bytes.Equal(ck, k) {
+			return nil
+		}
+		return v
+	}
+	return b.Get(k)
 }
 
 func newDeliveryTx(d *DB, btx *bbolt.Tx) (*deliveryTx, error) {
@@ -279,7 +305,7 @@ func (t *deliveryTx) getSealed(what string, bucket, key []byte, rt persistence.R
 	if err != nil {
 		return nil, false, err
 	}
-	v := b.Get(key)
+	v := t.get(b, key)
 	if v == nil {
 		return nil, false, nil
 	}

@@ -303,7 +303,7 @@ func (t *deliveryTx) cachedCounter(name []byte) (*cachedCounter, error) {
 		return nil, err
 	}
 	c := cachedCounter{name: name}
-	if v := m.Get(name); v != nil {
+	if v := t.get(m, name); v != nil {
 		if len(v) != 8 {
 			return nil, corrupt("counter "+string(name), fmt.Errorf("%d bytes", len(v)))
 		}
@@ -379,7 +379,7 @@ func (t *deliveryTx) PendingInbound(sender messages.DeviceAddress, id messages.L
 		return persistence.PendingInbound{}, false, err
 	}
 	k := msgKey(sender, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return persistence.PendingInbound{}, false, nil
 	}
@@ -400,7 +400,7 @@ func (t *deliveryTx) PendingInboundAfter(after uint64, sender *messages.DeviceAd
 		if err != nil {
 			return false, err
 		}
-		v := pending.Get(k)
+		v := t.get(pending, k)
 		if v == nil {
 			return false, corrupt("pending index", fmt.Errorf("dangling entry %x", k))
 		}
@@ -479,7 +479,7 @@ func (t *deliveryTx) ProcessedInbound(sender messages.DeviceAddress, id messages
 	if err != nil {
 		return out, false, err
 	}
-	v := b.Get(msgKey(sender, id))
+	v := t.get(b, msgKey(sender, id))
 	if v == nil {
 		return out, false, nil
 	}
@@ -531,7 +531,7 @@ func (t *deliveryTx) PendingOutbound(recipient messages.DeviceAddress, id messag
 	if err != nil {
 		return persistence.PendingOutbound{}, false, err
 	}
-	v := b.Get(msgKey(recipient, id))
+	v := t.get(b, msgKey(recipient, id))
 	if v == nil {
 		return persistence.PendingOutbound{}, false, nil
 	}
@@ -574,7 +574,7 @@ func (t *deliveryTx) PendingOutboundAfter(after uint64, recipient *messages.Devi
 		if recipient != nil && peer != *recipient {
 			return true, nil
 		}
-		v := out.Get(k)
+		v := t.get(out, k)
 		if v == nil {
 			return false, corrupt("outbound index", fmt.Errorf("dangling entry %x", k))
 		}
@@ -609,7 +609,7 @@ func (t *deliveryTx) PutPendingInbound(p persistence.PendingInbound) (uint64, er
 		return 0, err
 	}
 	k := msgKey(p.Sender, p.ID)
-	if b.Get(k) != nil {
+	if t.get(b, k) != nil {
 		return 0, fmt.Errorf("bolt: pending inbound %s/%s: %w", p.Sender, p.ID, persistence.ErrDuplicate)
 	}
 	frame, err := t.seal("pending frame", persistence.RecordPendingFrame, msgIdentity(p.Sender, p.ID), p.Frame)
@@ -657,7 +657,7 @@ func (t *deliveryTx) CountInboundDelivery(sender messages.DeviceAddress, id mess
 		return 0, err
 	}
 	k := msgKey(sender, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return 0, fmt.Errorf("bolt: pending inbound %s/%s: %w", sender, id, persistence.ErrNotFound)
 	}
@@ -688,7 +688,7 @@ func (t *deliveryTx) DeletePendingInbound(sender messages.DeviceAddress, id mess
 		return false, err
 	}
 	k := msgKey(sender, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return false, nil
 	}
@@ -735,7 +735,7 @@ func (t *deliveryTx) putProcessed(p persistence.ProcessedInbound) error {
 		return err
 	}
 	k := msgKey(p.Sender, p.ID)
-	if b.Get(k) != nil {
+	if t.get(b, k) != nil {
 		return fmt.Errorf("bolt: processed inbound %s/%s: %w", p.Sender, p.ID, persistence.ErrDuplicate)
 	}
 	e := entryOf(p)
@@ -785,7 +785,7 @@ func (t *deliveryTx) PruneProcessedInbound(cutoff int64) (int, error) {
 		if err := ti.Delete(k); err != nil {
 			return 0, err
 		}
-		if b.Get(k[8:]) == nil {
+		if t.get(b, k[8:]) == nil {
 			return 0, corrupt("processed time index", fmt.Errorf("dangling entry %x", k))
 		}
 		if err := b.Delete(k[8:]); err != nil {
@@ -812,7 +812,7 @@ func (t *deliveryTx) PutPendingOutbound(p persistence.PendingOutbound) (uint64, 
 		return 0, err
 	}
 	k := msgKey(p.Recipient, p.ID)
-	if b.Get(k) != nil {
+	if t.get(b, k) != nil {
 		return 0, fmt.Errorf("bolt: pending outbound %s/%s: %w", p.Recipient, p.ID, persistence.ErrDuplicate)
 	}
 	seq, err := t.addCounter(inMetaOutSeq, 1)
@@ -860,7 +860,7 @@ func (t *deliveryTx) MarkOutboundAttempt(recipient messages.DeviceAddress, id me
 		return 0, err
 	}
 	k := msgKey(recipient, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return 0, fmt.Errorf("bolt: pending outbound %s/%s: %w", recipient, id, persistence.ErrNotFound)
 	}
@@ -887,7 +887,7 @@ func (t *deliveryTx) DeletePendingOutbound(recipient messages.DeviceAddress, id 
 		return false, err
 	}
 	k := msgKey(recipient, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return false, nil
 	}

@@ -215,3 +215,38 @@ func TestCountersAreWrittenOnceBeforeTheCommit(t *testing.T) {
 	}
 	check("after the next commit", 3, 4)
 }
+
+// The transaction's reused cursor reads what bbolt's Get reads, between
+// and after any writes of the same transaction.
+func TestCursorGetAgreesWithGetAcrossWrites(t *testing.T) {
+	db := mustOpen(t, filepath.Join(t.TempDir(), "n.db"), Options{NoSync: true})
+	defer db.Close()
+	rapid.Check(t, func(rt *rapid.T) {
+		if err := db.Delivery().Update(context.Background(), func(ptx persistence.DeliveryTx) error {
+			tx := ptx.(*deliveryTx)
+			b, err := tx.bucket(bucketInPendingSeq)
+			if err != nil {
+				return err
+			}
+			for i, n := 0, rapid.IntRange(1, 300).Draw(rt, "ops"); i < n; i++ {
+				k := u64(uint64(rapid.IntRange(0, 400).Draw(rt, "key")))
+				switch rapid.IntRange(0, 2).Draw(rt, "op") {
+				case 0:
+					if err := b.Put(k, bytes.Repeat([]byte{byte(i)}, rapid.IntRange(0, 200).Draw(rt, "len"))); err != nil {
+						return err
+					}
+				case 1:
+					if err := b.Delete(k); err != nil {
+						return err
+					}
+				}
+				if got, want := tx.get(b, k), b.Get(k); !bytes.Equal(got, want) || (got == nil) != (want == nil) {
+					rt.Fatalf("key %x: get %x, Get %x", k, got, want)
+				}
+			}
+			return nil
+		}); err != nil {
+			rt.Fatal(err)
+		}
+	})
+}
