@@ -57,7 +57,22 @@ func createDeliveryV1(tx *bbolt.Tx) error {
 // messages.DeviceAddress.Compare order: the user bytes with 0x00 escaped as
 // 0x00 0xFF, a 0x00 0x01 terminator, then the device as 4 big-endian bytes.
 func addrKey(a messages.DeviceAddress) []byte {
-	b := make([]byte, 0, len(a.User)+6)
+	return appendAddrKey(make([]byte, 0, addrKeyLen(a)), a)
+}
+
+// addrKeyLen is the length of addrKey(a).
+func addrKeyLen(a messages.DeviceAddress) int {
+	n := len(a.User) + 6
+	for i := 0; i < len(a.User); i++ {
+		if a.User[i] == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// appendAddrKey appends addrKey(a) to b.
+func appendAddrKey(b []byte, a messages.DeviceAddress) []byte {
 	for i := 0; i < len(a.User); i++ {
 		c := a.User[i]
 		b = append(b, c)
@@ -284,6 +299,20 @@ func (t *deliveryTx) open(what string, rt persistence.RecordType, identity, v []
 		return nil, corrupt(what, err)
 	}
 	return pt, nil
+}
+
+// openOf is open of a record of peer with its label ("kind peer") built
+// only on failure: peer.String() and the concatenation were allocations
+// on every read of a pending frame, an outbound body or a processed entry.
+func (t *deliveryTx) openOf(kind string, peer messages.DeviceAddress, rt persistence.RecordType, identity, v []byte) ([]byte, error) {
+	s := t.d.opts.Sealer
+	if s == nil {
+		return clone(v), nil
+	}
+	if pt, err := s.Open(rt, identity, v); err == nil {
+		return pt, nil
+	}
+	return t.open(kind+" "+peer.String(), rt, identity, v)
 }
 
 func (t *deliveryTx) seal(what string, rt persistence.RecordType, identity, v []byte) ([]byte, error) {

@@ -7,7 +7,6 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
-	"github.com/syncmesh/syncmesh/crypto/sealed"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -199,7 +198,7 @@ func decodeOutbound(b []byte) (outboundRecord, error) {
 
 // msgKey is addrKey(peer) | id.
 func msgKey(peer messages.DeviceAddress, id messages.LogicalMessageID) []byte {
-	return append(addrKey(peer), id[:]...)
+	return append(appendAddrKey(make([]byte, 0, addrKeyLen(peer)+len(id)), peer), id[:]...)
 }
 
 // parseMsgKey reverses msgKey.
@@ -219,7 +218,31 @@ func parseMsgKey(k []byte) (messages.DeviceAddress, messages.LogicalMessageID, e
 // msgIdentity is the sealed row identity of a commit-boundary record:
 // sealed.MessageIdentity(user, u32be device, id).
 func msgIdentity(peer messages.DeviceAddress, id messages.LogicalMessageID) []byte {
-	return sealed.MessageIdentity([]byte(peer.User), binary.BigEndian.AppendUint32(nil, peer.Device), id[:])
+	// sealed.Identity's encoding (each part after its u32be length), in
+	// one allocation: TestMsgIdentityIsSealedMessageIdentity.
+	b := make([]byte, 0, 12+len(peer.User)+4+len(id))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(peer.User)))
+	b = append(b, peer.User...)
+	b = binary.BigEndian.AppendUint32(b, 4)
+	b = binary.BigEndian.AppendUint32(b, peer.Device)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(id)))
+	return append(b, id[:]...)
+}
+
+// senderKeyBuf holds a sender index key of a typical address on the stack.
+type senderKeyBuf [64]byte
+
+// senderSeqKey is addrKey | u64(seq) (bucketInPendingSender) in buf when
+// it fits, for keys bbolt only reads or copies.
+func senderSeqKey(buf *senderKeyBuf, ak []byte, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(buf[:0], ak...), seq)
+}
+
+// seqKey is u64(seq) in a caller's buffer, for keys bbolt only reads or
+// copies (Get, Delete, Put's key).
+func seqKey(buf *[8]byte, seq uint64) []byte {
+	binary.BigEndian.PutUint64(buf[:], seq)
+	return buf[:]
 }
 
 // tsKey encodes a signed Unix-ms time so that byte order is time order.
@@ -358,7 +381,7 @@ func (t *deliveryTx) readPendingIn(k []byte, peer messages.DeviceAddress, id mes
 	if err != nil {
 		return persistence.PendingInbound{}, err
 	}
-	frame, err := t.open("pending frame "+peer.String(), persistence.RecordPendingFrame, msgIdentity(peer, id), r.Frame)
+	frame, err := t.openOf("pending frame", peer, persistence.RecordPendingFrame, msgIdentity(peer, id), r.Frame)
 	if err != nil {
 		return persistence.PendingInbound{}, err
 	}
@@ -426,7 +449,7 @@ func (t *deliveryTx) PendingInboundAfter(after uint64, sender *messages.DeviceAd
 		if after == ^uint64(0) {
 			return nil
 		}
-		return scan(idx, start, prefix, func(k, v []byte) (bool, error) {
+		return scanFew(idx, start, prefix, func(k, v []byte) (bool, error) {
 			if len(v) != 16 {
 				return false, corrupt("pending sender index", fmt.Errorf("value of %d bytes", len(v)))
 			}
@@ -440,7 +463,7 @@ func (t *deliveryTx) PendingInboundAfter(after uint64, sender *messages.DeviceAd
 	if after == ^uint64(0) {
 		return nil
 	}
-	return scan(idx, u64(after+1), nil, func(_, v []byte) (bool, error) { return visit(v) })
+	return scanFew(idx, u64(after+1), nil, func(_, v []byte) (bool, error) { return visit(v) })
 }
 
 func (t *deliveryTx) PendingInboundCount(sender *messages.DeviceAddress) (int, error) {
@@ -487,7 +510,7 @@ func (t *deliveryTx) ProcessedInbound(sender messages.DeviceAddress, id messages
 	if err != nil {
 		return out, false, err
 	}
-	pt, err := t.open("processed entry "+sender.String(), persistence.RecordProcessedEntry, msgIdentity(sender, id), r.Entry)
+	pt, err := t.openOf("processed entry", sender, persistence.RecordProcessedEntry, msgIdentity(sender, id), r.Entry)
 	if err != nil {
 		return out, false, err
 	}
@@ -511,7 +534,7 @@ func (t *deliveryTx) readOutbound(peer messages.DeviceAddress, id messages.Logic
 	if err != nil {
 		return persistence.PendingOutbound{}, err
 	}
-	body, err := t.open("outbound body "+peer.String(), persistence.RecordOutboundBody, msgIdentity(peer, id), r.Body)
+	body, err := t.openOf("outbound body", peer, persistence.RecordOutboundBody, msgIdentity(peer, id), r.Body)
 	if err != nil {
 		return persistence.PendingOutbound{}, err
 	}
@@ -563,7 +586,7 @@ func (t *deliveryTx) PendingOutboundAfter(after uint64, recipient *messages.Devi
 	if recipient != nil {
 		prefix = addrKey(*recipient)
 	}
-	return scan(idx, u64(after+1), nil, func(_, k []byte) (bool, error) {
+	return scanFew(idx, u64(after+1), nil, func(_, k []byte) (bool, error) {
 		if prefix != nil && !bytes.HasPrefix(k, prefix) {
 			return true, nil
 		}
@@ -629,14 +652,17 @@ func (t *deliveryTx) PutPendingInbound(p persistence.PendingInbound) (uint64, er
 		return 0, err
 	}
 	seqIdx, _ := t.bucket(bucketInPendingSeq)
-	if err := seqIdx.Put(u64(seq), k); err != nil {
+	var sk [8]byte
+	if err := seqIdx.Put(seqKey(&sk, seq), k); err != nil {
 		return 0, err
 	}
 	sIdx, err := t.bucket(bucketInPendingSender)
 	if err != nil {
 		return 0, err
 	}
-	if err := sIdx.Put(append(addrKey(p.Sender), u64(seq)...), bytes.Clone(p.ID[:])); err != nil {
+	// k is the sequence index's value (bbolt keeps it until the commit):
+	// the sender key is built apart.
+	if err := sIdx.Put(senderSeqKey(&senderKeyBuf{}, k[:len(k)-len(p.ID)], seq), bytes.Clone(p.ID[:])); err != nil {
 		return 0, err
 	}
 	if _, err := t.addCounter(inMetaPendingCount, 1); err != nil {
@@ -703,14 +729,15 @@ func (t *deliveryTx) DeletePendingInbound(sender messages.DeviceAddress, id mess
 	if err != nil {
 		return false, err
 	}
-	if err := seqIdx.Delete(u64(r.Seq)); err != nil {
+	var sk [8]byte
+	if err := seqIdx.Delete(seqKey(&sk, r.Seq)); err != nil {
 		return false, err
 	}
 	sIdx, err := t.bucket(bucketInPendingSender)
 	if err != nil {
 		return false, err
 	}
-	if err := sIdx.Delete(append(addrKey(sender), u64(r.Seq)...)); err != nil {
+	if err := sIdx.Delete(senderSeqKey(&senderKeyBuf{}, k[:len(k)-len(id)], r.Seq)); err != nil {
 		return false, err
 	}
 	_, err = t.addCounter(inMetaPendingCount, -1)
@@ -827,7 +854,8 @@ func (t *deliveryTx) PutPendingOutbound(p persistence.PendingOutbound) (uint64, 
 	if err != nil {
 		return 0, err
 	}
-	if err := idx.Put(u64(seq), k); err != nil {
+	var sk [8]byte
+	if err := idx.Put(seqKey(&sk, seq), k); err != nil {
 		return 0, err
 	}
 	if _, err := t.addCounter(inMetaOutCount, 1); err != nil {
@@ -902,7 +930,8 @@ func (t *deliveryTx) DeletePendingOutbound(recipient messages.DeviceAddress, id 
 	if err != nil {
 		return false, err
 	}
-	if err := idx.Delete(u64(r.Seq)); err != nil {
+	var sk [8]byte
+	if err := idx.Delete(seqKey(&sk, r.Seq)); err != nil {
 		return false, err
 	}
 	_, err = t.addCounter(inMetaOutCount, -1)

@@ -14,6 +14,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 	"pgregory.net/rapid"
 
+	"github.com/syncmesh/syncmesh/crypto/sealed"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -246,6 +247,89 @@ func TestCursorGetAgreesWithGetAcrossWrites(t *testing.T) {
 			}
 			return nil
 		}); err != nil {
+			rt.Fatal(err)
+		}
+	})
+}
+
+// The keys and identities built in one allocation are the ones the
+// general builders make (the stored format does not change).
+func TestCommitBoundaryKeysMatchTheirBuilders(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		peer := messages.DeviceAddress{User: rapid.StringMatching("(?s).{1,80}").Draw(rt, "user"), Device: rapid.Uint32().Draw(rt, "device")}
+		if rapid.Bool().Draw(rt, "nul") {
+			peer.User += "\x00" + peer.User
+		}
+		var id messages.LogicalMessageID
+		copy(id[:], rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(rt, "id"))
+		want := sealed.MessageIdentity([]byte(peer.User), binary.BigEndian.AppendUint32(nil, peer.Device), id[:])
+		if got := msgIdentity(peer, id); !bytes.Equal(got, want) {
+			rt.Fatalf("msgIdentity %x, sealed.MessageIdentity %x", got, want)
+		}
+		ak := addrKey(peer)
+		if len(ak) != addrKeyLen(peer) {
+			rt.Fatalf("addrKey of %d bytes, addrKeyLen %d", len(ak), addrKeyLen(peer))
+		}
+		if got := msgKey(peer, id); !bytes.Equal(got, append(bytes.Clone(ak), id[:]...)) {
+			rt.Fatalf("msgKey %x", got)
+		}
+		seq := rapid.Uint64().Draw(rt, "seq")
+		if got := senderSeqKey(&senderKeyBuf{}, ak, seq); !bytes.Equal(got, append(bytes.Clone(ak), u64(seq)...)) {
+			rt.Fatalf("senderSeqKey %x", got)
+		}
+		var b [8]byte
+		if got := seqKey(&b, seq); !bytes.Equal(got, u64(seq)) {
+			rt.Fatalf("seqKey %x", got)
+		}
+	})
+}
+
+// scanFew visits what scan visits, in the same order, wherever fn stops,
+// also when fn writes to the bucket it scans.
+func TestScanFewVisitsWhatScanVisits(t *testing.T) {
+	db := mustOpen(t, filepath.Join(t.TempDir(), "n.db"), Options{NoSync: true})
+	defer db.Close()
+	rapid.Check(t, func(rt *rapid.T) {
+		err := db.bolt.Update(func(tx *bbolt.Tx) error {
+			b, err := tx.CreateBucket([]byte("scan"))
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.DeleteBucket([]byte("scan")) }()
+			for _, k := range rapid.SliceOf(rapid.SliceOfN(rapid.ByteRange(0, 3), 1, 4)).Draw(rt, "keys") {
+				if err := b.Put(k, bytes.Repeat(k, 3)); err != nil {
+					return err
+				}
+			}
+			start := rapid.SliceOfN(rapid.ByteRange(0, 3), 0, 3).Draw(rt, "start")
+			prefix := rapid.SliceOfN(rapid.ByteRange(0, 3), 0, 1).Draw(rt, "prefix")
+			stop := rapid.IntRange(0, 600).Draw(rt, "stop")
+			write := rapid.Bool().Draw(rt, "write")
+			visit := func(scanner func(*bbolt.Bucket, []byte, []byte, func(k, v []byte) (bool, error)) error) []string {
+				var seen []string
+				if err := scanner(b, start, prefix, func(k, v []byte) (bool, error) {
+					seen = append(seen, string(k)+"="+string(v))
+					if write {
+						// Rewrite the value just seen (same key set).
+						if err := b.Put(k, append(bytes.Clone(v[:len(k)*3]), 0)); err != nil {
+							return false, err
+						}
+						if err := b.Put(k, v[:len(k)*3]); err != nil {
+							return false, err
+						}
+					}
+					return len(seen) < stop, nil
+				}); err != nil {
+					rt.Fatal(err)
+				}
+				return seen
+			}
+			if got, want := visit(scanFew), visit(scan); !reflect.DeepEqual(got, want) {
+				rt.Fatalf("scanFew %q, scan %q", got, want)
+			}
+			return nil
+		})
+		if err != nil {
 			rt.Fatal(err)
 		}
 	})

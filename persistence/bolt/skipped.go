@@ -73,7 +73,7 @@ func (t *deliveryTx) SkippedKeys(peer messages.DeviceAddress, fn func(seq uint64
 			return false, corrupt("skipped key of "+peer.String(), fmt.Errorf("key of %d bytes", len(k)))
 		}
 		seq := binary.BigEndian.Uint64(k[len(prefix):])
-		pt, err := t.open("skipped key of "+peer.String(), persistence.RecordSkippedKey, skippedIdentity(peer, seq), v)
+		pt, err := t.openOf("skipped key of", peer, persistence.RecordSkippedKey, skippedIdentity(peer, seq), v)
 		if err != nil {
 			return false, err
 		}
