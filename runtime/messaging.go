@@ -228,7 +228,13 @@ func (n *Node) Bundle(ctx context.Context) (*messages.PrekeyBundle, error) {
 	return d.Bundle(ctx)
 }
 
-// Send sends body to the device to under a new random logical id. It is
+// NewMessageID returns a new logical message id for SendWithID: time
+// ordered (a millisecond prefix), then random, so that the rows keyed by
+// one sender's ids stay together in both devices' stores and a commit of
+// many messages rewrites few pages (see device.NewLogicalMessageID).
+func NewMessageID() (MessageID, error) { return device.NewLogicalMessageID() }
+
+// Send sends body to the device to under a new logical id (NewMessageID). It is
 // stored as pending (durably, before it is handed to the transport) and
 // stays pending until to's application commits or discards it and its ACK
 // arrives. When the error matches device.ErrNotHandedOff the message is

@@ -20,3 +20,23 @@ func (n *Node) StoreCommits() StoreCommits {
 	c := n.db.Commits()
 	return StoreCommits{Sync: c.Sync, Delivery: c.Delivery}
 }
+
+// StoreWrites is what a node's committed delivery-plane transactions wrote
+// since Open: each commit writes the pages it changed and the meta page,
+// and its two fdatasyncs wait for them.
+type StoreWrites struct {
+	// Commits counts committed delivery-plane transactions.
+	Commits uint64
+	// Pages and Bytes are what they wrote.
+	Pages, Bytes uint64
+}
+
+// DeliveryStoreWrites returns what the node's delivery-plane commits
+// wrote; zero for an in-memory node.
+func (n *Node) DeliveryStoreWrites() StoreWrites {
+	if n.db == nil {
+		return StoreWrites{}
+	}
+	w := n.db.DeliveryWrites()
+	return StoreWrites{Commits: w.Commits, Pages: w.Pages, Bytes: w.Bytes}
+}

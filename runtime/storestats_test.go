@@ -34,7 +34,7 @@ func TestStoreCommitsCountsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if c := m.StoreCommits(); c != (StoreCommits{}) {
-		t.Fatalf("in-memory node: %+v", c)
+	if c, w := m.StoreCommits(), m.DeliveryStoreWrites(); c != (StoreCommits{}) || w != (StoreWrites{}) {
+		t.Fatalf("in-memory node: %+v, %+v", c, w)
 	}
 }

@@ -412,14 +412,31 @@ func (d *Device) Bundle(ctx context.Context) (*messages.PrekeyBundle, error) {
 // Config.Handler is nil (else nil). It is closed by Close.
 func (d *Device) Messages() <-chan ReceivedMessage { return d.feed }
 
-// NewLogicalMessageID returns a random 16-byte logical message id.
+// NewLogicalMessageID returns a new 16-byte logical message id: the Unix
+// time in milliseconds (48 bits, big-endian), then 80 random bits. The
+// time prefix makes one sender's ids ascend, so both stores keep the
+// rows keyed by them next to each other: a commit of many messages
+// rewrites one or two leaf pages of the receiver's processed index and of
+// the pending buckets instead of one page per message (random ids scatter
+// them). Uniqueness rests on the random bits, not on the clock; the time
+// is what the receiver's plaintext received_at already tells.
 func NewLogicalMessageID() (messages.LogicalMessageID, error) {
+	return newLogicalMessageID(time.Now())
+}
+
+func newLogicalMessageID(now time.Time) (messages.LogicalMessageID, error) {
 	var id messages.LogicalMessageID
-	_, err := rand.Read(id[:])
+	_, err := rand.Read(id[6:])
+	ms := uint64(max(now.UnixMilli(), 0))
+	for i := 5; i >= 0; i-- {
+		id[i] = byte(ms)
+		ms >>= 8
+	}
 	return id, err
 }
 
-// Send sends body to to under a new random logical id; see SendWithID.
+// Send sends body to to under a new logical id (NewLogicalMessageID); see
+// SendWithID.
 func (d *Device) Send(ctx context.Context, to messages.DeviceAddress, body []byte) (SentMessage, error) {
 	id, err := NewLogicalMessageID()
 	if err != nil {

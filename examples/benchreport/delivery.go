@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -78,7 +77,15 @@ type smResult struct {
 	SenderCommits   uint64  `json:"sender_commits"`   // read-write commits of every sender, timed part only
 	ReceiverCommits uint64  `json:"receiver_commits"` // the receiver's
 	CPUSeconds      float64 `json:"cpu_seconds"`      // the process's user+system CPU, timed part
+	// Writes is what the pair's delivery-plane commits wrote (every node).
+	Writes runtime.StoreWrites `json:"delivery_writes"`
 }
+
+// pagesPerCommit and bytesPerMessage are of the delivery-plane commits.
+func (r smResult) pagesPerCommit() float64 {
+	return float64(r.Writes.Pages) / float64(r.Writes.Commits)
+}
+func (r smResult) bytesPerMessage() float64 { return float64(r.Writes.Bytes) / float64(r.Messages) }
 
 func cpuTime() float64 {
 	var ru syscall.Rusage
@@ -142,15 +149,17 @@ func deliveryReport(n, trials, straceN int) error {
 	}
 	for i, f := range smFlows {
 		rates := make([]float64, len(sm[i]))
-		var snd, rcv, cpu []float64
+		var snd, rcv, cpu, pages, bytes []float64
 		for j, r := range sm[i] {
 			rates[j] = r.rate()
+			pages = append(pages, r.pagesPerCommit())
+			bytes = append(bytes, r.bytesPerMessage())
 			cpu = append(cpu, r.CPUSeconds/float64(r.Messages)*1e6)
 			snd = append(snd, float64(r.SenderCommits)/float64(r.Messages))
 			rcv = append(rcv, float64(r.ReceiverCommits)/float64(r.Messages))
 		}
 		s, rc := median(snd), median(rcv)
-		fmt.Printf("  %-62s %s msg/s   CPU %4.0f µs/msg   commits/msg: senders %.2f receiver %.2f pair %.2f (fdatasync/msg = 2x: %.1f)\n", f.name, minMedMax(rates, "%7.0f"), median(cpu), s, rc, s+rc, 2*(s+rc))
+		fmt.Printf("  %-62s %s msg/s   CPU %4.0f µs/msg   commits/msg: senders %.2f receiver %.2f pair %.2f (fdatasync/msg = 2x: %.1f)   pages/commit %.1f, bytes written/msg %.0f\n", f.name, minMedMax(rates, "%7.0f"), median(cpu), s, rc, s+rc, 2*(s+rc), median(pages), median(bytes))
 	}
 	for i, f := range jsFlows {
 		rates := make([]float64, len(jr[i]))
@@ -221,7 +230,7 @@ func profileFlows(ctx context.Context, prefix string, n int) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("  CPU profile of %s (untimed run of %d messages; the profile covers its setup too; its timed part: %.0f msg/s, %.0f µs CPU/msg, read-write commits/msg of the pair %.2f): %s\n", f.name, r.Messages, r.rate(), r.CPUSeconds/float64(r.Messages)*1e6, float64(r.SenderCommits+r.ReceiverCommits)/float64(r.Messages), path)
+		fmt.Printf("  CPU profile of %s (untimed run of %d messages; the profile covers its setup too; its timed part: %.0f msg/s, %.0f µs CPU/msg, read-write commits/msg of the pair %.2f, delivery pages/commit %.1f, bytes written/msg %.0f): %s\n", f.name, r.Messages, r.rate(), r.CPUSeconds/float64(r.Messages)*1e6, float64(r.SenderCommits+r.ReceiverCommits)/float64(r.Messages), r.pagesPerCommit(), r.bytesPerMessage(), path)
 	}
 	return nil
 }
@@ -551,8 +560,9 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 	}
 	body := make([]byte, deliveryBodySize)
 	send := func(s *runtime.Node) error {
-		var id runtime.MessageID
-		if _, err := rand.Read(id[:]); err != nil {
+		// The library's ids, as Send would draw them (time-ordered).
+		id, err := runtime.NewMessageID()
+		if err != nil {
 			return err
 		}
 		acked := net.expect(s.DeviceAddress(), id)
@@ -582,8 +592,16 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 		}
 		return c
 	}
+	writesOf := func() (w runtime.StoreWrites) {
+		for _, nd := range append([]*runtime.Node{r}, senders...) {
+			x := nd.DeliveryStoreWrites()
+			w.Commits, w.Pages, w.Bytes = w.Commits+x.Commits, w.Pages+x.Pages, w.Bytes+x.Bytes
+		}
+		return w
+	}
 	before := committed.Load()
 	s0, r0 := commitsOf(senders), commitsOf([]*runtime.Node{r})
+	w0 := writesOf()
 	per := n / f.senders
 	var wg sync.WaitGroup
 	var first atomic.Pointer[error]
@@ -612,6 +630,8 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 		return smResult{}, *p
 	}
 	res := smResult{Messages: per * f.senders, Seconds: el.Seconds(), SenderCommits: commitsOf(senders) - s0, ReceiverCommits: commitsOf([]*runtime.Node{r}) - r0, CPUSeconds: cpu}
+	w1 := writesOf()
+	res.Writes = runtime.StoreWrites{Commits: w1.Commits - w0.Commits, Pages: w1.Pages - w0.Pages, Bytes: w1.Bytes - w0.Bytes}
 	if got := committed.Load() - before; got != int64(res.Messages) {
 		return smResult{}, fmt.Errorf("%d messages committed, want %d", got, res.Messages)
 	}

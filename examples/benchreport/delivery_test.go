@@ -27,6 +27,11 @@ func TestDeliveryFlowsSmoke(t *testing.T) {
 			if r.SenderCommits == 0 || r.ReceiverCommits == 0 {
 				t.Fatalf("commit counters did not move: %+v", r)
 			}
+			// Every delivery commit writes at least a changed leaf and the
+			// meta page.
+			if w := r.Writes; w.Commits == 0 || w.Commits > r.SenderCommits+r.ReceiverCommits || w.Pages < 2*w.Commits || w.Bytes < 1024*w.Pages {
+				t.Fatalf("delivery writes: %+v of %d commits", w, r.SenderCommits+r.ReceiverCommits)
+			}
 		})
 	}
 	if _, err := smTrial(ctx, smFlows[0], 0); err != nil {

@@ -61,6 +61,7 @@ type DB struct {
 	closed atomic.Bool
 
 	syncCommits, deliveryCommits atomic.Uint64
+	deliveryWrites               writeCounters // delivery.go
 
 	// rowsHint and pendHint are the rows and index entries the last sync
 	// transaction wrote: the next one sizes its buffers by them.

@@ -7,7 +7,6 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
-	"github.com/syncmesh/syncmesh/crypto/sealed"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -199,7 +198,7 @@ func decodeOutbound(b []byte) (outboundRecord, error) {
 
 // msgKey is addrKey(peer) | id.
 func msgKey(peer messages.DeviceAddress, id messages.LogicalMessageID) []byte {
-	return append(addrKey(peer), id[:]...)
+	return append(appendAddrKey(make([]byte, 0, addrKeyLen(peer)+len(id)), peer), id[:]...)
 }
 
 // parseMsgKey reverses msgKey.
@@ -219,7 +218,31 @@ func parseMsgKey(k []byte) (messages.DeviceAddress, messages.LogicalMessageID, e
 // msgIdentity is the sealed row identity of a commit-boundary record:
 // sealed.MessageIdentity(user, u32be device, id).
 func msgIdentity(peer messages.DeviceAddress, id messages.LogicalMessageID) []byte {
-	return sealed.MessageIdentity([]byte(peer.User), binary.BigEndian.AppendUint32(nil, peer.Device), id[:])
+	// sealed.Identity's encoding (each part after its u32be length), in
+	// one allocation: TestMsgIdentityIsSealedMessageIdentity.
+	b := make([]byte, 0, 12+len(peer.User)+4+len(id))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(peer.User)))
+	b = append(b, peer.User...)
+	b = binary.BigEndian.AppendUint32(b, 4)
+	b = binary.BigEndian.AppendUint32(b, peer.Device)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(id)))
+	return append(b, id[:]...)
+}
+
+// senderKeyBuf holds a sender index key of a typical address on the stack.
+type senderKeyBuf [64]byte
+
+// senderSeqKey is addrKey | u64(seq) (bucketInPendingSender) in buf when
+// it fits, for keys bbolt only reads or copies.
+func senderSeqKey(buf *senderKeyBuf, ak []byte, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(buf[:0], ak...), seq)
+}
+
+// seqKey is u64(seq) in a caller's buffer, for keys bbolt only reads or
+// copies (Get, Delete, Put's key).
+func seqKey(buf *[8]byte, seq uint64) []byte {
+	binary.BigEndian.PutUint64(buf[:], seq)
+	return buf[:]
 }
 
 // tsKey encodes a signed Unix-ms time so that byte order is time order.
@@ -239,6 +262,9 @@ func (t *deliveryTx) bucket(name []byte) (*bbolt.Bucket, error) {
 	if b == nil {
 		return nil, fmt.Errorf("bolt: bucket %s missing: %w", name, persistence.ErrCorrupt)
 	}
+	if t.tx.Writable() && appendOrdered(name) {
+		b.FillPercent = appendFillPercent
+	}
 	for i := range t.opened {
 		if t.opened[i].b == nil {
 			t.opened[i] = openedBucket{name: name, b: b}
@@ -248,46 +274,119 @@ func (t *deliveryTx) bucket(name []byte) (*bbolt.Bucket, error) {
 	return b, nil
 }
 
-// counter reads a u64 counter of bucketInMeta (0 when absent).
-func (t *deliveryTx) counter(name []byte) (uint64, error) {
-	m, err := t.bucket(bucketInMeta)
-	if err != nil {
-		return 0, err
+// appendFillPercent is how full bbolt leaves a page it splits in the
+// buckets whose keys grow (appendOrdered): bbolt's default of one half
+// suits random inserts, but under appends it leaves every page half
+// empty, so the index takes twice the pages and a commit rewrites more of
+// them. The setting lives in the transaction's bucket handle only; it
+// changes nothing stored but where later pages split. (A variable only
+// so that a test can compare it with the default.)
+var appendFillPercent = 0.9
+
+// appendOrdered reports the delivery buckets whose new keys come after
+// the existing ones: sequences, and times (the processed prune index).
+func appendOrdered(name []byte) bool {
+	for _, b := range [][]byte{bucketInPendingSeq, bucketInPendingSender, bucketInProcessedTime, bucketOutPendingSeq, bucketInPending, bucketOutPending} {
+		if bytes.Equal(name, b) {
+			return true
+		}
 	}
-	v := m.Get(name)
-	if v == nil {
-		return 0, nil
-	}
-	if len(v) != 8 {
-		return 0, corrupt("counter "+string(name), fmt.Errorf("%d bytes", len(v)))
-	}
-	return binary.BigEndian.Uint64(v), nil
+	return false
 }
 
-// addCounter adds delta to a counter and returns the new value.
-func (t *deliveryTx) addCounter(name []byte, delta int64) (uint64, error) {
-	v, err := t.counter(name)
+// cachedCounter is one counter of bucketInMeta as this transaction sees
+// it: read from the bucket once, then moved in memory, and written once
+// before the commit (flushCounters) if it changed. Every message moves
+// two to four counters (a sequence, a count); a Get and a Put of each per
+// row was a tree search and a node insert each time.
+type cachedCounter struct {
+	name  []byte
+	v     uint64
+	dirty bool
+}
+
+// counter reads a u64 counter of bucketInMeta (0 when absent), with this
+// transaction's changes.
+func (t *deliveryTx) counter(name []byte) (uint64, error) {
+	c, err := t.cachedCounter(name)
 	if err != nil {
 		return 0, err
 	}
-	nv := uint64(int64(v) + delta)
-	if delta < 0 && uint64(-delta) > v {
+	return c.v, nil
+}
+
+func (t *deliveryTx) cachedCounter(name []byte) (*cachedCounter, error) {
+	for i := range t.counters {
+		if bytes.Equal(t.counters[i].name, name) {
+			return &t.counters[i], nil
+		}
+	}
+	m, err := t.bucket(bucketInMeta)
+	if err != nil {
+		return nil, err
+	}
+	c := cachedCounter{name: name}
+	if v := t.get(m, name); v != nil {
+		if len(v) != 8 {
+			return nil, corrupt("counter "+string(name), fmt.Errorf("%d bytes", len(v)))
+		}
+		c.v = binary.BigEndian.Uint64(v)
+	}
+	t.counters = append(t.counters, c)
+	return &t.counters[len(t.counters)-1], nil
+}
+
+// addCounter adds delta to a counter and returns the new value; the
+// stored value changes in flushCounters.
+func (t *deliveryTx) addCounter(name []byte, delta int64) (uint64, error) {
+	if err := t.check(true); err != nil {
+		return 0, err
+	}
+	c, err := t.cachedCounter(name)
+	if err != nil {
+		return 0, err
+	}
+	if delta < 0 && uint64(-delta) > c.v {
 		return 0, corrupt("counter "+string(name), fmt.Errorf("underflow"))
 	}
-	m, _ := t.bucket(bucketInMeta)
-	return nv, m.Put(name, u64(nv))
+	if delta != 0 {
+		c.v = uint64(int64(c.v) + delta)
+		c.dirty = true
+	}
+	return c.v, nil
+}
+
+// flushCounters writes the counters this transaction changed (Update,
+// after everything else that moves them).
+func (t *deliveryTx) flushCounters() error {
+	m, err := t.bucket(bucketInMeta)
+	if err != nil {
+		return err
+	}
+	for i := range t.counters {
+		c := &t.counters[i]
+		if !c.dirty {
+			continue
+		}
+		if err := m.Put(c.name, u64(c.v)); err != nil {
+			return err
+		}
+		c.dirty = false
+	}
+	return nil
 }
 
 func (t *deliveryTx) readPendingIn(k []byte, peer messages.DeviceAddress, id messages.LogicalMessageID, v []byte) (persistence.PendingInbound, error) {
-	r, err := decodePendingIn(v)
+	r, err := readPendingInRecord(v)
 	if err != nil {
 		return persistence.PendingInbound{}, err
 	}
-	frame, err := t.open("pending frame "+peer.String(), persistence.RecordPendingFrame, msgIdentity(peer, id), r.Frame)
+	frame, err := t.openOf("pending frame", peer, persistence.RecordPendingFrame, msgIdentity(peer, id), r.Frame)
 	if err != nil {
 		return persistence.PendingInbound{}, err
 	}
-	return persistence.PendingInbound{Sender: peer, ID: id, Sequence: r.Seq, ReceivedAt: r.ReceivedAt, Frame: append([]byte{}, frame...),
+	// open returned a copy: the entry never aliases bbolt memory.
+	return persistence.PendingInbound{Sender: peer, ID: id, Sequence: r.Seq, ReceivedAt: r.ReceivedAt, Frame: frame,
 		Deliveries: r.deliveries()}, nil
 }
 
@@ -303,7 +402,7 @@ func (t *deliveryTx) PendingInbound(sender messages.DeviceAddress, id messages.L
 		return persistence.PendingInbound{}, false, err
 	}
 	k := msgKey(sender, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return persistence.PendingInbound{}, false, nil
 	}
@@ -324,7 +423,7 @@ func (t *deliveryTx) PendingInboundAfter(after uint64, sender *messages.DeviceAd
 		if err != nil {
 			return false, err
 		}
-		v := pending.Get(k)
+		v := t.get(pending, k)
 		if v == nil {
 			return false, corrupt("pending index", fmt.Errorf("dangling entry %x", k))
 		}
@@ -350,7 +449,7 @@ func (t *deliveryTx) PendingInboundAfter(after uint64, sender *messages.DeviceAd
 		if after == ^uint64(0) {
 			return nil
 		}
-		return scan(idx, start, prefix, func(k, v []byte) (bool, error) {
+		return scanFew(idx, start, prefix, func(k, v []byte) (bool, error) {
 			if len(v) != 16 {
 				return false, corrupt("pending sender index", fmt.Errorf("value of %d bytes", len(v)))
 			}
@@ -364,7 +463,7 @@ func (t *deliveryTx) PendingInboundAfter(after uint64, sender *messages.DeviceAd
 	if after == ^uint64(0) {
 		return nil
 	}
-	return scan(idx, u64(after+1), nil, func(_, v []byte) (bool, error) { return visit(v) })
+	return scanFew(idx, u64(after+1), nil, func(_, v []byte) (bool, error) { return visit(v) })
 }
 
 func (t *deliveryTx) PendingInboundCount(sender *messages.DeviceAddress) (int, error) {
@@ -403,15 +502,15 @@ func (t *deliveryTx) ProcessedInbound(sender messages.DeviceAddress, id messages
 	if err != nil {
 		return out, false, err
 	}
-	v := b.Get(msgKey(sender, id))
+	v := t.get(b, msgKey(sender, id))
 	if v == nil {
 		return out, false, nil
 	}
-	r, err := decodeProcessed(v)
+	r, err := readProcessedRecord(v)
 	if err != nil {
 		return out, false, err
 	}
-	pt, err := t.open("processed entry "+sender.String(), persistence.RecordProcessedEntry, msgIdentity(sender, id), r.Entry)
+	pt, err := t.openOf("processed entry", sender, persistence.RecordProcessedEntry, msgIdentity(sender, id), r.Entry)
 	if err != nil {
 		return out, false, err
 	}
@@ -431,16 +530,17 @@ func (t *deliveryTx) ProcessedInboundCount() (int, error) {
 }
 
 func (t *deliveryTx) readOutbound(peer messages.DeviceAddress, id messages.LogicalMessageID, v []byte) (persistence.PendingOutbound, error) {
-	r, err := decodeOutbound(v)
+	r, err := readOutboundRecord(v)
 	if err != nil {
 		return persistence.PendingOutbound{}, err
 	}
-	body, err := t.open("outbound body "+peer.String(), persistence.RecordOutboundBody, msgIdentity(peer, id), r.Body)
+	body, err := t.openOf("outbound body", peer, persistence.RecordOutboundBody, msgIdentity(peer, id), r.Body)
 	if err != nil {
 		return persistence.PendingOutbound{}, err
 	}
+	// open returned a copy: the row never aliases bbolt memory.
 	return persistence.PendingOutbound{Recipient: peer, ID: id, Sequence: r.Seq, CreatedAt: r.CreatedAt,
-		Attempts: r.Attempts, LastAttemptAt: r.LastAttemptAt, Body: append([]byte{}, body...)}, nil
+		Attempts: r.Attempts, LastAttemptAt: r.LastAttemptAt, Body: body}, nil
 }
 
 func (t *deliveryTx) PendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (persistence.PendingOutbound, bool, error) {
@@ -454,7 +554,7 @@ func (t *deliveryTx) PendingOutbound(recipient messages.DeviceAddress, id messag
 	if err != nil {
 		return persistence.PendingOutbound{}, false, err
 	}
-	v := b.Get(msgKey(recipient, id))
+	v := t.get(b, msgKey(recipient, id))
 	if v == nil {
 		return persistence.PendingOutbound{}, false, nil
 	}
@@ -486,7 +586,7 @@ func (t *deliveryTx) PendingOutboundAfter(after uint64, recipient *messages.Devi
 	if recipient != nil {
 		prefix = addrKey(*recipient)
 	}
-	return scan(idx, u64(after+1), nil, func(_, k []byte) (bool, error) {
+	return scanFew(idx, u64(after+1), nil, func(_, k []byte) (bool, error) {
 		if prefix != nil && !bytes.HasPrefix(k, prefix) {
 			return true, nil
 		}
@@ -497,7 +597,7 @@ func (t *deliveryTx) PendingOutboundAfter(after uint64, recipient *messages.Devi
 		if recipient != nil && peer != *recipient {
 			return true, nil
 		}
-		v := out.Get(k)
+		v := t.get(out, k)
 		if v == nil {
 			return false, corrupt("outbound index", fmt.Errorf("dangling entry %x", k))
 		}
@@ -532,7 +632,7 @@ func (t *deliveryTx) PutPendingInbound(p persistence.PendingInbound) (uint64, er
 		return 0, err
 	}
 	k := msgKey(p.Sender, p.ID)
-	if b.Get(k) != nil {
+	if t.get(b, k) != nil {
 		return 0, fmt.Errorf("bolt: pending inbound %s/%s: %w", p.Sender, p.ID, persistence.ErrDuplicate)
 	}
 	frame, err := t.seal("pending frame", persistence.RecordPendingFrame, msgIdentity(p.Sender, p.ID), p.Frame)
@@ -547,22 +647,22 @@ func (t *deliveryTx) PutPendingInbound(p persistence.PendingInbound) (uint64, er
 		return 0, err
 	}
 	n := p.Deliveries
-	rec, err := messages.Marshal(&pendingInRecord{V: recordVersion, Seq: seq, ReceivedAt: p.ReceivedAt, Frame: frame, Deliveries: &n})
-	if err != nil {
-		return 0, err
-	}
+	rec := encodePendingIn(&pendingInRecord{V: recordVersion, Seq: seq, ReceivedAt: p.ReceivedAt, Frame: frame, Deliveries: &n})
 	if err := b.Put(k, rec); err != nil {
 		return 0, err
 	}
 	seqIdx, _ := t.bucket(bucketInPendingSeq)
-	if err := seqIdx.Put(u64(seq), k); err != nil {
+	var sk [8]byte
+	if err := seqIdx.Put(seqKey(&sk, seq), k); err != nil {
 		return 0, err
 	}
 	sIdx, err := t.bucket(bucketInPendingSender)
 	if err != nil {
 		return 0, err
 	}
-	if err := sIdx.Put(append(addrKey(p.Sender), u64(seq)...), bytes.Clone(p.ID[:])); err != nil {
+	// k is the sequence index's value (bbolt keeps it until the commit):
+	// the sender key is built apart.
+	if err := sIdx.Put(senderSeqKey(&senderKeyBuf{}, k[:len(k)-len(p.ID)], seq), bytes.Clone(p.ID[:])); err != nil {
 		return 0, err
 	}
 	if _, err := t.addCounter(inMetaPendingCount, 1); err != nil {
@@ -583,26 +683,23 @@ func (t *deliveryTx) CountInboundDelivery(sender messages.DeviceAddress, id mess
 		return 0, err
 	}
 	k := msgKey(sender, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return 0, fmt.Errorf("bolt: pending inbound %s/%s: %w", sender, id, persistence.ErrNotFound)
 	}
-	r, err := decodePendingIn(v)
+	r, err := readPendingInRecord(v)
 	if err != nil {
 		return 0, err
 	}
-	// Only the plaintext count changes: the sealed frame is kept as is.
+	// Only the plaintext count changes: the sealed frame is kept as is
+	// (encoded into a new buffer before the Put, so r.Frame may alias v).
 	n := r.deliveries()
 	if n == ^uint32(0) {
 		return 0, corrupt("pending inbound", fmt.Errorf("delivery count overflow"))
 	}
 	n++
 	r.Deliveries = &n
-	nv, err := messages.Marshal(&r)
-	if err != nil {
-		return 0, err
-	}
-	return n, b.Put(k, nv)
+	return n, b.Put(k, encodePendingIn(&r))
 }
 
 func (t *deliveryTx) DeletePendingInbound(sender messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
@@ -617,11 +714,11 @@ func (t *deliveryTx) DeletePendingInbound(sender messages.DeviceAddress, id mess
 		return false, err
 	}
 	k := msgKey(sender, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return false, nil
 	}
-	r, err := decodePendingIn(v)
+	r, err := readPendingInRecord(v)
 	if err != nil {
 		return false, err
 	}
@@ -632,14 +729,15 @@ func (t *deliveryTx) DeletePendingInbound(sender messages.DeviceAddress, id mess
 	if err != nil {
 		return false, err
 	}
-	if err := seqIdx.Delete(u64(r.Seq)); err != nil {
+	var sk [8]byte
+	if err := seqIdx.Delete(seqKey(&sk, r.Seq)); err != nil {
 		return false, err
 	}
 	sIdx, err := t.bucket(bucketInPendingSender)
 	if err != nil {
 		return false, err
 	}
-	if err := sIdx.Delete(append(addrKey(sender), u64(r.Seq)...)); err != nil {
+	if err := sIdx.Delete(senderSeqKey(&senderKeyBuf{}, k[:len(k)-len(id)], r.Seq)); err != nil {
 		return false, err
 	}
 	_, err = t.addCounter(inMetaPendingCount, -1)
@@ -664,23 +762,15 @@ func (t *deliveryTx) putProcessed(p persistence.ProcessedInbound) error {
 		return err
 	}
 	k := msgKey(p.Sender, p.ID)
-	if b.Get(k) != nil {
+	if t.get(b, k) != nil {
 		return fmt.Errorf("bolt: processed inbound %s/%s: %w", p.Sender, p.ID, persistence.ErrDuplicate)
 	}
 	e := entryOf(p)
-	pt, err := messages.Marshal(&e)
+	sealedEntry, err := t.seal("processed entry", persistence.RecordProcessedEntry, msgIdentity(p.Sender, p.ID), encodeProcessedEntry(&e))
 	if err != nil {
 		return err
 	}
-	sealedEntry, err := t.seal("processed entry", persistence.RecordProcessedEntry, msgIdentity(p.Sender, p.ID), pt)
-	if err != nil {
-		return err
-	}
-	v, err := messages.Marshal(&processedRecord{V: processedRecordVersion, Entry: sealedEntry})
-	if err != nil {
-		return err
-	}
-	if err := b.Put(k, v); err != nil {
+	if err := b.Put(k, encodeProcessedRecord(&processedRecord{V: processedRecordVersion, Entry: sealedEntry})); err != nil {
 		return err
 	}
 	ti, err := t.bucket(bucketInProcessedTime)
@@ -722,7 +812,7 @@ func (t *deliveryTx) PruneProcessedInbound(cutoff int64) (int, error) {
 		if err := ti.Delete(k); err != nil {
 			return 0, err
 		}
-		if b.Get(k[8:]) == nil {
+		if t.get(b, k[8:]) == nil {
 			return 0, corrupt("processed time index", fmt.Errorf("dangling entry %x", k))
 		}
 		if err := b.Delete(k[8:]); err != nil {
@@ -749,7 +839,7 @@ func (t *deliveryTx) PutPendingOutbound(p persistence.PendingOutbound) (uint64, 
 		return 0, err
 	}
 	k := msgKey(p.Recipient, p.ID)
-	if b.Get(k) != nil {
+	if t.get(b, k) != nil {
 		return 0, fmt.Errorf("bolt: pending outbound %s/%s: %w", p.Recipient, p.ID, persistence.ErrDuplicate)
 	}
 	seq, err := t.addCounter(inMetaOutSeq, 1)
@@ -764,7 +854,8 @@ func (t *deliveryTx) PutPendingOutbound(p persistence.PendingOutbound) (uint64, 
 	if err != nil {
 		return 0, err
 	}
-	if err := idx.Put(u64(seq), k); err != nil {
+	var sk [8]byte
+	if err := idx.Put(seqKey(&sk, seq), k); err != nil {
 		return 0, err
 	}
 	if _, err := t.addCounter(inMetaOutCount, 1); err != nil {
@@ -781,12 +872,8 @@ func (t *deliveryTx) putOutbound(b *bbolt.Bucket, k []byte, p persistence.Pendin
 	if body == nil {
 		body = []byte{}
 	}
-	v, err := messages.Marshal(&outboundRecord{V: recordVersion, Seq: p.Sequence, CreatedAt: p.CreatedAt,
-		Attempts: p.Attempts, LastAttemptAt: p.LastAttemptAt, Body: body})
-	if err != nil {
-		return err
-	}
-	return b.Put(k, v)
+	return b.Put(k, encodeOutbound(&outboundRecord{V: recordVersion, Seq: p.Sequence, CreatedAt: p.CreatedAt,
+		Attempts: p.Attempts, LastAttemptAt: p.LastAttemptAt, Body: body}))
 }
 
 func (t *deliveryTx) MarkOutboundAttempt(recipient messages.DeviceAddress, id messages.LogicalMessageID, at int64) (uint32, error) {
@@ -801,22 +888,19 @@ func (t *deliveryTx) MarkOutboundAttempt(recipient messages.DeviceAddress, id me
 		return 0, err
 	}
 	k := msgKey(recipient, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return 0, fmt.Errorf("bolt: pending outbound %s/%s: %w", recipient, id, persistence.ErrNotFound)
 	}
-	r, err := decodeOutbound(v)
+	r, err := readOutboundRecord(v)
 	if err != nil {
 		return 0, err
 	}
-	// Only the plaintext metadata changes: keep the sealed body as is.
+	// Only the plaintext metadata changes: keep the sealed body as is
+	// (encoded into a new buffer before the Put, so r.Body may alias v).
 	r.Attempts++
 	r.LastAttemptAt = at
-	nv, err := messages.Marshal(&r)
-	if err != nil {
-		return 0, err
-	}
-	return r.Attempts, b.Put(k, nv)
+	return r.Attempts, b.Put(k, encodeOutbound(&r))
 }
 
 func (t *deliveryTx) DeletePendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
@@ -831,11 +915,11 @@ func (t *deliveryTx) DeletePendingOutbound(recipient messages.DeviceAddress, id 
 		return false, err
 	}
 	k := msgKey(recipient, id)
-	v := b.Get(k)
+	v := t.get(b, k)
 	if v == nil {
 		return false, nil
 	}
-	r, err := decodeOutbound(v)
+	r, err := readOutboundRecord(v)
 	if err != nil {
 		return false, err
 	}
@@ -846,7 +930,8 @@ func (t *deliveryTx) DeletePendingOutbound(recipient messages.DeviceAddress, id 
 	if err != nil {
 		return false, err
 	}
-	if err := idx.Delete(u64(r.Seq)); err != nil {
+	var sk [8]byte
+	if err := idx.Delete(seqKey(&sk, r.Seq)); err != nil {
 		return false, err
 	}
 	_, err = t.addCounter(inMetaOutCount, -1)

@@ -73,7 +73,7 @@ func (t *deliveryTx) SkippedKeys(peer messages.DeviceAddress, fn func(seq uint64
 			return false, corrupt("skipped key of "+peer.String(), fmt.Errorf("key of %d bytes", len(k)))
 		}
 		seq := binary.BigEndian.Uint64(k[len(prefix):])
-		pt, err := t.open("skipped key of "+peer.String(), persistence.RecordSkippedKey, skippedIdentity(peer, seq), v)
+		pt, err := t.openOf("skipped key of", peer, persistence.RecordSkippedKey, skippedIdentity(peer, seq), v)
 		if err != nil {
 			return false, err
 		}
@@ -109,7 +109,7 @@ func (t *deliveryTx) storedSkippedCount(ak []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v := b.Get(ak)
+	v := t.get(b, ak)
 	if v == nil {
 		return 0, nil
 	}
@@ -189,7 +189,7 @@ func (t *deliveryTx) PutSkippedKey(peer messages.DeviceAddress, seq uint64, entr
 		return err
 	}
 	k := skippedKeyOf(peer, seq)
-	existed := b.Get(k) != nil
+	existed := t.get(b, k) != nil
 	v, err := t.seal("skipped key of "+peer.String(), persistence.RecordSkippedKey, skippedIdentity(peer, seq), entry)
 	if err != nil {
 		return err
@@ -218,7 +218,7 @@ func (t *deliveryTx) DeleteSkippedKey(peer messages.DeviceAddress, seq uint64) e
 		return err
 	}
 	k := skippedKeyOf(peer, seq)
-	if b.Get(k) == nil {
+	if t.get(b, k) == nil {
 		return nil
 	}
 	if err := b.Delete(k); err != nil {
