@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/actors/inbound"
 	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/crypto/digest"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -39,6 +40,36 @@ type peerActor struct {
 	inflight int
 	in       map[messages.LogicalMessageID]*inKey
 	out      map[messages.LogicalMessageID]*outKey
+
+	// stored remembers pending inbound entries this actor made durable —
+	// their sequence and the digest of their body, not the frame — so
+	// that the commit of a message received moments ago decides without
+	// a read transaction (finalizeState). Only this actor's items write
+	// (peer, id)'s pending entry (CountDeliveries changes its count, which
+	// a finalization does not read), so a remembered entry is what the
+	// store holds until the next item of the key settles; the item still
+	// reads the entry inside its own transaction (writes.verifySeq), so a
+	// record damaged at rest is an error there, never finalized. At most
+	// maxStoredPending entries (storedRing: the oldest is forgotten
+	// first); dropped with the overlays on a failed write and on
+	// passivation.
+	stored     map[messages.LogicalMessageID]storedPending
+	storedRing []messages.LogicalMessageID
+	storedNext int
+}
+
+// maxStoredPending bounds the durable pending entries a peer actor
+// remembers, about 100 bytes each: twice a link's window (64 in flight),
+// so a message's commit finds its entry while its sender keeps the
+// window full.
+const maxStoredPending = 128
+
+// storedPending is a remembered durable pending entry: its sequence, its
+// body's ApplicationMessageDigest, and its slot in storedRing.
+type storedPending struct {
+	seq    uint64
+	digest [32]byte
+	slot   int
 }
 
 // inKey is the speculative commit-boundary state of (peer, id) while a
@@ -49,6 +80,9 @@ type inKey struct {
 	pending   *persistence.PendingInbound
 	slot      *seqSlot
 	processed *persistence.ProcessedInbound
+	// digest is the body's digest of a new pending entry (remembered
+	// once it is durable: storedPending).
+	digest *[32]byte
 }
 
 // outKey is the speculative pending outbound row of (peer, id) while a
@@ -161,6 +195,7 @@ func (a *peerActor) settled(m *settledMsg) {
 	if m.err != nil {
 		if m.w.chain == a.chain {
 			a.loaded, a.rec, a.pin, a.chain, a.in, a.out = false, ratchet.SessionRecord{}, nil, nil, nil, nil
+			a.stored, a.storedRing, a.storedNext = nil, nil, 0
 		}
 		return
 	}
@@ -170,6 +205,7 @@ func (a *peerActor) settled(m *settledMsg) {
 	for _, id := range m.w.inKeys {
 		if k := a.in[id]; k != nil && k.owner == m.w {
 			delete(a.in, id)
+			a.remember(id, k)
 		}
 	}
 	for _, id := range m.w.outKeys {
@@ -215,6 +251,45 @@ func (a *peerActor) setOut(w *work, id messages.LogicalMessageID, k *outKey) {
 	k.owner = w
 	a.out[id] = k
 	w.outKeys = append(w.outKeys, id)
+}
+
+// remember records k, just made durable, as what the store holds for
+// (peer, id) when it is a new pending entry, and forgets (peer, id)
+// otherwise (a finalized entry is not remembered: Prune may remove it
+// behind the actor's back).
+func (a *peerActor) remember(id messages.LogicalMessageID, k *inKey) {
+	if k.pending == nil || k.digest == nil {
+		delete(a.stored, id)
+		return
+	}
+	if a.stored == nil {
+		a.stored = make(map[messages.LogicalMessageID]storedPending)
+		a.storedRing = make([]messages.LogicalMessageID, maxStoredPending)
+	}
+	slot := a.storedNext
+	a.storedNext = (slot + 1) % maxStoredPending
+	// The slot's previous entry is the oldest remembered: forget it,
+	// unless it was forgotten already (and maybe remembered again in
+	// another slot).
+	if old := a.storedRing[slot]; a.stored[old].slot == slot {
+		delete(a.stored, old) // a no-op when it was forgotten already
+	}
+	a.storedRing[slot] = id
+	a.stored[id] = storedPending{seq: k.slot.v, digest: *k.digest, slot: slot}
+}
+
+// finalizeState is inState for a finalization: an entry this actor
+// remembers (stored) decides without a read transaction, and verifySeq
+// is then its sequence, to be checked inside the item's transaction.
+func (a *peerActor) finalizeState(ctx context.Context, id messages.LogicalMessageID) (st inbound.State, verifySeq uint64, err error) {
+	if a.in[id] == nil {
+		if e, ok := a.stored[id]; ok {
+			d := e.digest
+			return inbound.State{Pending: &persistence.PendingInbound{Sender: a.peer, ID: id, Sequence: e.seq}, PendingDigest: &d}, e.seq, nil
+		}
+	}
+	st, _, err = a.inState(ctx, id)
+	return st, 0, err
 }
 
 // inState returns the speculative state of (peer, id) and the slot of its
@@ -501,22 +576,30 @@ func (r *receiveReq) handle(a *peerActor) {
 	w := a.newWork()
 	switch payload.Type {
 	case messages.PayloadAck:
-		p, err := a.outState(r.ctx, payload.ID)
-		if err != nil {
-			r.fail(wrapPeer("receive", a.peer, err))
-			return
-		}
-		dec := inbound.DecideAck(p != nil)
-		res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
 		a.adoptDecryption(d, wr)
-		if dec.Effects.DeleteOutbound {
-			wr.deleteOutbound = true
+		k := a.out[payload.ID]
+		if k != nil {
+			// A write of the row is in flight: decide on it.
+			dec := inbound.DecideAck(k.pending != nil)
+			res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
+			wr.deleteOutbound = dec.Effects.DeleteOutbound
+		} else {
+			// The store holds the row's state: DecideAck runs on what the
+			// delete finds in the item's own transaction (a missing row
+			// changes nothing), which saves a read transaction per ACK.
+			wr.deleteOutbound, wr.ackDecides = true, true
+		}
+		if wr.deleteOutbound {
 			a.setOut(w, payload.ID, &outKey{})
 		}
 		a.submit(w, wr, func(err error) {
 			if err != nil {
 				r.fail(wrapPeer("persist", a.peer, err))
 				return
+			}
+			if wr.ackDecides {
+				dec := inbound.DecideAck(wr.cleared)
+				res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
 			}
 			r.reply(res, nil)
 		})
@@ -551,7 +634,8 @@ func (r *receiveReq) handle(a *peerActor) {
 	if p := dec.Effects.PutPending; p != nil {
 		slot = &seqSlot{}
 		wr.putPending, wr.slot, wr.maxPending = p, slot, cfg.MaxPending
-		a.setIn(w, payload.ID, &inKey{pending: p, slot: slot})
+		d := digest.ApplicationMessage(payload.Body)
+		a.setIn(w, payload.ID, &inKey{pending: p, slot: slot, digest: &d})
 	}
 	var ack []byte
 	var ackErr error
@@ -618,7 +702,7 @@ func (r *finalizeReq) context() context.Context { return r.ctx }
 func (r *finalizeReq) fail(err error)           { r.reply(Finalized{}, err) }
 
 func (r *finalizeReq) handle(a *peerActor) {
-	st, _, err := a.inState(r.ctx, r.id)
+	st, verifySeq, err := a.finalizeState(r.ctx, r.id)
 	if err != nil {
 		r.fail(wrapPeer("finalize", a.peer, err))
 		return
@@ -630,6 +714,9 @@ func (r *finalizeReq) handle(a *peerActor) {
 		return
 	}
 	wr := &writes{peer: a.peer, id: r.id, deletePending: dec.Effects.DeletePending, putProcessed: dec.Effects.PutProcessed}
+	if dec.Effects.DeletePending {
+		wr.verifySeq = verifySeq
+	}
 	w := a.newWork()
 	if dec.Effects.PutProcessed != nil {
 		a.setIn(w, r.id, &inKey{processed: dec.Effects.PutProcessed})

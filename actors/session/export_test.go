@@ -1,0 +1,4 @@
+package session
+
+// MaxStoredPending is maxStoredPending for the external tests.
+const MaxStoredPending = maxStoredPending
