@@ -14,10 +14,17 @@ import (
 
 // The committer is the delivery store's one writer (docs/architecture.md, "One writer
 // per store"). Peer actors decide; the committer runs their effects: it
-// drains its mailbox into ONE read-write transaction and calls each item's
-// done only after that transaction is durable (or failed), so concurrent
-// peers and consecutive operations of one peer share an fsync. It never
-// decides anything and never blocks on another actor.
+// drains its mailbox into ONE read-write transaction and has each item's
+// done called only after that transaction is durable (or failed), so
+// concurrent peers and consecutive operations of one peer share an fsync.
+// It never decides anything and never blocks on another actor.
+//
+// The dones run on the committer's replier goroutine, in commit order,
+// while the committer goes on with its next transaction: what the answers
+// set off (the hand-off of envelopes and ACKs, deliveries, the callers'
+// next requests) no longer waits behind them, and the next transaction no
+// longer waits for them (they were about 7 % of the committer's time at
+// 64 messages in flight).
 
 // DefaultMaxBatch is the default Config.MaxBatch.
 const DefaultMaxBatch = 256
@@ -36,9 +43,10 @@ type item struct {
 	// items of no peer): the committer drops the session record writes a
 	// later item of the same transaction supersedes (supersede).
 	writes *writes
-	// done is called from the committer's goroutine once: err nil after
-	// the transaction is durable, else the item's or the commit's error.
-	// It must not block (replies go to buffered channels).
+	// done is called once, from the committer's replier goroutine in
+	// commit order: err nil after the transaction is durable, else the
+	// item's or the commit's error. It must not block (replies go to
+	// buffered channels).
 	done func(err error)
 }
 
@@ -81,6 +89,31 @@ type committer struct {
 	pending []*item
 	queued  bool
 	yielded bool
+
+	// replies carries each commit's answers, in order, to the replier
+	// goroutine (replyLoop), which closes replied when replies is closed
+	// and drained (on Stopping: every caller is answered before the
+	// committer stops).
+	replies chan []reply
+	replied chan struct{}
+}
+
+// reply is one call of an item's done.
+type reply struct {
+	it  *item
+	err error
+}
+
+// replyBacklog bounds the commits whose answers wait for the replier.
+const replyBacklog = 64
+
+func (c *committer) replyLoop() {
+	defer close(c.replied)
+	for batch := range c.replies {
+		for _, r := range batch {
+			r.it.done(r.err)
+		}
+	}
 }
 
 type flushMsg struct{}
@@ -91,6 +124,9 @@ func (flushMsg) IgnoreDeadLetterLogging() {}
 
 func (c *committer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		c.replies, c.replied = make(chan []reply, replyBacklog), make(chan struct{})
+		go c.replyLoop()
 	case *item:
 		c.pending = append(c.pending, m)
 		if len(c.pending) >= c.maxBatch {
@@ -118,6 +154,8 @@ func (c *committer) Receive(ctx actor.Context) {
 		c.commit()
 	case *actor.Stopping:
 		c.commit()
+		close(c.replies)
+		<-c.replied
 	}
 }
 
@@ -133,12 +171,23 @@ var errStale = fmt.Errorf("%w: an earlier write of this peer failed", ErrStaleSt
 // transaction is retried without it (and without the later items of its
 // chain); a failed commit fails every item and breaks every chain.
 func (c *committer) commit() {
+	if len(c.pending) == 0 {
+		return
+	}
+	out := make([]reply, 0, len(c.pending))
+	c.run(&out)
+	c.replies <- out
+}
+
+// run commits c.pending and appends every item's answer to out.
+func (c *committer) run(out *[]reply) {
+	answer := func(it *item, err error) { *out = append(*out, reply{it, err}) }
 	// Items of a chain broken by an earlier transaction were decided on
 	// top of a failed write: refuse them.
 	live := make([]*item, 0, len(c.pending))
 	for _, it := range c.pending {
 		if it.chain != nil && it.chain.broken {
-			it.done(errStale)
+			answer(it, errStale)
 			continue
 		}
 		live = append(live, it)
@@ -175,7 +224,7 @@ func (c *committer) commit() {
 				c.observe(st)
 			}
 			for _, it := range kept {
-				it.done(nil)
+				answer(it, nil)
 			}
 			return
 		}
@@ -184,13 +233,13 @@ func (c *committer) commit() {
 			if bad.chain != nil {
 				bad.chain.broken = true
 			}
-			bad.done(itemErr)
+			answer(bad, itemErr)
 			// Retry without it and without the later items of its chain;
 			// the earlier ones did not depend on it.
 			live = append([]*item(nil), kept[:failed]...)
 			for _, it := range kept[failed+1:] {
 				if bad.chain != nil && it.chain == bad.chain {
-					it.done(errStale)
+					answer(it, errStale)
 					continue
 				}
 				live = append(live, it)
@@ -204,7 +253,7 @@ func (c *committer) commit() {
 			}
 		}
 		for _, it := range kept {
-			it.done(fmt.Errorf("session: commit: %w", err))
+			answer(it, fmt.Errorf("session: commit: %w", err))
 		}
 		return
 	}

@@ -151,8 +151,9 @@ func supersede(items []*item) {
 }
 
 // seqSlot receives a store-assigned sequence. It is written by the
-// committer's goroutine inside the transaction and read there by the
-// item's done (or set before the item is submitted).
+// committer's goroutine inside the transaction and read by the item's
+// done on the replier goroutine, which receives the commit's answers
+// after that (or set before the item is submitted).
 type seqSlot struct{ v uint64 }
 
 func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
