@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -56,7 +57,30 @@ type peerActor struct {
 	stored     map[messages.LogicalMessageID]storedPending
 	storedRing []messages.LogicalMessageID
 	storedNext int
+
+	// sent holds the ids of every pending outbound row of this peer the
+	// store holds, once sentState is sentKnown: then a Send of a new id
+	// decides without a read transaction (sendPending). Only this actor's
+	// items write the peer's outbound rows, so settled keeps it exact. It
+	// is built by the first Send (a local operation: an envelope from a
+	// spoofed address never costs the scan) when the device holds at most
+	// maxKnownSent pending outbound rows, and given up (sentOff) past
+	// maxKnownSent rows of this peer; reset with the overlays on a failed
+	// write.
+	sent      map[messages.LogicalMessageID]struct{}
+	sentState uint8
 }
+
+// States of peerActor.sent.
+const (
+	sentUnknown uint8 = iota // not built: the next Send builds it
+	sentKnown                // exact
+	sentOff                  // too many rows: Sends read the store
+)
+
+// maxKnownSent bounds the pending outbound rows a peer actor keeps the
+// ids of (16 bytes each, with the map's overhead about 40).
+const maxKnownSent = 256
 
 // maxStoredPending bounds the durable pending entries a peer actor
 // remembers, about 100 bytes each: twice a link's window (64 in flight),
@@ -196,6 +220,7 @@ func (a *peerActor) settled(m *settledMsg) {
 		if m.w.chain == a.chain {
 			a.loaded, a.rec, a.pin, a.chain, a.in, a.out = false, ratchet.SessionRecord{}, nil, nil, nil, nil
 			a.stored, a.storedRing, a.storedNext = nil, nil, 0
+			a.sent, a.sentState = nil, sentUnknown
 		}
 		return
 	}
@@ -211,6 +236,7 @@ func (a *peerActor) settled(m *settledMsg) {
 	for _, id := range m.w.outKeys {
 		if k := a.out[id]; k != nil && k.owner == m.w {
 			delete(a.out, id)
+			a.noteSent(id, k.pending != nil)
 		}
 	}
 	if len(a.in) == 0 {
@@ -340,6 +366,76 @@ func (a *peerActor) senderPending(ctx context.Context) (int, error) {
 	})
 	return n, err
 }
+
+// noteSent records that the store now holds (pending) or no longer holds
+// a pending outbound row of id, when sent is kept.
+func (a *peerActor) noteSent(id messages.LogicalMessageID, pending bool) {
+	if a.sentState != sentKnown {
+		return
+	}
+	if !pending {
+		delete(a.sent, id)
+		return
+	}
+	if a.sent == nil {
+		a.sent = map[messages.LogicalMessageID]struct{}{}
+	}
+	a.sent[id] = struct{}{}
+	if len(a.sent) > maxKnownSent {
+		a.sent, a.sentState = nil, sentOff
+	}
+}
+
+// sendPending reports whether (peer, id) is pending outbound as decided:
+// the overlay, else sent (built on first use), else the store.
+func (a *peerActor) sendPending(ctx context.Context, id messages.LogicalMessageID) (bool, error) {
+	if k := a.out[id]; k != nil {
+		return k.pending != nil, nil
+	}
+	if a.sentState == sentUnknown {
+		a.buildSent(ctx)
+	}
+	if a.sentState == sentKnown {
+		_, ok := a.sent[id]
+		return ok, nil
+	}
+	p, err := a.outState(ctx, id)
+	return p != nil, err
+}
+
+// buildSent reads the ids of the peer's pending outbound rows when the
+// device holds at most maxKnownSent of them. Past that, or when a row does
+// not read, sent is not kept (sentOff): sendPending reads the store, which
+// reports a damaged row of the id it asks for.
+func (a *peerActor) buildSent(ctx context.Context) {
+	var ids map[messages.LogicalMessageID]struct{}
+	err := a.m.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		n, err := r.PendingOutboundCount()
+		if err != nil {
+			return err
+		}
+		if n > maxKnownSent {
+			return errTooManySent
+		}
+		return r.PendingOutboundAfter(0, &a.peer, func(p persistence.PendingOutbound) (bool, error) {
+			if ids == nil {
+				ids = map[messages.LogicalMessageID]struct{}{}
+			}
+			ids[p.ID] = struct{}{}
+			return true, nil
+		})
+	})
+	switch {
+	case err == nil:
+		// Rows written by items still in flight are in the overlay until
+		// they settle, and noteSent applies them again: idempotent.
+		a.sent, a.sentState = ids, sentKnown
+	case ctx.Err() == nil:
+		a.sentState = sentOff
+	}
+}
+
+var errTooManySent = errors.New("session: too many pending outbound rows to keep")
 
 // outState returns the speculative pending outbound row of (peer, id).
 func (a *peerActor) outState(ctx context.Context, id messages.LogicalMessageID) (*persistence.PendingOutbound, error) {
@@ -757,7 +853,14 @@ func (r *sendReq) fail(err error)           { r.reply(Sent{}, err) }
 
 func (r *sendReq) handle(a *peerActor) {
 	cfg := &a.m.cfg
-	cur, err := a.outState(r.ctx, r.id)
+	var cur *persistence.PendingOutbound
+	var err error
+	if r.resend {
+		cur, err = a.outState(r.ctx, r.id)
+	} else if pending, perr := a.sendPending(r.ctx, r.id); pending || perr != nil {
+		// Only whether it is pending matters to a new Send.
+		cur, err = &persistence.PendingOutbound{}, perr
+	}
 	if err != nil {
 		r.fail(wrapPeer("send", a.peer, err))
 		return

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/syncmesh/syncmesh/actors/inbound"
+	"github.com/syncmesh/syncmesh/actors/outbound"
 	"github.com/syncmesh/syncmesh/actors/session"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -292,5 +293,87 @@ func TestAckDecidesOnItsOwnDeleteWithoutARead(t *testing.T) {
 		return err
 	}); err != nil || p != 0 {
 		t.Fatalf("alice's pending sent messages: %d %v", p, err)
+	}
+}
+
+func sendWant(t *testing.T, a, b *node, id messages.LogicalMessageID, want error) {
+	t.Helper()
+	_, err := a.m.SendMessage(bg, b.addr, id, []byte("m"))
+	if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+		t.Fatalf("send %s: %v, want %v", id, err, want)
+	}
+}
+
+// A peer actor keeps the ids of its peer's pending outbound rows, read
+// once by the first Send: a Send of a new id reads no transaction, one of
+// an id already pending is refused (ErrAlreadyPending) without a read
+// either, and an id cleared by its ACK or abandoned can be sent again.
+func TestSendOfANewIDReadsNoTransaction(t *testing.T) {
+	ms, a, b, av, _ := pairWithSession(t)
+	first := send(t, a, b, "m") // builds the set: one read
+	v := av.views.Load()
+	ids := []messages.LogicalMessageID{first}
+	for i := 0; i < 5; i++ {
+		ids = append(ids, send(t, a, b, "m"))
+	}
+	if got := av.views.Load() - v; got != 0 {
+		t.Fatalf("5 sends of new ids ran %d read transactions, want 0", got)
+	}
+	for _, id := range ids {
+		sendWant(t, a, b, id, outbound.ErrAlreadyPending)
+	}
+	if got := av.views.Load() - v; got != 0 {
+		t.Fatalf("refusing pending ids ran %d read transactions, want 0", got)
+	}
+	// ids[0] is acknowledged, ids[1] abandoned: both can be sent again.
+	for _, r := range receiveAll(t, b, ms.net.Take(b.addr), len(ids)) {
+		if r.Message == nil || r.Message.ID != ids[0] {
+			continue
+		}
+		commitWant(t, b, a.addr, ids[0], inbound.OutcomeCommitted)
+	}
+	if r := receiveAll(t, a, ms.net.Take(a.addr), 1)[0]; !r.Cleared {
+		t.Fatalf("ACK: %+v", r)
+	}
+	if ok, err := a.m.Abandon(bg, b.addr, ids[1]); err != nil || !ok {
+		t.Fatalf("abandon: %v %v", ok, err)
+	}
+	v = av.views.Load()
+	sendWant(t, a, b, ids[0], nil)
+	sendWant(t, a, b, ids[1], nil)
+	sendWant(t, a, b, ids[2], outbound.ErrAlreadyPending)
+	if got := av.views.Load() - v; got != 0 {
+		t.Fatalf("sends after an ACK and an abandon ran %d read transactions, want 0", got)
+	}
+}
+
+// Past MaxKnownSent pending rows the actor stops keeping their ids and
+// reads the store for each Send, refusing pending ids all the same; a
+// device holding more pending rows than that when the first Send comes
+// reads the store from the start.
+func TestSendPastTheKeptIDsReadsTheStore(t *testing.T) {
+	ms, a, b, av, _ := pairWithSession(t)
+	ids := make([]messages.LogicalMessageID, session.MaxKnownSent+2)
+	for i := range ids {
+		ids[i] = send(t, a, b, "m")
+	}
+	v := av.views.Load()
+	send(t, a, b, "m")
+	if got := av.views.Load() - v; got != 1 {
+		t.Fatalf("a send past the kept ids ran %d read transactions, want 1", got)
+	}
+	for _, id := range []messages.LogicalMessageID{ids[0], ids[len(ids)-1]} {
+		sendWant(t, a, b, id, outbound.ErrAlreadyPending)
+	}
+
+	// A new actor for carol on alice's device (more than MaxKnownSent rows
+	// pending for bob): every send reads.
+	c := ms.add(carolAddr, nil, nil)
+	id := send(t, a, c, "m")
+	v = av.views.Load()
+	sendWant(t, a, c, id, outbound.ErrAlreadyPending)
+	send(t, a, c, "m")
+	if got := av.views.Load() - v; got != 2 {
+		t.Fatalf("two sends to a new peer of a device with %d pending rows ran %d read transactions, want one each", len(ids)+1, got)
 	}
 }
