@@ -286,21 +286,30 @@ func (a *peerActor) setOut(w *work, id messages.LogicalMessageID, k *outKey) {
 func (a *peerActor) remember(id messages.LogicalMessageID, k *inKey) {
 	if k.pending == nil || k.digest == nil {
 		delete(a.stored, id)
+		if len(a.stored) == 0 {
+			// Nothing pending is remembered: hold no memory for it (an
+			// idle actor keeps none).
+			a.stored, a.storedRing, a.storedNext = nil, nil, 0
+		}
 		return
 	}
 	if a.stored == nil {
-		a.stored = make(map[messages.LogicalMessageID]storedPending)
-		a.storedRing = make([]messages.LogicalMessageID, maxStoredPending)
+		a.stored = map[messages.LogicalMessageID]storedPending{}
 	}
-	slot := a.storedNext
-	a.storedNext = (slot + 1) % maxStoredPending
-	// The slot's previous entry is the oldest remembered: forget it,
-	// unless it was forgotten already (and maybe remembered again in
-	// another slot).
-	if old := a.storedRing[slot]; a.stored[old].slot == slot {
-		delete(a.stored, old) // a no-op when it was forgotten already
+	slot := len(a.storedRing)
+	if slot < maxStoredPending {
+		a.storedRing = append(a.storedRing, id)
+	} else {
+		// Full: the slot of storedNext holds the oldest remembered id;
+		// forget it unless it was forgotten already (and maybe
+		// remembered again in another slot).
+		slot = a.storedNext
+		a.storedNext = (slot + 1) % maxStoredPending
+		if old := a.storedRing[slot]; a.stored[old].slot == slot {
+			delete(a.stored, old) // a no-op when it was forgotten already
+		}
+		a.storedRing[slot] = id
 	}
-	a.storedRing[slot] = id
 	a.stored[id] = storedPending{seq: k.slot.v, digest: *k.digest, slot: slot}
 }
 
@@ -375,6 +384,9 @@ func (a *peerActor) noteSent(id messages.LogicalMessageID, pending bool) {
 	}
 	if !pending {
 		delete(a.sent, id)
+		if len(a.sent) == 0 {
+			a.sent = nil // an idle actor keeps no memory for it
+		}
 		return
 	}
 	if a.sent == nil {
