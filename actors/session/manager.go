@@ -1027,12 +1027,19 @@ func (m *Manager) passivate(peer messages.DeviceAddress, e *peerEntry) bool {
 	return true
 }
 
-// await waits for one reply or the context.
+// await waits for one reply or the context. A reply that is already
+// there wins over a context that ended meanwhile (select would pick
+// either at random): the caller learns what its durable writes did.
 func await[T any](ctx context.Context, ch <-chan T) (T, error) {
 	select {
 	case r := <-ch:
 		return r, nil
 	case <-ctx.Done():
+		select {
+		case r := <-ch:
+			return r, nil
+		default:
+		}
 		var zero T
 		return zero, ctx.Err()
 	}
