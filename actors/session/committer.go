@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
@@ -19,7 +21,8 @@ import (
 // concurrent peers and consecutive operations of one peer share an fsync.
 // It never decides anything and never blocks on another actor.
 //
-// The dones run on the committer's replier goroutine, in commit order,
+// The dones run on the committer's replier (a goroutine of a pool shared
+// by the process, only while answers are queued), in commit order,
 // while the committer goes on with its next transaction: what the answers
 // set off (the hand-off of envelopes and ACKs, deliveries, the callers'
 // next requests) no longer waits behind them, and the next transaction no
@@ -90,12 +93,15 @@ type committer struct {
 	queued  bool
 	yielded bool
 
-	// replies carries each commit's answers, in order, to the replier
-	// goroutine (replyLoop), which closes replied when replies is closed
-	// and drained (on Stopping: every caller is answered before the
-	// committer stops).
-	replies chan []reply
-	replied chan struct{}
+	// replyQ holds the answers of each commit, in order, for the replier
+	// (drainReplies), which runs on replyPool only while there are any
+	// (an idle device costs no goroutine); drained, when set, is closed
+	// once the queue is empty (Stopping waits for it: every caller is
+	// answered before the committer stops).
+	replyMu  sync.Mutex
+	replyQ   [][]reply
+	replying bool
+	drained  chan struct{}
 }
 
 // reply is one call of an item's done.
@@ -104,16 +110,57 @@ type reply struct {
 	err error
 }
 
-// replyBacklog bounds the commits whose answers wait for the replier.
-const replyBacklog = 64
+// replyPool runs the committers' repliers: its parked workers are shared
+// by every Manager of the process, so a hosted device adds no goroutine.
+var replyPool = mailbox.NewPool(2*runtime.GOMAXPROCS(0), 0)
 
-func (c *committer) replyLoop() {
-	defer close(c.replied)
-	for batch := range c.replies {
+// queueReplies hands one commit's answers to the replier, starting it
+// when it is not running.
+func (c *committer) queueReplies(out []reply) {
+	c.replyMu.Lock()
+	c.replyQ = append(c.replyQ, out)
+	start := !c.replying
+	c.replying = true
+	c.replyMu.Unlock()
+	if start {
+		replyPool.Schedule(c.drainReplies)
+	}
+}
+
+// drainReplies runs the queued answers in order until none is left.
+func (c *committer) drainReplies() {
+	for {
+		c.replyMu.Lock()
+		if len(c.replyQ) == 0 {
+			c.replyQ, c.replying = nil, false
+			if c.drained != nil {
+				close(c.drained)
+				c.drained = nil
+			}
+			c.replyMu.Unlock()
+			return
+		}
+		batch := c.replyQ[0]
+		c.replyQ[0] = nil
+		c.replyQ = c.replyQ[1:]
+		c.replyMu.Unlock()
 		for _, r := range batch {
 			r.it.done(r.err)
 		}
 	}
+}
+
+// waitReplies returns once every queued answer ran.
+func (c *committer) waitReplies() {
+	c.replyMu.Lock()
+	if !c.replying {
+		c.replyMu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	c.drained = ch
+	c.replyMu.Unlock()
+	<-ch
 }
 
 type flushMsg struct{}
@@ -124,9 +171,6 @@ func (flushMsg) IgnoreDeadLetterLogging() {}
 
 func (c *committer) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *actor.Started:
-		c.replies, c.replied = make(chan []reply, replyBacklog), make(chan struct{})
-		go c.replyLoop()
 	case *item:
 		c.pending = append(c.pending, m)
 		if len(c.pending) >= c.maxBatch {
@@ -154,8 +198,7 @@ func (c *committer) Receive(ctx actor.Context) {
 		c.commit()
 	case *actor.Stopping:
 		c.commit()
-		close(c.replies)
-		<-c.replied
+		c.waitReplies()
 	}
 }
 
@@ -176,7 +219,7 @@ func (c *committer) commit() {
 	}
 	out := make([]reply, 0, len(c.pending))
 	c.run(&out)
-	c.replies <- out
+	c.queueReplies(out)
 }
 
 // run commits c.pending and appends every item's answer to out.
