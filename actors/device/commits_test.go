@@ -25,26 +25,54 @@ import (
 // commits (the ACK's ratchet step in the same transaction), the sender
 // receives the ACK. Counts, not times.
 
-// gatedStore counts read transactions and, while gated, holds every
-// read-write transaction until the gate opens: the test lets the work of
-// one phase reach the committer before the first transaction ends, so
-// what it counts does not depend on the scheduler.
+// gatedStore, while gated, holds every read-write transaction after its
+// writes ran and before it commits, until the gate opens, and counts the
+// operations those writes hold (a pending sent, received or processed
+// entry put, a sent entry cleared): the test lets the work of one phase
+// reach the committer before the first transaction ends, so what it
+// counts does not depend on the scheduler.
 type gatedStore struct {
 	persistence.DeliveryStore
-	views atomic.Int64
-	gate  atomic.Pointer[chan struct{}]
-}
-
-func (s *gatedStore) View(ctx context.Context, fn func(persistence.DeliveryReader) error) error {
-	s.views.Add(1)
-	return s.DeliveryStore.View(ctx, fn)
+	written atomic.Int64
+	gate    atomic.Pointer[chan struct{}]
 }
 
 func (s *gatedStore) Update(ctx context.Context, fn func(persistence.DeliveryTx) error) error {
-	if g := s.gate.Load(); g != nil {
-		<-*g
+	g := s.gate.Load()
+	if g == nil {
+		return s.DeliveryStore.Update(ctx, fn)
 	}
-	return s.DeliveryStore.Update(ctx, fn)
+	return s.DeliveryStore.Update(ctx, func(tx persistence.DeliveryTx) error {
+		err := fn(&countingTx{DeliveryTx: tx, n: &s.written})
+		<-*g
+		return err
+	})
+}
+
+// countingTx counts the operations one item of each phase writes once.
+type countingTx struct {
+	persistence.DeliveryTx
+	n *atomic.Int64
+}
+
+func (t *countingTx) PutPendingOutbound(p persistence.PendingOutbound) (uint64, error) {
+	t.n.Add(1)
+	return t.DeliveryTx.PutPendingOutbound(p)
+}
+
+func (t *countingTx) PutPendingInbound(p persistence.PendingInbound) (uint64, error) {
+	t.n.Add(1)
+	return t.DeliveryTx.PutPendingInbound(p)
+}
+
+func (t *countingTx) PutProcessedInbound(p persistence.ProcessedInbound) error {
+	t.n.Add(1)
+	return t.DeliveryTx.PutProcessedInbound(p)
+}
+
+func (t *countingTx) DeletePendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
+	t.n.Add(1)
+	return t.DeliveryTx.DeletePendingOutbound(recipient, id)
 }
 
 // commitDev is a bolt-backed device whose store is gated and whose
@@ -75,20 +103,20 @@ func addCommitDev(ms *mesh, addr messages.DeviceAddress) *commitDev {
 
 func (c *commitDev) commits() uint64 { return c.db.Commits().Delivery }
 
-// sessionMailbox is the depth of the device's peer actors' mailboxes
-// (decremented after a message was handled).
-func (c *commitDev) sessionMailbox() float64 {
+// mailbox is the depth of the device's mailboxes of kind (decremented
+// after a message was handled).
+func (c *commitDev) mailbox(kind string) float64 {
 	mfs, err := c.reg.Gather()
 	if err != nil {
 		c.ms.tb.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "syncmesh_actor_mailbox_depth" {
+		if mf.GetName() != "syncmesh_actor_mailbox_depth_messages" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == "session" {
+				if l.GetName() == "kind" && l.GetValue() == kind {
 					return m.GetGauge().GetValue()
 				}
 			}
@@ -98,18 +126,25 @@ func (c *commitDev) sessionMailbox() float64 {
 }
 
 // phase gates c's store, runs start (which issues n operations that each
-// read the store once to decide), waits until all n were decided and
-// handed to the committer, opens the gate and waits for wait.
+// hand one item to the committer), waits until all n were decided and
+// handed to the committer, opens the gate and waits for wait. An item is
+// handed over when the gated transaction wrote it or it waits in the
+// committer's mailbox, whose depth also counts the flush that runs the
+// gated transaction.
 func (c *commitDev) phase(n int, start func(), wait func()) {
 	c.ms.tb.Helper()
 	g := make(chan struct{})
 	c.gs.gate.Store(&g)
-	base := c.gs.views.Load()
+	base := c.gs.written.Load()
 	start()
+	decided := func() int64 {
+		queued := int64(c.mailbox("delivery_committer")) - 1
+		return c.gs.written.Load() - base + max(queued, 0)
+	}
 	deadline := time.Now().Add(20 * time.Second)
-	for c.gs.views.Load()-base < int64(n) || c.sessionMailbox() != 0 {
+	for decided() < int64(n) || c.mailbox("session") != 0 {
 		if time.Now().After(deadline) {
-			c.ms.tb.Fatalf("%d of %d operations decided", c.gs.views.Load()-base, n)
+			c.ms.tb.Fatalf("%d of %d operations decided", decided(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}

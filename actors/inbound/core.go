@@ -61,6 +61,11 @@ type State struct {
 	// SenderPending is how many messages the sender has pending (read only
 	// when a cap applies and the message is new).
 	SenderPending int
+	// PendingDigest, when set, is the ApplicationMessageDigest of the
+	// pending entry's body, known to the deciding actor (it made the entry
+	// durable): DecideFinalize takes it instead of decoding Pending.Frame,
+	// which may then be nil. DecideReceive does not use it.
+	PendingDigest *[32]byte
 }
 
 // Effects are the writes and actions a decision asks the shell to run. The
@@ -224,11 +229,16 @@ func DecideFinalize(st State, in FinalizeInput) Decision {
 	if p == nil {
 		return Decision{Err: &NotPendingError{Sender: in.Sender, ID: in.ID}}
 	}
-	body, err := StoredBody(p)
-	if err != nil {
-		return Decision{Err: err}
+	var d [32]byte
+	if st.PendingDigest != nil {
+		d = *st.PendingDigest
+	} else {
+		body, err := StoredBody(p)
+		if err != nil {
+			return Decision{Err: err}
+		}
+		d = digest.ApplicationMessage(body)
 	}
-	d := digest.ApplicationMessage(body)
 	out := OutcomeCommitted
 	if in.Finalization == persistence.FinalizationDiscarded {
 		out = OutcomeDiscarded

@@ -5,19 +5,29 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
 // The committer is the delivery store's one writer (docs/architecture.md, "One writer
 // per store"). Peer actors decide; the committer runs their effects: it
-// drains its mailbox into ONE read-write transaction and calls each item's
-// done only after that transaction is durable (or failed), so concurrent
-// peers and consecutive operations of one peer share an fsync. It never
-// decides anything and never blocks on another actor.
+// drains its mailbox into ONE read-write transaction and has each item's
+// done called only after that transaction is durable (or failed), so
+// concurrent peers and consecutive operations of one peer share an fsync.
+// It never decides anything and never blocks on another actor.
+//
+// The dones run on the committer's replier (a goroutine of a pool shared
+// by the process, only while answers are queued), in commit order,
+// while the committer goes on with its next transaction: what the answers
+// set off (the hand-off of envelopes and ACKs, deliveries, the callers'
+// next requests) no longer waits behind them, and the next transaction no
+// longer waits for them (they were about 7 % of the committer's time at
+// 64 messages in flight).
 
 // DefaultMaxBatch is the default Config.MaxBatch.
 const DefaultMaxBatch = 256
@@ -36,9 +46,10 @@ type item struct {
 	// items of no peer): the committer drops the session record writes a
 	// later item of the same transaction supersedes (supersede).
 	writes *writes
-	// done is called from the committer's goroutine once: err nil after
-	// the transaction is durable, else the item's or the commit's error.
-	// It must not block (replies go to buffered channels).
+	// done is called once, from the committer's replier goroutine in
+	// commit order: err nil after the transaction is durable, else the
+	// item's or the commit's error. It must not block (replies go to
+	// buffered channels).
 	done func(err error)
 }
 
@@ -89,6 +100,74 @@ type committer struct {
 	cache      committerCache
 	cacheIdle  time.Duration
 	cacheArmed bool
+	// replyQ holds the answers of each commit, in order, for the replier
+	// (drainReplies), which runs on replyPool only while there are any
+	// (an idle device costs no goroutine); drained, when set, is closed
+	// once the queue is empty (Stopping waits for it: every caller is
+	// answered before the committer stops).
+	replyMu  sync.Mutex
+	replyQ   [][]reply
+	replying bool
+	drained  chan struct{}
+}
+
+// reply is one call of an item's done.
+type reply struct {
+	it  *item
+	err error
+}
+
+// replyPool runs the committers' repliers: its parked workers are shared
+// by every Manager of the process, so a hosted device adds no goroutine.
+var replyPool = mailbox.NewPool(2*runtime.GOMAXPROCS(0), 0)
+
+// queueReplies hands one commit's answers to the replier, starting it
+// when it is not running.
+func (c *committer) queueReplies(out []reply) {
+	c.replyMu.Lock()
+	c.replyQ = append(c.replyQ, out)
+	start := !c.replying
+	c.replying = true
+	c.replyMu.Unlock()
+	if start {
+		replyPool.Schedule(c.drainReplies)
+	}
+}
+
+// drainReplies runs the queued answers in order until none is left.
+func (c *committer) drainReplies() {
+	for {
+		c.replyMu.Lock()
+		if len(c.replyQ) == 0 {
+			c.replyQ, c.replying = nil, false
+			if c.drained != nil {
+				close(c.drained)
+				c.drained = nil
+			}
+			c.replyMu.Unlock()
+			return
+		}
+		batch := c.replyQ[0]
+		c.replyQ[0] = nil
+		c.replyQ = c.replyQ[1:]
+		c.replyMu.Unlock()
+		for _, r := range batch {
+			r.it.done(r.err)
+		}
+	}
+}
+
+// waitReplies returns once every queued answer ran.
+func (c *committer) waitReplies() {
+	c.replyMu.Lock()
+	if !c.replying {
+		c.replyMu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	c.drained = ch
+	c.replyMu.Unlock()
+	<-ch
 }
 
 // committerCache is state the committer's items keep on its goroutine
@@ -145,6 +224,7 @@ func (c *committer) Receive(ctx actor.Context) {
 		return
 	case *actor.Stopping:
 		c.commit()
+		c.waitReplies()
 		return
 	}
 	if c.cache != nil && !c.cacheArmed && c.cache.held() {
@@ -170,12 +250,23 @@ var errStale = fmt.Errorf("%w: an earlier write of this peer failed", ErrStaleSt
 // transaction is retried without it (and without the later items of its
 // chain); a failed commit fails every item and breaks every chain.
 func (c *committer) commit() {
+	if len(c.pending) == 0 {
+		return
+	}
+	out := make([]reply, 0, len(c.pending))
+	c.run(&out)
+	c.queueReplies(out)
+}
+
+// run commits c.pending and appends every item's answer to out.
+func (c *committer) run(out *[]reply) {
+	answer := func(it *item, err error) { *out = append(*out, reply{it, err}) }
 	// Items of a chain broken by an earlier transaction were decided on
 	// top of a failed write: refuse them.
 	live := make([]*item, 0, len(c.pending))
 	for _, it := range c.pending {
 		if it.chain != nil && it.chain.broken {
-			it.done(errStale)
+			answer(it, errStale)
 			continue
 		}
 		live = append(live, it)
@@ -212,7 +303,7 @@ func (c *committer) commit() {
 				c.observe(st)
 			}
 			for _, it := range kept {
-				it.done(nil)
+				answer(it, nil)
 			}
 			return
 		}
@@ -221,13 +312,13 @@ func (c *committer) commit() {
 			if bad.chain != nil {
 				bad.chain.broken = true
 			}
-			bad.done(itemErr)
+			answer(bad, itemErr)
 			// Retry without it and without the later items of its chain;
 			// the earlier ones did not depend on it.
 			live = append([]*item(nil), kept[:failed]...)
 			for _, it := range kept[failed+1:] {
 				if bad.chain != nil && it.chain == bad.chain {
-					it.done(errStale)
+					answer(it, errStale)
 					continue
 				}
 				live = append(live, it)
@@ -241,7 +332,7 @@ func (c *committer) commit() {
 			}
 		}
 		for _, it := range kept {
-			it.done(fmt.Errorf("session: commit: %w", err))
+			answer(it, fmt.Errorf("session: commit: %w", err))
 		}
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,6 +172,82 @@ func TestCommitterFailedCommitFailsEveryItem(t *testing.T) {
 	}
 	if stored(t, gs, 1) || stored(t, gs, 2) || !stored(t, gs, 3) {
 		t.Fatal("a failed or refused item was written")
+	}
+}
+
+// The committer answers on its replier goroutine and goes on meanwhile:
+// while the answer of one transaction is still running (held here), the
+// next transaction commits; the answers come in commit order, each after
+// its own transaction is durable, and stopping the committer waits for
+// every answer.
+func TestCommitterCommitsWhileItsAnswersRun(t *testing.T) {
+	st := memory.NewDelivery()
+	sys, pid := startCommitter(t, st)
+	hold, held := make(chan struct{}), make(chan struct{})
+	var order []int
+	var mu sync.Mutex
+	answered := func(i int) {
+		mu.Lock()
+		order = append(order, i)
+		mu.Unlock()
+	}
+	first := putItem(1, nil, nil, make(chan error, 1))
+	first.done = func(err error) {
+		close(held)
+		<-hold
+		answered(1)
+	}
+	sys.Root.Send(pid, first)
+	<-held
+	// The first answer is still running: the second item commits anyway.
+	r2 := make(chan error, 1)
+	second := putItem(2, nil, nil, r2)
+	inner := second.done
+	second.done = func(err error) { answered(2); inner(err) }
+	sys.Root.Send(pid, second)
+	deadline := time.Now().Add(20 * time.Second)
+	for !stored(t, st, 2) {
+		if time.Now().After(deadline) {
+			close(hold)
+			t.Fatal("the second transaction waited for the first one's answer")
+		}
+		runtime.Gosched()
+	}
+	mu.Lock()
+	if len(order) != 0 {
+		t.Fatalf("answers %v while the first one is held", order)
+	}
+	mu.Unlock()
+	close(hold)
+	if err := <-r2; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 2 || order[0] != 1 || order[1] != 2 {
+		t.Fatalf("answers in order %v, want [1 2] (commit order)", order)
+	}
+}
+
+// Stopping the committer waits until every answer ran.
+func TestCommitterStopWaitsForItsAnswers(t *testing.T) {
+	sys := actortest.System(t)
+	st := memory.NewDelivery()
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &committer{store: st, maxBatch: DefaultMaxBatch, logger: slog.New(slog.DiscardHandler)}
+	}))
+	var answered atomic.Int32
+	const n = 50
+	for i := 0; i < n; i++ {
+		it := putItem(i, nil, nil, make(chan error, 1))
+		it.done = func(error) { answered.Add(1) }
+		sys.Root.Send(pid, it)
+	}
+	if err := sys.Root.PoisonFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := answered.Load(); got != n {
+		t.Fatalf("%d of %d items answered when the committer stopped", got, n)
 	}
 }
 

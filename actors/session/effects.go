@@ -1,6 +1,8 @@
 package session
 
 import (
+	"fmt"
+
 	"github.com/syncmesh/syncmesh/actors/inbound"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
@@ -55,6 +57,12 @@ type writes struct {
 	deliveries    uint32
 	// deletePending removes the pending entry of (peer, id).
 	deletePending bool
+	// verifySeq, when not 0, is the sequence of the pending entry the
+	// decision was made on without a read transaction (an entry the peer
+	// actor remembers): the entry is read inside the item's transaction
+	// and must be readable — a record damaged at rest is
+	// persistence.ErrCorrupt, never finalized — and still that one.
+	verifySeq uint64
 	// putProcessed writes the processed entry of (peer, id).
 	putProcessed *persistence.ProcessedInbound
 
@@ -66,6 +74,9 @@ type writes struct {
 	markAttempt    bool
 	attemptAt      int64
 	deleteOutbound bool
+	// cleared: deleteOutbound found the row (set in the transaction);
+	// ackDecides: the ACK's decision is made on it (receiveReq).
+	cleared, ackDecides bool
 }
 
 // setSession records a step from base to rec. One writes value may hold
@@ -140,8 +151,9 @@ func supersede(items []*item) {
 }
 
 // seqSlot receives a store-assigned sequence. It is written by the
-// committer's goroutine inside the transaction and read there by the
-// item's done (or set before the item is submitted).
+// committer's goroutine inside the transaction and read by the item's
+// done on the replier goroutine, which receives the commit's answers
+// after that (or set before the item is submitted).
 type seqSlot struct{ v uint64 }
 
 func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
@@ -153,6 +165,15 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 		}
 		if n >= w.maxPending {
 			return &inbound.BacklogFullError{Sender: w.peer, Pending: n, Limit: w.maxPending, Global: true}
+		}
+	}
+	if w.verifySeq != 0 {
+		p, ok, err := tx.PendingInbound(w.peer, w.id)
+		if err != nil {
+			return err
+		}
+		if !ok || p.Sequence != w.verifySeq {
+			return fmt.Errorf("%w: the pending entry of %s/%s is not the one its actor remembers", ErrStaleState, w.peer, w.id)
 		}
 	}
 	if w.deleteSession {
@@ -246,10 +267,11 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 		if err != nil {
 			return err
 		}
+		w.cleared = had
 		if had {
 			st.Cleared++
+			st.OutboundChanged = true
 		}
-		st.OutboundChanged = true
 	}
 	return nil
 }

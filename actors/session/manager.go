@@ -132,10 +132,11 @@ type Config struct {
 	Observe func(Stats)
 	// OnDelivery, when set, is called with every Delivery once it is
 	// durable, in commit order, before the receiver's caller is answered
-	// (from the committer: it must not block).
+	// (from the committer's replier goroutine: it must not block).
 	OnDelivery func(inbound.ReceivedMessage)
 	// OnAck, when set, is told about every ACK this device tried to send:
-	// err nil when it was handed to the transport (from the committer).
+	// err nil when it was handed to the transport (from the committer's
+	// replier goroutine).
 	OnAck func(to messages.DeviceAddress, id messages.LogicalMessageID, err error)
 	// Logger receives failures of the scheduled prekey refresh (which has
 	// no caller to return them to); nil discards them.
@@ -255,7 +256,7 @@ type Manager struct {
 	committer *actor.PID
 	budgets   budgets
 	// ordered is Config.Transport when it is an OrderedTransport: then
-	// envelopes are handed over from the committer's goroutine, in chain
+	// envelopes are handed over from the committer's replier goroutine, in chain
 	// order (handOffSent, handOffAck); nil: from the callers' goroutines.
 	ordered OrderedTransport
 
@@ -721,7 +722,7 @@ func (m *Manager) Receive(ctx context.Context, peer messages.DeviceAddress, enve
 
 // ReceiveAsync is Receive without the wait: it queues the envelope on
 // peer's actor and returns; done is called once, from the committer's
-// goroutine (or the actor's, on an error before any write), when the
+// replier goroutine (or the actor's, on an error before any write), when the
 // result is known. Envelopes of one peer queued by one goroutine are
 // decided in that order, and their writes share transactions: this is how
 // a transport pipelines a link. done must not block.
@@ -732,7 +733,8 @@ func (m *Manager) ReceiveAsync(ctx context.Context, peer messages.DeviceAddress,
 			return
 		}
 		// A copy of a finalized message: the ACK is handed over off the
-		// committer's goroutine (the transport may deliver synchronously).
+		// committer's replier goroutine (the transport may deliver
+		// synchronously).
 		go func() {
 			r.AckSent, r.ack = m.handAck(ctx, peer, r.ID, r.ack), nil
 			done(r, nil)
@@ -806,7 +808,7 @@ func (m *Manager) handAck(ctx context.Context, to messages.DeviceAddress, id mes
 }
 
 // handOffSent is called by a send's item once it is durable, on the
-// committer's goroutine: with an OrderedTransport the envelope is queued
+// committer's replier goroutine: with an OrderedTransport the envelope is queued
 // now, in chain order, and r.HandOff says how that went; otherwise r keeps
 // it for handSent on the caller's goroutine.
 func (m *Manager) handOffSent(to messages.DeviceAddress, r Sent) Sent {
@@ -1032,12 +1034,19 @@ func (m *Manager) passivate(peer messages.DeviceAddress, e *peerEntry) bool {
 	return true
 }
 
-// await waits for one reply or the context.
+// await waits for one reply or the context. A reply that is already
+// there wins over a context that ended meanwhile (select would pick
+// either at random): the caller learns what its durable writes did.
 func await[T any](ctx context.Context, ch <-chan T) (T, error) {
 	select {
 	case r := <-ch:
 		return r, nil
 	case <-ctx.Done():
+		select {
+		case r := <-ch:
+			return r, nil
+		default:
+		}
 		var zero T
 		return zero, ctx.Err()
 	}

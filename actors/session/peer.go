@@ -3,12 +3,14 @@ package session
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/syncmesh/syncmesh/actors/inbound"
 	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/crypto/digest"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -39,6 +41,59 @@ type peerActor struct {
 	inflight int
 	in       map[messages.LogicalMessageID]*inKey
 	out      map[messages.LogicalMessageID]*outKey
+
+	// stored remembers pending inbound entries this actor made durable —
+	// their sequence and the digest of their body, not the frame — so
+	// that the commit of a message received moments ago decides without
+	// a read transaction (finalizeState). Only this actor's items write
+	// (peer, id)'s pending entry (CountDeliveries changes its count, which
+	// a finalization does not read), so a remembered entry is what the
+	// store holds until the next item of the key settles; the item still
+	// reads the entry inside its own transaction (writes.verifySeq), so a
+	// record damaged at rest is an error there, never finalized. At most
+	// maxStoredPending entries (storedRing: the oldest is forgotten
+	// first); dropped with the overlays on a failed write and on
+	// passivation.
+	stored     map[messages.LogicalMessageID]storedPending
+	storedRing []messages.LogicalMessageID
+	storedNext int
+
+	// sent holds the ids of every pending outbound row of this peer the
+	// store holds, once sentState is sentKnown: then a Send of a new id
+	// decides without a read transaction (sendPending). Only this actor's
+	// items write the peer's outbound rows, so settled keeps it exact. It
+	// is built by the first Send (a local operation: an envelope from a
+	// spoofed address never costs the scan) when the device holds at most
+	// maxKnownSent pending outbound rows, and given up (sentOff) past
+	// maxKnownSent rows of this peer; reset with the overlays on a failed
+	// write.
+	sent      map[messages.LogicalMessageID]struct{}
+	sentState uint8
+}
+
+// States of peerActor.sent.
+const (
+	sentUnknown uint8 = iota // not built: the next Send builds it
+	sentKnown                // exact
+	sentOff                  // too many rows: Sends read the store
+)
+
+// maxKnownSent bounds the pending outbound rows a peer actor keeps the
+// ids of (16 bytes each, with the map's overhead about 40).
+const maxKnownSent = 256
+
+// maxStoredPending bounds the durable pending entries a peer actor
+// remembers, about 100 bytes each: twice a link's window (64 in flight),
+// so a message's commit finds its entry while its sender keeps the
+// window full.
+const maxStoredPending = 128
+
+// storedPending is a remembered durable pending entry: its sequence, its
+// body's ApplicationMessageDigest, and its slot in storedRing.
+type storedPending struct {
+	seq    uint64
+	digest [32]byte
+	slot   int
 }
 
 // inKey is the speculative commit-boundary state of (peer, id) while a
@@ -49,6 +104,9 @@ type inKey struct {
 	pending   *persistence.PendingInbound
 	slot      *seqSlot
 	processed *persistence.ProcessedInbound
+	// digest is the body's digest of a new pending entry (remembered
+	// once it is durable: storedPending).
+	digest *[32]byte
 }
 
 // outKey is the speculative pending outbound row of (peer, id) while a
@@ -161,6 +219,8 @@ func (a *peerActor) settled(m *settledMsg) {
 	if m.err != nil {
 		if m.w.chain == a.chain {
 			a.loaded, a.rec, a.pin, a.chain, a.in, a.out = false, ratchet.SessionRecord{}, nil, nil, nil, nil
+			a.stored, a.storedRing, a.storedNext = nil, nil, 0
+			a.sent, a.sentState = nil, sentUnknown
 		}
 		return
 	}
@@ -170,11 +230,13 @@ func (a *peerActor) settled(m *settledMsg) {
 	for _, id := range m.w.inKeys {
 		if k := a.in[id]; k != nil && k.owner == m.w {
 			delete(a.in, id)
+			a.remember(id, k)
 		}
 	}
 	for _, id := range m.w.outKeys {
 		if k := a.out[id]; k != nil && k.owner == m.w {
 			delete(a.out, id)
+			a.noteSent(id, k.pending != nil)
 		}
 	}
 	if len(a.in) == 0 {
@@ -215,6 +277,54 @@ func (a *peerActor) setOut(w *work, id messages.LogicalMessageID, k *outKey) {
 	k.owner = w
 	a.out[id] = k
 	w.outKeys = append(w.outKeys, id)
+}
+
+// remember records k, just made durable, as what the store holds for
+// (peer, id) when it is a new pending entry, and forgets (peer, id)
+// otherwise (a finalized entry is not remembered: Prune may remove it
+// behind the actor's back).
+func (a *peerActor) remember(id messages.LogicalMessageID, k *inKey) {
+	if k.pending == nil || k.digest == nil {
+		delete(a.stored, id)
+		if len(a.stored) == 0 {
+			// Nothing pending is remembered: hold no memory for it (an
+			// idle actor keeps none).
+			a.stored, a.storedRing, a.storedNext = nil, nil, 0
+		}
+		return
+	}
+	if a.stored == nil {
+		a.stored = map[messages.LogicalMessageID]storedPending{}
+	}
+	slot := len(a.storedRing)
+	if slot < maxStoredPending {
+		a.storedRing = append(a.storedRing, id)
+	} else {
+		// Full: the slot of storedNext holds the oldest remembered id;
+		// forget it unless it was forgotten already (and maybe
+		// remembered again in another slot).
+		slot = a.storedNext
+		a.storedNext = (slot + 1) % maxStoredPending
+		if old := a.storedRing[slot]; a.stored[old].slot == slot {
+			delete(a.stored, old) // a no-op when it was forgotten already
+		}
+		a.storedRing[slot] = id
+	}
+	a.stored[id] = storedPending{seq: k.slot.v, digest: *k.digest, slot: slot}
+}
+
+// finalizeState is inState for a finalization: an entry this actor
+// remembers (stored) decides without a read transaction, and verifySeq
+// is then its sequence, to be checked inside the item's transaction.
+func (a *peerActor) finalizeState(ctx context.Context, id messages.LogicalMessageID) (st inbound.State, verifySeq uint64, err error) {
+	if a.in[id] == nil {
+		if e, ok := a.stored[id]; ok {
+			d := e.digest
+			return inbound.State{Pending: &persistence.PendingInbound{Sender: a.peer, ID: id, Sequence: e.seq}, PendingDigest: &d}, e.seq, nil
+		}
+	}
+	st, _, err = a.inState(ctx, id)
+	return st, 0, err
 }
 
 // inState returns the speculative state of (peer, id) and the slot of its
@@ -265,6 +375,79 @@ func (a *peerActor) senderPending(ctx context.Context) (int, error) {
 	})
 	return n, err
 }
+
+// noteSent records that the store now holds (pending) or no longer holds
+// a pending outbound row of id, when sent is kept.
+func (a *peerActor) noteSent(id messages.LogicalMessageID, pending bool) {
+	if a.sentState != sentKnown {
+		return
+	}
+	if !pending {
+		delete(a.sent, id)
+		if len(a.sent) == 0 {
+			a.sent = nil // an idle actor keeps no memory for it
+		}
+		return
+	}
+	if a.sent == nil {
+		a.sent = map[messages.LogicalMessageID]struct{}{}
+	}
+	a.sent[id] = struct{}{}
+	if len(a.sent) > maxKnownSent {
+		a.sent, a.sentState = nil, sentOff
+	}
+}
+
+// sendPending reports whether (peer, id) is pending outbound as decided:
+// the overlay, else sent (built on first use), else the store.
+func (a *peerActor) sendPending(ctx context.Context, id messages.LogicalMessageID) (bool, error) {
+	if k := a.out[id]; k != nil {
+		return k.pending != nil, nil
+	}
+	if a.sentState == sentUnknown {
+		a.buildSent(ctx)
+	}
+	if a.sentState == sentKnown {
+		_, ok := a.sent[id]
+		return ok, nil
+	}
+	p, err := a.outState(ctx, id)
+	return p != nil, err
+}
+
+// buildSent reads the ids of the peer's pending outbound rows when the
+// device holds at most maxKnownSent of them. Past that, or when a row does
+// not read, sent is not kept (sentOff): sendPending reads the store, which
+// reports a damaged row of the id it asks for.
+func (a *peerActor) buildSent(ctx context.Context) {
+	var ids map[messages.LogicalMessageID]struct{}
+	err := a.m.cfg.Store.View(ctx, func(r persistence.DeliveryReader) error {
+		n, err := r.PendingOutboundCount()
+		if err != nil {
+			return err
+		}
+		if n > maxKnownSent {
+			return errTooManySent
+		}
+		return r.PendingOutboundAfter(0, &a.peer, func(p persistence.PendingOutbound) (bool, error) {
+			if ids == nil {
+				ids = map[messages.LogicalMessageID]struct{}{}
+			}
+			ids[p.ID] = struct{}{}
+			return true, nil
+		})
+	})
+	switch {
+	case err == nil:
+		// Rows written by items still in flight are in the overlay until
+		// they settle, and noteSent applies them again: idempotent.
+		a.sent, a.sentState = ids, sentKnown
+	case ctx.Err() == nil:
+		a.sentState = sentOff
+	}
+}
+
+var errTooManySent = errors.New("session: too many pending outbound rows to keep")
 
 // outState returns the speculative pending outbound row of (peer, id).
 func (a *peerActor) outState(ctx context.Context, id messages.LogicalMessageID) (*persistence.PendingOutbound, error) {
@@ -501,22 +684,30 @@ func (r *receiveReq) handle(a *peerActor) {
 	w := a.newWork()
 	switch payload.Type {
 	case messages.PayloadAck:
-		p, err := a.outState(r.ctx, payload.ID)
-		if err != nil {
-			r.fail(wrapPeer("receive", a.peer, err))
-			return
-		}
-		dec := inbound.DecideAck(p != nil)
-		res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
 		a.adoptDecryption(d, wr)
-		if dec.Effects.DeleteOutbound {
-			wr.deleteOutbound = true
+		k := a.out[payload.ID]
+		if k != nil {
+			// A write of the row is in flight: decide on it.
+			dec := inbound.DecideAck(k.pending != nil)
+			res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
+			wr.deleteOutbound = dec.Effects.DeleteOutbound
+		} else {
+			// The store holds the row's state: DecideAck runs on what the
+			// delete finds in the item's own transaction (a missing row
+			// changes nothing), which saves a read transaction per ACK.
+			wr.deleteOutbound, wr.ackDecides = true, true
+		}
+		if wr.deleteOutbound {
 			a.setOut(w, payload.ID, &outKey{})
 		}
 		a.submit(w, wr, func(err error) {
 			if err != nil {
 				r.fail(wrapPeer("persist", a.peer, err))
 				return
+			}
+			if wr.ackDecides {
+				dec := inbound.DecideAck(wr.cleared)
+				res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
 			}
 			r.reply(res, nil)
 		})
@@ -551,7 +742,8 @@ func (r *receiveReq) handle(a *peerActor) {
 	if p := dec.Effects.PutPending; p != nil {
 		slot = &seqSlot{}
 		wr.putPending, wr.slot, wr.maxPending = p, slot, cfg.MaxPending
-		a.setIn(w, payload.ID, &inKey{pending: p, slot: slot})
+		d := digest.ApplicationMessage(payload.Body)
+		a.setIn(w, payload.ID, &inKey{pending: p, slot: slot, digest: &d})
 	}
 	var ack []byte
 	var ackErr error
@@ -618,7 +810,7 @@ func (r *finalizeReq) context() context.Context { return r.ctx }
 func (r *finalizeReq) fail(err error)           { r.reply(Finalized{}, err) }
 
 func (r *finalizeReq) handle(a *peerActor) {
-	st, _, err := a.inState(r.ctx, r.id)
+	st, verifySeq, err := a.finalizeState(r.ctx, r.id)
 	if err != nil {
 		r.fail(wrapPeer("finalize", a.peer, err))
 		return
@@ -630,6 +822,9 @@ func (r *finalizeReq) handle(a *peerActor) {
 		return
 	}
 	wr := &writes{peer: a.peer, id: r.id, deletePending: dec.Effects.DeletePending, putProcessed: dec.Effects.PutProcessed}
+	if dec.Effects.DeletePending {
+		wr.verifySeq = verifySeq
+	}
 	w := a.newWork()
 	if dec.Effects.PutProcessed != nil {
 		a.setIn(w, r.id, &inKey{processed: dec.Effects.PutProcessed})
@@ -670,7 +865,14 @@ func (r *sendReq) fail(err error)           { r.reply(Sent{}, err) }
 
 func (r *sendReq) handle(a *peerActor) {
 	cfg := &a.m.cfg
-	cur, err := a.outState(r.ctx, r.id)
+	var cur *persistence.PendingOutbound
+	var err error
+	if r.resend {
+		cur, err = a.outState(r.ctx, r.id)
+	} else if pending, perr := a.sendPending(r.ctx, r.id); pending || perr != nil {
+		// Only whether it is pending matters to a new Send.
+		cur, err = &persistence.PendingOutbound{}, perr
+	}
 	if err != nil {
 		r.fail(wrapPeer("send", a.peer, err))
 		return

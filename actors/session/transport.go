@@ -25,7 +25,7 @@ type Transport interface {
 // Enqueue puts an envelope on the (local device, peer) link's queue and
 // returns without waiting for the receiver or calling into any device. The
 // Manager then hands every envelope it produces (messages, resends, ACKs)
-// over from its committer's goroutine, as soon as the transaction that
+// over from its committer's replier goroutine, as soon as the transaction that
 // produced it is durable and before its caller is answered — so one peer's
 // envelopes reach the transport in the order of its ratchet chain, and the
 // receiver decrypts on its current chain instead of through skipped keys
