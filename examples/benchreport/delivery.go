@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -35,6 +36,7 @@ import (
 var (
 	deliveryMessages = flag.Int("delivery-messages", 2000, "delivery: messages per trial, each flow and each JetStream configuration")
 	deliveryTrials   = flag.Int("delivery-trials", 5, "delivery: interleaved trials")
+	deliveryRandIDs  = flag.Bool("delivery-random-ids", false, "delivery: send under crypto-random logical ids (as an application choosing its own ids might) instead of the library's time-ordered ones (runtime.NewMessageID, what Send draws)")
 	deliveryStrace   = flag.Int("delivery-strace", 500, "delivery: messages of the extra untimed runs under strace -f -c that count fsync+fdatasync per message on both sides (0: skip)")
 	jetstreamBin     = flag.String("jetstream-bin", "", "delivery: a built examples/benchreport/jetstream binary (default: built from -jetstream-src into a temporary directory)")
 	jetstreamSrc     = flag.String("jetstream-src", filepath.Join("examples", "benchreport", "jetstream"), "delivery: the JetStream peer's module directory")
@@ -121,7 +123,11 @@ func deliveryReport(n, trials, straceN int) error {
 	}
 	defer cleanup()
 	fmt.Printf("== delivery plane: committed-and-acknowledged messages/s, %d B, fsync on; %d messages per trial, %d trials, syncmesh flows and JetStream configurations interleaved (min / median / max)\n", deliveryBodySize, n, trials)
-	fmt.Println("  syncmesh: in one process, bbolt per device, the receiver's Handler commits each message as it arrives (up to 64 commits at once); counted when the ACK cleared the sender's pending entry")
+	ids := "the library's time-ordered logical ids (what Send draws)"
+	if *deliveryRandIDs {
+		ids = "crypto-random logical ids (-delivery-random-ids)"
+	}
+	fmt.Printf("  syncmesh: in one process, bbolt per device, %s, the receiver's Handler commits each message as it arrives (up to 64 commits at once); counted when the ACK cleared the sender's pending entry\n", ids)
 	fmt.Println("  JetStream: nats-server embedded in a child process, file storage, durable pull consumer (64 per pull), explicit ack (Msg.Ack) of each message; counted when the server recorded every ack")
 	ctx := context.Background()
 	sm := make([][]smResult, len(smFlows))
@@ -562,6 +568,9 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 	send := func(s *runtime.Node) error {
 		// The library's ids, as Send would draw them (time-ordered).
 		id, err := runtime.NewMessageID()
+		if *deliveryRandIDs {
+			_, err = rand.Read(id[:])
+		}
 		if err != nil {
 			return err
 		}
