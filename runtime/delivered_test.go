@@ -24,15 +24,18 @@ func TestOnMessageCarriesTheNodeAndTheDeliveryCount(t *testing.T) {
 	dir := t.TempDir()
 	got := make(chan Delivered, 4)
 	commit := make(chan bool, 4)
+	// The handler's commit result: the test waits for it before its
+	// cleanup closes bob (the ACK can clear alice's entry before the
+	// commit call has returned to the handler).
+	committed := make(chan error, 1)
 	openBob := func() *testNode {
 		bob := openTestNode(t, Config{Name: "bob", Dir: dir, NoSync: true, Wall: w.Now, SyncInterval: -1, ReconcileInterval: -1,
 			Device: &DeviceConfig{Address: bAddr, Transport: net.DeviceTransport("bob", bAddr),
 				OnMessage: func(ctx context.Context, d Delivered) {
 					got <- d
 					if <-commit {
-						if _, err := d.Commit(ctx); err != nil {
-							t.Errorf("commit: %v", err)
-						}
+						_, err := d.Commit(ctx)
+						committed <- err
 					}
 				}}})
 		net.RegisterDevice("bob", bob.Node)
@@ -91,6 +94,14 @@ func TestOnMessageCarriesTheNodeAndTheDeliveryCount(t *testing.T) {
 			t.Fatal("the commit through Delivered never ACKed alice")
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+	select {
+	case err := <-committed:
+		if err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the handler's commit never returned")
 	}
 	if c, err := bob.PendingReceivedMessageCount(ctx, nil); err != nil || c != 0 {
 		t.Fatalf("bob pending %d, %v", c, err)
