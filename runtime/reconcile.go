@@ -147,6 +147,7 @@ type reconState struct {
 	stopped bool                        // Close began: no new background run (wg.Add never races wg.Wait)
 	metrics *reconMetrics
 	wg      sync.WaitGroup // background runs; Close waits for them
+	tick    *time.Timer    // the schedule: a timer, not a goroutine per node (an idle hosted device holds none)
 
 	// awaiting: added peers whose reconciliation waits for the new
 	// sender to catch up; caught: senders that caught up before their
@@ -219,20 +220,26 @@ func (n *Node) startReconcile() error {
 	if interval <= 0 {
 		return nil
 	}
-	n.recon.wg.Add(1)
-	go func() {
-		defer n.recon.wg.Done()
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-n.closed:
-				return
-			case <-tick.C:
-				n.reconcileAllInBackground()
-			}
+	run := func() {
+		r := &n.recon
+		r.mu.Lock()
+		if r.stopped || n.isClosed() {
+			r.mu.Unlock()
+			return
 		}
-	}()
+		r.wg.Add(1) // before stopped is set, so before Close's Wait
+		r.mu.Unlock()
+		defer r.wg.Done()
+		n.reconcileAllInBackground()
+		r.mu.Lock()
+		if !r.stopped {
+			r.tick.Reset(interval)
+		}
+		r.mu.Unlock()
+	}
+	n.recon.mu.Lock()
+	n.recon.tick = time.AfterFunc(interval, run)
+	n.recon.mu.Unlock()
 	return nil
 }
 
@@ -241,6 +248,9 @@ func (n *Node) startReconcile() error {
 func (n *Node) stopReconcile() {
 	n.recon.mu.Lock()
 	n.recon.stopped = true
+	if n.recon.tick != nil {
+		n.recon.tick.Stop()
+	}
 	n.recon.mu.Unlock()
 	n.recon.wg.Wait()
 }

@@ -1,9 +1,11 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"reflect"
+	goruntime "runtime"
 	"testing"
 	"time"
 
@@ -346,5 +348,31 @@ func TestDropDecidedBeforeTrustIsNotRemembered(t *testing.T) {
 	r.drop("p", r.generation(), k)
 	if got := r.droppedIn("p", g, 0); len(got) != 1 {
 		t.Fatalf("a drop after Trust was not remembered: %v", got)
+	}
+}
+
+// The schedule reconciles every ReconcileInterval, again and again, and an
+// open node waiting for its next run holds no goroutine for it (a timer:
+// hosting 10 000 idle devices must not cost 10 000 stacks).
+func TestReconcileScheduleRunsRepeatedlyOnATimer(t *testing.T) {
+	a, b, _ := reconPairAuto(t, true, 20*time.Millisecond)
+	for round, id := range []int{1, 2, 3} {
+		a.write(id) // never pushed (SyncInterval < 0): only the schedule moves it
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if _, ok := b.get(id); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: row %d never reached b by the reconciliation schedule", round, id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	buf := make([]byte, 1<<22)
+	for _, g := range bytes.Split(buf[:goruntime.Stack(buf, true)], []byte("\n\n")) {
+		if bytes.Contains(g, []byte("startReconcile")) {
+			t.Fatalf("a goroutine of the reconciliation schedule:\n%s", g)
+		}
 	}
 }
