@@ -1,8 +1,6 @@
 package bolt
 
 import (
-	"bytes"
-
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/syncmesh/syncmesh/messages"
@@ -237,33 +235,5 @@ func readCanonicalProcessed(v []byte) (processedRecord, bool) {
 // 256 every time. Entries are still copied before fn sees them, so fn
 // may write.
 func scanFew(b *bbolt.Bucket, start, prefix []byte, fn func(k, v []byte) (bool, error)) error {
-	type kv struct{ k, v []byte }
-	var first [1]kv
-	buf := first[:0]
-	chunk := 1
-	seek := start
-	skipFirst := false
-	for {
-		buf = buf[:0]
-		c := b.Cursor()
-		k, v := c.Seek(seek)
-		if skipFirst && k != nil && bytes.Equal(k, seek) {
-			k, v = c.Next()
-		}
-		for ; k != nil && bytes.HasPrefix(k, prefix) && len(buf) < chunk; k, v = c.Next() {
-			buf = append(buf, kv{clone(k), clone(v)})
-		}
-		more := k != nil && bytes.HasPrefix(k, prefix)
-		for _, e := range buf {
-			cont, err := fn(e.k, e.v)
-			if err != nil || !cont {
-				return err
-			}
-		}
-		if !more || len(buf) == 0 {
-			return nil
-		}
-		seek, skipFirst = buf[len(buf)-1].k, true
-		chunk = min(2*chunk, scanChunk)
-	}
+	return scanChunks(b, start, prefix, 1, fn)
 }

@@ -365,8 +365,15 @@ func clone(b []byte) []byte {
 // scan calls fn for the entries of b from start on while their key has
 // prefix, copying them out of the cursor in chunks first so fn may write.
 func scan(b *bbolt.Bucket, start, prefix []byte, fn func(k, v []byte) (bool, error)) error {
+	return scanChunks(b, start, prefix, scanChunk, fn)
+}
+
+// scanChunks is scan with a first chunk of first entries, doubling up to
+// scanChunk.
+func scanChunks(b *bbolt.Bucket, start, prefix []byte, first int, fn func(k, v []byte) (bool, error)) error {
 	type kv struct{ k, v []byte }
-	buf := make([]kv, 0, scanChunk)
+	chunk := first
+	buf := make([]kv, 0, chunk)
 	seek := start
 	skipFirst := false
 	for {
@@ -376,7 +383,7 @@ func scan(b *bbolt.Bucket, start, prefix []byte, fn func(k, v []byte) (bool, err
 		if skipFirst && k != nil && bytes.Equal(k, seek) {
 			k, v = c.Next()
 		}
-		for ; k != nil && bytes.HasPrefix(k, prefix) && len(buf) < scanChunk; k, v = c.Next() {
+		for ; k != nil && bytes.HasPrefix(k, prefix) && len(buf) < chunk; k, v = c.Next() {
 			buf = append(buf, kv{clone(k), clone(v)})
 		}
 		more := k != nil && bytes.HasPrefix(k, prefix)
@@ -390,6 +397,7 @@ func scan(b *bbolt.Bucket, start, prefix []byte, fn func(k, v []byte) (bool, err
 			return nil
 		}
 		seek, skipFirst = buf[len(buf)-1].k, true
+		chunk = min(2*chunk, scanChunk)
 	}
 }
 
