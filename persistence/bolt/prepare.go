@@ -17,16 +17,7 @@ func (s *syncStore) PrepareEvents(evs []*persistence.StoredEvent) {
 // addPrepared adds a prepared share of count appended events to the
 // transaction's pending change of (tk, site) (persistence.PreparedSums).
 func (t *syncTx) addPrepared(tk persistence.TableKey, site messages.SiteID, count int64, sum *lthash.Sum) {
-	var kb [128]byte
-	key := sumKey(kb[:0], tk, site)
-	d := t.sums[string(key)]
-	if d == nil {
-		if t.sums == nil {
-			t.sums = map[string]*sumDelta{}
-		}
-		d = &sumDelta{}
-		t.sums[string(key)] = d
-	}
+	d := t.sumDelta(tk, site)
 	d.count += count
 	d.sum.Combine(sum)
 }

@@ -59,10 +59,8 @@ func sumKey(b []byte, t persistence.TableKey, site messages.SiteID) []byte {
 	return append(tablePrefix(b, t), site[:]...)
 }
 
-// sumChange records that the event (site, h, id) of t was appended
-// (add) or deleted. The records are rewritten once per transaction, in
-// flushSums: a batch of a site's events changes one record.
-func (t *syncTx) sumChange(tk persistence.TableKey, site messages.SiteID, h messages.HLC, id persistence.EventID, add bool) {
+// sumDelta is the transaction's pending change of the sum of (tk, site).
+func (t *syncTx) sumDelta(tk persistence.TableKey, site messages.SiteID) *sumDelta {
 	var kb [128]byte
 	key := sumKey(kb[:0], tk, site)
 	d := t.sums[string(key)]
@@ -73,6 +71,14 @@ func (t *syncTx) sumChange(tk persistence.TableKey, site messages.SiteID, h mess
 		d = &sumDelta{}
 		t.sums[string(key)] = d
 	}
+	return d
+}
+
+// sumChange records that the event (site, h, id) of t was appended
+// (add) or deleted. The records are rewritten once per transaction, in
+// flushSums: a batch of a site's events changes one record.
+func (t *syncTx) sumChange(tk persistence.TableKey, site messages.SiteID, h messages.HLC, id persistence.EventID, add bool) {
+	d := t.sumDelta(tk, site)
 	rk := messages.NewReconcileKey(site, h, id)
 	if add {
 		d.count++
