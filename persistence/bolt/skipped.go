@@ -56,14 +56,20 @@ func createSkippedV13(tx *bbolt.Tx) error {
 	return nil
 }
 
-func (t *deliveryTx) SkippedKeys(peer messages.DeviceAddress, fn func(seq uint64, entry []byte) (bool, error)) error {
-	if err := t.check(false); err != nil {
-		return err
+// skippedBucket checks the transaction (writable when write) and the
+// peer's address, and returns the skipped-key bucket.
+func (t *deliveryTx) skippedBucket(peer messages.DeviceAddress, write bool) (*bbolt.Bucket, error) {
+	if err := t.check(write); err != nil {
+		return nil, err
 	}
 	if err := checkPeer(peer); err != nil {
-		return err
+		return nil, err
 	}
-	b, err := t.bucket(bucketDeliverySkipped)
+	return t.bucket(bucketDeliverySkipped)
+}
+
+func (t *deliveryTx) SkippedKeys(peer messages.DeviceAddress, fn func(seq uint64, entry []byte) (bool, error)) error {
+	b, err := t.skippedBucket(peer, false)
 	if err != nil {
 		return err
 	}
@@ -207,13 +213,7 @@ func (t *deliveryTx) PutSkippedKey(peer messages.DeviceAddress, seq uint64, entr
 }
 
 func (t *deliveryTx) DeleteSkippedKey(peer messages.DeviceAddress, seq uint64) error {
-	if err := t.check(true); err != nil {
-		return err
-	}
-	if err := checkPeer(peer); err != nil {
-		return err
-	}
-	b, err := t.bucket(bucketDeliverySkipped)
+	b, err := t.skippedBucket(peer, true)
 	if err != nil {
 		return err
 	}
