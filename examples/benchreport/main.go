@@ -340,7 +340,16 @@ func startProfile(path string) (stop func(), err error) {
 		f.Close()
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	// The allocations of the same process go beside it (path.allocs):
+	// what the garbage collector's share of the profile comes from.
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if a, err := os.Create(path + ".allocs"); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(a, 0)
+			a.Close()
+		}
+	}, nil
 }
 
 func eventFile(dir, name string) string { return filepath.Join(dir, name+".ev") }
