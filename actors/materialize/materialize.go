@@ -18,6 +18,7 @@ package materialize
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/syncmesh/syncmesh/messages"
@@ -43,6 +44,9 @@ func ResolveKey(def persistence.TableDef, key messages.Columns) error {
 	if len(key) == 0 {
 		return messages.ErrEmptyRowKey
 	}
+	if resolves(def.KeyColumns, key) {
+		return nil
+	}
 	for name := range key {
 		if !contains(def.KeyColumns, name) {
 			return fmt.Errorf("%w: %q", ErrUnknownKeyColumn, name)
@@ -54,6 +58,23 @@ func ResolveKey(def persistence.TableDef, key messages.Columns) error {
 		}
 	}
 	return nil
+}
+
+// resolves is ResolveKey's verdict for the common case without ranging
+// over key (it runs once per applied event): key is not empty and has as
+// many columns as the table has key columns, all different, and each of them is in key,
+// so key names no other. Any other case is left to the full check, which
+// also says why a key does not resolve.
+func resolves(cols []string, key messages.Columns) bool {
+	if len(key) == 0 || len(key) != len(cols) {
+		return false
+	}
+	for i, name := range cols {
+		if _, ok := key[name]; !ok || slices.Contains(cols[:i], name) {
+			return false
+		}
+	}
+	return true
 }
 
 // Log yields the retained events of one row (any order), each with its
@@ -204,12 +225,16 @@ func rebuild(def persistence.TableDef, horizon messages.HLC, row *persistence.Ro
 		c messages.Clock
 	}
 	best := make(map[string]cand, len(columns))
+	// The callback captures the tombstone clock, not row: a captured row
+	// would move every caller's row to the heap (applyOwned runs once per
+	// applied event, and rebuilds only on a resurrection).
+	tomb := row.Tomb
 	err := log(func(id messages.EventID, e *messages.Event) error {
 		if e.Delete || e.HLC < horizon {
 			return nil
 		}
 		c := e.ClockOf(id)
-		if !c.Beats(row.Tomb) {
+		if !c.Beats(tomb) {
 			return nil
 		}
 		for _, name := range columns {

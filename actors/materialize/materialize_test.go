@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"pgregory.net/rapid"
+
 	"github.com/syncmesh/syncmesh/crypto/eventid"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -143,4 +145,45 @@ func TestLosingDeleteAndRejectedWrite(t *testing.T) {
 	if _, fx := mustApply(t, 0, row, up(3, 21, map[string]any{"zz": 1}), nil); len(fx.Ignored) != 1 {
 		t.Fatalf("ignored = %v", fx.Ignored)
 	}
+}
+
+// The shortcut ResolveKey takes for a key with exactly the table's key
+// columns gives the verdict of the full check on every definition and key,
+// duplicated key columns included.
+func TestResolveKeyShortcutAgreesWithFullCheck(t *testing.T) {
+	names := []string{"x", "y", "z"}
+	v := messages.MustValue(1)
+	rapid.Check(t, func(t *rapid.T) {
+		def := persistence.TableDef{KeyColumns: rapid.SliceOfN(rapid.SampledFrom(names), 0, 4).Draw(t, "keyColumns")}
+		key := messages.Columns{}
+		for _, n := range rapid.SliceOfN(rapid.SampledFrom(names), 0, 4).Draw(t, "key") {
+			key[n] = v
+		}
+		got := ResolveKey(def, key)
+		want := fullResolve(def, key)
+		if (got == nil) != (want == nil) || (want != nil && !errors.Is(got, want)) {
+			t.Fatalf("def %v key %v: got %v, full check %v", def.KeyColumns, key.Names(), got, want)
+		}
+		if resolves(def.KeyColumns, key) && want != nil {
+			t.Fatalf("def %v key %v: shortcut resolves, full check says %v", def.KeyColumns, key.Names(), want)
+		}
+	})
+}
+
+// fullResolve is ResolveKey's check without the shortcut.
+func fullResolve(def persistence.TableDef, key messages.Columns) error {
+	if len(key) == 0 {
+		return messages.ErrEmptyRowKey
+	}
+	for name := range key {
+		if !contains(def.KeyColumns, name) {
+			return ErrUnknownKeyColumn
+		}
+	}
+	for _, name := range def.KeyColumns {
+		if _, ok := key[name]; !ok {
+			return ErrIncompleteKey
+		}
+	}
+	return nil
 }
