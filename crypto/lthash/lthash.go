@@ -75,6 +75,10 @@ const shortElem = 128
 // zeros is the plaintext of the key stream.
 var zeros [Size]byte
 
+// zeroIV is the key stream's IV, shared: NewCTR only reads it, and an IV
+// of Expand's own escaped to the heap on every expansion.
+var zeroIV [aes.BlockSize]byte
+
 // Expand sets x to elem's expansion: the key stream is written straight
 // into the lanes' own bytes (one pass, no copy; fewer accesses for the
 // race detector to check).
@@ -93,9 +97,8 @@ func (x *Element) Expand(elem []byte) {
 		h.Sum(key[:0])
 	}
 	c, _ := aes.NewCipher(key[:]) // a 32-byte key: cannot fail
-	var iv [aes.BlockSize]byte
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&x.w)), Size)
-	cipher.NewCTR(c, iv[:]).XORKeyStream(b, zeros[:])
+	cipher.NewCTR(c, zeroIV[:]).XORKeyStream(b, zeros[:])
 	if !littleEndian {
 		for i := range x.w {
 			x.w[i] = bits.ReverseBytes64(x.w[i])

@@ -124,9 +124,17 @@ func associatedData(dst []byte, t messages.RecordType, identity []byte) ([]byte,
 	return append(dst, identity...), nil
 }
 
-// adBufSize is the stack buffer for the associated data of typical
-// identities (longer ones spill to the heap).
-const adBufSize = 128
+// adSize is the length of associatedData's output for identity (0 when
+// it fails: the identity is too long). Seal and Open build the associated
+// data in spare room of the buffer they allocate anyway, past the bytes
+// the AEAD writes: a buffer of its own escapes to the heap (the AEAD is an
+// interface), one allocation per record.
+func adSize(identity []byte) int {
+	if uint64(len(identity)) > math.MaxUint32 {
+		return 0
+	}
+	return len(adDomain) + 1 + 4 + len(identity)
+}
 
 // Seal encrypts plaintext as a record of type t for the row identified by
 // identity, under the current key with a fresh random nonce.
@@ -134,7 +142,7 @@ func (s *Sealer) Seal(t messages.RecordType, identity, plaintext []byte) ([]byte
 	if s == nil {
 		return nil, ErrNilSealer
 	}
-	out, err := newRecord(s.current.id, len(plaintext))
+	out, err := newRecord(s.current.id, len(plaintext), adSize(identity))
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +155,7 @@ func (s *Sealer) Seal(t messages.RecordType, identity, plaintext []byte) ([]byte
 // sealWithNonce is Seal with a caller-chosen nonce; only tests (frozen
 // vectors) call it. Reusing a nonce under one key breaks GCM.
 func (s *Sealer) sealWithNonce(t messages.RecordType, identity, plaintext []byte, nonce [NonceSize]byte) ([]byte, error) {
-	out, err := newRecord(s.current.id, len(plaintext))
+	out, err := newRecord(s.current.id, len(plaintext), adSize(identity))
 	if err != nil {
 		return nil, err
 	}
@@ -156,25 +164,28 @@ func (s *Sealer) sealWithNonce(t messages.RecordType, identity, plaintext []byte
 }
 
 // newRecord returns header | (room for the nonce), with capacity for the
-// whole record.
-func newRecord(id [KeyIDSize]byte, n int) ([]byte, error) {
-	if n > math.MaxInt-Overhead {
+// whole record of an n-byte plaintext and, past it, ad bytes of associated
+// data (sealInto).
+func newRecord(id [KeyIDSize]byte, n, ad int) ([]byte, error) {
+	if n > math.MaxInt-Overhead-ad {
 		return nil, fmt.Errorf("sealed: plaintext too long")
 	}
-	out := make([]byte, HeaderSize+NonceSize, Overhead+n)
+	out := make([]byte, HeaderSize+NonceSize, Overhead+n+ad)
 	out[0] = FormatVersion
 	copy(out[1:HeaderSize], id[:])
 	return out, nil
 }
 
-// sealInto appends ciphertext and tag to out = header | nonce.
+// sealInto appends ciphertext and tag to out = header | nonce. The
+// associated data goes past the record's end, in room newRecord left
+// (adSize); the record returned ends at its last byte, capacity too.
 func (s *Sealer) sealInto(out []byte, t messages.RecordType, identity, plaintext []byte) ([]byte, error) {
-	var buf [adBufSize]byte
-	ad, err := associatedData(buf[:0], t, identity)
+	end := len(out) + len(plaintext) + TagSize
+	ad, err := associatedData(out[end:end], t, identity)
 	if err != nil {
 		return nil, err
 	}
-	return s.current.aead.Seal(out, out[HeaderSize:HeaderSize+NonceSize], plaintext, ad), nil
+	return s.current.aead.Seal(out, out[HeaderSize:HeaderSize+NonceSize], plaintext, ad)[:end:end], nil
 }
 
 // Open authenticates and decrypts a record sealed as type t for identity.
@@ -202,20 +213,20 @@ func (s *Sealer) Open(t messages.RecordType, identity, sealed []byte) ([]byte, e
 	if aead == nil {
 		return nil, &OpenError{Type: t, Reason: ReasonUnknownKey, KeyID: id}
 	}
-	var buf [adBufSize]byte
-	ad, err := associatedData(buf[:0], t, identity)
+	// The plaintext's buffer, with the associated data past its end (see
+	// adSize); the plaintext returned ends at its last byte, capacity too.
+	n := len(sealed) - Overhead
+	buf := make([]byte, n, n+adSize(identity))
+	ad, err := associatedData(buf[n:n], t, identity)
 	if err != nil {
 		return nil, &OpenError{Type: t, Reason: ReasonAuth, KeyID: id}
 	}
 	nonce := sealed[HeaderSize : HeaderSize+NonceSize]
-	pt, err := aead.Open(nil, nonce, sealed[HeaderSize+NonceSize:], ad)
+	pt, err := aead.Open(buf[:0], nonce, sealed[HeaderSize+NonceSize:], ad)
 	if err != nil {
 		return nil, &OpenError{Type: t, Reason: ReasonAuth, KeyID: id}
 	}
-	if pt == nil {
-		pt = []byte{}
-	}
-	return pt, nil
+	return pt[:n:n], nil
 }
 
 // IsCurrent reports whether sealed carries the current format version and

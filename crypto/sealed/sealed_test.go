@@ -481,3 +481,38 @@ func ExampleNew() {
 	// frame <nil> true
 	// true
 }
+
+// Seal and Open build the associated data in their output's spare room:
+// what they return ends at its last byte (capacity too), so a caller that
+// appends to a record or a plaintext gets a copy and cannot disturb the
+// other; long identities (past any small buffer) seal and open as short
+// ones do.
+func TestRecordsAndPlaintextsEndAtTheirLastByte(t *testing.T) {
+	s := mustNew(t, vectorKey())
+	long := bytes.Repeat([]byte{0xab}, 300)
+	for _, identity := range [][]byte{nil, EventIdentity(make([]byte, 32)), Identity(long, long)} {
+		for _, pt := range [][]byte{nil, []byte("p"), bytes.Repeat([]byte("plaintext "), 40)} {
+			rec, err := s.Seal(recEvent, identity, pt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cap(rec) != len(rec) || len(rec) != len(pt)+Overhead {
+				t.Fatalf("identity %d bytes, plaintext %d: record len %d cap %d", len(identity), len(pt), len(rec), cap(rec))
+			}
+			keep := bytes.Clone(rec)
+			got, err := s.Open(recEvent, identity, rec)
+			if err != nil || !bytes.Equal(got, pt) || got == nil {
+				t.Fatalf("identity %d bytes, plaintext %d: open = %q, %v", len(identity), len(pt), got, err)
+			}
+			if cap(got) != len(got) {
+				t.Fatalf("plaintext len %d cap %d", len(got), cap(got))
+			}
+			_ = append(got, 'x')
+			_ = append(rec, 'y')
+			again, err := s.Open(recEvent, identity, rec)
+			if err != nil || !bytes.Equal(again, pt) || !bytes.Equal(rec, keep) {
+				t.Fatalf("appending to the outputs changed a record or its plaintext: %v", err)
+			}
+		}
+	}
+}
