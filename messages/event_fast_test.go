@@ -2,6 +2,7 @@ package messages
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 )
 
@@ -95,6 +96,7 @@ func FuzzDecodeEventCanonical(f *testing.F) {
 	up, _ := EncodeEvent(sampleUpsert())
 	f.Add(up)
 	f.Fuzz(func(t *testing.T, in []byte) {
+		checkOwnedAgrees(t, in)
 		fast, rowKey, ok := decodeEventCanonical(in)
 		if !ok {
 			return
@@ -113,6 +115,52 @@ func FuzzDecodeEventCanonical(f *testing.F) {
 			t.Fatalf("fast path accepted a non-canonical encoding (%v)", err)
 		}
 	})
+}
+
+// checkOwnedAgrees holds DecodeEventOwned to DecodeEventRowKey on in: the
+// same verdict, an equal event and row key, *e untouched on an error.
+func checkOwnedAgrees(t *testing.T, in []byte) {
+	t.Helper()
+	want, wantKey, wantErr := DecodeEventRowKey(in)
+	sentinel := Event{Schema: "untouched"}
+	got := sentinel
+	gotKey, err := DecodeEventOwned(&got, bytes.Clone(in))
+	switch {
+	case (err == nil) != (wantErr == nil):
+		t.Fatalf("owned decode error %v, DecodeEventRowKey %v", err, wantErr)
+	case err != nil:
+		if !eventEqual(&got, &sentinel) {
+			t.Fatalf("a failed owned decode wrote the event: %+v", got)
+		}
+	case !eventEqual(&got, want) || !bytes.Equal(gotKey, wantKey) || (gotKey == nil) != (wantKey == nil):
+		t.Fatalf("owned decode %+v key %x, DecodeEventRowKey %+v key %x", got, gotKey, want, wantKey)
+	}
+}
+
+// TestDecodeEventOwnedSharesItsInput: an owned decode agrees with
+// DecodeEventRowKey on canonical samples, non-canonical ones (the strict
+// decoder's) and bad ones; a canonical event's names, values and row key
+// are the input's own bytes (no copy), which is why the caller must not
+// modify them.
+func TestDecodeEventOwnedSharesItsInput(t *testing.T) {
+	samples := canonicalSamples(t)
+	nonShortest := append([]byte{0xb8, 0x07}, samples[0][1:]...)
+	for _, in := range append(samples, nonShortest, samples[1][:len(samples[1])-1], nil) {
+		checkOwnedAgrees(t, in)
+	}
+	in := bytes.Clone(samples[2])
+	var e Event
+	rowKey, err := DecodeEventOwned(&e, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, a, f, key := strings.Clone(e.Table), bytes.Clone(e.Key["a"]), bytes.Clone(e.Payload["f"]), bytes.Clone(rowKey)
+	for i := range in {
+		in[i] = 0
+	}
+	if e.Table == table || bytes.Equal(e.Key["a"], a) || bytes.Equal(e.Payload["f"], f) || bytes.Equal(rowKey, key) {
+		t.Fatal("an owned decode copied its input")
+	}
 }
 
 // FuzzDecodeColumnsCanonical: whatever DecodeColumns' hand reader accepts,

@@ -227,3 +227,56 @@ func BenchmarkVerifyBatchEvents(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(raws)), "ns/event")
 	})
 }
+
+// The verified events of a batch share one allocation but no bytes: each
+// owns a private copy of its payload and kid, so scribbling over the raw
+// inputs, or appending to one event's kid, changes no verified result, and
+// a later batch (reusing VerifyBatch's pooled memory) leaves an earlier
+// batch's results as they were. Verify's results are held to the same.
+func TestVerifiedEventsOwnTheirBytes(t *testing.T) {
+	fs := []*fixture{newFixture(t, 61), newFixture(t, 62)}
+	kr, err := fs[0].kr.With(fs[1].signer.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(n, hlc0 int) [][]byte {
+		var raws [][]byte
+		for i := 0; i < n; i++ {
+			f := fs[i%2]
+			raws = append(raws, mustSign(t, f, testEvent(f.site, messages.HLC(hlc0+i))))
+		}
+		raws[n/2] = append([]byte(nil), raws[n/2]...)
+		raws[n/2][len(raws[n/2])-10] ^= 0x20 // a forgery among them
+		return raws
+	}
+	raws := sign(BatchSize, 1)
+	want := make([]BatchResult, len(raws))
+	for i, raw := range raws {
+		want[i].Verified, want[i].Err = Verify(kr, bytes.Clone(raw), testMesh)
+	}
+	got := VerifyBatch(kr, raws, testMesh)
+	single, err := Verify(kr, raws[0], testMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range raws {
+		for i := range raw {
+			raw[i] = 0xff
+		}
+	}
+	_ = append(got[0].Verified.Kid, 0xee, 0xee, 0xee, 0xee)
+	_ = append(got[1].Verified.RowKey, 0xee, 0xee, 0xee, 0xee)
+	for range 3 {
+		VerifyBatch(kr, sign(BatchSize, 1000), testMesh)
+	}
+	for i := range raws {
+		sameVerdict(t, "after scribbling", want[i].Verified, want[i].Err, got[i].Verified, got[i].Err)
+		if want[i].Err == nil && !bytes.Equal(want[i].Verified.RowKey, got[i].Verified.RowKey) {
+			t.Fatalf("event %d: row key %x, want %x", i, got[i].Verified.RowKey, want[i].Verified.RowKey)
+		}
+	}
+	sameVerdict(t, "Verify after scribbling", want[0].Verified, nil, single, nil)
+	if got[0].Verified.Event == got[2].Verified.Event || got[0].Verified.Event == single.Event {
+		t.Fatal("two results share an event")
+	}
+}

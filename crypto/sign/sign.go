@@ -167,7 +167,11 @@ func Verify(kr *Keyring, raw []byte, meshID []byte) (v *Verified, err error) {
 	if !c.single() {
 		return nil, fmt.Errorf("%w: kid %x", ErrBadSignature, env.kid)
 	}
-	return finish(env, key, raw)
+	ve := new(verifiedEvent)
+	if err := finish(ve, env, key, raw); err != nil {
+		return nil, err
+	}
+	return &ve.Verified, nil
 }
 
 // locate runs the checks before the signature: size, mesh id, strict
@@ -208,20 +212,38 @@ func prepareCheck(c *sigCheck, key entry, env envelope, meshID []byte) {
 	}
 }
 
+// verifiedEvent is a Verified and its event in one allocation (VerifyBatch
+// makes one for a whole batch).
+type verifiedEvent struct {
+	Verified
+	event messages.Event
+}
+
 // finish runs the checks after the signature: only now is the payload
-// decoded, then the signer's site and retirement cutoff are checked.
-func finish(env envelope, key entry, raw []byte) (*Verified, error) {
-	ev, rowKey, err := messages.DecodeEventRowKey(env.payload)
+// decoded, then the signer's site and retirement cutoff are checked. It
+// fills v (pointing v.Event at v.event) and leaves it alone on an error.
+//
+// The event and the kid share one private copy of the payload and kid
+// bytes (messages.DecodeEventOwned): the result never aliases raw, and
+// nothing writes the copy.
+func finish(v *verifiedEvent, env envelope, key entry, raw []byte) error {
+	own := make([]byte, len(env.payload)+len(env.kid))
+	n := copy(own, env.payload)
+	copy(own[n:], env.kid)
+	var ev messages.Event
+	rowKey, err := messages.DecodeEventOwned(&ev, own[:n:n])
 	if err != nil {
-		return nil, fmt.Errorf("sign: signed payload: %w", err)
+		return fmt.Errorf("sign: signed payload: %w", err)
 	}
 	if ev.Site != key.Site {
-		return nil, fmt.Errorf("%w: event site %s, kid %x belongs to site %s", ErrSiteMismatch, ev.Site, env.kid, key.Site)
+		return fmt.Errorf("%w: event site %s, kid %x belongs to site %s", ErrSiteMismatch, ev.Site, env.kid, key.Site)
 	}
 	if key.Cutoff != 0 && ev.HLC > key.Cutoff {
-		return nil, fmt.Errorf("%w: event HLC %s, cutoff %s (kid %x)", ErrRetired, ev.HLC, key.Cutoff, env.kid)
+		return fmt.Errorf("%w: event HLC %s, cutoff %s (kid %x)", ErrRetired, ev.HLC, key.Cutoff, env.kid)
 	}
-	return &Verified{Event: ev, Kid: bytes.Clone(env.kid), ID: eventid.Of(raw), RowKey: rowKey}, nil
+	v.event = ev
+	v.Verified = Verified{Event: &v.event, Kid: own[n:len(own):len(own)], ID: eventid.Of(raw), RowKey: rowKey}
+	return nil
 }
 
 // BatchSize is the batch the apply path verifies together. Larger batches
@@ -278,13 +300,26 @@ func VerifyBatch(kr *Keyring, raws [][]byte, meshID []byte) (out []BatchResult) 
 	if len(cands) > 0 {
 		verifyAll(cands, bad)
 	}
+	good := 0
+	for j := range idx {
+		if !bad[j] {
+			good++
+		}
+	}
+	// The verified events in one allocation: they are used, and dropped,
+	// together (one apply batch).
+	vs := make([]verifiedEvent, good)
 	for j, i := range idx {
 		it := items[i]
 		if bad[j] {
 			out[i].Err = fmt.Errorf("%w: kid %x", ErrBadSignature, it.env.kid)
 			continue
 		}
-		out[i].Verified, out[i].Err = finish(it.env, it.key, raws[i])
+		v := &vs[0]
+		vs = vs[1:]
+		if out[i].Err = finish(v, it.env, it.key, raws[i]); out[i].Err == nil {
+			out[i].Verified = &v.Verified
+		}
 	}
 	return out
 }
