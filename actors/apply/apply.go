@@ -96,7 +96,7 @@ func (c *Chokepoint) check(raw []byte) checked {
 	// Step 1: signature first, so nothing later reads unauthenticated input.
 	kr := c.cfg.Keyring.Load()
 	v, err := sign.Verify(kr, raw, c.cfg.MeshID)
-	ck := c.checkedWith(kr, raw, v, err)
+	ck := c.checkedWith(kr, raw, v, err, new(syncgroup.Apply))
 	if ck.req != nil {
 		c.prepare([]*syncgroup.Apply{ck.req})
 	}
@@ -117,16 +117,20 @@ func (c *Chokepoint) prepare(reqs []*syncgroup.Apply) {
 // verdict per event as sign.Verify), writing into outs and reqs.
 func (c *Chokepoint) checkBatch(raws [][]byte, outs []messages.Outcome, reqs []*syncgroup.Apply) {
 	kr := c.cfg.Keyring.Load()
+	// The requests in one allocation: they are answered, and dropped,
+	// together (one ApplyBatch).
+	slab := make([]syncgroup.Apply, len(raws))
 	for i, r := range sign.VerifyBatch(kr, raws, c.cfg.MeshID) {
-		ck := c.checkedWith(kr, raws[i], r.Verified, r.Err)
+		ck := c.checkedWith(kr, raws[i], r.Verified, r.Err, &slab[i])
 		outs[i], reqs[i] = ck.out, ck.req
 	}
 	c.prepare(reqs)
 }
 
 // checkedWith runs steps 2–3 on the verdict of step 1 (v, err), reached
-// under the keyring snapshot kr.
-func (c *Chokepoint) checkedWith(kr *sign.Keyring, raw []byte, v *sign.Verified, err error) checked {
+// under the keyring snapshot kr; req is where the request to insert goes
+// (unused for a final outcome).
+func (c *Chokepoint) checkedWith(kr *sign.Keyring, raw []byte, v *sign.Verified, err error, req *syncgroup.Apply) checked {
 	if err != nil {
 		id := eventid.Of(raw)
 		out := messages.Outcome{ID: id}
@@ -167,7 +171,7 @@ func (c *Chokepoint) checkedWith(kr *sign.Keyring, raw []byte, v *sign.Verified,
 	if rowKey == nil {
 		rowKey = e.RowKey()
 	}
-	req := &syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: rowKey}
+	*req = syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: rowKey}
 	// Issue 10 point 5: an event of a key retired by the time it arrives
 	// is valid (HLC ≤ cutoff) but surfaced by its group if it is new.
 	if cut := c.cutoffOf(kr, v.Kid); cut != 0 {
@@ -276,7 +280,7 @@ func (c *Chokepoint) ApplyBatch(ctx context.Context, raws [][]byte) ([]messages.
 			}
 			continue
 		}
-		outs[res.Index] = res.Outcome
+		outs[res.Index] = *res.Outcome
 	}
 	return outs, firstErr
 }
@@ -297,7 +301,10 @@ func (c *Chokepoint) wait(ctx context.Context, reply chan syncgroup.Result) (mes
 	if err != nil {
 		return messages.Outcome{}, err
 	}
-	return res.Outcome, res.Err
+	if res.Err != nil {
+		return messages.Outcome{}, res.Err
+	}
+	return *res.Outcome, nil
 }
 
 // waitResult waits for one answer; the error is cancellation or closing.

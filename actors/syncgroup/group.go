@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -64,13 +65,15 @@ type Apply struct {
 // once its transaction ended for good, whether or not its caller still
 // waits; the caller releases one it never sent (Apply.Release).
 func (r *Router) Prepare(reqs []*Apply) {
-	evs := make([]persistence.StoredEvent, 0, len(reqs))
-	ptrs := make([]*persistence.StoredEvent, 0, len(reqs))
+	sc := prepScratch.Get().(*prepareScratch)
+	evs, ptrs := sc.evs[:0], sc.ptrs[:0]
 	for _, req := range reqs {
 		if req != nil {
 			evs = append(evs, stored(req))
-			ptrs = append(ptrs, &evs[len(evs)-1])
 		}
+	}
+	for i := range evs { // after the appends: evs does not move any more
+		ptrs = append(ptrs, &evs[i])
 	}
 	r.deps.Store.PrepareEvents(ptrs)
 	i := 0
@@ -80,6 +83,32 @@ func (r *Router) Prepare(reqs []*Apply) {
 			i++
 		}
 	}
+	sc.put(evs, ptrs)
+}
+
+// prepareScratch is Prepare's copies of its requests as stored events,
+// pooled: PrepareEvents reads them and records each preparation in them
+// during the call (the preparation itself is the request's, not the
+// scratch's), and put clears them so the pool pins no event bytes.
+type prepareScratch struct {
+	evs  []persistence.StoredEvent
+	ptrs []*persistence.StoredEvent
+}
+
+var prepScratch = sync.Pool{New: func() any { return new(prepareScratch) }}
+
+// maxPooledPrepare caps the scratch kept (a verified batch is
+// sign.BatchSize events; a push applied at once may be longer).
+const maxPooledPrepare = 1024
+
+func (sc *prepareScratch) put(evs []persistence.StoredEvent, ptrs []*persistence.StoredEvent) {
+	clear(evs)
+	clear(ptrs)
+	if cap(evs) > maxPooledPrepare {
+		return
+	}
+	sc.evs, sc.ptrs = evs[:0], ptrs[:0]
+	prepScratch.Put(sc)
 }
 
 // Release returns the pooled memory of a's preparation (a nil a: none).
@@ -105,8 +134,12 @@ type ApplyMany []*Apply
 
 // Result answers Apply.
 type Result struct {
-	Index   int
-	Outcome messages.Outcome
+	Index int
+	// Outcome is the event's outcome (nil with Err). It points into the
+	// answered batch's outcomes, which nothing writes once answered: a
+	// pointer keeps the reply channels' buffers small (one Result per
+	// event of a caller's batch is buffered).
+	Outcome *messages.Outcome
 	Err     error // a storage failure: nothing of the batch was kept
 }
 
@@ -234,7 +267,7 @@ func (g *groupActor) finish(m *committed) {
 		g.deps.Notify(n)
 	}
 	for i, req := range batch {
-		req.Reply <- Result{Index: req.Index, Outcome: m.res.outcomes[i]}
+		req.Reply <- Result{Index: req.Index, Outcome: &m.res.outcomes[i]}
 	}
 }
 
