@@ -18,8 +18,8 @@ func (c *Chokepoint) ApplyWith(ctx context.Context, raws [][]byte, record func(t
 	outs := make([]messages.Outcome, len(raws))
 	reqs := make([]*syncgroup.Apply, len(raws))
 	c.checkAll(raws, outs, reqs)
-	var pass []*syncgroup.Apply
-	var at []int
+	pass := make([]*syncgroup.Apply, 0, len(raws))
+	at := make([]int, 0, len(raws))
 	for i, req := range reqs {
 		if req == nil {
 			c.finish(outs[i])

@@ -221,7 +221,7 @@ type verifiedEvent struct {
 
 // finish runs the checks after the signature: only now is the payload
 // decoded, then the signer's site and retirement cutoff are checked. It
-// fills v (pointing v.Event at v.event) and leaves it alone on an error.
+// fills v (pointing v.Event at v.event); on an error v is not to be used.
 //
 // The event and the kid share one private copy of the payload and kid
 // bytes (messages.DecodeEventOwned): the result never aliases raw, and
@@ -230,8 +230,8 @@ func finish(v *verifiedEvent, env envelope, key entry, raw []byte) error {
 	own := make([]byte, len(env.payload)+len(env.kid))
 	n := copy(own, env.payload)
 	copy(own[n:], env.kid)
-	var ev messages.Event
-	rowKey, err := messages.DecodeEventOwned(&ev, own[:n:n])
+	ev := &v.event // written only by a successful decode; v is unused on an error
+	rowKey, err := messages.DecodeEventOwned(ev, own[:n:n])
 	if err != nil {
 		return fmt.Errorf("sign: signed payload: %w", err)
 	}
@@ -241,8 +241,7 @@ func finish(v *verifiedEvent, env envelope, key entry, raw []byte) error {
 	if key.Cutoff != 0 && ev.HLC > key.Cutoff {
 		return fmt.Errorf("%w: event HLC %s, cutoff %s (kid %x)", ErrRetired, ev.HLC, key.Cutoff, env.kid)
 	}
-	v.event = ev
-	v.Verified = Verified{Event: &v.event, Kid: own[n:len(own):len(own)], ID: eventid.Of(raw), RowKey: rowKey}
+	v.Verified = Verified{Event: ev, Kid: own[n:len(own):len(own)], ID: eventid.Of(raw), RowKey: rowKey}
 	return nil
 }
 
