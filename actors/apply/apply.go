@@ -96,7 +96,7 @@ func (c *Chokepoint) check(raw []byte) checked {
 	// Step 1: signature first, so nothing later reads unauthenticated input.
 	kr := c.cfg.Keyring.Load()
 	v, err := sign.Verify(kr, raw, c.cfg.MeshID)
-	ck := c.checkedWith(kr, raw, v, err, new(syncgroup.Apply))
+	ck := c.checkedWith(kr, raw, v, err, nil)
 	if ck.req != nil {
 		c.prepare([]*syncgroup.Apply{ck.req})
 	}
@@ -117,11 +117,22 @@ func (c *Chokepoint) prepare(reqs []*syncgroup.Apply) {
 // verdict per event as sign.Verify), writing into outs and reqs.
 func (c *Chokepoint) checkBatch(raws [][]byte, outs []messages.Outcome, reqs []*syncgroup.Apply) {
 	kr := c.cfg.Keyring.Load()
-	// The requests in one allocation: they are answered, and dropped,
-	// together (one ApplyBatch).
-	slab := make([]syncgroup.Apply, len(raws))
-	for i, r := range sign.VerifyBatch(kr, raws, c.cfg.MeshID) {
-		ck := c.checkedWith(kr, raws[i], r.Verified, r.Err, &slab[i])
+	res := sign.VerifyBatch(kr, raws, c.cfg.MeshID)
+	// The requests of the verified events in one allocation: they are
+	// answered, and dropped, together (one ApplyBatch).
+	n := 0
+	for _, r := range res {
+		if r.Err == nil {
+			n++
+		}
+	}
+	slab := make([]syncgroup.Apply, n)
+	for i, r := range res {
+		var req *syncgroup.Apply
+		if r.Err == nil {
+			req, slab = &slab[0], slab[1:]
+		}
+		ck := c.checkedWith(kr, raws[i], r.Verified, r.Err, req)
 		outs[i], reqs[i] = ck.out, ck.req
 	}
 	c.prepare(reqs)
@@ -129,7 +140,7 @@ func (c *Chokepoint) checkBatch(raws [][]byte, outs []messages.Outcome, reqs []*
 
 // checkedWith runs steps 2–3 on the verdict of step 1 (v, err), reached
 // under the keyring snapshot kr; req is where the request to insert goes
-// (unused for a final outcome).
+// (nil: a new one; unused for a final outcome).
 func (c *Chokepoint) checkedWith(kr *sign.Keyring, raw []byte, v *sign.Verified, err error, req *syncgroup.Apply) checked {
 	if err != nil {
 		id := eventid.Of(raw)
@@ -170,6 +181,9 @@ func (c *Chokepoint) checkedWith(kr *sign.Keyring, raw []byte, v *sign.Verified,
 	rowKey := v.RowKey // read off the wire as it is, for a canonical event
 	if rowKey == nil {
 		rowKey = e.RowKey()
+	}
+	if req == nil {
+		req = new(syncgroup.Apply)
 	}
 	*req = syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: rowKey}
 	// Issue 10 point 5: an event of a key retired by the time it arrives
