@@ -112,7 +112,8 @@ func applyPathBatch(b testing.TB, s persistence.SyncStore, base uint64, start, n
 // the same 5 000 rows: -bench-store copies a benchreport store (1 M events:
 // the case), else a history of 100 000 events is built first.
 // It reports CPU per event (of the transactions: the events are built
-// before), allocations per event (all), bytes written to
+// before), allocations and bytes allocated per event (all), the garbage
+// collections, bytes written to
 // storage per event and pages written per commit.
 // Run: go test -run '^$' -bench ApplyPathSameRows -benchtime 10x ./persistence/bolt
 func BenchmarkApplyPathSameRows(b *testing.B) {
@@ -154,6 +155,8 @@ func BenchmarkApplyPathSameRows(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
 	b.ReportMetric(float64(cpu.Nanoseconds())/events, "cpu-ns/event")
 	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/events, "allocs/event")
+	b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/events, "allocB/event")
+	b.ReportMetric(float64(m1.NumGC-m0.NumGC), "gcs")
 	b.ReportMetric(float64(procWriteBytes(b)-w0)/events, "B/event")
 	b.ReportMetric(float64(tx1.GetWrite()-tx0.GetWrite())/float64(b.N), "pages/commit")
 }

@@ -67,12 +67,20 @@ func (s *syncStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) e
 	if err := s.check(ctx, "update"); err != nil {
 		return err
 	}
+	// The scratch serves this transaction alone: taken before bbolt's
+	// transaction begins, given back after bbolt.Update returned, when
+	// bbolt holds nothing of it (scratch.go).
+	sc := takeScratch()
 	err := s.d.bolt.Update(func(btx *bbolt.Tx) error {
 		tx, err := newSyncTx(s.d, btx)
 		if err != nil {
 			return err
 		}
-		defer func() { tx.done = true }()
+		tx.scratch = sc
+		defer func() {
+			tx.done = true
+			sc.keepPending(tx.pendRow, tx.pendTable)
+		}()
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -81,6 +89,7 @@ func (s *syncStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) e
 		}
 		return s.d.failpoint(FailpointSyncUpdateBeforeCommit)
 	})
+	sc.release()
 	if err != nil {
 		return mapErr("sync update", err)
 	}
@@ -141,9 +150,12 @@ type syncTx struct {
 	// small values bbolt must keep until commit.
 	idsCur, rowsCur *bbolt.Cursor
 	keyBuf, idBuf   []byte
-	arena           []byte
 	values          []byte    // valueBuf's current chunk
 	names           nameCache // the column names RowWithKey read
+	// scratch, when set (Update), lends the chunks valueBuf carves and
+	// the transaction's working slices and maps, reused by the next
+	// transaction (scratch.go); nil allocates them.
+	scratch *txScratch
 
 	// The row and table index entries AppendEvent added, not yet Put:
 	// flushIndexes puts them in key order before the commit and before
@@ -156,7 +168,6 @@ type syncTx struct {
 	// commit's CPU at a million events. In key order each entry is
 	// appended after the one before.
 	pendRow, pendTable [][]byte
-	pendArena          []byte
 
 	// rowsOut holds the rows PutRow encoded in this transaction, by bucket
 	// key, until flushRows puts them in key order (before the commit and
@@ -178,7 +189,10 @@ func (t *syncTx) flushRows() error {
 		return nil
 	}
 	t.d.rowsHint.Store(int64(len(t.rowsOut)))
-	keys := make([]string, 0, len(t.rowsOut))
+	var keys []string
+	if t.scratch != nil {
+		keys = t.scratch.keys[:0]
+	}
 	for k := range t.rowsOut {
 		keys = append(keys, k)
 	}
@@ -191,18 +205,17 @@ func (t *syncTx) flushRows() error {
 		}
 	}
 	clear(t.rowsOut)
+	clear(keys) // the strings are garbage now
+	if t.scratch != nil {
+		t.scratch.keys = keys[:0]
+	}
 	return nil
 }
 
-// pendKey copies key into the pending-index arena (its backing array is
-// kept until the next flushIndexes; bbolt copies keys on Put).
+// pendKey copies key into the transaction's value memory (kept until
+// the transaction ends; bbolt copies keys on Put).
 func (t *syncTx) pendKey(key []byte) []byte {
-	if cap(t.pendArena)-len(t.pendArena) < len(key) {
-		t.pendArena = make([]byte, 0, max(64<<10, len(key)))
-	}
-	n := len(t.pendArena)
-	t.pendArena = append(t.pendArena, key...)
-	return t.pendArena[n : n+len(key) : n+len(key)]
+	return append(t.valueBuf(len(key)), key...)
 }
 
 // flushIndexes puts the pending row and table index entries, each index
@@ -224,7 +237,6 @@ func (t *syncTx) flushIndexes() error {
 		}
 		*p.keys = keys[:0]
 	}
-	t.pendArena = nil
 	return nil
 }
 
@@ -248,14 +260,16 @@ const valueChunk = 64 << 10
 // valueBuf returns an empty slice with capacity n for a record value that
 // bbolt keeps until the commit: values of the apply path (an event, a row
 // and a change record per event) are carved from shared chunks instead of
-// one allocation each. The capacity is exact, so an encoder that writes
-// past n reallocates instead of overwriting the next value.
+// one allocation each, and the chunks are the scratch's, reused by the
+// next transaction. The capacity is exact, so an encoder that writes past
+// n reallocates instead of overwriting the next value. Nothing carved
+// from a chunk may outlive the transaction: every read returns copies.
 func (t *syncTx) valueBuf(n int) []byte {
 	if n > valueChunk/4 {
 		return make([]byte, 0, n)
 	}
 	if cap(t.values)-len(t.values) < n {
-		t.values = make([]byte, 0, valueChunk)
+		t.values = t.scratch.chunk()
 	}
 	at := len(t.values)
 	t.values = t.values[:at+n]
@@ -263,18 +277,9 @@ func (t *syncTx) valueBuf(n int) []byte {
 }
 
 // own returns a copy of b in memory that lives until the transaction ends
-// (bbolt keeps Put values by reference until commit). Small values share
-// chunks of one arena.
+// (bbolt keeps Put values by reference until commit).
 func (t *syncTx) own(b []byte) []byte {
-	if len(b) > 64 {
-		return clone(b)
-	}
-	if cap(t.arena)-len(t.arena) < len(b) {
-		t.arena = make([]byte, 0, 4096)
-	}
-	n := len(t.arena)
-	t.arena = append(t.arena, b...)
-	return t.arena[n : n+len(b) : n+len(b)]
+	return append(t.valueBuf(len(b)), b...)
 }
 
 func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
@@ -834,9 +839,7 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	// The row and table index entries are put in key order at the end
 	// (flushIndexes).
 	if t.pendRow == nil {
-		// Sized as the last transaction's (flushIndexes).
-		n := t.d.pendHint.Load()
-		t.pendRow, t.pendTable = make([][]byte, 0, n), make([][]byte, 0, n)
+		t.pendRow, t.pendTable = t.scratch.pending(t.d.pendHint.Load())
 	}
 	t.keyBuf = rowIdxKey(t.keyBuf[:0], tk, ev.RowKey, seq)
 	t.pendRow = append(t.pendRow, t.pendKey(t.keyBuf))
@@ -918,9 +921,7 @@ func (t *syncTx) PutRow(row persistence.Row) error {
 		return fmt.Errorf("bolt: put row: %w", bolterrors.ErrKeyTooLarge) // as Put would, at once
 	}
 	if t.rowsOut == nil {
-		// Sized as the last transaction's: a batch writes thousands of
-		// rows, and growing the map rehashed them at every doubling.
-		t.rowsOut = make(map[string][]byte, t.d.rowsHint.Load())
+		t.rowsOut = t.scratch.rows(t.d.rowsHint.Load())
 	}
 	t.rowsOut[string(t.keyBuf)] = v // flushRows puts it
 	return nil

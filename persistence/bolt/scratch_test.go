@@ -1,0 +1,138 @@
+package bolt
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence"
+)
+
+// TestScratchReuseKeepsCommittedRecords: the chunks a write transaction's
+// records are carved from are lent to the next one (scratch.go; this
+// package's tests poison them on release). Records of committed
+// transactions read back intact after later ones wrote over those chunks;
+// a transaction aborted at the commit — after its records were put into
+// bbolt's nodes, the index entries and rows flushed — leaves nothing,
+// sealed or not.
+func TestScratchReuseKeepsCommittedRecords(t *testing.T) {
+	for _, sealer := range []persistence.Sealer{nil, newTestSealer(1)} {
+		t.Run(fmt.Sprintf("sealed=%v", sealer != nil), func(t *testing.T) {
+			var abort atomic.Bool
+			opts := Options{NoSync: true, Sealer: sealer, Failpoint: func(name string) error {
+				if name == FailpointSyncUpdateBeforeCommit && abort.Load() {
+					return persistence.ErrInjected
+				}
+				return nil
+			}}
+			db := mustOpen(t, filepath.Join(t.TempDir(), "node.db"), opts)
+			defer db.Close()
+			s := db.Sync()
+			tk := persistence.TableKey{Schema: "s", Table: "t"}
+			const perTx = 500 // several chunks of values per transaction
+			raw := func(n int) []byte { return bytes.Repeat([]byte{byte(n), byte(n >> 8)}, 20+n%300) }
+			rowOf := func(n int) persistence.Row {
+				c := messages.Clock{HLC: messages.HLC(n + 1), Site: messages.SiteID{1}, ID: messages.EventID{byte(n), byte(n >> 8), 1}}
+				return persistence.Row{Schema: tk.Schema, Table: tk.Table, Key: messages.Columns{"id": messages.MustValue(n % 100)},
+					Exists: true, Existence: c, Cells: map[string]persistence.Cell{"v": {Value: raw(n), Clock: c}}}
+			}
+			write := func(round int) error {
+				return s.Update(ctx, func(tx persistence.SyncTx) error {
+					for i := 0; i < perTx; i++ {
+						n := round*perTx + i
+						var id persistence.EventID
+						id[0], id[1], id[2] = byte(n), byte(n>>8), 0xee
+						ev := persistence.StoredEvent{ID: id, Raw: raw(n), Site: messages.SiteID{1}, HLC: messages.HLC(n + 1),
+							Schema: tk.Schema, Table: tk.Table, RowKey: rowOf(n).Key.Encode()}
+						if _, err := tx.AppendEvent(ev); err != nil {
+							return err
+						}
+						if err := tx.PutRow(rowOf(n)); err != nil {
+							return err
+						}
+						r := rowOf(n)
+						if _, err := tx.AppendChange(persistence.RowChange{Schema: tk.Schema, Table: tk.Table, Key: r.Key, Exists: true,
+							Existence: r.Existence, Cells: r.Cells, Cause: persistence.CauseEvent, Event: r.Existence}); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			committed := 0
+			for round := 0; round < 6; round++ {
+				abort.Store(round == 3)
+				err := write(round)
+				if round == 3 {
+					if !errors.Is(err, persistence.ErrInjected) {
+						t.Fatalf("aborted round: %v", err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				committed++
+			}
+			abort.Store(false)
+			err := s.View(ctx, func(r persistence.SyncReader) error {
+				var n, changes int
+				err := r.EventsAfter(0, 0, func(ev persistence.StoredEvent) (bool, error) {
+					// Rounds 0-2 and 4-5: the event numbers skip round 3.
+					num := n
+					if n >= 3*perTx {
+						num += perTx
+					}
+					if ev.Seq != uint64(n+1) || ev.HLC != messages.HLC(num+1) || !bytes.Equal(ev.Raw, raw(num)) {
+						return false, fmt.Errorf("event %d read back as seq %d hlc %d raw %d bytes", num, ev.Seq, ev.HLC, len(ev.Raw))
+					}
+					n++
+					return true, nil
+				})
+				if err != nil {
+					return err
+				}
+				if n != committed*perTx {
+					return fmt.Errorf("%d events, want %d", n, committed*perTx)
+				}
+				last := 6*perTx - 1
+				for id := 0; id < 100; id++ {
+					num := last - (last-id)%100 // the last write of row id
+					got, ok, err := r.Row(tk, rowOf(id).Key.Encode())
+					if err != nil || !ok {
+						return fmt.Errorf("row %d: %v %v", id, ok, err)
+					}
+					want := rowOf(num)
+					if got.Existence != want.Existence || !bytes.Equal(got.Cells["v"].Value, want.Cells["v"].Value) {
+						return fmt.Errorf("row %d holds %+v, want event %d's", id, got.Existence, num)
+					}
+				}
+				err = r.ChangesAfter(tk, 0, 0, func(c persistence.RowChange) (bool, error) {
+					changes++
+					num := int(c.Seq) - 1
+					if num >= 3*perTx {
+						num += perTx
+					}
+					if want := rowOf(num); c.Event != want.Existence || !bytes.Equal(c.Cells["v"].Value, want.Cells["v"].Value) {
+						return false, fmt.Errorf("change %d holds %+v, want event %d's", c.Seq, c.Event, num)
+					}
+					return true, nil
+				})
+				if err != nil {
+					return err
+				}
+				if changes != committed*perTx {
+					return fmt.Errorf("%d changes, want %d", changes, committed*perTx)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
