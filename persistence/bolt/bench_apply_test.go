@@ -37,7 +37,7 @@ type applyInput struct {
 // applyPathBatch makes, for n events of the sync benchmark's shape (4
 // sites, rows i % 5000 of bench.t, columns a and b), the storage calls the
 // apply path makes per new event, in one Update: Event (absent),
-// EventIDsAt, AppendEvent, RowWithKey, PutRow, AppendChange (what
+// EventIDsAt, AppendEvent, RowForUpdate, PutRow, AppendChange (what
 // actors/syncgroup's applyOne and materializeInto ask of the store). It
 // returns the CPU time the Update took (the events are built before).
 func applyPathBatch(b testing.TB, s persistence.SyncStore, base uint64, start, n int, raw []byte) time.Duration {
@@ -63,7 +63,7 @@ func applyPathBatch(b testing.TB, s persistence.SyncStore, base uint64, start, n
 	c0 := cpuTime(b)
 	err := s.Update(ctx, func(tx persistence.SyncTx) error {
 		kr := tx.(interface {
-			RowWithKey(t persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error)
+			RowForUpdate(t persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error)
 		})
 		for j := range in {
 			e := &in[j]
@@ -76,7 +76,7 @@ func applyPathBatch(b testing.TB, s persistence.SyncStore, base uint64, start, n
 			if _, err := tx.AppendEvent(persistence.StoredEvent{ID: e.id, Raw: raw, Site: e.site, HLC: e.h, Schema: tk.Schema, Table: tk.Table, RowKey: e.rowKey}); err != nil {
 				return err
 			}
-			row, found, err := kr.RowWithKey(tk, e.rowKey, e.key)
+			row, found, err := kr.RowForUpdate(tk, e.rowKey, e.key)
 			if err != nil {
 				return err
 			}

@@ -136,3 +136,153 @@ func TestScratchReuseKeepsCommittedRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestRowForUpdateLendsTheTransactionsMemory: RowForUpdate reads what
+// RowWithKey reads — rows put in the transaction and rows on disk, with
+// and without cells — into the transaction's memory: a value changed in
+// place changes neither the stored row nor a row yet to be put, and the
+// apply path's read, change, PutRow, AppendChange per row, with one map
+// lent for all, stores every row and change as written.
+func TestRowForUpdateLendsTheTransactionsMemory(t *testing.T) {
+	db := mustOpen(t, filepath.Join(t.TempDir(), "node.db"), Options{NoSync: true})
+	defer db.Close()
+	s := db.Sync()
+	tk := persistence.TableKey{Schema: "s", Table: "t"}
+	clk := func(n int) messages.Clock {
+		return messages.Clock{HLC: messages.HLC(n), Site: messages.SiteID{2}, ID: messages.EventID{byte(n)}}
+	}
+	rowOf := func(id, n int) persistence.Row {
+		r := persistence.Row{Schema: tk.Schema, Table: tk.Table, Key: messages.Columns{"id": messages.MustValue(id)}, Exists: true, Existence: clk(n)}
+		if id%3 != 0 { // every third row has no cells
+			r.Cells = map[string]persistence.Cell{
+				"a": {Value: messages.MustValue(fmt.Sprintf("row %d at %d", id, n)), Clock: clk(n)},
+				"b": {Value: messages.MustValue(n), Clock: clk(n)},
+			}
+		}
+		return r
+	}
+	type updater interface {
+		RowForUpdate(persistence.TableKey, []byte, messages.Columns) (persistence.Row, bool, error)
+		RowWithKey(persistence.TableKey, []byte, messages.Columns) (persistence.Row, bool, error)
+	}
+	const rows = 30
+	if err := s.Update(ctx, func(tx persistence.SyncTx) error {
+		for id := 0; id < rows; id++ {
+			if err := tx.PutRow(rowOf(id, 1)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var changes []persistence.RowChange
+	if err := s.Update(ctx, func(ptx persistence.SyncTx) error {
+		tx := ptx.(updater)
+		for round := 2; round < 5; round++ {
+			for id := 0; id < rows; id++ {
+				if id%2 == 0 && round == 2 {
+					continue // these stay on disk until round 3
+				}
+				key := messages.Columns{"id": messages.MustValue(id)}
+				rk := key.Encode()
+				want, _, err := tx.RowWithKey(tk, rk, key)
+				if err != nil {
+					return err
+				}
+				got, ok, err := tx.RowForUpdate(tk, rk, key)
+				if err != nil || !ok {
+					return fmt.Errorf("row %d round %d: %v %v", id, round, ok, err)
+				}
+				if err := sameRow(got, want); err != nil {
+					return fmt.Errorf("row %d round %d: RowForUpdate and RowWithKey differ: %v", id, round, err)
+				}
+				// Changing a value in place touches only the lent copy.
+				for _, c := range got.Cells {
+					for i := range c.Value {
+						c.Value[i] ^= 0xff
+					}
+				}
+				again, _, err := tx.RowForUpdate(tk, rk, key)
+				if err != nil {
+					return err
+				}
+				if err := sameRow(again, want); err != nil {
+					return fmt.Errorf("row %d round %d after an in-place change: %v", id, round, err)
+				}
+				// The apply path: change the lent row, put it, log it.
+				next := rowOf(id, round)
+				if again.Cells == nil {
+					again.Cells = map[string]persistence.Cell{}
+				}
+				for n, c := range next.Cells {
+					again.Cells[n] = c
+				}
+				again.Existence = next.Existence
+				if err := ptx.PutRow(again); err != nil {
+					return err
+				}
+				ch := persistence.RowChange{Schema: tk.Schema, Table: tk.Table, Key: key, Exists: true, Existence: again.Existence,
+					Cells: again.Cells, Cause: persistence.CauseEvent, Event: again.Existence}
+				if _, err := ptx.AppendChange(ch); err != nil {
+					return err
+				}
+				ch.Cells = rowOf(id, round).Cells // what it held when logged
+				changes = append(changes, ch)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.View(ctx, func(r persistence.SyncReader) error {
+		for id := 0; id < rows; id++ {
+			got, ok, err := r.Row(tk, messages.Columns{"id": messages.MustValue(id)}.Encode())
+			if err != nil || !ok {
+				return fmt.Errorf("row %d: %v %v", id, ok, err)
+			}
+			want := rowOf(id, 4)
+			if id%3 == 0 {
+				want.Cells = nil
+			}
+			if err := sameRow(got, want); err != nil {
+				return fmt.Errorf("row %d: %v", id, err)
+			}
+		}
+		i := 0
+		err := r.ChangesAfter(tk, 0, 0, func(c persistence.RowChange) (bool, error) {
+			w := changes[i]
+			if c.Event != w.Event || len(c.Cells) != len(w.Cells) {
+				return false, fmt.Errorf("change %d: %+v, want %+v", i, c, w)
+			}
+			for n, cell := range w.Cells {
+				if !cell.Value.Equal(c.Cells[n].Value) {
+					return false, fmt.Errorf("change %d cell %s: %v, want %v", i, n, c.Cells[n].Value, cell.Value)
+				}
+			}
+			i++
+			return true, nil
+		})
+		if err == nil && i != len(changes) {
+			err = fmt.Errorf("%d changes, want %d", i, len(changes))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sameRow compares two rows field by field (cells by value and clock).
+func sameRow(a, b persistence.Row) error {
+	if a.Schema != b.Schema || a.Table != b.Table || a.Exists != b.Exists || a.Existence != b.Existence || a.Tomb != b.Tomb ||
+		!bytes.Equal(a.Key.Encode(), b.Key.Encode()) || len(a.Cells) != len(b.Cells) {
+		return fmt.Errorf("%+v vs %+v", a, b)
+	}
+	for n, c := range a.Cells {
+		if d, ok := b.Cells[n]; !ok || !c.Value.Equal(d.Value) || c.Clock != d.Clock {
+			return fmt.Errorf("cell %q: %+v vs %+v", n, c, d)
+		}
+	}
+	return nil
+}

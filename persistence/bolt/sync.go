@@ -150,8 +150,9 @@ type syncTx struct {
 	// small values bbolt must keep until commit.
 	idsCur, rowsCur *bbolt.Cursor
 	keyBuf, idBuf   []byte
-	values          []byte    // valueBuf's current chunk
-	names           nameCache // the column names RowWithKey read
+	values          []byte                      // valueBuf's current chunk
+	names           nameCache                   // the column names RowWithKey read
+	cells           map[string]persistence.Cell // RowForUpdate's
 	// scratch, when set (Update), lends the chunks valueBuf carves and
 	// the transaction's working slices and maps, reused by the next
 	// transaction (scratch.go); nil allocates them.
@@ -633,6 +634,37 @@ func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.
 		return persistence.Row{}, false, nil
 	}
 	row, err := readRowKeyed(k, rowKey, key, v, &t.names)
+	return row, err == nil, err
+}
+
+// RowForUpdate is RowWithKey for the apply path, which writes the row
+// back (PutRow, AppendChange) before it reads the next: the returned row
+// is the transaction's scratch instead of the caller's own copy. Its Cells
+// map is the one the previous RowForUpdate returned, emptied and filled
+// again, and its cell values share one copy of the record in the
+// transaction's value memory; both are valid until the next RowForUpdate
+// on this transaction or the transaction's end, whichever comes first
+// (TestRowForUpdateLendsTheTransactionsMemory). Reading a row per applied
+// event, a new map and copy per read were the largest allocation of the
+// store's share of the apply path.
+func (t *syncTx) RowForUpdate(k persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error) {
+	if err := t.check(); err != nil {
+		return persistence.Row{}, false, err
+	}
+	t.keyBuf = append(tablePrefix(t.keyBuf[:0], k), rowKey...)
+	v, ok := t.rowsOut[string(t.keyBuf)]
+	if !ok {
+		v = get(&t.rowsCur, t.rows, t.keyBuf)
+	}
+	if v == nil {
+		return persistence.Row{}, false, nil
+	}
+	if t.cells == nil {
+		t.cells = make(map[string]persistence.Cell, 8)
+	}
+	// A copy, so that a caller changing a value in place changes neither
+	// bbolt's memory nor a row this transaction has yet to put.
+	row, err := readRowInto(k, rowKey, key, t.own(v), &t.names, t.cells)
 	return row, err == nil, err
 }
 
