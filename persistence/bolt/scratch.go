@@ -15,9 +15,14 @@ import (
 // of it any more; a transaction's reads return copies, never chunk
 // memory (TestScratchReuseKeepsCommittedRecords).
 //
-// Scratches live in a process-wide pool, so an idle store holds none (the
-// garbage collector empties the pool), and a transaction's chunks come
-// back whatever store used them last. A nil *txScratch allocates.
+// A store that writes batches (a transaction filling at least
+// keepScratchChunks chunks: the apply path's group commits) keeps its
+// scratch for its next transaction, at most maxScratchChunks of it: a
+// pool alone loses it whenever two garbage collections fall between two
+// transactions, which the allocation rate of the apply path makes the
+// rule. Other scratches go to a process-wide pool, so the many small
+// stores of a hosting node hold none while idle (the collector empties
+// the pool). A nil *txScratch allocates.
 type txScratch struct {
 	chunks             []*[valueChunk]byte
 	used               int // chunks[:used] are lent to the transaction
@@ -29,8 +34,9 @@ type txScratch struct {
 // Bounds of what a released scratch keeps: a transaction larger than
 // that (a catch-up batch) allocates the rest, and its excess is dropped.
 const (
-	maxScratchChunks = 128     // 8 MiB of values
-	maxScratchRows   = 1 << 14 // rows and index entries per transaction
+	keepScratchChunks = 4
+	maxScratchChunks  = 128     // 8 MiB of values
+	maxScratchRows    = 1 << 14 // rows and index entries per transaction
 )
 
 var scratchPool = sync.Pool{New: func() any { return new(txScratch) }}
@@ -40,15 +46,29 @@ var scratchPool = sync.Pool{New: func() any { return new(txScratch) }}
 // into one would read back wrong instead of by luck unchanged.
 var scratchPoison atomic.Bool
 
-// takeScratch returns a scratch no transaction uses.
-func takeScratch() *txScratch { return scratchPool.Get().(*txScratch) }
+// takeScratch returns a scratch no transaction uses: the one d kept, or
+// one from the pool.
+func (d *DB) takeScratch() *txScratch {
+	if s := d.scratch.Swap(nil); s != nil {
+		return s
+	}
+	return scratchPool.Get().(*txScratch)
+}
 
-// release returns s to the pool. The transaction it served must have
-// ended (bbolt.Update returned): its chunks are written over next.
-func (s *txScratch) release() {
-	if s == nil {
+// releaseScratch gives s back: to d when its transaction wrote a batch
+// (and d keeps none), else to the pool. The transaction it served must
+// have ended (bbolt.Update returned): its chunks are written over next.
+func (d *DB) releaseScratch(s *txScratch) {
+	batch := s.used >= keepScratchChunks
+	s.reset()
+	if batch && !d.closed.Load() && d.scratch.CompareAndSwap(nil, s) {
 		return
 	}
+	scratchPool.Put(s)
+}
+
+// reset readies s for another transaction.
+func (s *txScratch) reset() {
 	if scratchPoison.Load() {
 		for _, c := range s.chunks[:s.used] {
 			for i := range c {
@@ -73,7 +93,6 @@ func (s *txScratch) release() {
 		clear((*p)[:cap(*p)])
 		*p = (*p)[:0]
 	}
-	scratchPool.Put(s)
 }
 
 // chunk lends an empty chunk of valueChunk bytes (its old contents are

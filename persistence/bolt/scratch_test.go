@@ -286,3 +286,34 @@ func sameRow(a, b persistence.Row) error {
 	}
 	return nil
 }
+
+// TestOnlyBatchWritersKeepTheirScratch: a store whose transaction wrote a
+// batch keeps that transaction's scratch for its next one (the pool loses
+// it to garbage collections between two group commits); a store writing
+// small transactions keeps none (the many stores of a hosting node hold
+// nothing while idle), and Close drops what a store kept.
+func TestOnlyBatchWritersKeepTheirScratch(t *testing.T) {
+	db := mustOpen(t, filepath.Join(t.TempDir(), "node.db"), Options{NoSync: true})
+	defer db.Close()
+	raw := make([]byte, 193)
+	base := uint64(1_700_000_000_000)
+	applyPathBatch(t, db.Sync(), base, 0, 2, raw)
+	if db.scratch.Load() != nil {
+		t.Fatal("a store writing two events kept its transaction's scratch")
+	}
+	applyPathBatch(t, db.Sync(), base, 2, 2000, raw)
+	kept := db.scratch.Load()
+	if kept == nil || len(kept.chunks) < keepScratchChunks || kept.used != 0 {
+		t.Fatalf("a store writing a batch of 2 000 events kept %+v", kept)
+	}
+	applyPathBatch(t, db.Sync(), base, 2002, 2000, raw)
+	if db.scratch.Load() != kept {
+		t.Fatal("the next batch did not reuse the kept scratch")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db.scratch.Load() != nil {
+		t.Fatal("Close left the kept scratch")
+	}
+}

@@ -70,7 +70,7 @@ func (s *syncStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) e
 	// The scratch serves this transaction alone: taken before bbolt's
 	// transaction begins, given back after bbolt.Update returned, when
 	// bbolt holds nothing of it (scratch.go).
-	sc := takeScratch()
+	sc := s.d.takeScratch()
 	err := s.d.bolt.Update(func(btx *bbolt.Tx) error {
 		tx, err := newSyncTx(s.d, btx)
 		if err != nil {
@@ -89,7 +89,7 @@ func (s *syncStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) e
 		}
 		return s.d.failpoint(FailpointSyncUpdateBeforeCommit)
 	})
-	sc.release()
+	s.d.releaseScratch(sc)
 	if err != nil {
 		return mapErr("sync update", err)
 	}
