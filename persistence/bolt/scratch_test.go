@@ -317,3 +317,120 @@ func TestOnlyBatchWritersKeepTheirScratch(t *testing.T) {
 		t.Fatal("Close left the kept scratch")
 	}
 }
+
+// TestUnchangedLentRowIsNotRewritten: PutRow of the row RowForUpdate lent,
+// unchanged (an event that won no cell), writes nothing — a commit of only
+// such rows writes no row page — while every other write still lands: a
+// changed row, a row put back to its lent state after a change in between,
+// another row's key with the lent bytes, and a row lent from this
+// transaction's own writes.
+func TestUnchangedLentRowIsNotRewritten(t *testing.T) {
+	db := mustOpen(t, filepath.Join(t.TempDir(), "node.db"), Options{NoSync: true})
+	defer db.Close()
+	s := db.Sync()
+	tk := persistence.TableKey{Schema: "s", Table: "t"}
+	keyOf := func(id int) messages.Columns { return messages.Columns{"id": messages.MustValue(id)} }
+	rowOf := func(id int, v string) persistence.Row {
+		c := messages.Clock{HLC: 5, Site: messages.SiteID{3}, ID: messages.EventID{byte(id)}}
+		return persistence.Row{Schema: tk.Schema, Table: tk.Table, Key: keyOf(id), Exists: true, Existence: c,
+			Cells: map[string]persistence.Cell{"v": {Value: messages.MustValue(v), Clock: c}}}
+	}
+	type updater interface {
+		RowForUpdate(persistence.TableKey, []byte, messages.Columns) (persistence.Row, bool, error)
+	}
+	lend := func(tx persistence.SyncTx, id int) persistence.Row {
+		r, ok, err := tx.(updater).RowForUpdate(tk, keyOf(id).Encode(), keyOf(id))
+		if err != nil || !ok {
+			t.Fatalf("RowForUpdate %d: %v %v", id, ok, err)
+		}
+		return r
+	}
+	const rows = 400 // many pages of rows
+	update := func(fn func(tx persistence.SyncTx) error) (pages int64) {
+		t.Helper()
+		st := db.bolt.Stats().TxStats
+		before := st.GetWrite()
+		if err := s.Update(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+		st = db.bolt.Stats().TxStats
+		return st.GetWrite() - before
+	}
+	full := update(func(tx persistence.SyncTx) error {
+		for id := 0; id < rows; id++ {
+			if err := tx.PutRow(rowOf(id, fmt.Sprintf("first %d %s", id, bytes.Repeat([]byte{'-'}, 40)))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	unchanged := update(func(tx persistence.SyncTx) error {
+		for id := 0; id < rows; id++ {
+			if err := tx.PutRow(lend(tx, id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// The rows take many pages; a commit writes its meta and freelist.
+	if unchanged > 3 || full < 10 {
+		t.Fatalf("a commit of %d unchanged lent rows wrote %d pages (writing them wrote %d)", rows, unchanged, full)
+	}
+	want := map[int]string{}
+	update(func(tx persistence.SyncTx) error {
+		// 1: changed.
+		r := lend(tx, 1)
+		r.Cells["v"] = rowOf(1, "changed").Cells["v"]
+		want[1] = "changed"
+		if err := tx.PutRow(r); err != nil {
+			return err
+		}
+		// 2: lent, changed and put, then put back as lent: stored as lent.
+		orig := lend(tx, 2)
+		before := orig.Cells["v"]
+		if err := tx.PutRow(rowOf(2, "in between")); err != nil {
+			return err
+		}
+		orig.Cells["v"] = before
+		if err := tx.PutRow(orig); err != nil {
+			return err
+		}
+		want[2] = fmt.Sprintf("first %d %s", 2, bytes.Repeat([]byte{'-'}, 40))
+		// 3's bytes under 4's key: 4 holds 3's cells (the key is not in
+		// the record).
+		r = lend(tx, 3)
+		r.Key = keyOf(4)
+		if err := tx.PutRow(r); err != nil {
+			return err
+		}
+		want[4] = fmt.Sprintf("first %d %s", 3, bytes.Repeat([]byte{'-'}, 40))
+		// 5: put in this transaction, lent from it, put unchanged.
+		if err := tx.PutRow(rowOf(5, "this transaction's")); err != nil {
+			return err
+		}
+		if err := tx.PutRow(lend(tx, 5)); err != nil {
+			return err
+		}
+		want[5] = "this transaction's"
+		return nil
+	})
+	err := s.View(ctx, func(r persistence.SyncReader) error {
+		for id := 0; id < rows; id++ {
+			v, ok := want[id]
+			if !ok {
+				v = fmt.Sprintf("first %d %s", id, bytes.Repeat([]byte{'-'}, 40))
+			}
+			got, found, err := r.Row(tk, keyOf(id).Encode())
+			if err != nil || !found {
+				return fmt.Errorf("row %d: %v %v", id, found, err)
+			}
+			if !got.Cells["v"].Value.Equal(messages.MustValue(v)) {
+				return fmt.Errorf("row %d holds %v, want %q", id, got.Cells["v"].Value, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -153,6 +153,12 @@ type syncTx struct {
 	values          []byte                      // valueBuf's current chunk
 	names           nameCache                   // the column names RowWithKey read
 	cells           map[string]persistence.Cell // RowForUpdate's
+	// The row RowForUpdate last lent, as stored (bbolt's memory or a
+	// value in rowsOut: neither changes before the transaction ends or a
+	// PutRow), so that PutRow can leave a row it would rewrite with the
+	// same bytes alone. lent is cleared by every PutRow.
+	lent             bool
+	lentKey, lentVal []byte
 	// scratch, when set (Update), lends the chunks valueBuf carves and
 	// the transaction's working slices and maps, reused by the next
 	// transaction (scratch.go); nil allocates them.
@@ -662,6 +668,7 @@ func (t *syncTx) RowForUpdate(k persistence.TableKey, rowKey []byte, key message
 	if t.cells == nil {
 		t.cells = make(map[string]persistence.Cell, 8)
 	}
+	t.lent, t.lentKey, t.lentVal = true, append(t.lentKey[:0], t.keyBuf...), v
 	// A copy, so that a caller changing a value in place changes neither
 	// bbolt's memory nor a row this transaction has yet to put.
 	row, err := readRowInto(k, rowKey, key, t.own(v), &t.names, t.cells)
@@ -951,6 +958,15 @@ func (t *syncTx) PutRow(row persistence.Row) error {
 	t.keyBuf = row.Key.AppendEncode(tablePrefix(t.keyBuf[:0], tableKeyOf(row.Schema, row.Table)))
 	if len(t.keyBuf) > bbolt.MaxKeySize {
 		return fmt.Errorf("bolt: put row: %w", bolterrors.ErrKeyTooLarge) // as Put would, at once
+	}
+	if t.lent {
+		t.lent = false
+		if bytes.Equal(t.keyBuf, t.lentKey) && bytes.Equal(v, t.lentVal) {
+			// The row lent for this update, unchanged (an event that won
+			// no cell): what is stored already is these bytes, and a Put
+			// would only dirty its page for the commit to rewrite.
+			return nil
+		}
 	}
 	if t.rowsOut == nil {
 		t.rowsOut = t.scratch.rows(t.d.rowsHint.Load())
