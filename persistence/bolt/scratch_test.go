@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	bbolt "go.etcd.io/bbolt"
+
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -427,6 +429,51 @@ func TestUnchangedLentRowIsNotRewritten(t *testing.T) {
 			if !got.Cells["v"].Value.Equal(messages.MustValue(v)) {
 				return fmt.Errorf("row %d holds %v, want %q", id, got.Cells["v"].Value, v)
 			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFailedTransactionsRowsStayOut: a transaction that fails after
+// writing rows leaves them in its rows-to-put map unflushed; the scratch
+// it gives back (kept by the store: the transaction wrote a batch) must
+// not bring them into the next transaction, which would put them.
+func TestFailedTransactionsRowsStayOut(t *testing.T) {
+	db := mustOpen(t, filepath.Join(t.TempDir(), "node.db"), Options{NoSync: true})
+	defer db.Close()
+	s := db.Sync()
+	tk := persistence.TableKey{Schema: "s", Table: "t"}
+	row := func(id int) persistence.Row {
+		c := messages.Clock{HLC: 9, Site: messages.SiteID{4}, ID: messages.EventID{1}}
+		return persistence.Row{Schema: tk.Schema, Table: tk.Table, Key: messages.Columns{"id": messages.MustValue(id)}, Exists: true, Existence: c,
+			Cells: map[string]persistence.Cell{"v": {Value: messages.MustValue(fmt.Sprintf("row %d %s", id, bytes.Repeat([]byte{'.'}, 100))), Clock: c}}}
+	}
+	errFail := errors.New("fail on purpose")
+	err := s.Update(ctx, func(tx persistence.SyncTx) error {
+		for id := 1; id <= 2000; id++ {
+			if err := tx.PutRow(row(id)); err != nil {
+				return err
+			}
+		}
+		return errFail
+	})
+	if !errors.Is(err, errFail) {
+		t.Fatal(err)
+	}
+	if db.scratch.Load() == nil {
+		t.Fatal("the failed batch's scratch was not kept: the test reuses nothing")
+	}
+	if err := s.Update(ctx, func(tx persistence.SyncTx) error { return tx.PutRow(row(0)) }); err != nil {
+		t.Fatal(err)
+	}
+	// Counted in the bucket, whatever the keys: stale entries would be
+	// put under the poisoned bytes of their keys.
+	err = db.bolt.View(func(tx *bbolt.Tx) error {
+		if n := tx.Bucket(bucketSyncRows).Stats().KeyN; n != 1 {
+			return fmt.Errorf("%d rows stored, want the one committed", n)
 		}
 		return nil
 	})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"unsafe"
 
 	bbolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -971,7 +972,13 @@ func (t *syncTx) PutRow(row persistence.Row) error {
 	if t.rowsOut == nil {
 		t.rowsOut = t.scratch.rows(t.d.rowsHint.Load())
 	}
-	t.rowsOut[string(t.keyBuf)] = v // flushRows puts it
+	// flushRows puts it. The map's key is a string over a copy of the key
+	// in the transaction's value memory, which nothing writes over before
+	// the transaction ends, and the map is emptied before then (flushRows,
+	// or txScratch.reset drops it): string(t.keyBuf) was an allocation per
+	// row written.
+	k := t.pendKey(t.keyBuf)
+	t.rowsOut[unsafe.String(unsafe.SliceData(k), len(k))] = v
 	return nil
 }
 
