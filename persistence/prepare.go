@@ -112,8 +112,10 @@ func PrepareEvents(evs []*StoredEvent, sealer Sealer) {
 		x.Expand(g.keys[p.member][:])
 		g.sum.AddElement(x)
 		if sealer != nil {
-			id := ev.ID
-			if sealed, err := sealer.Seal(RecordEvent, id[:], ev.Raw); err == nil {
+			// The identity as a slice of the preparation (already on the
+			// heap), not of a copy of the id: passed to an interface, that
+			// copy escaped, one allocation per event.
+			if sealed, err := sealer.Seal(RecordEvent, p.id[:], ev.Raw); err == nil {
 				p.sealer, p.sealed = sealer, sealed
 			}
 		}

@@ -78,6 +78,14 @@ func (t *checkedTx) RowWithKey(tk persistence.TableKey, rowKey []byte, key messa
 	return t.SyncTx.Row(tk, rowKey)
 }
 
+// RowForUpdate keeps the bolt store's lent row read (group.go).
+func (t *checkedTx) RowForUpdate(tk persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error) {
+	if ru, ok := t.SyncTx.(rowUpdater); ok {
+		return ru.RowForUpdate(tk, rowKey, key)
+	}
+	return t.RowWithKey(tk, rowKey, key)
+}
+
 func (t *checkedTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	t.own("AppendEvent")
 	return t.SyncTx.AppendEvent(ev)

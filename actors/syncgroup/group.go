@@ -401,11 +401,21 @@ type keyedRowReader interface {
 	RowWithKey(t persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error)
 }
 
+// rowUpdater is implemented by stores that lend a row read for an update
+// from the transaction's memory, valid until the next such read (the bolt
+// store: no map and copy per applied event).
+type rowUpdater interface {
+	RowForUpdate(t persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error)
+}
+
 func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages.HLC, e *messages.Event, rowKey []byte, id messages.EventID, ns *notices) error {
 	t := persistence.TableKey{Schema: e.Schema, Table: e.Table}
 	var row persistence.Row
 	var err error
-	if kr, ok := tx.(keyedRowReader); ok {
+	if ru, ok := tx.(rowUpdater); ok {
+		// The row is consumed (PutRow, AppendChange) before the next read.
+		row, _, err = ru.RowForUpdate(t, rowKey, e.Key)
+	} else if kr, ok := tx.(keyedRowReader); ok {
 		row, _, err = kr.RowWithKey(t, rowKey, e.Key) // rowKey is e.Key's encoding
 	} else {
 		row, _, err = tx.Row(t, rowKey)

@@ -37,7 +37,7 @@ type applyInput struct {
 // applyPathBatch makes, for n events of the sync benchmark's shape (4
 // sites, rows i % 5000 of bench.t, columns a and b), the storage calls the
 // apply path makes per new event, in one Update: Event (absent),
-// EventIDsAt, AppendEvent, RowWithKey, PutRow, AppendChange (what
+// EventIDsAt, AppendEvent, RowForUpdate, PutRow, AppendChange (what
 // actors/syncgroup's applyOne and materializeInto ask of the store). It
 // returns the CPU time the Update took (the events are built before).
 func applyPathBatch(b testing.TB, s persistence.SyncStore, base uint64, start, n int, raw []byte) time.Duration {
@@ -63,7 +63,7 @@ func applyPathBatch(b testing.TB, s persistence.SyncStore, base uint64, start, n
 	c0 := cpuTime(b)
 	err := s.Update(ctx, func(tx persistence.SyncTx) error {
 		kr := tx.(interface {
-			RowWithKey(t persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error)
+			RowForUpdate(t persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error)
 		})
 		for j := range in {
 			e := &in[j]
@@ -76,7 +76,7 @@ func applyPathBatch(b testing.TB, s persistence.SyncStore, base uint64, start, n
 			if _, err := tx.AppendEvent(persistence.StoredEvent{ID: e.id, Raw: raw, Site: e.site, HLC: e.h, Schema: tk.Schema, Table: tk.Table, RowKey: e.rowKey}); err != nil {
 				return err
 			}
-			row, found, err := kr.RowWithKey(tk, e.rowKey, e.key)
+			row, found, err := kr.RowForUpdate(tk, e.rowKey, e.key)
 			if err != nil {
 				return err
 			}
@@ -112,7 +112,8 @@ func applyPathBatch(b testing.TB, s persistence.SyncStore, base uint64, start, n
 // the same 5 000 rows: -bench-store copies a benchreport store (1 M events:
 // the case), else a history of 100 000 events is built first.
 // It reports CPU per event (of the transactions: the events are built
-// before), allocations per event (all), bytes written to
+// before), allocations and bytes allocated per event (all), the garbage
+// collections, bytes written to
 // storage per event and pages written per commit.
 // Run: go test -run '^$' -bench ApplyPathSameRows -benchtime 10x ./persistence/bolt
 func BenchmarkApplyPathSameRows(b *testing.B) {
@@ -154,6 +155,8 @@ func BenchmarkApplyPathSameRows(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
 	b.ReportMetric(float64(cpu.Nanoseconds())/events, "cpu-ns/event")
 	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/events, "allocs/event")
+	b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/events, "allocB/event")
+	b.ReportMetric(float64(m1.NumGC-m0.NumGC), "gcs")
 	b.ReportMetric(float64(procWriteBytes(b)-w0)/events, "B/event")
 	b.ReportMetric(float64(tx1.GetWrite()-tx0.GetWrite())/float64(b.N), "pages/commit")
 }

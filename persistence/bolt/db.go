@@ -66,6 +66,10 @@ type DB struct {
 	// rowsHint and pendHint are the rows and index entries the last sync
 	// transaction wrote: the next one sizes its buffers by them.
 	rowsHint, pendHint atomic.Int64
+
+	// scratch is the memory of the last batch-writing sync transaction,
+	// kept for the next (scratch.go).
+	scratch atomic.Pointer[txScratch]
 }
 
 // CommitStats counts the read-write transactions a DB committed, per plane.
@@ -113,6 +117,7 @@ func (d *DB) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
+	d.scratch.Store(nil)
 	if err := d.bolt.Close(); err != nil {
 		return fmt.Errorf("bolt: close: %w", err)
 	}

@@ -26,7 +26,14 @@ func readRow(t persistence.TableKey, rowKey, b []byte) (persistence.Row, error) 
 // names from names when it holds them (nil: each name is a new string).
 func readRowKeyed(t persistence.TableKey, rowKey []byte, key messages.Columns, b []byte, names *nameCache) (persistence.Row, error) {
 	// One copy backs every cell value: the row never aliases bbolt memory.
-	r := cborReader{b: bytes.Clone(b)}
+	return readRowInto(t, rowKey, key, bytes.Clone(b), names, nil)
+}
+
+// readRowInto is readRowKeyed over b, which the row's cell values then
+// share (the caller's copy), filling cells (emptied first) when it is not
+// nil instead of a new map.
+func readRowInto(t persistence.TableKey, rowKey []byte, key messages.Columns, b []byte, names *nameCache, cells map[string]persistence.Cell) (persistence.Row, error) {
+	r := cborReader{b: b}
 	row := persistence.Row{Schema: t.Schema, Table: t.Table}
 	if r.mapLen() != 5 || r.uint() != 1 || r.uint() != rowRecordVersion {
 		return row, corrupt("row", r.fail("header"))
@@ -52,7 +59,12 @@ func readRowKeyed(t persistence.TableKey, rowKey []byte, key messages.Columns, b
 			return row, corrupt("row", r.fail("empty cell map (written as null)"))
 		}
 		if r.err == nil {
-			row.Cells = make(map[string]persistence.Cell, n)
+			if cells != nil {
+				clear(cells)
+				row.Cells = cells
+			} else {
+				row.Cells = make(map[string]persistence.Cell, n)
+			}
 		}
 		var prev string
 		for i := 0; i < n && r.err == nil; i++ {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"unsafe"
 
 	bbolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -67,12 +68,20 @@ func (s *syncStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) e
 	if err := s.check(ctx, "update"); err != nil {
 		return err
 	}
+	// The scratch serves this transaction alone: taken before bbolt's
+	// transaction begins, given back after bbolt.Update returned, when
+	// bbolt holds nothing of it (scratch.go).
+	sc := s.d.takeScratch()
 	err := s.d.bolt.Update(func(btx *bbolt.Tx) error {
 		tx, err := newSyncTx(s.d, btx)
 		if err != nil {
 			return err
 		}
-		defer func() { tx.done = true }()
+		tx.scratch = sc
+		defer func() {
+			tx.done = true
+			sc.keepPending(tx.pendRow, tx.pendTable)
+		}()
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -81,6 +90,7 @@ func (s *syncStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) e
 		}
 		return s.d.failpoint(FailpointSyncUpdateBeforeCommit)
 	})
+	s.d.releaseScratch(sc)
 	if err != nil {
 		return mapErr("sync update", err)
 	}
@@ -141,9 +151,19 @@ type syncTx struct {
 	// small values bbolt must keep until commit.
 	idsCur, rowsCur *bbolt.Cursor
 	keyBuf, idBuf   []byte
-	arena           []byte
-	values          []byte    // valueBuf's current chunk
-	names           nameCache // the column names RowWithKey read
+	values          []byte                      // valueBuf's current chunk
+	names           nameCache                   // the column names RowWithKey read
+	cells           map[string]persistence.Cell // RowForUpdate's
+	// The row RowForUpdate last lent, as stored (bbolt's memory or a
+	// value in rowsOut: neither changes before the transaction ends or a
+	// PutRow), so that PutRow can leave a row it would rewrite with the
+	// same bytes alone. lent is cleared by every PutRow.
+	lent             bool
+	lentKey, lentVal []byte
+	// scratch, when set (Update), lends the chunks valueBuf carves and
+	// the transaction's working slices and maps, reused by the next
+	// transaction (scratch.go); nil allocates them.
+	scratch *txScratch
 
 	// The row and table index entries AppendEvent added, not yet Put:
 	// flushIndexes puts them in key order before the commit and before
@@ -156,7 +176,6 @@ type syncTx struct {
 	// commit's CPU at a million events. In key order each entry is
 	// appended after the one before.
 	pendRow, pendTable [][]byte
-	pendArena          []byte
 
 	// rowsOut holds the rows PutRow encoded in this transaction, by bucket
 	// key, until flushRows puts them in key order (before the commit and
@@ -178,7 +197,10 @@ func (t *syncTx) flushRows() error {
 		return nil
 	}
 	t.d.rowsHint.Store(int64(len(t.rowsOut)))
-	keys := make([]string, 0, len(t.rowsOut))
+	var keys []string
+	if t.scratch != nil {
+		keys = t.scratch.keys[:0]
+	}
 	for k := range t.rowsOut {
 		keys = append(keys, k)
 	}
@@ -191,18 +213,17 @@ func (t *syncTx) flushRows() error {
 		}
 	}
 	clear(t.rowsOut)
+	clear(keys) // the strings are garbage now
+	if t.scratch != nil {
+		t.scratch.keys = keys[:0]
+	}
 	return nil
 }
 
-// pendKey copies key into the pending-index arena (its backing array is
-// kept until the next flushIndexes; bbolt copies keys on Put).
+// pendKey copies key into the transaction's value memory (kept until
+// the transaction ends; bbolt copies keys on Put).
 func (t *syncTx) pendKey(key []byte) []byte {
-	if cap(t.pendArena)-len(t.pendArena) < len(key) {
-		t.pendArena = make([]byte, 0, max(64<<10, len(key)))
-	}
-	n := len(t.pendArena)
-	t.pendArena = append(t.pendArena, key...)
-	return t.pendArena[n : n+len(key) : n+len(key)]
+	return append(t.valueBuf(len(key)), key...)
 }
 
 // flushIndexes puts the pending row and table index entries, each index
@@ -224,7 +245,6 @@ func (t *syncTx) flushIndexes() error {
 		}
 		*p.keys = keys[:0]
 	}
-	t.pendArena = nil
 	return nil
 }
 
@@ -248,14 +268,16 @@ const valueChunk = 64 << 10
 // valueBuf returns an empty slice with capacity n for a record value that
 // bbolt keeps until the commit: values of the apply path (an event, a row
 // and a change record per event) are carved from shared chunks instead of
-// one allocation each. The capacity is exact, so an encoder that writes
-// past n reallocates instead of overwriting the next value.
+// one allocation each, and the chunks are the scratch's, reused by the
+// next transaction. The capacity is exact, so an encoder that writes past
+// n reallocates instead of overwriting the next value. Nothing carved
+// from a chunk may outlive the transaction: every read returns copies.
 func (t *syncTx) valueBuf(n int) []byte {
 	if n > valueChunk/4 {
 		return make([]byte, 0, n)
 	}
 	if cap(t.values)-len(t.values) < n {
-		t.values = make([]byte, 0, valueChunk)
+		t.values = t.scratch.chunk()
 	}
 	at := len(t.values)
 	t.values = t.values[:at+n]
@@ -263,18 +285,9 @@ func (t *syncTx) valueBuf(n int) []byte {
 }
 
 // own returns a copy of b in memory that lives until the transaction ends
-// (bbolt keeps Put values by reference until commit). Small values share
-// chunks of one arena.
+// (bbolt keeps Put values by reference until commit).
 func (t *syncTx) own(b []byte) []byte {
-	if len(b) > 64 {
-		return clone(b)
-	}
-	if cap(t.arena)-len(t.arena) < len(b) {
-		t.arena = make([]byte, 0, 4096)
-	}
-	n := len(t.arena)
-	t.arena = append(t.arena, b...)
-	return t.arena[n : n+len(b) : n+len(b)]
+	return append(t.valueBuf(len(b)), b...)
 }
 
 func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
@@ -631,6 +644,38 @@ func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.
 	return row, err == nil, err
 }
 
+// RowForUpdate is RowWithKey for the apply path, which writes the row
+// back (PutRow, AppendChange) before it reads the next: the returned row
+// is the transaction's scratch instead of the caller's own copy. Its Cells
+// map is the one the previous RowForUpdate returned, emptied and filled
+// again, and its cell values share one copy of the record in the
+// transaction's value memory; both are valid until the next RowForUpdate
+// on this transaction or the transaction's end, whichever comes first
+// (TestRowForUpdateLendsTheTransactionsMemory). Reading a row per applied
+// event, a new map and copy per read were the largest allocation of the
+// store's share of the apply path.
+func (t *syncTx) RowForUpdate(k persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error) {
+	if err := t.check(); err != nil {
+		return persistence.Row{}, false, err
+	}
+	t.keyBuf = append(tablePrefix(t.keyBuf[:0], k), rowKey...)
+	v, ok := t.rowsOut[string(t.keyBuf)]
+	if !ok {
+		v = get(&t.rowsCur, t.rows, t.keyBuf)
+	}
+	if v == nil {
+		return persistence.Row{}, false, nil
+	}
+	if t.cells == nil {
+		t.cells = make(map[string]persistence.Cell, 8)
+	}
+	t.lent, t.lentKey, t.lentVal = true, append(t.lentKey[:0], t.keyBuf...), v
+	// A copy, so that a caller changing a value in place changes neither
+	// bbolt's memory nor a row this transaction has yet to put.
+	row, err := readRowInto(k, rowKey, key, t.own(v), &t.names, t.cells)
+	return row, err == nil, err
+}
+
 func (t *syncTx) Rows(k persistence.TableKey, after []byte, fn func(rowKey []byte, row persistence.Row) (bool, error)) error {
 	if err := t.check(); err != nil {
 		return err
@@ -834,9 +879,7 @@ func (t *syncTx) AppendEvent(ev persistence.StoredEvent) (uint64, error) {
 	// The row and table index entries are put in key order at the end
 	// (flushIndexes).
 	if t.pendRow == nil {
-		// Sized as the last transaction's (flushIndexes).
-		n := t.d.pendHint.Load()
-		t.pendRow, t.pendTable = make([][]byte, 0, n), make([][]byte, 0, n)
+		t.pendRow, t.pendTable = t.scratch.pending(t.d.pendHint.Load())
 	}
 	t.keyBuf = rowIdxKey(t.keyBuf[:0], tk, ev.RowKey, seq)
 	t.pendRow = append(t.pendRow, t.pendKey(t.keyBuf))
@@ -917,12 +960,25 @@ func (t *syncTx) PutRow(row persistence.Row) error {
 	if len(t.keyBuf) > bbolt.MaxKeySize {
 		return fmt.Errorf("bolt: put row: %w", bolterrors.ErrKeyTooLarge) // as Put would, at once
 	}
-	if t.rowsOut == nil {
-		// Sized as the last transaction's: a batch writes thousands of
-		// rows, and growing the map rehashed them at every doubling.
-		t.rowsOut = make(map[string][]byte, t.d.rowsHint.Load())
+	if t.lent {
+		t.lent = false
+		if bytes.Equal(t.keyBuf, t.lentKey) && bytes.Equal(v, t.lentVal) {
+			// The row lent for this update, unchanged (an event that won
+			// no cell): what is stored already is these bytes, and a Put
+			// would only dirty its page for the commit to rewrite.
+			return nil
+		}
 	}
-	t.rowsOut[string(t.keyBuf)] = v // flushRows puts it
+	if t.rowsOut == nil {
+		t.rowsOut = t.scratch.rows(t.d.rowsHint.Load())
+	}
+	// flushRows puts it. The map's key is a string over a copy of the key
+	// in the transaction's value memory, which nothing writes over before
+	// the transaction ends, and the map is emptied before then (flushRows,
+	// or txScratch.reset drops it): string(t.keyBuf) was an allocation per
+	// row written.
+	k := t.pendKey(t.keyBuf)
+	t.rowsOut[unsafe.String(unsafe.SliceData(k), len(k))] = v
 	return nil
 }
 
