@@ -157,20 +157,28 @@ type storeRun struct {
 	// collector took over the run (runtime/metrics, mark and assists and
 	// pauses), GCCycles the collections completed.
 	GCSeconds float64
-	GCCycles  uint64
+	// GCIdleSeconds is the part of GCSeconds the collector's idle-priority
+	// mark workers took: CPU of this process's idle Ps, which on a shared
+	// machine another process (the source) could have used.
+	GCIdleSeconds float64
+	GCCycles      uint64
 	// AllocBytes is what the child allocated on its heap over the run
 	// (runtime/metrics): what the collector has to keep up with, and
 	// unlike CPU not moved by the machine's load.
 	AllocBytes uint64
 }
 
-// gcSample reads the garbage collector's CPU estimate, its cycle count
-// and the bytes allocated so far.
-func gcSample() (cpu float64, cycles, alloc uint64) {
-	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}}
+// gcSample reads the garbage collector's CPU estimate (and its idle
+// mark workers' share), its cycle count and the bytes allocated so far.
+func gcSample() (cpu, idle float64, cycles, alloc uint64) {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"},
+		{Name: "/cpu/classes/gc/mark/idle:cpu-seconds"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() == metrics.KindFloat64 {
 		cpu = s[0].Value.Float64()
+	}
+	if s[3].Value.Kind() == metrics.KindFloat64 {
+		idle = s[3].Value.Float64()
 	}
 	if s[1].Value.Kind() == metrics.KindUint64 {
 		cycles = s[1].Value.Uint64()
@@ -178,7 +186,7 @@ func gcSample() (cpu float64, cycles, alloc uint64) {
 	if s[2].Value.Kind() == metrics.KindUint64 {
 		alloc = s[2].Value.Uint64()
 	}
-	return cpu, cycles, alloc
+	return cpu, idle, cycles, alloc
 }
 
 func init() {
@@ -224,7 +232,7 @@ func runJoiner(arg json.RawMessage) (any, error) {
 		return nil, err
 	}
 	start, cpu0 := time.Now(), reconCPU()
-	gc0, cyc0, al0 := gcSample()
+	gc0, idle0, cyc0, al0 := gcSample()
 	for {
 		got, err := n.LastSeq(ctx)
 		if err != nil {
@@ -239,7 +247,7 @@ func runJoiner(arg json.RawMessage) (any, error) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	el, cpu := time.Since(start), reconCPU()-cpu0
-	gc1, cyc1, al1 := gcSample()
+	gc1, idle1, cyc1, al1 := gcSample()
 	peak := hp.Stop()
 	// Every push counted here was answered after its commit: read the
 	// pushes first, so a push committed after this read is not counted
@@ -251,7 +259,7 @@ func runJoiner(arg json.RawMessage) (any, error) {
 		return nil, err
 	}
 	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak, Commits: commits, Pushes: pushes,
-		CPUSeconds: cpu.Seconds(), GCSeconds: gc1 - gc0, GCCycles: cyc1 - cyc0, AllocBytes: al1 - al0}, nil
+		CPUSeconds: cpu.Seconds(), GCSeconds: gc1 - gc0, GCIdleSeconds: idle1 - idle0, GCCycles: cyc1 - cyc0, AllocBytes: al1 - al0}, nil
 }
 
 // runApplyFresh applies an event file to a fresh store: the single-node
@@ -279,20 +287,20 @@ func runApplyFresh(arg json.RawMessage) (any, error) {
 	hp := ab.StartHeapPeak(5 * time.Millisecond)
 	commits0 := n.StoreCommits().Sync
 	start, cpu0 := time.Now(), reconCPU()
-	gc0, cyc0, al0 := gcSample()
+	gc0, idle0, cyc0, al0 := gcSample()
 	if _, err := applyAll(ctx, n, raws, a.Writers, a.Batch); err != nil {
 		hp.Stop()
 		return nil, err
 	}
 	el, cpu := time.Since(start), reconCPU()-cpu0
-	gc1, cyc1, al1 := gcSample()
+	gc1, idle1, cyc1, al1 := gcSample()
 	peak := hp.Stop()
 	io1, err := ab.ReadIO(0)
 	if err != nil {
 		return nil, err
 	}
 	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak, CPUSeconds: cpu.Seconds(),
-		Commits: n.StoreCommits().Sync - commits0, GCSeconds: gc1 - gc0, GCCycles: cyc1 - cyc0, AllocBytes: al1 - al0}, nil
+		Commits: n.StoreCommits().Sync - commits0, GCSeconds: gc1 - gc0, GCIdleSeconds: idle1 - idle0, GCCycles: cyc1 - cyc0, AllocBytes: al1 - al0}, nil
 }
 
 // catchupSource is one size's source node, serving its log over a remote.
@@ -352,7 +360,7 @@ func catchupReport(p catchupParams) error {
 	}
 	type extra struct {
 		bytesPerEvent, heap, wire, commitsPerPush, cpuUS, srcCPUUS []float64
-		gcUS, gcCycles, eventsPerCommit, allocB                    []float64
+		gcUS, gcIdleUS, gcCycles, eventsPerCommit, allocB          []float64
 	}
 	joinX := map[int]*extra{}
 	freshX := map[int]*extra{}
@@ -370,6 +378,7 @@ func catchupReport(p catchupParams) error {
 				x := joinX[s.n]
 				x.cpuUS = append(x.cpuUS, r.CPUSeconds*1e6/float64(s.n))
 				x.gcUS = append(x.gcUS, r.GCSeconds*1e6/float64(s.n))
+				x.gcIdleUS = append(x.gcIdleUS, r.GCIdleSeconds*1e6/float64(s.n))
 				x.gcCycles = append(x.gcCycles, float64(r.GCCycles))
 				x.allocB = append(x.allocB, float64(r.AllocBytes)/float64(s.n))
 				x.srcCPUUS = append(x.srcCPUUS, (reconCPU()-cpu0).Seconds()*1e6/float64(s.n))
@@ -394,6 +403,7 @@ func catchupReport(p catchupParams) error {
 				x := freshX[s.n]
 				x.cpuUS = append(x.cpuUS, r.CPUSeconds*1e6/float64(s.n))
 				x.gcUS = append(x.gcUS, r.GCSeconds*1e6/float64(s.n))
+				x.gcIdleUS = append(x.gcIdleUS, r.GCIdleSeconds*1e6/float64(s.n))
 				x.gcCycles = append(x.gcCycles, float64(r.GCCycles))
 				x.allocB = append(x.allocB, float64(r.AllocBytes)/float64(s.n))
 				x.bytesPerEvent = append(x.bytesPerEvent, float64(r.WriteBytes)/float64(s.n))
@@ -445,6 +455,8 @@ func catchupReport(p catchupParams) error {
 			{"CPU per event: source process (source node, proxy)", ab.Summarize(j.srcCPUUS).Format("%.1f") + " us"},
 			{"GC CPU per event (runtime estimate): single-node child", ab.Summarize(fr.gcUS).Format("%.1f") + " us"},
 			{"GC CPU per event (runtime estimate): joiner child", ab.Summarize(j.gcUS).Format("%.1f") + " us"},
+			{"  of which idle mark workers: single-node child", ab.Summarize(fr.gcIdleUS).Format("%.1f") + " us"},
+			{"  of which idle mark workers: joiner child", ab.Summarize(j.gcIdleUS).Format("%.1f") + " us"},
 			{"heap bytes allocated per event: single-node child", ab.Summarize(fr.allocB).Format("%.0f") + " B"},
 			{"heap bytes allocated per event: joiner child", ab.Summarize(j.allocB).Format("%.0f") + " B"},
 			{"GC cycles: single-node child", ab.Summarize(fr.gcCycles).Format("%.0f")},
