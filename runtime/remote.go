@@ -325,6 +325,14 @@ func (r *Remote) remoteConfig() *remote.Config {
 		// window each push waits on flow-control round trips.
 		grpc.InitialWindowSize(remoteWindowBytes),
 		grpc.InitialConnWindowSize(remoteWindowBytes),
+		// Each received message is read into a buffer that protobuf then
+		// copies out of (message_data, then the envelope's CBOR), so the
+		// buffer is garbage at once: a catching-up joiner allocated its
+		// whole inbound stream a second time (~1 KiB per 5 pushed events),
+		// which the collector then had to keep up with. Pooled, the buffer
+		// is reused by the next message; nothing decoded aliases it
+		// (TestRemoteReceiveBuffersAreNotAliased).
+		grpc.RecvBufferPool(grpc.NewSharedBufferPool()),
 		grpc.ChainStreamInterceptor(r.guardStream),
 		grpc.ChainUnaryInterceptor(rejectUnary),
 	}

@@ -133,6 +133,26 @@ type fakeReceiver struct {
 	unblockMu sync.Once
 	release   chan struct{}
 	releaseMu sync.Once
+	// kept are the pushes from "keep", held as decoded: every later push
+	// first checks that their events still hold testPush's bytes.
+	keptMu sync.Mutex
+	kept   []*messages.SyncPush
+}
+
+// checkKept reports the first kept push whose events no longer hold the
+// bytes testPush gave them (a decoded push aliasing a reused buffer).
+func (f *fakeReceiver) checkKept() error {
+	f.keptMu.Lock()
+	defer f.keptMu.Unlock()
+	for k, p := range f.kept {
+		want := testPush(p.From, len(p.Events), len(p.Events[0].Raw))
+		for i, e := range p.Events {
+			if !bytes.Equal(e.Raw, want.Events[i].Raw) {
+				return fmt.Errorf("kept push %d: event %d changed after later pushes", k, i)
+			}
+		}
+	}
+	return nil
 }
 
 func (f *fakeReceiver) HandlePush(ctx context.Context, p *messages.SyncPush) (*messages.PushResult, error) {
@@ -159,6 +179,14 @@ func (f *fakeReceiver) HandlePush(ctx context.Context, p *messages.SyncPush) (*m
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	if err := f.checkKept(); err != nil {
+		return nil, err
+	}
+	if p.From == "keep" && len(p.Events) > 0 {
+		f.keptMu.Lock()
+		f.kept = append(f.kept, p)
+		f.keptMu.Unlock()
 	}
 	f.out("PUSHED", map[string]any{"From": p.From, "Events": len(p.Events)})
 	if p.From == "fail-me" {

@@ -270,7 +270,7 @@ func (r *Remote) authorizeDevice(from messages.DeviceAddress, cert *x509.Certifi
 // requester's budget (LimitBundles; a refused one is answered with a
 // rejection when the answer goes to the authenticated peer). It reports
 // whether the frame goes on to the sync actor.
-func (r *Remote) admitDevice(env *wire.Envelope, b *remote.MessageBatch, e *remote.MessageEnvelope, cert *x509.Certificate) bool {
+func (r *Remote) admitDevice(env envelopeView, b *remote.MessageBatch, e *remote.MessageEnvelope, cert *x509.Certificate) bool {
 	replyAddr := ""
 	if e.Sender > 0 {
 		replyAddr = b.Senders[e.Sender-1].Address

@@ -14,7 +14,6 @@ import (
 	"github.com/fxamacker/cbor/v2"
 	"google.golang.org/grpc/credentials"
 	grpcpeer "google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages/wire"
@@ -172,8 +171,7 @@ func (r *Remote) admit(b *remote.MessageBatch, cert *x509.Certificate) []*inPool
 			continue
 		}
 		pool := r.in.shared
-		env := &wire.Envelope{}
-		perr := proto.Unmarshal(e.MessageData, env)
+		env, perr := viewEnvelope(e.MessageData)
 		if perr == nil && (env.Type == wire.TypeDeviceEnvelope || env.Type == wire.TypeBundleRequest) {
 			// The delivery plane's binding (remote_device.go).
 			if r.admitDevice(env, b, e, cert) {

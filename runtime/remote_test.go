@@ -210,6 +210,30 @@ func TestRemotePushRoundTripAcrossProcesses(t *testing.T) {
 	}
 }
 
+// TestRemoteReceiveBuffersAreNotAliased: the receiving side reads
+// messages into pooled buffers; a push a receiver keeps must keep its
+// bytes while later pushes of other sizes (other layouts in the reused
+// buffers) arrive on the same stream.
+func TestRemoteReceiveBuffersAreNotAliased(t *testing.T) {
+	a := startRemoteChild(t, "a", remoteChildSpec{Plaintext: true, RequestTimeout: 10 * time.Second})
+	b := startRemoteChild(t, "b", remoteChildSpec{Plaintext: true, RequestTimeout: 10 * time.Second})
+	// Kept pushes of several sizes, each followed by pushes laid out
+	// differently; every push checks every kept one before it is answered.
+	for i, size := range []int{250, 997, 4093} {
+		if rep := b.call(remoteCmd{Op: "push", Peer: a.addr, Type: "keep", Events: 40 + i, EventBytes: size}); !rep.OK {
+			t.Fatalf("kept push %d: %+v", i, rep)
+		}
+		for j, other := range []struct{ events, size int }{{7, 3001}, {300, 61}, {2, 70001}, {1000, 250}} {
+			if rep := b.call(remoteCmd{Op: "push", Peer: a.addr, Type: "other", Events: other.events, EventBytes: other.size}); !rep.OK {
+				t.Fatalf("push %d after kept push %d: %+v", j, i, rep)
+			}
+		}
+	}
+	if st := a.call(remoteCmd{Op: "stats"}).Stats; st.PushesReceived != 15 {
+		t.Fatalf("receiver stats %+v", st)
+	}
+}
+
 func TestRemoteHostileFramesKeepTheStream(t *testing.T) {
 	a := startRemoteChild(t, "a", remoteChildSpec{Plaintext: true, RequestTimeout: 30 * time.Second})
 	b := startRemoteChild(t, "b", remoteChildSpec{Plaintext: true, RequestTimeout: 30 * time.Second})

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 var (
 	catchupProfile = flag.String("catchup-cpuprofile", "", "catch-up: write CPU profiles into this directory: the source (this process, source.pprof, over the interleaved trials) and every child (catchup-joiner-<pid>.pprof, apply-fresh-<pid>.pprof)")
 	catchupMany    = flag.Bool("catchup-many", true, "catch-up: also measure joining from 3 peers at once")
+	catchupWindow  = flag.Int("catchup-push-window", 0, "catch-up: the sources' pushes in flight (runtime.Config.PushWindow; 0: the node's default)")
 )
 
 // countingProxy forwards TCP connections to target and counts the bytes
@@ -102,7 +104,7 @@ func (p *countingProxy) Close() {
 }
 
 func openBenchNode(ctx context.Context, dir, name string, peers []*peer, interval time.Duration, batch int) (*runtime.Node, error) {
-	n, err := runtime.Open(ctx, runtime.Config{Dir: dir, MeshID: mesh, Name: name, SyncInterval: interval, PushBatch: batch})
+	n, err := runtime.Open(ctx, runtime.Config{Dir: dir, MeshID: mesh, Name: name, SyncInterval: interval, PushBatch: batch, PushWindow: *catchupWindow})
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +153,40 @@ type storeRun struct {
 	Commits, Pushes uint64
 	// CPUSeconds is the child's user + system CPU over the measured run.
 	CPUSeconds float64
+	// GCSeconds is the runtime's estimate of the CPU its garbage
+	// collector took over the run (runtime/metrics, mark and assists and
+	// pauses), GCCycles the collections completed.
+	GCSeconds float64
+	// GCIdleSeconds is the part of GCSeconds the collector's idle-priority
+	// mark workers took: CPU of this process's idle Ps, which on a shared
+	// machine another process (the source) could have used.
+	GCIdleSeconds float64
+	GCCycles      uint64
+	// AllocBytes is what the child allocated on its heap over the run
+	// (runtime/metrics): what the collector has to keep up with, and
+	// unlike CPU not moved by the machine's load.
+	AllocBytes uint64
+}
+
+// gcSample reads the garbage collector's CPU estimate (and its idle
+// mark workers' share), its cycle count and the bytes allocated so far.
+func gcSample() (cpu, idle float64, cycles, alloc uint64) {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"},
+		{Name: "/cpu/classes/gc/mark/idle:cpu-seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindFloat64 {
+		cpu = s[0].Value.Float64()
+	}
+	if s[3].Value.Kind() == metrics.KindFloat64 {
+		idle = s[3].Value.Float64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		cycles = s[1].Value.Uint64()
+	}
+	if s[2].Value.Kind() == metrics.KindUint64 {
+		alloc = s[2].Value.Uint64()
+	}
+	return cpu, idle, cycles, alloc
 }
 
 func init() {
@@ -196,6 +232,7 @@ func runJoiner(arg json.RawMessage) (any, error) {
 		return nil, err
 	}
 	start, cpu0 := time.Now(), reconCPU()
+	gc0, idle0, cyc0, al0 := gcSample()
 	for {
 		got, err := n.LastSeq(ctx)
 		if err != nil {
@@ -210,6 +247,7 @@ func runJoiner(arg json.RawMessage) (any, error) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	el, cpu := time.Since(start), reconCPU()-cpu0
+	gc1, idle1, cyc1, al1 := gcSample()
 	peak := hp.Stop()
 	// Every push counted here was answered after its commit: read the
 	// pushes first, so a push committed after this read is not counted
@@ -220,7 +258,8 @@ func runJoiner(arg json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak, Commits: commits, Pushes: pushes, CPUSeconds: cpu.Seconds()}, nil
+	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak, Commits: commits, Pushes: pushes,
+		CPUSeconds: cpu.Seconds(), GCSeconds: gc1 - gc0, GCIdleSeconds: idle1 - idle0, GCCycles: cyc1 - cyc0, AllocBytes: al1 - al0}, nil
 }
 
 // runApplyFresh applies an event file to a fresh store: the single-node
@@ -246,18 +285,22 @@ func runApplyFresh(arg json.RawMessage) (any, error) {
 		return nil, err
 	}
 	hp := ab.StartHeapPeak(5 * time.Millisecond)
+	commits0 := n.StoreCommits().Sync
 	start, cpu0 := time.Now(), reconCPU()
+	gc0, idle0, cyc0, al0 := gcSample()
 	if _, err := applyAll(ctx, n, raws, a.Writers, a.Batch); err != nil {
 		hp.Stop()
 		return nil, err
 	}
 	el, cpu := time.Since(start), reconCPU()-cpu0
+	gc1, idle1, cyc1, al1 := gcSample()
 	peak := hp.Stop()
 	io1, err := ab.ReadIO(0)
 	if err != nil {
 		return nil, err
 	}
-	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak, CPUSeconds: cpu.Seconds()}, nil
+	return storeRun{Seconds: el.Seconds(), WriteBytes: io1.WriteBytes - io0.WriteBytes, PeakHeap: peak, CPUSeconds: cpu.Seconds(),
+		Commits: n.StoreCommits().Sync - commits0, GCSeconds: gc1 - gc0, GCIdleSeconds: idle1 - idle0, GCCycles: cyc1 - cyc0, AllocBytes: al1 - al0}, nil
 }
 
 // catchupSource is one size's source node, serving its log over a remote.
@@ -315,7 +358,10 @@ func catchupReport(p catchupParams) error {
 		}
 		s.rem.Serve(s.node)
 	}
-	type extra struct{ bytesPerEvent, heap, wire, commitsPerPush, cpuUS, srcCPUUS []float64 }
+	type extra struct {
+		bytesPerEvent, heap, wire, commitsPerPush, cpuUS, srcCPUUS []float64
+		gcUS, gcIdleUS, gcCycles, eventsPerCommit, allocB          []float64
+	}
 	joinX := map[int]*extra{}
 	freshX := map[int]*extra{}
 	var arms []ab.Arm
@@ -331,12 +377,19 @@ func catchupReport(p catchupParams) error {
 				}
 				x := joinX[s.n]
 				x.cpuUS = append(x.cpuUS, r.CPUSeconds*1e6/float64(s.n))
+				x.gcUS = append(x.gcUS, r.GCSeconds*1e6/float64(s.n))
+				x.gcIdleUS = append(x.gcIdleUS, r.GCIdleSeconds*1e6/float64(s.n))
+				x.gcCycles = append(x.gcCycles, float64(r.GCCycles))
+				x.allocB = append(x.allocB, float64(r.AllocBytes)/float64(s.n))
 				x.srcCPUUS = append(x.srcCPUUS, (reconCPU()-cpu0).Seconds()*1e6/float64(s.n))
 				x.bytesPerEvent = append(x.bytesPerEvent, float64(r.WriteBytes)/float64(s.n))
 				x.heap = append(x.heap, float64(r.PeakHeap)/(1<<20))
 				x.wire = append(x.wire, wire/(float64(s.signed)/float64(s.n)))
 				if r.Pushes > 0 {
 					x.commitsPerPush = append(x.commitsPerPush, float64(r.Commits)/float64(r.Pushes))
+				}
+				if r.Commits > 0 {
+					x.eventsPerCommit = append(x.eventsPerCommit, float64(s.n)/float64(r.Commits))
 				}
 				return float64(s.n) / r.Seconds, nil
 			}},
@@ -349,8 +402,15 @@ func catchupReport(p catchupParams) error {
 				}
 				x := freshX[s.n]
 				x.cpuUS = append(x.cpuUS, r.CPUSeconds*1e6/float64(s.n))
+				x.gcUS = append(x.gcUS, r.GCSeconds*1e6/float64(s.n))
+				x.gcIdleUS = append(x.gcIdleUS, r.GCIdleSeconds*1e6/float64(s.n))
+				x.gcCycles = append(x.gcCycles, float64(r.GCCycles))
+				x.allocB = append(x.allocB, float64(r.AllocBytes)/float64(s.n))
 				x.bytesPerEvent = append(x.bytesPerEvent, float64(r.WriteBytes)/float64(s.n))
 				x.heap = append(x.heap, float64(r.PeakHeap)/(1<<20))
+				if r.Commits > 0 {
+					x.eventsPerCommit = append(x.eventsPerCommit, float64(s.n)/float64(r.Commits))
+				}
 				return float64(s.n) / r.Seconds, nil
 			}},
 		)
@@ -388,9 +448,19 @@ func catchupReport(p catchupParams) error {
 			{"joiner peak heap (live objects)", ab.Summarize(j.heap).Format("%.1f") + " MiB"},
 			{"wire bytes toward the joiner / signed event bytes", ab.Summarize(j.wire).Format("%.3f") + "   " + ab.Summarize(j.wire).Verdict(1.1, false)},
 			{"read-write store commits per received push (joiner, bolt DB.Commits)", ab.Summarize(j.commitsPerPush).Format("%.3f") + "   " + ab.Summarize(j.commitsPerPush).Verdict(1, false)},
+			{"events per read-write store commit: single-node child", ab.Summarize(fr.eventsPerCommit).Format("%.0f")},
+			{"events per read-write store commit: joiner child", ab.Summarize(j.eventsPerCommit).Format("%.0f")},
 			{"CPU per event: single-node child", ab.Summarize(fr.cpuUS).Format("%.1f") + " us"},
 			{"CPU per event: joiner child", ab.Summarize(j.cpuUS).Format("%.1f") + " us"},
 			{"CPU per event: source process (source node, proxy)", ab.Summarize(j.srcCPUUS).Format("%.1f") + " us"},
+			{"GC CPU per event (runtime estimate): single-node child", ab.Summarize(fr.gcUS).Format("%.1f") + " us"},
+			{"GC CPU per event (runtime estimate): joiner child", ab.Summarize(j.gcUS).Format("%.1f") + " us"},
+			{"  of which idle mark workers: single-node child", ab.Summarize(fr.gcIdleUS).Format("%.1f") + " us"},
+			{"  of which idle mark workers: joiner child", ab.Summarize(j.gcIdleUS).Format("%.1f") + " us"},
+			{"heap bytes allocated per event: single-node child", ab.Summarize(fr.allocB).Format("%.0f") + " B"},
+			{"heap bytes allocated per event: joiner child", ab.Summarize(j.allocB).Format("%.0f") + " B"},
+			{"GC cycles: single-node child", ab.Summarize(fr.gcCycles).Format("%.0f")},
+			{"GC cycles: joiner child", ab.Summarize(j.gcCycles).Format("%.0f")},
 			// Both processes share the cores the single-node child has to
 			// itself: on a busy (CPU-bound) machine this is the rate ratio.
 			{"CPU per event, single-node / (joiner + source)", ab.Paired(fr.cpuUS, sumOf(j.cpuUS, j.srcCPUUS)).String()},

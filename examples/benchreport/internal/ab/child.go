@@ -222,5 +222,14 @@ func startChildProfile(name string) (stop func()) {
 		f.Close()
 		return func() {} // the function profiles itself (-cpuprofile)
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }
+	// The allocations go beside it (.allocs): what the child's garbage
+	// collector share comes from.
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if a, err := os.Create(f.Name() + ".allocs"); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(a, 0)
+			a.Close()
+		}
+	}
 }
