@@ -10,6 +10,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/idle"
 	"github.com/syncmesh/syncmesh/actors/mailbox"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -97,9 +98,9 @@ type committer struct {
 	// decoded prekey store). It is dropped once the committer has had no
 	// message for cacheIdle (defaultCacheIdle when zero), so an idle
 	// device holds only its records.
-	cache      committerCache
-	cacheIdle  time.Duration
-	cacheArmed bool
+	cache     committerCache
+	cacheIdle time.Duration
+	idle      *idle.Timer // built on first use (cacheIdle is set by the spawner)
 	// replyQ holds the answers of each commit, in order, for the replier
 	// (drainReplies), which runs on replyPool only while there are any
 	// (an idle device costs no goroutine); drained, when set, is closed
@@ -215,26 +216,30 @@ func (c *committer) Receive(ctx actor.Context) {
 		}
 		c.queued, c.yielded = false, false
 		c.commit()
-	case *actor.ReceiveTimeout:
-		// The timer fired and is cancelled; a later use arms it again.
-		c.cacheArmed = false
-		if c.cache != nil {
+	case *idle.Tick:
+		if c.idle.Fired(ctx, m) && c.cache != nil {
 			c.cache.drop()
 		}
 		return
 	case *actor.Stopping:
+		if c.idle != nil {
+			c.idle.Stop()
+		}
 		c.commit()
 		c.waitReplies()
 		return
 	}
-	if c.cache != nil && !c.cacheArmed && c.cache.held() {
-		// Every later message restarts the timer.
-		c.cacheArmed = true
-		d := c.cacheIdle
-		if d <= 0 {
-			d = defaultCacheIdle
+	if c.cache != nil && c.cache.held() {
+		// Every message restarts the idle period; the timer is armed
+		// while there is something to drop.
+		if c.idle == nil {
+			d := c.cacheIdle
+			if d <= 0 {
+				d = defaultCacheIdle
+			}
+			c.idle = idle.New(d)
 		}
-		ctx.SetReceiveTimeout(d)
+		c.idle.Touch(ctx)
 	}
 }
 

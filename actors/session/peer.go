@@ -8,6 +8,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/syncmesh/syncmesh/actors/idle"
+
 	"github.com/syncmesh/syncmesh/actors/inbound"
 	"github.com/syncmesh/syncmesh/actors/outbound"
 	"github.com/syncmesh/syncmesh/crypto/digest"
@@ -32,6 +34,7 @@ type peerActor struct {
 	peer  messages.DeviceAddress
 	entry *peerEntry
 	self  *actor.PID
+	idle  *idle.Timer // passivation after Config.IdleTimeout without a message
 
 	loaded bool
 	rec    ratchet.SessionRecord
@@ -140,13 +143,22 @@ func (a *peerActor) Receive(c actor.Context) {
 	switch msg := c.Message().(type) {
 	case *actor.Started:
 		a.self = c.Self()
-		c.SetReceiveTimeout(a.m.cfg.IdleTimeout)
-	case *actor.ReceiveTimeout:
+		a.idle = idle.New(a.m.cfg.IdleTimeout)
+		a.idle.Touch(c)
+		return
+	case *idle.Tick:
 		// Passivation: every state change is in the store (or in flight:
-		// then the actor stays), the manager re-spawns on demand.
-		if a.inflight == 0 && a.m.passivate(a.peer, a.entry) {
+		// then the actor stays, and the settling re-arms the timer), the
+		// manager re-spawns on demand.
+		if a.idle.Fired(c, msg) && a.inflight == 0 && a.m.passivate(a.peer, a.entry) {
 			c.Stop(c.Self())
 		}
+		return
+	case *actor.Stopping:
+		if a.idle != nil {
+			a.idle.Stop()
+		}
+		return
 	case *settledMsg:
 		a.settled(msg)
 	case request:
@@ -158,7 +170,11 @@ func (a *peerActor) Receive(c actor.Context) {
 		// leave no state behind.
 		if a.loaded && a.inflight == 0 && a.pin == nil && a.rec.IsEmpty() && a.m.passivate(a.peer, a.entry) {
 			c.Stop(c.Self())
+			return
 		}
+	}
+	if a.idle != nil {
+		a.idle.Touch(c)
 	}
 }
 

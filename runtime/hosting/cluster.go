@@ -17,6 +17,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 
+	"github.com/syncmesh/syncmesh/actors/idle"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 	"github.com/syncmesh/syncmesh/runtime"
@@ -549,6 +550,9 @@ type grain struct {
 	id   string
 	u    *unit
 	err  error // the last activation failure
+	// idle passivates the grain after Config.IdleTimeout without a
+	// message (nil: never).
+	idle *idle.Timer
 }
 
 // Receive implements actor.Actor.
@@ -561,19 +565,28 @@ func (g *grain) Receive(ctx actor.Context) {
 		}
 		g.activate()
 		if d := g.inc.c.cfg.IdleTimeout; d > 0 {
-			ctx.SetReceiveTimeout(d)
+			g.idle = idle.New(d)
+			g.idle.Touch(ctx)
 		}
-	case *actor.ReceiveTimeout:
+		return
+	case *idle.Tick:
 		// Passivation: Stopping closes the node. Requests served
 		// meanwhile by goroutines answer ErrUnavailable and are retried
 		// on the next activation.
-		ctx.Stop(ctx.Self())
+		if g.idle.Fired(ctx, m) {
+			ctx.Stop(ctx.Self())
+		}
+		return
 	case *actor.Stopping:
+		if g.idle != nil {
+			g.idle.Stop()
+		}
 		if g.u != nil {
 			_ = h.release(g.u)
 			g.u = nil
 		}
 	case *Request:
+		g.touch(ctx)
 		if g.u == nil || g.u.closed.Load() {
 			g.u = nil
 			g.activate()
@@ -604,7 +617,15 @@ func (g *grain) Receive(ctx actor.Context) {
 			}
 		}()
 	case *wire.Undecodable:
+		g.touch(ctx)
 		ctx.Respond(h.fail(fmt.Errorf("%w: %v", ErrBadRequest, m)))
+	}
+}
+
+// touch restarts the grain's idle period (a request arrived).
+func (g *grain) touch(ctx actor.Context) {
+	if g.idle != nil {
+		g.idle.Touch(ctx)
 	}
 }
 
