@@ -623,22 +623,28 @@ func (t *syncTx) Row(k persistence.TableKey, rowKey []byte) (persistence.Row, bo
 	return t.RowWithKey(k, rowKey, nil)
 }
 
+// rowRecord returns the stored record of row rowKey of k (nil: none),
+// the transaction's unflushed write first; t.keyBuf holds the row's key.
+func (t *syncTx) rowRecord(k persistence.TableKey, rowKey []byte) ([]byte, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	t.keyBuf = append(tablePrefix(t.keyBuf[:0], k), rowKey...)
+	if v, ok := t.rowsOut[string(t.keyBuf)]; ok {
+		return v, nil
+	}
+	return get(&t.rowsCur, t.rows, t.keyBuf), nil
+}
+
 // RowWithKey is Row for a caller that already holds the row's key columns
 // (the apply path has the event's key, whose encoding is rowKey): the
 // returned row's Key is key instead of a fresh decoding of rowKey. A nil
 // key decodes rowKey as Row does. The caller vouches that
 // key.Encode() equals rowKey.
 func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error) {
-	if err := t.check(); err != nil {
+	v, err := t.rowRecord(k, rowKey)
+	if v == nil || err != nil {
 		return persistence.Row{}, false, err
-	}
-	t.keyBuf = append(tablePrefix(t.keyBuf[:0], k), rowKey...)
-	v, ok := t.rowsOut[string(t.keyBuf)]
-	if !ok {
-		v = get(&t.rowsCur, t.rows, t.keyBuf)
-	}
-	if v == nil {
-		return persistence.Row{}, false, nil
 	}
 	row, err := readRowKeyed(k, rowKey, key, v, &t.names)
 	return row, err == nil, err
@@ -655,16 +661,9 @@ func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.
 // event, a new map and copy per read were the largest allocation of the
 // store's share of the apply path.
 func (t *syncTx) RowForUpdate(k persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error) {
-	if err := t.check(); err != nil {
+	v, err := t.rowRecord(k, rowKey)
+	if v == nil || err != nil {
 		return persistence.Row{}, false, err
-	}
-	t.keyBuf = append(tablePrefix(t.keyBuf[:0], k), rowKey...)
-	v, ok := t.rowsOut[string(t.keyBuf)]
-	if !ok {
-		v = get(&t.rowsCur, t.rows, t.keyBuf)
-	}
-	if v == nil {
-		return persistence.Row{}, false, nil
 	}
 	if t.cells == nil {
 		t.cells = make(map[string]persistence.Cell, 8)
