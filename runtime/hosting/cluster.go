@@ -17,7 +17,6 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 
-	"github.com/syncmesh/syncmesh/actors/idle"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/messages/wire"
 	"github.com/syncmesh/syncmesh/runtime"
@@ -552,7 +551,7 @@ type grain struct {
 	err  error // the last activation failure
 	// idle passivates the grain after Config.IdleTimeout without a
 	// message (nil: never).
-	idle *idle.Timer
+	idle *runtime.IdleTimer
 }
 
 // Receive implements actor.Actor.
@@ -565,11 +564,11 @@ func (g *grain) Receive(ctx actor.Context) {
 		}
 		g.activate()
 		if d := g.inc.c.cfg.IdleTimeout; d > 0 {
-			g.idle = idle.New(d)
+			g.idle = runtime.NewIdleTimer(d)
 			g.idle.Touch(ctx)
 		}
 		return
-	case *idle.Tick:
+	case *runtime.IdleTick:
 		// Passivation: Stopping closes the node. Requests served
 		// meanwhile by goroutines answer ErrUnavailable and are retried
 		// on the next activation.
