@@ -184,22 +184,32 @@ func (r *cborReader) bytes() []byte {
 	return v
 }
 
-func (r *cborReader) text() string {
+// textBytes reads a text string's head and returns its bytes, not yet
+// checked as UTF-8 (nil after a failure).
+func (r *cborReader) textBytes() []byte {
 	n := r.head(3)
 	if r.err != nil {
-		return ""
+		return nil
 	}
 	if n > uint64(len(r.b)) {
 		r.fail("text length")
+		return nil
+	}
+	b := r.b[:n]
+	r.b = r.b[n:]
+	return b
+}
+
+func (r *cborReader) text() string {
+	b := r.textBytes()
+	if r.err != nil {
 		return ""
 	}
-	if !utf8.Valid(r.b[:n]) {
+	if !utf8.Valid(b) {
 		r.fail("text encoding")
 		return ""
 	}
-	v := string(r.b[:n])
-	r.b = r.b[n:]
-	return v
+	return string(b)
 }
 
 // nameCache holds the column names a transaction's rows were read with:
@@ -216,18 +226,12 @@ func (r *cborReader) name(c *nameCache) string {
 	if c == nil {
 		return r.text()
 	}
-	n := r.head(3)
+	b := r.textBytes()
 	if r.err != nil {
 		return ""
 	}
-	if n > uint64(len(r.b)) {
-		r.fail("text length")
-		return ""
-	}
-	b := r.b[:n]
 	for _, s := range c.names {
 		if s == string(b) { // no allocation: a comparison
-			r.b = r.b[n:]
 			return s
 		}
 	}
@@ -236,7 +240,6 @@ func (r *cborReader) name(c *nameCache) string {
 		return ""
 	}
 	s := string(b)
-	r.b = r.b[n:]
 	if len(c.names) < maxCachedNames {
 		c.names = append(c.names, s)
 	}
