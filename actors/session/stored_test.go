@@ -259,9 +259,7 @@ func TestCommitOfARememberedEntryDamagedAtRestIsCorrupt(t *testing.T) {
 		t.Fatalf("%d pending after the refused commit, want 1", c)
 	}
 	commitWant(t, b, a.addr, id, inbound.OutcomeCommitted)
-	if r := receiveAll(t, a, ms.net.Take(a.addr), 1)[0]; r.Outcome != inbound.OutcomeAcknowledgement || !r.Cleared {
-		t.Fatalf("ACK after the commit: %v, cleared %v", r.Outcome, r.Cleared)
-	}
+	ackWant(t, a, ms.net.Take(a.addr), true)
 }
 
 // A received ACK decides on what its own transaction's delete finds: no
@@ -275,17 +273,13 @@ func TestAckDecidesOnItsOwnDeleteWithoutARead(t *testing.T) {
 	commitWant(t, b, a.addr, id, inbound.OutcomeCommitted)
 	ack := ms.net.Take(a.addr)
 	v := av.views.Load()
-	if r := receiveAll(t, a, ack, 1)[0]; r.Outcome != inbound.OutcomeAcknowledgement || !r.Cleared {
-		t.Fatalf("ACK: %v, cleared %v", r.Outcome, r.Cleared)
-	}
+	ackWant(t, a, ack, true)
 	if got := av.views.Load() - v; got != 0 {
 		t.Fatalf("the ACK ran %d read transactions, want 0", got)
 	}
 	// The same id committed again: bob ACKs again, nothing is cleared.
 	commitWant(t, b, a.addr, id, inbound.OutcomeAlreadyCommitted)
-	if r := receiveAll(t, a, ms.net.Take(a.addr), 1)[0]; r.Outcome != inbound.OutcomeAcknowledgement || r.Cleared {
-		t.Fatalf("second ACK: %v, cleared %v (want not cleared)", r.Outcome, r.Cleared)
-	}
+	ackWant(t, a, ms.net.Take(a.addr), false)
 	var p int
 	if err := a.store.View(bg, func(r persistence.DeliveryReader) error {
 		var err error
@@ -293,6 +287,15 @@ func TestAckDecidesOnItsOwnDeleteWithoutARead(t *testing.T) {
 		return err
 	}); err != nil || p != 0 {
 		t.Fatalf("alice's pending sent messages: %d %v", p, err)
+	}
+}
+
+// ackWant has a receive the one envelope of envs, an ACK, and checks
+// whether it cleared a pending sent message.
+func ackWant(t *testing.T, a *node, envs []session.Delivered, cleared bool) {
+	t.Helper()
+	if r := receiveAll(t, a, envs, 1)[0]; r.Outcome != inbound.OutcomeAcknowledgement || r.Cleared != cleared {
+		t.Fatalf("ACK: %v, cleared %v, want cleared %v", r.Outcome, r.Cleared, cleared)
 	}
 }
 
