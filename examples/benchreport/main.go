@@ -31,10 +31,11 @@ import (
 )
 
 var (
-	mesh       = []byte("bench-mesh")
-	cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the one-core child (all its arms) here")
-	storeCache = flag.String("store-cache", "", "keep the sync section's preloaded store in this directory and copy it on later runs")
-	syncArms   = flag.String("sync-arms", "", "sync: run only these comma-separated one-core arms (ed25519, go-cose, single, batch, apply, push-valid, push-one, push-every, vbatch-every, vsingle-every) and the two-core section only if the list names scale; for profiling and quick A/B runs (default: all)")
+	mesh        = []byte("bench-mesh")
+	cpuprofile  = flag.String("cpuprofile", "", "write a CPU profile of the one-core child (all its arms) here")
+	storeCache  = flag.String("store-cache", "", "keep the sync section's preloaded store in this directory and copy it on later runs")
+	traceTrials = flag.Bool("trace-trials", false, "sync: print every one-core trial (rate, CPU, GC cycles and minor page faults per event) on standard error, to see what moved a figure")
+	syncArms    = flag.String("sync-arms", "", "sync: run only these comma-separated one-core arms (ed25519, go-cose, single, batch, apply, push-valid, push-one, push-every, vbatch-every, vsingle-every) and the two-core section only if the list names scale; for profiling and quick A/B runs (default: all)")
 )
 
 // benchRows is the workload's row count (makeEvents): fixed, so a
@@ -66,7 +67,7 @@ func main() {
 		run  func() error
 	}{
 		{"sync", func() error {
-			return syncReport(syncParams{Events: *events, Writers: *writers, Batch: *batch, Sites: *sites, Trials: *trials, Preload: *preload, Pushes: *pushes, Profile: *cpuprofile, StoreCache: *storeCache, Arms: splitList(*syncArms)})
+			return syncReport(syncParams{Events: *events, Writers: *writers, Batch: *batch, Sites: *sites, Trials: *trials, Preload: *preload, Pushes: *pushes, Profile: *cpuprofile, StoreCache: *storeCache, Arms: splitList(*syncArms), Trace: *traceTrials})
 		}},
 		{"catchup", func() error {
 			sizes, err := parseSizes(*catchupEvents)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -35,6 +36,8 @@ type syncParams struct {
 	// section only if it lists "scale"): a quicker run for profiling and
 	// for alternating two builds. The report's figures need every arm.
 	Arms []string
+	// Trace prints every one-core trial on standard error.
+	Trace bool
 }
 
 // pushSize and pushesPerTrial (the default of syncParams.Pushes) shape the forgery comparison: a push of 1 000
@@ -53,6 +56,7 @@ type oneCoreArgs struct {
 	Sites, Pushes          int
 	Profile                string
 	Arms                   []string
+	Trace                  bool
 }
 
 type samplesOut struct {
@@ -105,7 +109,9 @@ func syncReport(p syncParams) error {
 		}
 		return writeEvents(eventFile(work, name), raws)
 	}
-	for t := 0; t < p.Trials; t++ {
+	// The one-core child's first rounds are a discarded warm-up
+	// (oneCoreWarmup): they need events of their own.
+	for t := 0; t < p.Trials+oneCoreWarmup; t++ {
 		steps := []struct {
 			name  string
 			n     int
@@ -125,7 +131,7 @@ func syncReport(p syncParams) error {
 		}
 	}
 	var one samplesOut
-	if err := ab.Child(ctx, ab.Proc{MaxProcs: 1}, "sync-1core", oneCoreArgs{Store: store, Work: work, Pushes: p.Pushes, Trials: p.Trials, Writers: p.Writers, Batch: p.Batch, Sites: p.Sites, Profile: p.Profile, Arms: p.Arms}, &one); err != nil {
+	if err := ab.Child(ctx, ab.Proc{MaxProcs: 1}, "sync-1core", oneCoreArgs{Store: store, Work: work, Pushes: p.Pushes, Trials: p.Trials, Writers: p.Writers, Batch: p.Batch, Sites: p.Sites, Profile: p.Profile, Arms: p.Arms, Trace: p.Trace}, &one); err != nil {
 		return err
 	}
 	s := &ab.Samples{Names: one.Names, Values: one.Values}
@@ -136,6 +142,7 @@ func syncReport(p syncParams) error {
 		{"sign.Verify (one at a time, ZIP-215)", s.Stats("single").Format("%.0f") + " ev/s"},
 		{fmt.Sprintf("sign.VerifyBatch (batches of %d)", sign.BatchSize), s.Stats("batch").Format("%.0f") + " ev/s"},
 		{"apply (ApplySignedBatch, durable)", s.Stats("apply").Format("%.0f") + " ev/s"},
+		{"apply in the discarded warm-up rounds (in no ratio)", s.Stats(warmArm("apply")).Format("%.0f") + " ev/s, CPU " + s.Stats(cpuArm(warmArm("apply"))).Format("%.1f") + " µs per event"},
 	}))
 	applyBare := s.Ratio("apply", "ed25519")
 	fmt.Print(ab.Table([][2]string{
@@ -354,7 +361,7 @@ func runOneCore(arg json.RawMessage) (any, error) {
 		one, valid, oneF, every [][]byte
 		bare                    []sigInput
 	}
-	data := make([]trialData, a.Trials)
+	data := make([]trialData, oneCoreWarmup+a.Trials)
 	for t := range data {
 		d := &data[t]
 		for _, x := range []struct {
@@ -457,22 +464,42 @@ func runOneCore(arg json.RawMessage) (any, error) {
 	if len(a.Arms) > 0 {
 		arms = slices.DeleteFunc(arms, func(arm ab.Arm) bool { return !slices.Contains(a.Arms, arm.Name) })
 	}
-	cpu := withCPU(arms)
+	cpu := withCPU(arms, a.Trace)
 	stop, err := startProfile(a.Profile)
 	if err != nil {
 		return nil, err
 	}
-	s, err := ab.Run(a.Trials, arms...)
+	s, err := ab.RunWarm(oneCoreWarmup, a.Trials, arms...)
 	stop()
 	if err != nil {
 		return nil, err
 	}
 	out := samplesOut{Names: s.Names, Values: s.Values}
 	for _, name := range s.Names {
-		out.Names, out.Values = append(out.Names, cpuArm(name)), append(out.Values, cpu[name])
+		// The CPU series counts every round: the warm-up's go with it.
+		c := cpu[name][min(oneCoreWarmup, len(cpu[name])):]
+		warmCPU := cpu[name][:min(oneCoreWarmup, len(cpu[name]))]
+		out.Names, out.Values = append(out.Names, cpuArm(name)), append(out.Values, c)
+		if w := s.WarmOf(name); len(w) > 0 {
+			out.Names, out.Values = append(out.Names, warmArm(name), cpuArm(warmArm(name))), append(out.Values, w, warmCPU)
+		}
 	}
 	return out, nil
 }
+
+// oneCoreWarmup is the one-core child's discarded rounds (ab.RunWarm):
+// every arm, interleaved as in a trial. Measured without them, the first
+// apply trial took 0.5–1.1 minor page faults per event against ~0.01 from
+// the third apply on, and 20–60 % more CPU per event (the child's heap,
+// held at ~200 MB by every arm's inputs, growing into the collector's
+// goal; memory the runtime returned while the first bare-verify arm ran);
+// with one discarded round the second apply still faulted 0.5 per event
+// in one run of three. An untimed apply alone before the rounds (40 000
+// events, two collections) did not remove it.
+const oneCoreWarmup = 2
+
+// warmArm names the discarded warm-up figures of an arm.
+func warmArm(name string) string { return "warm:" + name }
 
 // cpuArm names the CPU-per-event series of an arm.
 func cpuArm(name string) string { return "cpu:" + name }
@@ -480,21 +507,38 @@ func cpuArm(name string) string { return "cpu:" + name }
 // withCPU wraps every arm to record the process's CPU time (user +
 // system, every goroutine) per event of each trial, in µs: the figure
 // that load on the machine moves least (a wall-clock rate also counts
-// the time the process waited for a core).
-func withCPU(arms []ab.Arm) map[string][]float64 {
+// the time the process waited for a core). With trace, each trial is
+// also printed on standard error with the collections and minor page
+// faults it took.
+func withCPU(arms []ab.Arm, trace bool) map[string][]float64 {
 	cpu := map[string][]float64{}
 	for i := range arms {
 		name, run := arms[i].Name, arms[i].Run
 		arms[i].Run = func(t int) (float64, error) {
+			_, _, gc0, _ := gcSample()
+			f0 := minorFaults()
 			c0, w0 := cpuTime(), time.Now()
 			rate, err := run(t)
 			if events := rate * time.Since(w0).Seconds(); err == nil && events > 0 {
-				cpu[name] = append(cpu[name], (cpuTime()-c0)*1e6/events)
+				perEvent := (cpuTime() - c0) * 1e6 / events
+				cpu[name] = append(cpu[name], perEvent)
+				if trace {
+					_, _, gc1, _ := gcSample()
+					fmt.Fprintf(os.Stderr, "round %d %-14s %8.0f ev/s  CPU %5.1f µs/event  GC cycles %d  minor faults %.2f/event\n",
+						t, name, rate, perEvent, gc1-gc0, float64(minorFaults()-f0)/events)
+				}
 			}
 			return rate, err
 		}
 	}
 	return cpu
+}
+
+// minorFaults is this process's minor page faults so far.
+func minorFaults() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Minflt
 }
 
 // cachedPreload preloads dir with history events, through cache when it

@@ -41,18 +41,34 @@ func Order(arms, t int) []int {
 type Samples struct {
 	Names  []string
 	Values [][]float64 // [arm][trial]
+	// Warm holds the figures of the discarded warm-up rounds (RunWarm),
+	// [arm][round]: printed, in no summary or ratio.
+	Warm [][]float64
 }
 
 // Run performs trials rounds of every arm, interleaved in Order. It stops
 // at the first error.
-func Run(trials int, arms ...Arm) (*Samples, error) {
+func Run(trials int, arms ...Arm) (*Samples, error) { return RunWarm(0, trials, arms...) }
+
+// RunWarm is Run after warmup discarded rounds of every arm, interleaved
+// the same way. A process that has just started pays costs once that no
+// later trial pays (its heap growing into the collector's goal, memory the
+// runtime returned to the system while another arm ran, files it never
+// mapped): the first round measures those, not the arms. Arm.Run sees
+// the rounds numbered from 0, warm-up rounds first (so trial t of the
+// samples is the call with warmup+t); the warm-up figures are kept in
+// Samples.Warm.
+func RunWarm(warmup, trials int, arms ...Arm) (*Samples, error) {
 	if trials < 1 {
 		return nil, errors.New("ab: at least one trial")
+	}
+	if warmup < 0 {
+		return nil, errors.New("ab: a negative warm-up")
 	}
 	if len(arms) == 0 {
 		return nil, errors.New("ab: no arms")
 	}
-	s := &Samples{Names: make([]string, len(arms)), Values: make([][]float64, len(arms))}
+	s := &Samples{Names: make([]string, len(arms)), Values: make([][]float64, len(arms)), Warm: make([][]float64, len(arms))}
 	for i, a := range arms {
 		if slices.Contains(s.Names[:i], a.Name) {
 			return nil, fmt.Errorf("ab: arm %q given twice", a.Name)
@@ -60,16 +76,32 @@ func Run(trials int, arms ...Arm) (*Samples, error) {
 		s.Names[i] = a.Name
 		s.Values[i] = make([]float64, 0, trials)
 	}
-	for t := 0; t < trials; t++ {
-		for _, i := range Order(len(arms), t) {
-			v, err := arms[i].Run(t)
+	for r := 0; r < warmup+trials; r++ {
+		for _, i := range Order(len(arms), r) {
+			v, err := arms[i].Run(r)
+			if r < warmup {
+				if err != nil {
+					return nil, fmt.Errorf("ab: %s, warm-up round %d: %w", arms[i].Name, r, err)
+				}
+				s.Warm[i] = append(s.Warm[i], v)
+				continue
+			}
 			if err != nil {
-				return nil, fmt.Errorf("ab: %s, trial %d: %w", arms[i].Name, t, err)
+				return nil, fmt.Errorf("ab: %s, trial %d: %w", arms[i].Name, r-warmup, err)
 			}
 			s.Values[i] = append(s.Values[i], v)
 		}
 	}
 	return s, nil
+}
+
+// WarmOf returns the warm-up figures of the named arm (nil if none).
+func (s *Samples) WarmOf(name string) []float64 {
+	i := slices.Index(s.Names, name)
+	if i < 0 || i >= len(s.Warm) {
+		return nil
+	}
+	return s.Warm[i]
 }
 
 // Of returns the figures of the named arm (nil if there is none).

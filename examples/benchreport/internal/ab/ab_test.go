@@ -190,3 +190,39 @@ func TestHeapPeakSeesAnAllocation(t *testing.T) {
 		t.Fatalf("peak %d B, below the 64 MiB held", peak)
 	}
 }
+
+func TestRunWarmDiscardsItsFirstRoundsInTheSameOrder(t *testing.T) {
+	var log []string
+	arm := func(name string, v float64) Arm {
+		return Arm{Name: name, Run: func(r int) (float64, error) {
+			log = append(log, name+string(rune('0'+r)))
+			return v * float64(r+1), nil
+		}}
+	}
+	s, err := RunWarm(1, 2, arm("a", 1), arm("b", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Round 0 is the warm-up, rounds 1 and 2 the trials, each rotated as Run rotates them.
+	want := []string{"a0", "b0", "b1", "a1", "a2", "b2"}
+	if !slices.Equal(log, want) {
+		t.Fatalf("run order %v, want %v", log, want)
+	}
+	if got := s.Of("a"); !slices.Equal(got, []float64{2, 3}) {
+		t.Fatalf("a = %v, want the two trials after the warm-up round", got)
+	}
+	if got := s.WarmOf("b"); !slices.Equal(got, []float64{10}) {
+		t.Fatalf("warm-up of b = %v, want [10]", got)
+	}
+	if st := s.Stats("b"); st.N != 2 || st.Min != 20 {
+		t.Fatalf("b's summary %+v counts the warm-up round", st)
+	}
+	if _, err := RunWarm(-1, 1, arm("a", 1)); err == nil {
+		t.Fatal("negative warm-up accepted")
+	}
+	boom := errors.New("boom")
+	_, err = RunWarm(1, 1, Arm{Name: "x", Run: func(int) (float64, error) { return 0, boom }})
+	if !errors.Is(err, boom) {
+		t.Fatalf("a failing warm-up round: %v, want boom", err)
+	}
+}
