@@ -40,12 +40,16 @@ type syncParams struct {
 	Trace bool
 }
 
-// pushSize and pushesPerTrial (the default of syncParams.Pushes) shape the forgery comparison: a push of 1 000
-// events, five pushes per arm and trial (one push is too short to time on
-// a noisy machine).
+// pushSize and pushesPerTrial (the default of syncParams.Pushes) shape the
+// forgery comparison: a push of 1 000 events, twenty pushes per arm and
+// trial. One push is too short to time on a noisy machine, and five were
+// too few as well: a trial of 5 000 events holds at most one collection
+// of the one-core child's heap, so the arm it fell in paid it whole
+// (-trace-trials: every slow push-one trial had the cycle, push-valid
+// none; medians 1.11–1.32 where bisection adds ~3 %).
 const (
 	pushSize       = 1000
-	pushesPerTrial = 5
+	pushesPerTrial = 20
 )
 
 // oneCoreArgs is what the one-core child needs: the store, the event files
