@@ -495,12 +495,17 @@ func runOneCore(arg json.RawMessage) (any, error) {
 // every arm, interleaved as in a trial. Measured without them, the first
 // apply trial took 0.5–1.1 minor page faults per event against ~0.01 from
 // the third apply on, and 20–60 % more CPU per event (the child's heap,
-// held at ~200 MB by every arm's inputs, growing into the collector's
-// goal; memory the runtime returned while the first bare-verify arm ran);
-// with one discarded round the second apply still faulted 0.5 per event
-// in one run of three. An untimed apply alone before the rounds (40 000
-// events, two collections) did not remove it.
-const oneCoreWarmup = 2
+// held at ~200–300 MB by every arm's inputs, growing into the collector's
+// goal; memory the runtime returned while the first bare-verify arm ran;
+// a store file copied in compact, whose first commits extend it instead
+// of reusing freed pages). With one discarded round the second apply
+// still faulted 0.5 per event in one run of three; with two, once the
+// push arms held twenty pushes, a run's median fell to 1.59 with the
+// warm-up rounds at 34–43 µs per event. An untimed apply alone before the
+// rounds (40 000 events, two collections) did not remove it, nor did
+// loading one round's inputs at a time (every round then faulted
+// 0.3–0.9 per event: the smaller heap was returned and re-touched).
+const oneCoreWarmup = 3
 
 // warmArm names the discarded warm-up figures of an arm.
 func warmArm(name string) string { return "warm:" + name }
