@@ -199,6 +199,7 @@ type Remote struct {
 
 	pid       *actor.PID
 	evMu      sync.Mutex // see Close
+	readers   readerGate // see stopServer
 	evSub     *eventstream.Subscription
 	baseCtx   context.Context
 	cancel    context.CancelFunc
@@ -389,6 +390,11 @@ func (r *Remote) stopServer() {
 	// protoactor's race.
 	r.evMu.Lock()
 	r.evMu.Unlock() //nolint:staticcheck // an ordering point, not a critical section
+	// Likewise its reader's suspended flag, written by Shutdown and read
+	// after every message a stream receives (remote_readergate.go).
+	if !r.readers.close(readerGateTimeout) {
+		r.log.Warn("remote: a stream still held a message when the server stopped")
+	}
 	r.rem.Shutdown(true)
 }
 

@@ -57,7 +57,9 @@ func (r *Remote) guardStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	r.streams.Add(1)
 	cert := streamCert(ss.Context())
 	defer r.trackStream(cert)()
-	return handler(srv, &guardedStream{ServerStream: ss, r: r, cert: cert})
+	gs := &guardedStream{ServerStream: ss, r: r, cert: cert}
+	defer r.readers.release(&gs.held) // the reader makes no read after its handler returned
+	return handler(srv, gs)
 }
 
 type guardedStream struct {
@@ -69,6 +71,9 @@ type guardedStream struct {
 	// needs a token of (remote_inbound.go).
 	pending *remote.MessageBatch
 	pools   []*inPool
+	// held: the last message returned holds the remote's readerGate
+	// (remote_readergate.go) until the next RecvMsg.
+	held bool
 }
 
 // RecvMsg implements grpc.ServerStream. It hands protoactor's reader a
@@ -78,6 +83,22 @@ type guardedStream struct {
 // before are already in the sync actor's mailbox, so their tokens come
 // back and the stream goes on.
 func (g *guardedStream) RecvMsg(m any) error {
+	// protoactor's reader read its suspended flag for the message returned
+	// last before calling again: that read is done.
+	g.r.readers.release(&g.held)
+	if g.r.readers.isClosing() {
+		return errRemoteClosing
+	}
+	if err := g.recvMsg(m); err != nil {
+		return err
+	}
+	if !g.r.readers.hold(&g.held) {
+		return errRemoteClosing // closing began while this call waited
+	}
+	return nil
+}
+
+func (g *guardedStream) recvMsg(m any) error {
 	rm, ok := m.(*remote.RemoteMessage)
 	if ok && g.pending != nil {
 		return g.next(rm)
