@@ -85,8 +85,7 @@ type guardedStream struct {
 func (g *guardedStream) RecvMsg(m any) error {
 	// protoactor's reader read its suspended flag for the message returned
 	// last before calling again: that read is done.
-	g.r.readers.release(&g.held)
-	if g.r.readers.isClosing() {
+	if g.r.readers.release(&g.held) {
 		return errRemoteClosing
 	}
 	if err := g.recvMsg(m); err != nil {

@@ -30,18 +30,19 @@ type readerGate struct {
 // errRemoteClosing is what RecvMsg returns once the remote is closing.
 var errRemoteClosing = status.Error(codes.Unavailable, "runtime: remote closing")
 
-// release ends the hold of a stream (held is the stream's own flag).
-func (g *readerGate) release(held *bool) {
-	if !*held {
-		return
-	}
+// release ends the hold of a stream (held is the stream's own flag) and
+// reports whether close began.
+func (g *readerGate) release(held *bool) (closing bool) {
 	g.mu.Lock()
-	*held = false
-	g.holding--
-	if g.holding == 0 && g.cond != nil {
-		g.cond.Broadcast()
+	defer g.mu.Unlock()
+	if *held {
+		*held = false
+		g.holding--
+		if g.holding == 0 && g.cond != nil {
+			g.cond.Broadcast()
+		}
 	}
-	g.mu.Unlock()
+	return g.closing
 }
 
 // hold records that a stream returns a message; false once closing (the
@@ -55,13 +56,6 @@ func (g *readerGate) hold(held *bool) bool {
 	g.holding++
 	*held = true
 	return true
-}
-
-// isClosing reports whether close began.
-func (g *readerGate) isClosing() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.closing
 }
 
 // close marks the gate closing and waits until no stream holds it, at

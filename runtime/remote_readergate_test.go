@@ -1,9 +1,12 @@
 package runtime
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // The gate's rule: once close began no hold is granted, and close returns
@@ -16,7 +19,8 @@ func TestReaderGateClosesAfterEveryHoldEnds(t *testing.T) {
 	}
 	closed := make(chan bool, 1)
 	go func() { closed <- g.close(time.Minute) }()
-	for !g.isClosing() {
+	var none bool
+	for !g.release(&none) { // holds nothing: only asks whether close began
 		time.Sleep(time.Millisecond)
 	}
 	var c bool
@@ -71,4 +75,41 @@ func TestReaderGateUnderConcurrentStreams(t *testing.T) {
 	}
 	flag = true // Shutdown's write: after every read
 	wg.Wait()
+}
+
+// fakeServerStream counts the receives guardedStream asks of gRPC.
+type fakeServerStream struct {
+	grpc.ServerStream
+	recvs int
+}
+
+func (f *fakeServerStream) RecvMsg(any) error { f.recvs++; return nil }
+
+// The stream side: a returned message holds the gate until the next
+// RecvMsg; once Close began, RecvMsg receives nothing more and returns
+// errRemoteClosing, and Close's wait ends with that call.
+func TestGuardedStreamHoldsTheGateUntilItsNextReceive(t *testing.T) {
+	r := &Remote{}
+	f := &fakeServerStream{}
+	gs := &guardedStream{ServerStream: f, r: r}
+	var msg struct{} // not a protoactor message: passed through as it is
+	if err := gs.RecvMsg(&msg); err != nil || !gs.held {
+		t.Fatalf("first receive: err %v, held %v", err, gs.held)
+	}
+	closed := make(chan bool, 1)
+	go func() { closed <- r.readers.close(time.Minute) }()
+	select {
+	case <-closed:
+		t.Fatal("close returned while the stream held its last message")
+	case <-time.After(20 * time.Millisecond):
+	}
+	if err := gs.RecvMsg(&msg); !errors.Is(err, errRemoteClosing) {
+		t.Fatalf("receive after close began: %v, want errRemoteClosing", err)
+	}
+	if f.recvs != 1 {
+		t.Fatalf("gRPC asked for %d messages, want 1 (none once closing)", f.recvs)
+	}
+	if ok := <-closed; !ok || gs.held {
+		t.Fatalf("close: %v, stream still held: %v", ok, gs.held)
+	}
 }

@@ -90,9 +90,16 @@ func (r smResult) pagesPerCommit() float64 {
 func (r smResult) bytesPerMessage() float64 { return float64(r.Writes.Bytes) / float64(r.Messages) }
 
 func cpuTime() float64 {
+	ru := selfRusage()
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// selfRusage is this process's resource usage so far (CPU times, minor
+// page faults).
+func selfRusage() syscall.Rusage {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	return ru
 }
 
 func (r smResult) rate() float64 { return float64(r.Messages) / r.Seconds }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -524,8 +523,12 @@ func withCPU(arms []ab.Arm, trace bool) map[string][]float64 {
 	for i := range arms {
 		name, run := arms[i].Name, arms[i].Run
 		arms[i].Run = func(t int) (float64, error) {
-			_, _, gc0, _ := gcSample()
-			f0 := minorFaults()
+			var gc0 uint64
+			var f0 int64
+			if trace {
+				_, _, gc0, _ = gcSample()
+				f0 = selfRusage().Minflt
+			}
 			c0, w0 := cpuTime(), time.Now()
 			rate, err := run(t)
 			if events := rate * time.Since(w0).Seconds(); err == nil && events > 0 {
@@ -534,20 +537,13 @@ func withCPU(arms []ab.Arm, trace bool) map[string][]float64 {
 				if trace {
 					_, _, gc1, _ := gcSample()
 					fmt.Fprintf(os.Stderr, "round %d %-14s %8.0f ev/s  CPU %5.1f µs/event  GC cycles %d  minor faults %.2f/event\n",
-						t, name, rate, perEvent, gc1-gc0, float64(minorFaults()-f0)/events)
+						t, name, rate, perEvent, gc1-gc0, float64(selfRusage().Minflt-f0)/events)
 				}
 			}
 			return rate, err
 		}
 	}
 	return cpu
-}
-
-// minorFaults is this process's minor page faults so far.
-func minorFaults() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Minflt
 }
 
 // cachedPreload preloads dir with history events, through cache when it
