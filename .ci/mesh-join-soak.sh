@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# examples/mesh -join soak (issue 11): a node joining a 3-node mesh over
+# examples/mesh -join soak: a node joining a 3-node mesh over
 # mutual TLS catches up on JOIN events from genesis, RUNS times; every run
 # must converge. Usage: .ci/mesh-join-soak.sh [RUNS] [JOIN]
 set -u

@@ -3,7 +3,7 @@ package messages
 import "time"
 
 // UndecryptableEnvelope: an envelope from From could not be decrypted
-// (issue 13, item 10), with Reason from a closed set ("malformed",
+// (so a failure is never silent), with Reason from a closed set ("malformed",
 // "decrypt", "identity_changed", "budget"). From is what the transport
 // authenticated; nothing of the envelope was kept.
 type UndecryptableEnvelope struct {
@@ -15,7 +15,7 @@ type UndecryptableEnvelope struct {
 func (UndecryptableEnvelope) notice() {}
 
 // StalePendingMessage: a message stayed pending longer than the device's
-// StaleAfter (issue 13, item 10), told once per process. Sent: a sent
+// StaleAfter, told once per process. Sent: a sent
 // message not acknowledged by Peer, its recipient; else a received one
 // from Peer (its authenticated sender) the application neither committed
 // nor discarded. Reason is from a closed set ("uncommitted",

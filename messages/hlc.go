@@ -57,7 +57,7 @@ func ParseSiteID(s string) (SiteID, error) {
 // distinct events. An honest site never issues that (SSP/1 §13.5 makes HLC
 // reuse a precondition violation), but a hostile or restored site can, and
 // a receiver must still reach the same state from the same events whatever
-// their order; without the id the first arrival would win (issue 10).
+// their order; without the id the first arrival would win.
 type Clock struct {
 	HLC  HLC     `cbor:"1,keyasint"`
 	Site SiteID  `cbor:"2,keyasint"`

@@ -50,7 +50,7 @@ type DeliveryReader interface {
 	// ascending number order, until fn returns false or an error (which
 	// SkippedKeys returns). The keys of a session record are stored beside
 	// it, one entry each, so that a ratchet step writes only the keys it
-	// adds or consumes (issue 13 item 4; docs/storage.md, "Skipped
+	// adds or consumes (docs/storage.md, "Skipped
 	// message keys"). At rest each is sealed on its own (bolt:
 	// RecordSkippedKey, identity sealed.Identity(user, device as 4
 	// big-endian bytes, seq as 8 big-endian bytes)).

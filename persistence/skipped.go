@@ -31,7 +31,7 @@ type SkippedEviction struct {
 // loses nothing while those hold more (ties: the lower address loses one
 // more). A hostile peer that floods skipped keys is the largest holder,
 // so its own keys go first; it cannot make the device drop the keys of a
-// peer that holds fewer (issue 13 item 4; docs/threat-model.md). Both
+// peer that holds fewer (docs/threat-model.md). Both
 // stores use this one plan. The result is in address order.
 func PlanSkippedEviction(holders []SkippedHolder, limit int) []SkippedEviction {
 	total := 0

@@ -87,7 +87,7 @@ type SyncReader interface {
 	// EventIDsAt returns the ids of the retained events site signed with
 	// HLC h, ascending, at most limit of them (limit ≤ 0: all). An honest
 	// site has at most one: more are an equivocation (SSP/1 §13.5 forbids
-	// HLC reuse; issue 10). The apply path asks for two, so a site that
+	// HLC reuse). The apply path asks for two, so a site that
 	// signs many events with one HLC cannot make each arrival cost more.
 	EventIDsAt(site messages.SiteID, h messages.HLC, limit int) ([]EventID, error)
 	// SiteEventIDs calls fn, in (HLC, id) order, for the retained events

@@ -27,7 +27,7 @@ func permutations[T any](xs []T) [][]T {
 	return out
 }
 
-// Attack (issue 10): "a site that reuses an HLC forks the mesh". A site —
+// Attack: "a site that reuses an HLC forks the mesh". A site —
 // hostile, or restored from a stale backup — signs different events with
 // one HLC for the same cell, the existence and the tombstone. Every
 // victim node that holds the same events must hold the same row whatever
@@ -86,7 +86,7 @@ func TestAttackSiteReusingHLCForksMesh(t *testing.T) {
 	}
 }
 
-// Attack (issue 10): "a retired key can rewrite history silently". Events
+// Attack: "a retired key can rewrite history silently". Events
 // at or below a retired key's cutoff stay valid (SSP/1 §12), so whoever
 // stole the key can backdate writes over another site's older cells. The
 // write cannot be refused on arrival time without making two nodes with
@@ -128,7 +128,7 @@ func TestAttackRetiredKeyRewritesHistorySilently(t *testing.T) {
 	_ = kid
 }
 
-// Issue 10 point 4 through the real signed apply path: every case holds a
+// Equivocation (SSP/1 §13.5) through the real signed apply path: every case holds a
 // random background from three sites plus a forced equivocation — two
 // distinct upserts and a delete signed by one site with one HLC for one
 // row, the upserts writing the same column (so the cell, the existence

@@ -38,7 +38,7 @@ func forgedInitiation(t *testing.T, ctx context.Context, bob *Node, from DeviceA
 	return env
 }
 
-// TestFloodDoesNotStopAlice (issue 13, must show): over the remote with
+// TestFloodDoesNotStopAlice: over the remote with
 // mutual TLS, a third process m (a configured peer hosting mallory.1)
 // sends bob 200 forged expensive initiations as mallory.1 and 1 100
 // bundle requests while alice sends bob 100 messages. All 100 are

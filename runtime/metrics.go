@@ -16,7 +16,7 @@ type metrics struct {
 	partial     prometheus.Counter
 	released    prometheus.Counter
 	deadLetters prometheus.Counter
-	// Issue 10 points 4 and 5: HLC reuse by a site, events of retired keys.
+	// SSP/1 §13.5 and §12: HLC reuse by a site, events of retired keys.
 	equivocations prometheus.Counter
 	retiredKey    prometheus.Counter
 }

@@ -22,7 +22,7 @@ func waitRows(t *testing.T, n *testNode, want int) {
 	}
 }
 
-// TestLateTrustRepairedByTrustAlone (regression, issue 11): events a
+// TestLateTrustRepairedByTrustAlone: events a
 // pushes before b trusts a are dropped and a's cursor moves past them;
 // Trust alone — the test never calls Reconcile — brings them back.
 func TestLateTrustRepairedByTrustAlone(t *testing.T) {
@@ -41,7 +41,7 @@ func TestLateTrustRepairedByTrustAlone(t *testing.T) {
 	}
 }
 
-// TestAddPeerReconciles (regression, issue 11): a node that adds a peer
+// TestAddPeerReconciles: a node that adds a peer
 // fetches what the peer holds, though the peer never pushes to it.
 func TestAddPeerReconciles(t *testing.T) {
 	net := NewNetwork(1)

@@ -8,7 +8,7 @@ package runtime
 // in the process (google.golang.org/grpc/internal/grpclog reads it without
 // synchronization). That race is protoactor's, not ours, and it cannot be
 // avoided from outside Start; running each node in its own process also
-// makes these tests what the issue asks for: nodes in separate processes
+// makes these tests what they claim to be: nodes in separate processes
 // on 127.0.0.1 syncing through the remote. A race in our code inside a
 // child still fails the test: the child exits non-zero and the parent
 // reports its stderr.

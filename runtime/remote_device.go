@@ -73,7 +73,7 @@ func (r *Remote) liveStreamsFrom(cn string) int {
 // AddDevice makes the device addr reachable at address (host:port of the
 // remote hosting it), replacing a previous address.
 //
-// It also binds addr to that host (issue 13): an envelope whose From is
+// It also binds addr to that host: an envelope whose From is
 // addr is accepted only over a connection authenticated (TLS) as the peer
 // configured with AddPeer at the same address — the sync plane's binding,
 // so a device shares the certificate of the cluster member that hosts it.
@@ -328,7 +328,7 @@ const (
 // LimitBundles sets the bundle budget of each requester (a TLS key, or a
 // reply address without TLS): a burst of burst requests, refilled at
 // perSecond. Every bundle issued hands out a one-time prekey, so an
-// unbounded requester could cycle them out (issue 13, item 3); an honest
+// unbounded requester could cycle them out; an honest
 // device asks once per new session. Default DefaultBundleBurst and
 // DefaultBundlesPerSecond; burst ≤ 0 turns the limit off.
 func (r *Remote) LimitBundles(perSecond float64, burst int) {
@@ -394,7 +394,7 @@ func (l *bundleLimiter) allow(key string, now time.Time) bool {
 // deliverDevice hands an inbound envelope to the local device it names,
 // in order per (from, to), off the actor goroutine. A link's state lives
 // only while it holds envelopes: the drainer removes it when it empties
-// (issue 13, item 9), so idle or spoofed links keep nothing.
+// (so idle or spoofed links keep nothing).
 func (r *Remote) deliverDevice(m *wire.DeviceEnvelope) {
 	r.countRecv(m.Size)
 	r.metrics.pushes.WithLabelValues("device_received").Inc()

@@ -128,7 +128,7 @@ func remoteDevicePair(t *testing.T, ca *remoteCA, dir string, tap *capturingTran
 	return rem, alice, bob
 }
 
-// TestAttackRemoteThirdProcessCannotSendAsAlice (issue 13, item 1): a
+// TestAttackRemoteThirdProcessCannotSendAsAlice: a
 // third process m holding a valid mesh certificate (for m, a configured
 // peer) sends DeviceEnvelope{From: alice} — a genuine envelope of alice's
 // it tapped off the wire — to bob. alice's device is configured

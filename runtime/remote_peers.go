@@ -72,9 +72,6 @@ func validPeerAddress(address string) error {
 // node (ErrSenderMismatch, counted in RemoteStats.RefusedPushes). An
 // address that is not host:port is ErrInvalidPeerAddress and changes
 // nothing.
-//
-// The error return and the options are new (issue 10/16): callers that
-// ignored no result before compile unchanged.
 func (r *Remote) AddPeer(peer, address string, opts ...RemotePeerOption) error {
 	if peer == "" {
 		return fmt.Errorf("runtime: AddPeer needs a peer name")

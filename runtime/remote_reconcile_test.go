@@ -272,7 +272,7 @@ func waitChildRows(t *testing.T, c *reconChild, want int) reconReply {
 	}
 }
 
-// TestRemoteLateTrustRepairedByTrustAlone (issue 11, over the remote with
+// TestRemoteLateTrustRepairedByTrustAlone (over the remote with
 // mutual TLS): a pushes 20 events to b before b trusts a's key; b drops
 // them (unknown kid) and a's cursor moves past them, so pushes alone never
 // bring them back. Trust alone — the test never calls Reconcile —

@@ -10,7 +10,7 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// TestAttackSpoofedAddressesLeaveBoundedState (issue 13, item 9): 20 000
+// TestAttackSpoofedAddressesLeaveBoundedState: 20 000
 // envelopes, each under a different spoofed From, reach bob. None
 // authenticates, so nothing of them may stay: once they are delivered,
 // the network keeps no per-(from, to) link and bob no peer actor for any
@@ -56,8 +56,8 @@ func TestAttackSpoofedAddressesLeaveBoundedState(t *testing.T) {
 	}
 }
 
-// TestUndecryptableEnvelopesRaiseANoticeAndAMetric (issue 13, item 10):
-// an envelope bob cannot decrypt is no longer silent: a notice names the
+// TestUndecryptableEnvelopesRaiseANoticeAndAMetric:
+// an envelope bob cannot decrypt is not silent: a notice names the
 // authenticated sender and the reason, and the reason-labelled counter
 // moves.
 func TestUndecryptableEnvelopesRaiseANoticeAndAMetric(t *testing.T) {

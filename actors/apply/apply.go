@@ -105,7 +105,7 @@ func (c *Chokepoint) check(raw []byte) checked {
 
 // prepare does the storage work of reqs that depends on the events alone
 // (sealing, the range sums' hashing: syncgroup.Router.Prepare) here, on
-// the verifiers, instead of in the single writer (issue 15).
+// the verifiers, instead of in the single writer every apply waits on.
 func (c *Chokepoint) prepare(reqs []*syncgroup.Apply) {
 	if c.cfg.Router != nil {
 		c.cfg.Router.Prepare(reqs)
@@ -186,8 +186,9 @@ func (c *Chokepoint) checkedWith(kr *sign.Keyring, raw []byte, v *sign.Verified,
 		req = new(syncgroup.Apply)
 	}
 	*req = syncgroup.Apply{ID: id, Raw: raw, Event: e, RowKey: rowKey}
-	// Issue 10 point 5: an event of a key retired by the time it arrives
-	// is valid (HLC ≤ cutoff) but surfaced by its group if it is new.
+	// SSP/1 §12, §13.5: an event of a key retired by the time it arrives
+	// is valid (HLC ≤ cutoff) but surfaced by its group if it is new, so a
+	// stolen key cannot backdate writes unseen.
 	if cut := c.cutoffOf(kr, v.Kid); cut != 0 {
 		req.Kid, req.Cutoff = v.Kid, cut
 	}

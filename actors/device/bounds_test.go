@@ -11,7 +11,7 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// TestAttackRedeliveriesHoldOneQueuedCopy (issue 13, item 5): the
+// TestAttackRedeliveriesHoldOneQueuedCopy: the
 // application does not read while the sender retries one pending 256 KiB
 // message 200 times. Every retry is a Delivery of the same pending message
 // (same sequence); the delivery queue holds it once, not 200 times, so
@@ -52,7 +52,7 @@ func TestAttackRedeliveriesHoldOneQueuedCopy(t *testing.T) {
 	}
 }
 
-// TestDeliveryQueuePastItsBoundPagesFromTheStore (issue 13, item 5): with
+// TestDeliveryQueuePastItsBoundPagesFromTheStore: with
 // a queue bound of 4 and an application that reads only after 20 new
 // messages arrived, the queue never holds more than 4 and the application
 // still gets every message, in sequence order, paged from the store.
@@ -81,7 +81,7 @@ func TestDeliveryQueuePastItsBoundPagesFromTheStore(t *testing.T) {
 	}
 }
 
-// TestGlobalPendingCapBoundsManySenders (issue 13, item 5): 30 new
+// TestGlobalPendingCapBoundsManySenders: 30 new
 // addresses with a per-sender cap of 10 would make 300 pending messages;
 // the global cap (MaxPending 100) holds them at 100, refusing the rest
 // with ErrBacklogFull before their ratchet step, and a commit makes room.

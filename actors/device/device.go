@@ -820,7 +820,7 @@ const (
 )
 
 // deliveryQueue is a bounded FIFO between Receive and dispatch, so a slow
-// application never blocks the receive path (issue 13, item 5). A copy of
+// application never blocks the receive path. A copy of
 // a message already queued (same sequence: a sender's retry of a pending
 // message) is not queued again. Past maxItems or maxBytes a delivery is
 // not queued: the queue remembers the lowest sequence it left out and the

@@ -6,7 +6,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/device"
 )
 
-// TestAttackBundleFloodKeepsInitiationInFlight (issue 13, item 3): alice
+// TestAttackBundleFloodKeepsInitiationInFlight: alice
 // takes one of bob's bundles and sends her first message; before it
 // arrives, 1 100 bundle requests (more than MaxOneTime, 1 000) are served
 // by bob. The one-time prekey alice's initiation names is younger than

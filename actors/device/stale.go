@@ -12,7 +12,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// Messages pending too long (issue 13 item 10: failures are not silent).
+// Messages pending too long (so a failed delivery is never silent).
 // A received message the application neither committed nor discarded, or
 // a sent message no ACK cleared, StaleAfter after it was received or sent
 // is reported once per process: to Config.OnStale (the peer named) and in

@@ -47,8 +47,8 @@ func staleTweak(reg *prometheus.Registry, notices *[]device.StalePending, more f
 	}
 }
 
-// TestAttackUnansweredInitiationIsSurfacedAndReinitiatedOnlyUnderRetry
-// (issue 13, item 3): alice's first message to bob is held in transit
+// TestAttackUnansweredInitiationIsSurfacedAndReinitiatedOnlyUnderRetry:
+// alice's first message to bob is held in transit
 // while bob serves enough bundles, past the minimum age, to evict the
 // one-time prekey it names: the initiation can never succeed. An hour
 // later alice's pending check reports it once (notice and metric, reason
@@ -125,7 +125,7 @@ func TestAttackUnansweredInitiationIsSurfacedAndReinitiatedOnlyUnderRetry(t *tes
 	}
 }
 
-// TestPendingPastStaleAfterIsReportedOnBothSides (issue 13, item 10): on
+// TestPendingPastStaleAfterIsReportedOnBothSides: on
 // an established session bob leaves one message uncommitted; he commits another whose ACK is lost
 // (Retry off). An hour later bob's check reports the uncommitted one and
 // alice's both unacknowledged ones, each once, with their metrics.
@@ -180,7 +180,7 @@ func TestPendingPastStaleAfterIsReportedOnBothSides(t *testing.T) {
 	}
 }
 
-// TestAttackSendAfterPeerReinstallIsNotSilent (issue 13, item 10): bob
+// TestAttackSendAfterPeerReinstallIsNotSilent: bob
 // reinstalls (a new identity at his address). Alice's Send on the old
 // session succeeds — the transport took it — but bob cannot decrypt it.
 // An hour later alice's check reports it with the reason

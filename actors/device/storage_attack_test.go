@@ -19,7 +19,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence/memory"
 )
 
-// Issue 13, item 7: someone who can write node.db but does not hold the
+// Threat: someone who can write node.db but does not hold the
 // storage key. Each test runs bob over a sealed bbolt file, closes it,
 // rewrites raw bytes the way such an attacker can (bucket names and key
 // encodings are public), reopens it and checks that the rewrite is refused

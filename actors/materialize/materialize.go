@@ -13,7 +13,7 @@
 // settles two distinct events one site signed with one HLC, which SSP/1
 // §13.5 forbids but a hostile site can send. Without it the first of the
 // two to arrive would win and two nodes holding the same events would
-// disagree for good (issue 10, "a site that reuses an HLC forks the mesh").
+// disagree for good: a site that reused an HLC would fork the mesh.
 package materialize
 
 import (

@@ -348,7 +348,7 @@ func permutations(evs []*messages.Event) [][]*messages.Event {
 	return out
 }
 
-// Issue 10 point 4: a site reusing an HLC for the same cell, the existence
+// Equivocation (SSP/1 §13.5): a site reusing an HLC for the same cell, the existence
 // and the tombstone does not fork receivers — column clocks, existence and
 // tombstone clocks break the (HLC, site) tie by event id.
 func TestEquivocationConvergesEveryPermutation(t *testing.T) {

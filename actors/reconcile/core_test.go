@@ -182,7 +182,7 @@ func keyDiff(a, b []Key) []Key {
 
 func sorted(k []Key) []Key { return NewSet(slices.Clone(k)).Keys() }
 
-// targetBytes is issue 11's target for the reconciliation's own bytes
+// targetBytes is the byte target for the reconciliation's own bytes
 // (events excluded): 64 bytes per difference per halving of n/d, plus a
 // few KB (and 64 bytes of framing per round trip).
 func targetBytes(n, d, rounds int) int {

@@ -70,7 +70,7 @@ func noMetrics() *Metrics {
 }
 
 // splitKey splits a CursorKey into its peer name and path: two labels,
-// not one label packing two dimensions (issue 16). The path is what
+// not one label packing two dimensions (so queries can aggregate by either). The path is what
 // follows the last "@" (a path never holds one; a name may).
 func splitKey(key string) (peer, path string) {
 	if i := strings.LastIndexByte(key, '@'); i >= 0 {
@@ -93,8 +93,8 @@ func (m *Metrics) pushed(key string, r CycleReport) {
 }
 
 func (m *Metrics) received(from string, r *messages.PushResult, outs []messages.Outcome) {
-	// One count per outcome (issue 16: one "done" lumped the three final
-	// outcomes together). applied + duplicate + dropped is r.Applied.
+	// One count per outcome (one count for the three final outcomes would
+	// hide which happened). applied + duplicate + dropped is r.Applied.
 	var applied, duplicate, dropped, quota int
 	for _, o := range outs {
 		switch o.Kind {

@@ -10,8 +10,8 @@ import (
 )
 
 // The push receive counter has one series per outcome — applied,
-// duplicate, dropped — where it had one verdict="done" for all three
-// (issue 16, point 10); the three add up to the push result's Applied.
+// duplicate, dropped — rather than one verdict="done" for all three;
+// the three add up to the push result's Applied.
 func TestReceiveCounterSplitsByOutcome(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)

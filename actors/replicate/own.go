@@ -40,7 +40,7 @@ func NewOwnWrites(floor messages.HLC) *OwnWrites {
 // one step.
 //
 // issue may wait for the store (the clock persists its high water), and a
-// store writer may ask Safe: so o.mu is not held across issue (that was a
+// store writer may ask Safe: so o.mu is not held across issue (that would
 // deadlock with the push committer). Begins are serialized by o.issuing
 // instead: one issue at a time, and its HLC is above issued (the clock is
 // monotonic), so until it is registered Safe's answer (at most issued)

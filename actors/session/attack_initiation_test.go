@@ -13,7 +13,7 @@ import (
 )
 
 // Regression tests of the initiation attacks of the delivery plane against
-// hostile peers (issue 13, items 1 and 6), through the Manager's API: the
+// hostile peers, through the Manager's API: the
 // from address each test passes is what the transport authenticated.
 
 // TestAttackReplayedInitiationUnderAnotherAddressIsRefused: replaying

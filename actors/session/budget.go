@@ -10,7 +10,7 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// Per-sender budgets for decrypt attempts (issue 13, item 2). A decrypt
+// Per-sender budgets for decrypt attempts. A decrypt
 // is the expensive step before anything is authenticated: an initiation
 // costs several DH and a KEM decapsulation, a header far ahead a run of
 // KDF steps. Every attempt takes a token from its sender's bucket and a

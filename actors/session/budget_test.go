@@ -8,8 +8,8 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// TestAttackForgedInitiationsSpendOnlyTheirSendersBudget (issue 13, item
-// 2): mallory sends bob 200 forged initiations (a real one with its
+// TestAttackForgedInitiationsSpendOnlyTheirSendersBudget:
+// mallory sends bob 200 forged initiations (a real one with its
 // ciphertext flipped: each costs bob the full DH/KEM agreement before the
 // AEAD fails). bob runs at most FailedDecryptBurst of them (the clock
 // stands still: no refill) and refuses the rest before any cryptography;

@@ -33,7 +33,7 @@ type writes struct {
 	// its step started from (what is stored once the earlier items of its
 	// chain are: a chain stops at its first failed item). The record is
 	// stored without its skipped keys, each key being an entry of its own
-	// (issue 13 item 4): every item writes the keys its step added or
+	// (no step rewrites them all): every item writes the keys its step added or
 	// consumed (ratchet.SkippedKeyChanges of base and session), and the
 	// record itself is encoded only when no later item of the same
 	// transaction writes the peer's record (superseded): one encoding,

@@ -121,7 +121,7 @@ type Config struct {
 	// ratchet.ErrReplay (as past the per-record cap); a loaded peer actor
 	// may still use a key evicted from storage until it reloads. Reported
 	// in Stats (SkippedKeys, SkippedEvicted) and logged once per episode
-	// at the cap (issue 13 item 4). 0: DefaultMaxSkippedKeysPerDevice;
+	// at the cap. 0: DefaultMaxSkippedKeysPerDevice;
 	// negative: no device-wide cap.
 	MaxSkippedKeysPerDevice int
 	// MaxBatch bounds the items of one committer transaction; 0:
@@ -942,7 +942,7 @@ var errUnpinnedCap = errors.New("session: unpinned cap reached")
 // address with no stored pin or session counts against MaxUnpinnedPeers;
 // past it the envelope is refused (ErrTooManyUnpinned, an undecryptable
 // notice, nothing kept), so spoofed addresses cannot make the device hold
-// more than the cap of peer actors at once (issue 13 item 9). A pinned
+// more than the cap of peer actors at once. A pinned
 // peer's envelope is never refused by the cap.
 func (m *Manager) routeInbound(ctx context.Context, peer messages.DeviceAddress, msg request) error {
 	err := m.routeAs(peer, msg, routeInboundNew)

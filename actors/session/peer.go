@@ -166,7 +166,7 @@ func (a *peerActor) Receive(c actor.Context) {
 		a.m.done(a.entry)
 		// An address this device holds nothing for (no pin, no session,
 		// nothing in flight: an unauthenticated sender, or a failed first
-		// contact) keeps no actor (issue 13, item 9): spoofed addresses
+		// contact) keeps no actor: spoofed addresses
 		// leave no state behind.
 		if a.loaded && a.inflight == 0 && a.pin == nil && a.rec.IsEmpty() && a.m.passivate(a.peer, a.entry) {
 			c.Stop(c.Self())
@@ -597,7 +597,7 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 			return out, wrapPeer("load prekeys", a.peer, corrupt("prekeys", err))
 		}
 	}
-	// The work is counted, not timed (issue 13 item 2): the prekey
+	// The work is counted, not timed: the prekey
 	// store's load and whatever Decrypt computes, success or failure.
 	work := prekeys.LoadWork()
 	rc := cfg.Ratchet

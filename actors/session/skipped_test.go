@@ -144,7 +144,7 @@ func commit(tb testing.TB, at *node, from messages.DeviceAddress, id messages.Lo
 	}
 }
 
-// stepBytes runs issue 13's item-4 attack shape against bob: mallory opens
+// stepBytes runs the skipped-key inflation attack against bob: mallory opens
 // 41 sessions (bob keeps the current one and 40 archived), one envelope
 // each; with skip > 0 the last four skip skip keys each (4 × 500: the
 // record at its per-record cap of 2 000, as 41 × 512 would leave it, for a
@@ -195,7 +195,7 @@ func stepBytes(t *testing.T, kind string, skip int) (receive, commitAck, skipped
 	return receive, commitAck, skippedReceive, skippedCommit
 }
 
-// TestAttackSkippedKeysDoNotInflateEachStep (issue 13 item 4): a hostile
+// TestAttackSkippedKeysDoNotInflateEachStep: a hostile
 // peer that fills its record with skipped keys (41 sessions, 2 000 skipped
 // keys kept) must not make every later ratchet step of its peer
 // rewrite them. The session-state bytes a receive and a commit (with its
@@ -222,8 +222,8 @@ func TestAttackSkippedKeysDoNotInflateEachStep(t *testing.T) {
 	}
 }
 
-// TestAttackHostileAddressesCannotEvictHonestSkippedKeys (issue 13 item
-// 4, the per-device cap): with MaxSkippedKeysPerDevice 1 000, five hostile
+// TestAttackHostileAddressesCannotEvictHonestSkippedKeys (the
+// per-device cap): with MaxSkippedKeysPerDevice 1 000, five hostile
 // addresses each open two sessions whose first envelope skips 512 keys
 // (5 120 keys, each record under the per-record cap) after alice left 9
 // keys waiting for her late messages. The device keeps at most 1 000 keys,

@@ -32,7 +32,7 @@ func (s *holdingStore) View(ctx context.Context, fn func(persistence.DeliveryRea
 	return s.DeliveryStore.View(ctx, fn)
 }
 
-// TestAttackUnpinnedAddressesAreCapped (issue 13, item 9): with
+// TestAttackUnpinnedAddressesAreCapped: with
 // MaxUnpinnedPeers 4 and four envelopes from four spoofed addresses being
 // served (their actors hold on their store read), an envelope from a
 // fifth address without a pin is refused at once with ErrTooManyUnpinned

@@ -66,7 +66,7 @@ type Decision struct {
 // Decide is the chokepoint's decision from step 4 on (SSP/1 §12, §13.5,
 // §13.6) for one event, shared by the apply path and the release of a held
 // group: idempotent insert, hold for a missing table, whole-key
-// resolution, the eviction horizon; and the two surfacings of issue 10 — a
+// resolution, the eviction horizon; and the two surfacings of a hostile signer — a
 // reused (site, HLC) and a new event of a retired key. It is a pure
 // function of in.
 func Decide(in Input) Decision {
@@ -123,7 +123,7 @@ func Decide(in Input) Decision {
 	if in.Cutoff != 0 {
 		// §12 accepts it (HLC ≤ cutoff), and refusing it by arrival time
 		// would let two nodes with the same events disagree (§13.5): it is
-		// applied, and never silently (issue 10 point 5).
+		// applied, and never silently.
 		d.Notices = append(d.Notices, messages.RetiredKeyEvent{Site: e.Site, Kid: slices.Clone(in.Kid), Cutoff: in.Cutoff, HLC: e.HLC,
 			Schema: e.Schema, Table: e.Table, EventID: in.ID, Outcome: d.Outcome.Kind})
 	}

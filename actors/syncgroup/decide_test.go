@@ -18,7 +18,7 @@ func kinds(ns []messages.Notice) string {
 	return s
 }
 
-// Decide's table (SSP/1 §12 step 4, §13.5, §13.6; issue 10 points 4, 5):
+// Decide's table (SSP/1 §12 step 4, §13.5, §13.6; HLC reuse, retired keys):
 // one row per condition, for the apply path and the release of a held
 // group, which share it.
 func TestDecideTable(t *testing.T) {

@@ -48,7 +48,7 @@ type Apply struct {
 	Index int
 	// Kid and Cutoff name the signer's key when it was retired at
 	// verification (Cutoff ≠ 0): such an event, if it is new here, is
-	// surfaced as a RetiredKeyEvent whatever its HLC (issue 10 point 5).
+	// surfaced as a RetiredKeyEvent whatever its HLC (a thief can backdate).
 	Kid    []byte
 	Cutoff messages.HLC
 	// Prepared is the event's storage work done ahead of the transaction

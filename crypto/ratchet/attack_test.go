@@ -6,7 +6,7 @@ import (
 )
 
 // Regression tests of session-cryptography attacks by hostile peers
-// (issue 13, items 4 and 8).
+// (record inflation, a borrowed signing key).
 
 // TestAttackInitiatorCannotBorrowASigningKey: an initiation presenting
 // {victim's signing key, attacker's DH key} must be refused, so nothing can
@@ -38,7 +38,7 @@ func TestAttackInitiatorCannotBorrowASigningKey(t *testing.T) {
 
 // TestAttackHostilePeerCannotInflateItsRecord: 41 prekey envelopes from a
 // pinned but hostile peer, each starting a session and skipping many keys,
-// cannot grow the record past the skipped-key cap (issue 13 item 4: a
+// cannot grow the record past the skipped-key cap (uncapped, a
 // 5.4 MiB record made every receive and commit 200 times slower).
 func TestAttackHostilePeerCannotInflateItsRecord(t *testing.T) {
 	cfg := DefaultConfig()

@@ -14,7 +14,7 @@ var (
 	// deleted: evicted from the skipped-key store, or its chain retired),
 	// and a prekey envelope for a session already retired from the record.
 	ErrReplay = errors.New("ratchet: replayed or already processed message")
-	// ErrDuplicateMessage is ErrReplay under the name the issue also uses.
+	// ErrDuplicateMessage is ErrReplay under its other common name.
 	ErrDuplicateMessage = ErrReplay
 	// ErrTampered marks an authentication failure: the AEAD did not open,
 	// a DH output was degenerate, or the envelope's session id does not

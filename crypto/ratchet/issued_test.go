@@ -25,7 +25,7 @@ func issueAt(t *testing.T, d *device, at int64) *messages.PrekeyBundle {
 	return &b
 }
 
-// TestIssuedOneTimePrekeysKeepTheirMinimumAge (issue 13 item 3): bundle
+// TestIssuedOneTimePrekeysKeepTheirMinimumAge: bundle
 // requests far beyond MaxOneTime never push out a one-time prekey issued
 // less than MinIssuedAge ago: the store stays at MaxOneTime, later
 // bundles fall back to the last-resort keys, and the first initiator's

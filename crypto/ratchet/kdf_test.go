@@ -66,7 +66,7 @@ func TestKDFCKVectors(t *testing.T) {
 }
 
 // TestKDFCKDoesNotAllocate: a chain walk allocates nothing per step
-// (issue 13 item 2: hmac.New per step).
+// (hmac.New per step churned ~40 MiB in the worst case).
 func TestKDFCKDoesNotAllocate(t *testing.T) {
 	var ck [32]byte
 	allocs := testing.AllocsPerRun(100, func() {

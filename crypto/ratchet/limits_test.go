@@ -296,8 +296,8 @@ func TestVersion1StateAndPrekeysLoad(t *testing.T) {
 }
 
 // BenchmarkHostilePrekeyEnvelope is the cost of one prekey envelope that
-// jumps its first chain 25 000 ahead (issue 13 item 2 measured 24–33 ms
-// before the cap); it is refused before any DH now.
+// jumps its first chain 25 000 ahead (measured at 24–33 ms
+// without the cap); it is refused before any DH.
 func BenchmarkHostilePrekeyEnvelope(b *testing.B) {
 	cfg := DefaultConfig()
 	bob, mallory := newDevice(b, "bob"), newDevice(b, "mallory")

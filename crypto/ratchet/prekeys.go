@@ -30,7 +30,7 @@ type PrekeyConfig struct {
 	// dropped — only those issued at least MinIssuedAge ago.
 	MaxOneTime int
 	// MinIssuedAge is how long an issued one-time prekey is kept at least
-	// before it may be evicted (issue 13 item 3: a flood of bundle requests
+	// before it may be evicted (a flood of bundle requests
 	// must not push out the key of an initiation still in flight). When
 	// every held key is unissued or too young, a replenishment adds only
 	// what fits under MaxOneTime, and once none is left unissued bundles
@@ -139,7 +139,7 @@ type PrekeyStore struct {
 	kem     []kemKey    // current is last
 	oneTime []oneTimeKey
 	// accepted are the session ids of accepted last-resort initiations,
-	// oldest first (issue 13 item 6): such an initiation consumes nothing,
+	// oldest first: such an initiation consumes nothing,
 	// so without them a recorded one would be accepted again once the
 	// session record forgot it (ResetSession, AcceptIdentity, eviction).
 	// An initiation with a one-time prekey needs no entry: its key is gone.

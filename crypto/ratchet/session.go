@@ -152,7 +152,7 @@ func hkdfSHA256(out, secret, salt []byte, info string) {
 // a keyed HMAC object cannot be reused across steps; HMAC (RFC 2104) is
 // computed here on stack buffers instead — H((K ⊕ opad) || H((K ⊕ ipad) ||
 // m)) with K zero-padded to the 64-byte block — so a chain walk of N steps
-// allocates nothing (issue 13: hmac.New per step churned ~40 MiB in the
+// allocates nothing (hmac.New per step churned ~40 MiB in the
 // worst case). TestKDFCKVectors checks it against crypto/hmac.
 func kdfCK(ck [32]byte) (mk, next [32]byte) {
 	var in [64 + 1]byte   // (K ⊕ ipad) || m

@@ -9,7 +9,7 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// Skipped message keys stored on their own (issue 13 item 4). A record
+// Skipped message keys stored on their own. A record
 // holds up to MaxSkippedKeysPerRecord of them (~150 KiB at 2 000); written
 // inside the session record, every ratchet step would rewrite them all. A
 // store instead keeps the record without its keys (MarshalStateWithoutKeys)

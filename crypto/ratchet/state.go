@@ -88,7 +88,7 @@ func MarshalState(rec SessionRecord) ([]byte, error) { return marshalState(rec, 
 // keys: the small state record a ratchet step rewrites. The keys are
 // stored as entries of their own (SkippedKeys, SkippedKeyChanges) and
 // joined again by UnmarshalStateWithKeys, so a step writes only the keys
-// it added or consumed (issue 13 item 4).
+// it added or consumed.
 func MarshalStateWithoutKeys(rec SessionRecord) ([]byte, error) { return marshalState(rec, false) }
 
 func marshalState(rec SessionRecord, keys bool) ([]byte, error) {

@@ -1,7 +1,7 @@
 package ratchet
 
 // Work counts the expensive operations of one or more Decrypt calls
-// (issue 13 item 2: a flood is bounded by what it makes the receiver
+// (a flood is bounded by what it makes the receiver
 // compute, counted rather than timed). Set Config.Work to a Work of the
 // caller's and Decrypt adds to it, whether it succeeds or fails; a Work
 // is not safe for concurrent use (give each call its own and add them).

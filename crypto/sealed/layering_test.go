@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestCryptoImportsNothingAboveMessages (issue 17, layers): the crypto
+// TestCryptoImportsNothingAboveMessages (imports only downward): the crypto
 // packages, the storage cipher included, depend only on each other and on
 // messages — `go list -deps ./crypto/...` lists no persistence package.
 // The stores adapt the cipher's errors (persistence/bolt maps ErrOpen to

@@ -274,7 +274,7 @@ func DeviceIdentity() []byte { return Identity([]byte("device")) }
 
 // PinIdentity is the identity of a RecordPin: peer user, peer device. The
 // address in the associated data makes a pin copied to another device's
-// row fail to open (issue 13 item 7).
+// row fail to open.
 func PinIdentity(user, device []byte) []byte { return Identity(user, device) }
 
 // MessageIdentity is the identity of a RecordOutboundBody (recipient user,

@@ -1,6 +1,6 @@
 package main
 
-// The flood section (-only flood, issue 13 "must show"): alice's p99
+// The flood section (-only flood): alice's p99
 // delivery latency to bob with and without a flood at bob. Alice sends
 // her messages one at a time; a message's latency runs from her Send to
 // the ACK of bob's commit clearing her pending entry (fsync on at both
@@ -16,7 +16,7 @@ package main
 // requester (runtime.DefaultBundleBurst at once, DefaultBundlesPerSecond
 // after) and refuses the rest before the device sees them. In process
 // there is no guard, so the flood arm applies that same budget to the
-// flooder, one requester (the issue's third process) sending 16 requests
+// flooder, one requester (as a third process over the remote) sending 16 requests
 // at once (a refused request costs bob nothing), and a third arm
 // ("flood, unthrottled") hands all 1 100 to bob — harsher than anything
 // the remote lets through; its ratio is printed without a target.

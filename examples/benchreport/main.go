@@ -50,7 +50,7 @@ func main() {
 	sites := flag.Int("sites", 4, "signing sites (one sync group each)")
 	trials := flag.Int("trials", 5, "interleaved trials per comparison")
 	pushes := flag.Int("pushes", pushesPerTrial, "pushes of 1 000 events per trial and arm in the forgery comparison")
-	preload := flag.Int("preload", 100000, "events of history on the SAME rows the measured events write (untimed) in the apply store; the issue's figure is at 1 000 000")
+	preload := flag.Int("preload", 100000, "events of history on the SAME rows the measured events write (untimed) in the apply store; the targets are set at 1 000 000")
 	only := flag.String("only", "", "run one section only: sync, catchup, sessions, hosting, delivery, flood or reconcile (default: all)")
 	catchupEvents := flag.String("catchup-events", "100000", "comma-separated store sizes a joining node catches up on from genesis (the first is the reference of the growth ratios)")
 	catchupTrials := flag.Int("catchup-trials", 5, "interleaved trials per catch-up size (the ratio is their median)")
@@ -59,7 +59,7 @@ func main() {
 	idle := flag.Int("idle-sessions", 100000, "idle sessions measured (persisted and live)")
 	hostingDevices := flag.Int("hosting-devices", 10000, "device nodes hosted on one actor system (even)")
 	hostingMessages := flag.Int("hosting-messages", 20000, "messages the hosted devices exchange (a multiple of -hosting-devices)")
-	reconEvents := flag.Int("reconcile-events", 100000, "events each of the two reconciling nodes holds (the issue's figure is at 1 000 000: make bench-1m)")
+	reconEvents := flag.Int("reconcile-events", 100000, "events each of the two reconciling nodes holds (the targets are set at 1 000 000: make bench-1m)")
 	reconTrials := flag.Int("reconcile-trials", 5, "reconciliations measured at d = 0")
 	flag.Parse()
 	sections := []struct {

@@ -32,7 +32,7 @@ func TestSyncAndCatchupReportsRun(t *testing.T) {
 	}
 }
 
-// The workload is what the issue fixes: 4 sites round-robin, rows
+// The workload is the benchmark's fixed shape: 4 sites round-robin, rows
 // i % 5000, every epoch fresh events of the same rows; event files round
 // trip.
 func TestWorkloadAndEventFiles(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/syncmesh/syncmesh/runtime"
 )
 
-// The reconciliation section (issue 11): two bbolt nodes holding n events
+// The reconciliation section (-only reconcile): two bbolt nodes holding n events
 // that differ by d ∈ {0, 10, 1 000}. The store is built once and its
 // directory copied; the d differences are then added to one copy in
 // steps (d = 0, then 10 more, reconciled, then 1 000 more), so one build

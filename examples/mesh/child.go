@@ -87,8 +87,8 @@ func runChild(o options) error {
 	// The node is also a device; the same remote carries its envelopes.
 	self := runtime.DeviceAddress{User: o.name, Device: 1}
 	// Peers' keys are in Config.Trusted: applied before the remote serves,
-	// so no push is dropped for a kid not trusted yet (issue 11: a joiner
-	// trusting after Open lost events for good before reconciliation).
+	// so no push is dropped for a kid not trusted yet (a joiner
+	// trusting after Open drops them until a reconciliation repairs it).
 	var trusted []runtime.PeerKey
 	for _, m := range mf.Members {
 		if m.Name != o.name {

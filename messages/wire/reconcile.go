@@ -10,7 +10,7 @@ import (
 	"github.com/syncmesh/syncmesh/messages"
 )
 
-// Registered names of the reconciliation wire types (issue 11: range-based
+// Registered names of the reconciliation wire types (range-based
 // set reconciliation between two peers over the remote).
 const (
 	// TypeReconcileRequest names a reconciliation request: a range

@@ -110,7 +110,7 @@ func applyPathBatch(b testing.TB, s persistence.SyncStore, base uint64, start, n
 // event (the calls applyPathBatch makes; no signature, no actor) in
 // fsync'd transactions of -bench-tx events, on a store whose history is on
 // the same 5 000 rows: -bench-store copies a benchreport store (1 M events:
-// the case), else a history of 100 000 events is built first.
+// the targets' scale), else a history of 100 000 events is built first.
 // It reports CPU per event (of the transactions: the events are built
 // before), allocations and bytes allocated per event (all), the garbage
 // collections, bytes written to

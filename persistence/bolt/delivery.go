@@ -123,7 +123,7 @@ func sessionIdentity(peer messages.DeviceAddress) []byte {
 
 // pinIdentity is the sealed row identity of peer's pin: the address is in
 // the associated data, so a pin copied to another device's row fails to
-// open (issue 13 item 7).
+// open (a writer of the file without the storage key cannot move it).
 func pinIdentity(peer messages.DeviceAddress) []byte {
 	return sealed.PinIdentity([]byte(peer.User), binary.BigEndian.AppendUint32(nil, peer.Device))
 }

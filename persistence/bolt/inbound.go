@@ -58,7 +58,7 @@ type pendingInRecord struct {
 	Seq        uint64 `cbor:"2,keyasint"`
 	ReceivedAt int64  `cbor:"3,keyasint"`
 	Frame      []byte `cbor:"4,keyasint"` // sealed RecordPendingFrame
-	// Deliveries (issue 16 point 11) is the persisted hand-off count. A
+	// Deliveries is the persisted hand-off count. A
 	// record written before it existed lacks the key and reads as 1, so
 	// the field extends version 1 without a layout change.
 	Deliveries *uint32 `cbor:"5,keyasint,omitempty"`
@@ -75,7 +75,7 @@ func (r *pendingInRecord) deliveries() uint32 {
 // processedRecord is a processed entry from layout 11 on: everything but
 // the row's key is one sealed RecordProcessedEntry, so the finalization,
 // its time, the digest, the discard reason and the legacy marker cannot be
-// changed or removed without the storage key (issue 13 item 7). The time
+// changed or removed without the storage key. The time
 // is also in the plaintext prune index (bucketInProcessedTime).
 type processedRecord struct {
 	V     uint64 `cbor:"1,keyasint"` // processedRecordVersion

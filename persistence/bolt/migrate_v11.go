@@ -11,7 +11,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// resealDeliveryV11 is layout 11 (issue 13 item 7; docs/delivery.md,
+// resealDeliveryV11 is layout 11 (docs/delivery.md,
 // "Sealed pins and processed entries"): someone who can write the file but
 // lacks the storage key must not be able to change who may speak as a
 // device, or what a processed entry says.

@@ -9,7 +9,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// splitSkippedV13 is layout 13 (issue 13 item 4; docs/storage.md,
+// splitSkippedV13 is layout 13 (docs/storage.md,
 // "Skipped message keys"): every session record that holds skipped message
 // keys is rewritten without them (ratchet.MarshalStateWithoutKeys), and
 // each key is stored as its own sealed entry (RecordSkippedKey, the

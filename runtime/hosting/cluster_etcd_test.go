@@ -152,7 +152,7 @@ func readRecords(t *testing.T, path string) []record {
 // real etcd (started here on loopback), with a router-only driver member
 // running load on every unit (signed events applied on groups, messages
 // sent and committed between devices, each retried until acknowledged),
-// and checks issue 14's claims:
+// and checks what hosting promises:
 //
 //	(a) one member is SIGKILLed: each of its units answers from a survivor
 //	    within 15 s (the take-over times are logged);

@@ -1,5 +1,5 @@
 // Package hosting runs hosted devices and sync groups when one machine is
-// not enough (issue 6, scale-out): each is a unit — a runtime.Node with its
+// not enough: each is a unit — a runtime.Node with its
 // own bbolt file — placed on one member of a cluster by its identity, and
 // reached from any member through one interface, Placement.
 //

@@ -1,6 +1,6 @@
 // Package etcdmember is a protoactor-go cluster provider keeping the
 // membership of a hosting cluster in etcd, adapted from protoactor's own
-// clusterproviders/etcd for self-fencing (issue 14):
+// clusterproviders/etcd for self-fencing:
 //
 //   - each registration is one incarnation: a fresh lease (Config.TTL) and
 //     a key named after the member's actor system id, so a member that

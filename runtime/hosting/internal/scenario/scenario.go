@@ -1,5 +1,5 @@
-// Package scenario is the member-loss scenario of runtime/hosting (issue
-// 6, scale-out): devices and sync groups hosted across the members of a
+// Package scenario is the member-loss scenario of runtime/hosting
+// (scale-out): devices and sync groups hosted across the members of a
 // Placement, events applied, messages exchanged and committed, one member
 // stopped, and every acknowledged effect checked on the survivors. It is
 // written against hosting.Placement only, so it runs on the protoactor
