@@ -71,7 +71,7 @@ func (h *host) serve(ctx context.Context, u *unit, req *Request, gate func() err
 // dispatch serves req on unit u through the operation table: an unknown
 // operation, or one of the other kind of unit, is ErrBadRequest.
 func (h *host) dispatch(ctx context.Context, u *unit, req *Request) (*Reply, error) {
-	if req.Op == OpInfo {
+	if req.Op == OpInfo || req.Op == OpCreate {
 		return &Reply{}, nil
 	}
 	op, ok := handlers[req.Op]
@@ -110,6 +110,8 @@ var handlers = map[Op]opHandler{
 	OpPending:     {KindDevice, handlePending},
 	OpPendingSent: {KindDevice, handlePendingSent},
 	OpProcessed:   {KindDevice, handleProcessed},
+	OpDiscard:     {KindDevice, handleDiscard},
+	OpPrune:       {KindDevice, handlePrune},
 }
 
 func handleDefineTable(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
@@ -313,6 +315,32 @@ func handleProcessed(ctx context.Context, n *runtime.Node, req *Request) (*Reply
 		rep.Messages = []Message{{Peer: p.Sender, ID: bytesOf(p.ID), Status: uint8(p.Finalization)}}
 	}
 	return rep, nil
+}
+
+func handleDiscard(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	from, id, err := peerAndID(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := n.DiscardReceivedMessage(ctx, from, id, runtime.DiscardReason(req.Reason))
+	if errors.Is(err, runtime.ErrInvalidDiscardReason) {
+		err = fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Messages: []Message{{Peer: from, ID: id[:], Status: uint8(res.Status), AckSent: res.AckSent}}}, nil
+}
+
+func handlePrune(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	if req.MaxAge <= 0 {
+		return nil, fmt.Errorf("%w: prune needs a positive MaxAge", ErrBadRequest)
+	}
+	k, err := n.PruneProcessedMessages(ctx, runtime.RetentionPolicy{MaxAge: time.Duration(req.MaxAge)})
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Count: uint64(k)}, nil
 }
 
 func bytesOf(id messages.LogicalMessageID) []byte { return append([]byte(nil), id[:]...) }

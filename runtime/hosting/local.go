@@ -85,8 +85,15 @@ func NewLocal(cfg Config, sys *actor.ActorSystem, opts ...LocalOption) (*Local, 
 		router = o.router
 	}
 	l.h = newHost(cfg, o.member, l.sys, func(self messages.DeviceAddress) runtime.DeviceTransport {
-		return &placedTransport{p: router, self: self, timeout: 30 * time.Second}
+		return &placedTransport{p: router, self: self, ident: l.h.self, timeout: 30 * time.Second}
 	})
+	// Where a sending device is placed: here, unless the Local is a shard
+	// of a placement that can say (Locator).
+	self := l.h.self()
+	l.h.placedOn = func(string, string) string { return self }
+	if loc, ok := o.router.(Locator); ok {
+		l.h.placedOn = loc.MemberOf
+	}
 	return l, nil
 }
 
@@ -113,6 +120,13 @@ func (l *Local) Request(ctx context.Context, kind, identity string, req *Request
 	}
 	if err := checkUnit(kind, identity); err != nil {
 		return nil, err
+	}
+	if req.Caller == "" {
+		// In one process the caller is this member (a shard's devices
+		// name theirs: placedTransport).
+		c := *req
+		c.Caller = l.h.self()
+		req = &c
 	}
 	if l.wire {
 		var err error
@@ -143,6 +157,16 @@ func (l *Local) Request(ctx context.Context, kind, identity string, req *Request
 }
 
 func (l *Local) once(ctx context.Context, kind, identity string, req *Request) *Reply {
+	if err := l.h.admit(kind, identity, req); err != nil {
+		return l.h.fail(err)
+	}
+	if req.Op == OpDelete {
+		rep, err := l.h.remove(kind, identity)
+		if err != nil {
+			return l.h.fail(err)
+		}
+		return rep
+	}
 	u, err := l.h.acquire(ctx, kind, identity, nil)
 	if err != nil {
 		return l.h.fail(err)
