@@ -150,8 +150,8 @@ type incarnation struct {
 	rdv     *cluster.Rendezvous
 	addrs   map[string]bool
 	names   map[string]string // member address → identity (from its member id)
-	seen    bool          // this member has been in its own view
-	changed chan struct{} // closed (and replaced) on every topology change or fence
+	seen    bool              // this member has been in its own view
+	changed chan struct{}     // closed (and replaced) on every topology change or fence
 }
 
 // NewCluster starts a cluster member (protoactor's StartMember: about 1 s)
