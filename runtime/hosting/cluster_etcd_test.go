@@ -36,7 +36,8 @@ type childEvent struct {
 		EventsAcked, Committed int
 		Lost, Errors           []string
 	} `json:"report"`
-	At int64 `json:"at"`
+	Tenant *tenantReport `json:"tenant"`
+	At     int64         `json:"at"`
 }
 
 // record mirrors internal/etcdcluster's reply records.
@@ -174,11 +175,7 @@ func TestClusterCrashEtcd(t *testing.T) {
 		t.Skip("starts etcd and 5 processes")
 	}
 	endpoint := etcdtest.Start(t)
-	exe := filepath.Join(t.TempDir(), "etcdcluster")
-	goBin := filepath.Join(goruntime.GOROOT(), "bin", "go")
-	if out, err := exec.Command(goBin, "build", "-o", exe, "github.com/syncmesh/syncmesh/runtime/hosting/internal/etcdcluster").CombinedOutput(); err != nil {
-		t.Fatalf("build etcdcluster: %v\n%s", err, out)
-	}
+	exe := buildEtcdCluster(t)
 	root, tmp, certs := t.TempDir(), t.TempDir(), t.TempDir()
 	// Mutual TLS between every process (the default): one certificate
 	// each, from the mesh CA tooling.
@@ -329,6 +326,17 @@ func TestClusterCrashEtcd(t *testing.T) {
 		}
 	}
 	t.Logf("(b) take-over after SIGSTOP per unit (the paused member holds its files until it resumes %v later): %v", contAt.Sub(stopAt).Round(time.Millisecond), takeovers(all, pausedUnits, paused, stopAt))
+}
+
+// buildEtcdCluster builds internal/etcdcluster (without -race).
+func buildEtcdCluster(t *testing.T) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "etcdcluster")
+	goBin := filepath.Join(goruntime.GOROOT(), "bin", "go")
+	if out, err := exec.Command(goBin, "build", "-o", exe, "github.com/syncmesh/syncmesh/runtime/hosting/internal/etcdcluster").CombinedOutput(); err != nil {
+		t.Fatalf("build etcdcluster: %v\n%s", err, out)
+	}
+	return exe
 }
 
 // checkActivations checks, from the replies alone, that every activation

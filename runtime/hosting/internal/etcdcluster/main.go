@@ -80,6 +80,8 @@ func main() {
 		err = member(o)
 	case "driver":
 		err = driver(o)
+	case "tenants":
+		err = tenants(o)
 	default:
 		err = fmt.Errorf("unknown mode %q", o.mode)
 	}
@@ -107,6 +109,7 @@ type Event struct {
 	Reason string            `json:"reason,omitempty"`
 	Where  map[string]string `json:"where,omitempty"`
 	Report *Report           `json:"report,omitempty"`
+	Tenant *TenantReport     `json:"tenant,omitempty"`
 	At     int64             `json:"at"`
 }
 
