@@ -147,6 +147,20 @@ func (c Client) Scan(ctx context.Context, group, schema, table string, after []b
 	return rep.Rows, rep.More, nil
 }
 
+// Changes returns the group's row changes of schema.table after the
+// change sequence after (at most limit; 0: MaxChanges), waiting up to
+// wait for a first one, and the sequence to resume after: the group's
+// change feed (runtime.Node.Watch), one long poll per call. An error
+// matching runtime.ErrWatchLagged means changes after after were trimmed:
+// re-read the table (Scan) and resume from its last change.
+func (c Client) Changes(ctx context.Context, group, schema, table string, after uint64, limit int, wait time.Duration) ([]Change, uint64, error) {
+	rep, err := c.do(ctx, KindGroup, group, &Request{Op: OpChanges, Schema: schema, TableName: table, Seq: after, Limit: limit, Wait: int64(wait)})
+	if err != nil {
+		return nil, after, err
+	}
+	return rep.Changes, rep.Next, nil
+}
+
 // EventIDs lists every event id retained by the group.
 func (c Client) EventIDs(ctx context.Context, group string) ([]messages.EventID, error) {
 	var out []messages.EventID

@@ -70,7 +70,7 @@ func (e *ReplyError) Error() string {
 // CodeNotHandedOff → runtime.ErrNotHandedOff, CodeNotPending →
 // runtime.ErrNotPending, CodeUnknownTable → runtime.ErrUnknownTable,
 // CodeForbidden → ErrForbidden, CodeNotProvisioned → ErrNotProvisioned,
-// CodeQuota → ErrQuota.
+// CodeQuota → ErrQuota, CodeLagged → runtime.ErrWatchLagged.
 func (e *ReplyError) Is(target error) bool {
 	switch e.Code {
 	case CodeUnavailable:
@@ -91,6 +91,8 @@ func (e *ReplyError) Is(target error) bool {
 		return target == ErrNotProvisioned
 	case CodeQuota:
 		return target == ErrQuota
+	case CodeLagged:
+		return target == runtime.ErrWatchLagged
 	}
 	return false
 }
@@ -125,6 +127,8 @@ func codeOf(err error) Code {
 		return CodeNotProvisioned
 	case errors.Is(err, ErrQuota):
 		return CodeQuota
+	case errors.Is(err, runtime.ErrWatchLagged):
+		return CodeLagged
 	}
 	return CodeFailed
 }

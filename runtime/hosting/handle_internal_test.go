@@ -16,7 +16,7 @@ func TestDispatchTableRoutesByKind(t *testing.T) {
 	for op := Op(0); op < 40; op++ {
 		wantKind := ""
 		switch {
-		case op >= OpDefineTable && op <= OpDigest:
+		case op >= OpDefineTable && op <= OpChanges:
 			wantKind = KindGroup
 		case op >= OpSend && op <= OpPrune:
 			wantKind = KindDevice

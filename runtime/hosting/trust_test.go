@@ -15,6 +15,7 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/runtime"
 	"github.com/syncmesh/syncmesh/runtime/hosting"
+	"github.com/syncmesh/syncmesh/runtime/hosting/internal/scenario"
 )
 
 // The hosting trust boundary in one process (every request through the
@@ -367,5 +368,61 @@ func TestClientDiscardPruneProcessed(t *testing.T) {
 	}
 	if _, ok, err := c.Processed(ctx, bob, alice, id); err != nil || ok {
 		t.Fatalf("processed after prune: %v %v", ok, err)
+	}
+}
+
+// TestClientChangeFeed: a hosted application follows a group's row
+// changes through the Client (a long poll per call), resuming after the
+// last sequence it got; another tenant cannot read the feed.
+func TestClientChangeFeed(t *testing.T) {
+	ctx := testCtx(t)
+	l := newLocal(t, t.TempDir())
+	c := hosting.Client{P: l}
+	w := writer(t)
+	create(t, ctx, l, hosting.KindGroup, "feed")
+	if err := c.Trust(ctx, "feed", w.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DefineTable(ctx, "feed", scenario.Table); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := w.Events("feed", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Apply(ctx, "feed", evs); err != nil {
+		t.Fatal(err)
+	}
+	chs, next, err := c.Changes(ctx, "feed", "app", "notes", 0, 3, time.Second)
+	if err != nil || len(chs) != 3 || next != chs[2].Seq {
+		t.Fatalf("first page: %d changes, next %d, %v", len(chs), next, err)
+	}
+	rest, next, err := c.Changes(ctx, "feed", "app", "notes", next, 0, time.Second)
+	if err != nil || len(rest) != 2 {
+		t.Fatalf("second page: %d changes, %v", len(rest), err)
+	}
+	var text string
+	if err := rest[1].Cells["text"].Decode(&text); err != nil || text != "feed note 4" || !rest[1].Exists {
+		t.Fatalf("last change: %+v %q %v", rest[1], text, err)
+	}
+	// Caught up: a short poll returns nothing and the same cursor.
+	if none, n2, err := c.Changes(ctx, "feed", "app", "notes", next, 0, 30*time.Millisecond); err != nil || len(none) != 0 || n2 != next {
+		t.Fatalf("caught up: %d changes, next %d→%d, %v", len(none), next, n2, err)
+	}
+	// A long poll returns the change applied while it waits.
+	more, err := w.Sign("feed", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_, _, _ = c.Apply(ctx, "feed", more)
+	}()
+	got, _, err := c.Changes(ctx, "feed", "app", "notes", next, 0, 20*time.Second)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("long poll: %d changes, %v", len(got), err)
+	}
+	if _, _, err := c.Changes(as(ctx, tenantB), "feed", "app", "notes", 0, 0, 0); !errors.Is(err, hosting.ErrForbidden) {
+		t.Fatalf("another tenant's feed: %v, want ErrForbidden", err)
 	}
 }

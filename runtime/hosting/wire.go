@@ -71,6 +71,10 @@ const (
 	// OpDigest summarizes a group's retained events (count and a hash of
 	// the sorted ids).
 	OpDigest Op = 16
+	// OpChanges pages the row changes of Schema.TableName on a group after
+	// the change sequence Seq (up to Limit), waiting up to Wait for the
+	// first one (a long poll: the group's change feed).
+	OpChanges Op = 17
 
 	// OpSend stores Body as a pending sent message to Peer under the
 	// caller's logical id ID and hands it off (idempotent: when (Peer, ID)
@@ -124,6 +128,8 @@ func (o Op) String() string {
 		return "events"
 	case OpDigest:
 		return "digest"
+	case OpChanges:
+		return "changes"
 	case OpSend:
 		return "send"
 	case OpDeliver:
@@ -186,6 +192,9 @@ type Request struct {
 	Reason uint8 `cbor:"17,keyasint,omitempty"`
 	// MaxAge is OpPrune's retention (nanoseconds, > 0).
 	MaxAge int64 `cbor:"18,keyasint,omitempty"`
+	// Wait is how long OpChanges waits for a first change (nanoseconds;
+	// at most MaxChangesWait).
+	Wait int64 `cbor:"19,keyasint,omitempty"`
 }
 
 // Serialize implements remote.RootSerializable: the request in an
@@ -237,6 +246,9 @@ const (
 	CodeNotProvisioned Code = 8
 	// CodeQuota: the tenant's unit quota is reached (ErrQuota).
 	CodeQuota Code = 9
+	// CodeLagged: a change feed's cursor fell behind the retained change
+	// log (runtime.ErrWatchLagged).
+	CodeLagged Code = 10
 )
 
 // Outcome is one event's apply outcome on the wire (messages.Outcome).
@@ -267,6 +279,16 @@ type Row struct {
 	Key    messages.Columns `cbor:"1,keyasint"`           // key columns
 	Exists bool             `cbor:"2,keyasint,omitempty"` // false: tombstoned
 	Cells  map[string]Cell  `cbor:"3,keyasint,omitempty"` // one per value column
+}
+
+// Change is one row change of a group's change feed on the wire
+// (runtime.Change).
+type Change struct {
+	Seq    uint64           `cbor:"1,keyasint"`           // change sequence (resume after it)
+	Key    messages.Columns `cbor:"2,keyasint"`           // the row's key columns
+	Exists bool             `cbor:"3,keyasint,omitempty"` // false: tombstoned
+	Cells  map[string]Cell  `cbor:"4,keyasint,omitempty"` // the columns the change touched
+	Cause  uint8            `cbor:"5,keyasint,omitempty"` // runtime.ChangeCause
 }
 
 // Message is a pending received or sent message, or a processed record,
@@ -311,6 +333,8 @@ type Reply struct {
 	// (Unix ns): every successful reply of an activation has ActivatedAt
 	// ≤ ServedAt < the next activation's ActivatedAt.
 	ServedAt int64 `cbor:"18,keyasint,omitempty"`
+	// Changes is OpChanges' page (Next: the sequence to resume after).
+	Changes []Change `cbor:"19,keyasint,omitempty"`
 }
 
 // Serialize implements remote.RootSerializable: the reply in an Envelope
