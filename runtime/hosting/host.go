@@ -151,6 +151,10 @@ type unit struct {
 	// activatedAt is when this activation began serving (after its epoch
 	// was persisted).
 	activatedAt time.Time
+	// busy counts requests in progress and lastUsed is when the last one
+	// ended (Unix ns): Local's passivation of idle units.
+	busy     atomic.Int32
+	lastUsed atomic.Int64
 }
 
 // host opens, serves and closes the units of one member. Its methods are
@@ -363,6 +367,25 @@ func (h *host) releaseAll(closing bool) error {
 		errs = append(errs, h.release(u))
 	}
 	return errors.Join(errs...)
+}
+
+// idleUnits lists the open units with no request in progress and none
+// ended after cutoff (Unix ns).
+func (h *host) idleUnits(cutoff int64) []*unit {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*unit
+	for _, u := range h.units {
+		select {
+		case <-u.ready:
+		default:
+			continue
+		}
+		if u.node != nil && u.busy.Load() == 0 && u.lastUsed.Load() < cutoff && u.activatedAt.UnixNano() < cutoff {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // hosted lists the open units (kind, identity).

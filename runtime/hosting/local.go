@@ -41,7 +41,13 @@ type localOptions struct {
 	member string
 	router Placement
 	wire   bool
+	idle   time.Duration
 }
+
+// WithIdleTimeout passivates a unit that served no request for d: its
+// node is closed (its files stay; the next request opens it again). Zero:
+// units stay open until Close.
+func WithIdleTimeout(d time.Duration) LocalOption { return func(o *localOptions) { o.idle = d } }
 
 // WithWireRoundTrip makes the Local serialize every request and reply
 // through the remote envelope and back, as a cluster member does between
@@ -71,6 +77,9 @@ func NewLocal(cfg Config, sys *actor.ActorSystem, opts ...LocalOption) (*Local, 
 	if o.member == "" {
 		return nil, fmt.Errorf("%w: empty member name", ErrInvalidConfig)
 	}
+	if o.idle < 0 {
+		return nil, fmt.Errorf("%w: negative idle timeout", ErrInvalidConfig)
+	}
 	l := &Local{sys: sys, wire: o.wire, done: make(chan struct{})}
 	if sys == nil {
 		log := cfg.Logger
@@ -93,6 +102,10 @@ func NewLocal(cfg Config, sys *actor.ActorSystem, opts ...LocalOption) (*Local, 
 	l.h.placedOn = func(string, string) string { return self }
 	if loc, ok := o.router.(Locator); ok {
 		l.h.placedOn = loc.MemberOf
+	}
+	if o.idle > 0 {
+		l.wg.Add(1)
+		go l.passivate(o.idle)
 	}
 	return l, nil
 }
@@ -171,7 +184,29 @@ func (l *Local) once(ctx context.Context, kind, identity string, req *Request) *
 	if err != nil {
 		return l.h.fail(err)
 	}
+	u.busy.Add(1)
+	defer func() { u.lastUsed.Store(time.Now().UnixNano()); u.busy.Add(-1) }()
 	return l.h.serve(ctx, u, req, nil)
+}
+
+// passivate closes, every d/2, the units idle for d (no request in
+// progress, none served for d). A request racing the close answers
+// ErrUnavailable and is retried on a fresh activation.
+func (l *Local) passivate(d time.Duration) {
+	defer l.wg.Done()
+	t := time.NewTicker(d / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+		cutoff := time.Now().Add(-d).UnixNano()
+		for _, u := range l.h.idleUnits(cutoff) {
+			_ = l.h.release(u)
+		}
+	}
 }
 
 // Close closes every hosted unit (waiting for requests in progress) and,

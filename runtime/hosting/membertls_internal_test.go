@@ -10,7 +10,10 @@ import (
 	"testing"
 
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/messages/wire"
 	"github.com/syncmesh/syncmesh/runtime/meshtls"
 )
 
@@ -94,5 +97,44 @@ func TestPlaintextMemberIsLoggedAtStart(t *testing.T) {
 	defer c.Close()
 	if s := logs.String(); !strings.Contains(s, "level=WARN") || !strings.Contains(s, "WITHOUT TLS") || !strings.Contains(s, "member=plain0") {
 		t.Fatalf("start logs: %s", s)
+	}
+}
+
+// TestCallerIsStampedFromTheConnection: the interceptor replaces a
+// request's Caller (whatever the sender wrote) with the name of the
+// connection's certificate, keeps every other field, and leaves frames
+// that are not hosting requests, or do not decode, unchanged.
+func TestCallerIsStampedFromTheConnection(t *testing.T) {
+	peer := messages.DeviceAddress{User: "carol", Device: 1}
+	req := &Request{Op: OpDeliver, Peer: &peer, Envelope: []byte{1, 2}, Caller: "member0", Principal: &Principal{Tenant: "t"}}
+	env, err := req.Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := proto.Marshal(env.(*wire.Envelope))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := stampCaller(raw, "front")
+	var got wire.Envelope
+	if err := proto.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	r, err := DecodeRequest(got.Cbor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Caller != "front" || r.Op != OpDeliver || *r.Peer != peer || string(r.Envelope) != "\x01\x02" || r.Principal.Tenant != "t" {
+		t.Fatalf("stamped request: %+v", r)
+	}
+	rep, _ := (&Reply{Member: "m"}).Serialize()
+	repRaw, _ := proto.Marshal(rep.(*wire.Envelope))
+	for _, b := range [][]byte{repRaw, {0xff, 0x01}, nil} {
+		if o := stampCaller(b, "front"); !bytes.Equal(o, b) {
+			t.Fatalf("non-request frame %x changed to %x", b, o)
+		}
+	}
+	if memberIDOf("member0@abc") != "member0" || memberIDOf("abc") != "" {
+		t.Fatal("member id parsing")
 	}
 }

@@ -426,3 +426,28 @@ func TestClientChangeFeed(t *testing.T) {
 		t.Fatalf("another tenant's feed: %v, want ErrForbidden", err)
 	}
 }
+
+// TestIdleUnitsPassivate: a Local with an idle timeout closes the units
+// that served nothing for that long; their state stays in the root and
+// the next request opens them again.
+func TestIdleUnitsPassivate(t *testing.T) {
+	ctx := testCtx(t)
+	l := newLocal(t, t.TempDir(), hosting.WithIdleTimeout(200*time.Millisecond))
+	create(t, ctx, l, hosting.KindDevice, "alice.1", "bob.1")
+	alice, bob := messages.DeviceAddress{User: "alice", Device: 1}, messages.DeviceAddress{User: "bob", Device: 1}
+	c := hosting.Client{P: l}
+	if _, err := c.Send(ctx, alice, bob, messages.LogicalMessageID{1}, []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(l.Hosted()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still open after 30 s idle: %v", l.Hosted())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pend, err := c.Pending(ctx, bob)
+	if err != nil || len(pend) != 1 || string(pend[0].Body) != "kept" {
+		t.Fatalf("bob after passivation: %+v %v", pend, err)
+	}
+}
