@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -100,22 +101,54 @@ func TestDeliveryAsAnotherMembersDeviceIsRefused(t *testing.T) {
 	}
 }
 
+// recorder is a Placement that keeps a copy of every envelope delivered
+// through it.
+type recorder struct {
+	p    func() hosting.Placement
+	mu   sync.Mutex
+	envs [][]byte
+}
+
+func (r *recorder) Request(ctx context.Context, kind, identity string, req *hosting.Request) (*hosting.Reply, error) {
+	if req != nil && req.Op == hosting.OpDeliver {
+		r.mu.Lock()
+		r.envs = append(r.envs, append([]byte(nil), req.Envelope...))
+		r.mu.Unlock()
+	}
+	return r.p().Request(ctx, kind, identity, req)
+}
+func (r *recorder) Member() string         { return "recorder" }
+func (r *recorder) Hosted() []hosting.Unit { return nil }
+func (r *recorder) Close() error           { return nil }
+
 // TestSpoofedDeliveriesDoNotDrainTheSendersBudget: deliveries under
-// alice's address from a member that does not host her are refused before
-// bob's node sees them, so they cost alice's decrypt budget nothing: her
-// genuine message right after a burst of them is delivered.
+// alice's address from a member that does not host her — altered copies
+// of her real envelope, each a failed decrypt charged to the sender — are
+// refused before bob's node sees them, so they cost alice's decrypt
+// budget nothing: her genuine message right after a burst of them is
+// delivered.
 func TestSpoofedDeliveriesDoNotDrainTheSendersBudget(t *testing.T) {
 	ctx := testCtx(t)
-	victim := newLocal(t, t.TempDir(), hosting.WithMemberName("m1"))
+	var victim *hosting.Local
+	rec := &recorder{p: func() hosting.Placement { return victim }}
+	victim = newLocal(t, t.TempDir(), hosting.WithMemberName("m1"), hosting.WithRouter(rec))
 	create(t, ctx, victim, hosting.KindDevice, "alice.1", "bob.1")
 	alice, bob := messages.DeviceAddress{User: "alice", Device: 1}, messages.DeviceAddress{User: "bob", Device: 1}
 	c := hosting.Client{P: victim}
 	if _, err := c.Send(ctx, alice, bob, messages.LogicalMessageID{1}, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
+	rec.mu.Lock()
+	if len(rec.envs) == 0 {
+		rec.mu.Unlock()
+		t.Fatal("no envelope recorded")
+	}
+	real := rec.envs[len(rec.envs)-1]
+	rec.mu.Unlock()
 	refused := 0
 	for i := 0; i < 100; i++ {
-		env := []byte(fmt.Sprintf("not an envelope %d", i))
+		env := append([]byte(nil), real...)
+		env[len(env)-1-i%16] ^= 0x01 // a ciphertext that fails authentication
 		_, err := victim.Request(ctx, hosting.KindDevice, "bob.1", &hosting.Request{Op: hosting.OpDeliver, Peer: &alice, Envelope: env, Caller: "evil"})
 		if errors.Is(err, hosting.ErrForbidden) {
 			refused++
