@@ -121,6 +121,12 @@ func (r *Remote) serveReconcile(sender *actor.PID, m *wire.ReconcileRequest, poo
 		pool.release()
 		return
 	}
+	if err := r.peerOfNode(h, m.From); err != nil {
+		r.log.Info("reconciliation request refused", "from", m.From, "to", m.To, "err", err)
+		r.reply(sender, &wire.ReconcileReply{Status: wire.ReconcileInvalid, Reason: err.Error()})
+		pool.release()
+		return
+	}
 	sem := r.in.shared.sem
 	if pool != nil {
 		sem = pool.sem

@@ -4,7 +4,9 @@
 // every cell's state and clock. It is a debugging tool for a mesh; every
 // subcommand opens the node with runtime.Open and closes it before exiting.
 // "sspctl tls ca" and "sspctl tls node" create a mesh CA and node
-// certificates (runtime/meshtls); "sspctl status|peers|watermarks --addr"
+// certificates (runtime/meshtls), also those of runtime/hosting's cluster
+// members (hosting.MemberTLS loads one; its name is the member's
+// identity); "sspctl status|peers|watermarks --addr"
 // read a running node's admin endpoint (runtime.Config.MetricsAddr).
 //
 // Run "sspctl help" for the subcommands and "sspctl CMD --help" for the

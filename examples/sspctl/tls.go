@@ -42,7 +42,7 @@ func tlsCAFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
 
 func tlsNodeFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
 	dir := fs.String("dir", "", "directory holding the CA (ca.pem, ca.key); the node's NAME.pem and NAME.key are written there (required)")
-	name := fs.String("name", "", "node name: the certificate's common name, DNS SAN and URI SAN syncmesh://node/NAME (required)")
+	name := fs.String("name", "", "node name (or a hosting member's name): the certificate's common name, DNS SAN and URI SAN syncmesh://node/NAME (required)")
 	hosts := fs.String("host", "127.0.0.1", "comma-separated IP addresses and DNS names peers dial the node at")
 	days := fs.Int("days", 365, "validity in days")
 	return func(e env, fs *flag.FlagSet) error {

@@ -2,6 +2,7 @@ package hosting
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,8 +47,26 @@ type ClusterConfig struct {
 	// AdvertisedHost is the host:port other members dial, when it differs
 	// from the listening address (NAT, containers).
 	AdvertisedHost string
-	// RemoteOptions are passed to protoactor's remote.Configure (for
-	// example TLS server and dial credentials).
+	// TLS is the server side of the members' mutual TLS: the member's
+	// certificate (issued by the mesh CA: runtime/meshtls, `sspctl tls`;
+	// its node name is the member's identity) and ClientCAs, with
+	// ClientAuth tls.RequireAndVerifyClientCert. Required unless
+	// Plaintext. MemberTLS loads it.
+	TLS *tls.Config
+	// ClientTLS is the dialing side: the same certificate as the client
+	// certificate, and RootCAs. Required with TLS.
+	ClientTLS *tls.Config
+	// Plaintext runs the members' gRPC without TLS: requests (message
+	// plaintext among them) cross the network readable and no member is
+	// authenticated. It must be set explicitly, is an error together with
+	// TLS, and is logged (a warning) at every start.
+	Plaintext bool
+	// MemberName is the member's identity with Plaintext (default
+	// "member"); with TLS it is its certificate's name (and, when set,
+	// must equal it).
+	MemberName string
+	// RemoteOptions are passed to protoactor's remote.Configure after the
+	// transport security options.
 	RemoteOptions []remote.ConfigOption
 	// RequestTimeout bounds one attempt of a request (the caller's context
 	// bounds all of them). Zero: 5 s.
@@ -102,6 +121,7 @@ type MembershipChange struct {
 type Cluster struct {
 	cfg     ClusterConfig
 	h       *host
+	ident   string // the member's identity: its certificate's name
 	timeout time.Duration
 	fencing Fencing // nil: the provider does not fence
 
@@ -129,8 +149,9 @@ type incarnation struct {
 	mu      sync.Mutex
 	rdv     *cluster.Rendezvous
 	addrs   map[string]bool
-	seen    bool          // this member has been in its own view
-	changed chan struct{} // closed (and replaced) on every topology change or fence
+	names   map[string]string // member address → identity (from its member id)
+	seen    bool              // this member has been in its own view
+	changed chan struct{}     // closed (and replaced) on every topology change or fence
 }
 
 // NewCluster starts a cluster member (protoactor's StartMember: about 1 s)
@@ -145,10 +166,14 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.RequestTimeout < 0 || cfg.IdleTimeout < 0 {
 		return nil, fmt.Errorf("%w: RequestTimeout and IdleTimeout must not be negative", ErrInvalidConfig)
 	}
+	ident, err := cfg.memberIdentity()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
-	c := &Cluster{cfg: cfg, timeout: cfg.RequestTimeout, done: make(chan struct{})}
+	c := &Cluster{cfg: cfg, ident: ident, timeout: cfg.RequestTimeout, done: make(chan struct{})}
 	if c.timeout == 0 {
 		c.timeout = 5 * time.Second
 	}
@@ -157,8 +182,10 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	// requests here as soon as it is registered. Until its address is
 	// known it answers as "starting".
 	c.h = newHost(cfg.Config, "starting", nil, func(self messages.DeviceAddress) runtime.DeviceTransport {
-		return &placedTransport{p: c, self: self, timeout: 30 * time.Second}
+		return &placedTransport{p: c, self: self, ident: c.h.self, timeout: 30 * time.Second}
 	})
+	c.h.ident.Store(&ident)
+	c.h.placedOn = c.MemberOf
 	inc, err := c.start()
 	if err != nil {
 		return nil, err
@@ -186,7 +213,13 @@ func (c *Cluster) start() (*incarnation, error) {
 	}
 	inc := &incarnation{c: c, changed: make(chan struct{}), rdv: cluster.NewRendezvous(), addrs: map[string]bool{}}
 	inc.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	opts := append([]remote.ConfigOption(nil), cfg.RemoteOptions...)
+	// The member id carries the member's identity, so every member can
+	// tell from its view which identity a unit is placed on (Locator).
+	inc.sys.ID = c.ident + "@" + inc.sys.ID
+	if cfg.Plaintext {
+		log.Warn("hosting: member runs WITHOUT TLS (ClusterConfig.Plaintext): requests and message plaintext cross the network readable and members are not authenticated", "member", c.ident)
+	}
+	opts := append(cfg.remoteSecurity(), cfg.RemoteOptions...)
 	if cfg.AdvertisedHost != "" {
 		opts = append(opts, remote.WithAdvertisedHost(cfg.AdvertisedHost))
 	}
@@ -252,11 +285,13 @@ func (inc *incarnation) onTopology(ms []*cluster.Member) {
 	rdv := cluster.NewRendezvous()
 	rdv.UpdateMembers(ms)
 	addrs := make(map[string]bool, len(ms))
+	names := make(map[string]string, len(ms))
 	for _, m := range ms {
 		addrs[m.Address()] = true
+		names[m.Address()] = memberIDOf(m.Id)
 	}
 	inc.mu.Lock()
-	inc.rdv, inc.addrs = rdv, addrs
+	inc.rdv, inc.addrs, inc.names = rdv, addrs, names
 	self := inc.self
 	if self == "" {
 		self = inc.sys.Address()
@@ -291,6 +326,19 @@ func (inc *incarnation) owner(kind, identity string) string {
 	rdv := inc.rdv
 	inc.mu.Unlock()
 	return rdv.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
+}
+
+// MemberOf implements Locator: the identity of the member this member's
+// view places (kind, identity) on ("" when none).
+func (c *Cluster) MemberOf(kind, identity string) string {
+	inc := c.cur.Load()
+	if inc == nil {
+		return ""
+	}
+	addr := inc.owner(kind, identity)
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	return inc.names[addr]
 }
 
 // check allows activating or serving (kind, identity) here: the member
@@ -428,6 +476,12 @@ func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Reque
 	if err := checkUnit(kind, identity); err != nil {
 		return nil, err
 	}
+	// The request comes from this member: a remote receiver replaces
+	// Caller with the name of this member's certificate; a grain here
+	// sees this.
+	cp := *req
+	cp.Caller = c.ident
+	req = &cp
 	var last error
 	for n := 0; ; n++ {
 		select {
@@ -562,7 +616,8 @@ func (g *grain) Receive(ctx actor.Context) {
 		if ci := cluster.GetClusterIdentity(ctx); ci != nil {
 			g.id = ci.Identity
 		}
-		g.activate()
+		// The unit opens at its first admitted request: a grain made
+		// for an address nobody provisioned opens nothing.
 		if d := g.inc.c.cfg.IdleTimeout; d > 0 {
 			g.idle = runtime.NewIdleTimer(d)
 			g.idle.Touch(ctx)
@@ -586,11 +641,32 @@ func (g *grain) Receive(ctx actor.Context) {
 		}
 	case *Request:
 		g.touch(ctx)
+		sender := ctx.Sender()
+		if err := g.admit(m); err != nil {
+			ctx.Respond(h.fail(err))
+			if errors.Is(err, ErrNotProvisioned) || errors.Is(err, ErrNotOwner) || errors.Is(err, ErrFenced) {
+				// Nothing to keep for an address without a unit.
+				ctx.Stop(ctx.Self())
+			}
+			return
+		}
+		if m.Op == OpDelete {
+			if g.u != nil {
+				_ = h.release(g.u)
+				g.u = nil
+			}
+			rep, err := h.remove(g.kind, g.id)
+			if err != nil {
+				rep = h.fail(err)
+			}
+			ctx.Respond(rep)
+			ctx.Stop(ctx.Self())
+			return
+		}
 		if g.u == nil || g.u.closed.Load() {
 			g.u = nil
 			g.activate()
 		}
-		sender := ctx.Sender()
 		if g.u == nil {
 			err := g.err
 			if err == nil {
@@ -619,6 +695,15 @@ func (g *grain) Receive(ctx actor.Context) {
 		g.touch(ctx)
 		ctx.Respond(h.fail(fmt.Errorf("%w: %v", ErrBadRequest, m)))
 	}
+}
+
+// admit runs the host's admission of m (attribution, authorization,
+// provisioning) once this member may serve the unit.
+func (g *grain) admit(m *Request) error {
+	if err := g.inc.check(g.kind, g.id); err != nil {
+		return err
+	}
+	return g.inc.c.h.admit(g.kind, g.id, m)
 }
 
 // touch restarts the grain's idle period (a request arrived).

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/syncmesh/syncmesh/runtime/hosting/internal/etcdtest"
+	"github.com/syncmesh/syncmesh/runtime/hosting/internal/membercerts"
 )
 
 // etcdTTL is the lease TTL of the crash test's members (etcd's minimum
@@ -35,7 +36,8 @@ type childEvent struct {
 		EventsAcked, Committed int
 		Lost, Errors           []string
 	} `json:"report"`
-	At int64 `json:"at"`
+	Tenant *tenantReport `json:"tenant"`
+	At     int64         `json:"at"`
 }
 
 // record mirrors internal/etcdcluster's reply records.
@@ -173,17 +175,18 @@ func TestClusterCrashEtcd(t *testing.T) {
 		t.Skip("starts etcd and 5 processes")
 	}
 	endpoint := etcdtest.Start(t)
-	exe := filepath.Join(t.TempDir(), "etcdcluster")
-	goBin := filepath.Join(goruntime.GOROOT(), "bin", "go")
-	if out, err := exec.Command(goBin, "build", "-o", exe, "github.com/syncmesh/syncmesh/runtime/hosting/internal/etcdcluster").CombinedOutput(); err != nil {
-		t.Fatalf("build etcdcluster: %v\n%s", err, out)
+	exe := buildEtcdCluster(t)
+	root, tmp, certs := t.TempDir(), t.TempDir(), t.TempDir()
+	// Mutual TLS between every process (the default): one certificate
+	// each, from the mesh CA tooling.
+	if err := membercerts.Write(certs, "member0", "member1", "member2", "member3", "driverA", "driverB"); err != nil {
+		t.Fatal(err)
 	}
-	root, tmp := t.TempDir(), t.TempDir()
-	common := []string{"-etcd", endpoint, "-root", root, "-ttl", etcdTTL.String()}
+	common := []string{"-etcd", endpoint, "-root", root, "-ttl", etcdTTL.String(), "-certs", certs}
 	byAddr := map[string]*child{}
 	idOf := map[string]string{}
 	startMember := func(name string) *child {
-		c := startChild(t, exe, name, append([]string{"-mode", "member"}, common...)...)
+		c := startChild(t, exe, name, append([]string{"-mode", "member", "-name", name}, common...)...)
 		ev := c.wait(t, "joined", 30*time.Second)
 		byAddr[ev.Member], idOf[ev.Member] = c, ev.ID
 		t.Logf("%s joined as %s (id %s)", name, ev.Member, ev.ID)
@@ -194,7 +197,7 @@ func TestClusterCrashEtcd(t *testing.T) {
 		members = append(members, startMember(fmt.Sprintf("member%d", i)))
 	}
 	recsA := filepath.Join(tmp, "a.jsonl")
-	drvA := startChild(t, exe, "driverA", append([]string{"-mode", "driver", "-tag", "a", "-members", "3", "-out", recsA}, common...)...)
+	drvA := startChild(t, exe, "driverA", append([]string{"-mode", "driver", "-name", "driverA", "-tag", "a", "-members", "3", "-out", recsA}, common...)...)
 	ready := drvA.wait(t, "ready", 90*time.Second)
 	perMember := map[string][]string{}
 	for u, m := range ready.Where {
@@ -275,7 +278,7 @@ func TestClusterCrashEtcd(t *testing.T) {
 
 	// A member joining after the pause: a second driver.
 	recsB := filepath.Join(tmp, "b.jsonl")
-	drvB := startChild(t, exe, "driverB", append([]string{"-mode", "driver", "-tag", "b", "-members", "3", "-routers", "2", "-out", recsB}, common...)...)
+	drvB := startChild(t, exe, "driverB", append([]string{"-mode", "driver", "-name", "driverB", "-tag", "b", "-members", "3", "-routers", "2", "-out", recsB}, common...)...)
 	drvB.wait(t, "ready", 90*time.Second)
 	time.Sleep(4 * time.Second)
 	for _, d := range []*child{drvB, drvA} {
@@ -323,6 +326,17 @@ func TestClusterCrashEtcd(t *testing.T) {
 		}
 	}
 	t.Logf("(b) take-over after SIGSTOP per unit (the paused member holds its files until it resumes %v later): %v", contAt.Sub(stopAt).Round(time.Millisecond), takeovers(all, pausedUnits, paused, stopAt))
+}
+
+// buildEtcdCluster builds internal/etcdcluster (without -race).
+func buildEtcdCluster(t *testing.T) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "etcdcluster")
+	goBin := filepath.Join(goruntime.GOROOT(), "bin", "go")
+	if out, err := exec.Command(goBin, "build", "-o", exe, "github.com/syncmesh/syncmesh/runtime/hosting/internal/etcdcluster").CombinedOutput(); err != nil {
+		t.Fatalf("build etcdcluster: %v\n%s", err, out)
+	}
+	return exe
 }
 
 // checkActivations checks, from the replies alone, that every activation

@@ -10,14 +10,38 @@
 //
 //   - KindDevice, identity = the device address (DeviceIdentity:
 //     "user.device"): a node with the delivery plane. Requests: OpSend
-//     (under the caller's logical id), OpCommit, OpPending, OpPendingSent,
-//     OpProcessed; OpBundle and OpDeliver are what hosted devices use to
-//     reach each other: a device's session transport goes through the
-//     Placement, so sender and recipient may live on different members.
+//     (under the caller's logical id), OpCommit, OpDiscard, OpPending,
+//     OpPendingSent, OpProcessed, OpPrune; OpBundle and OpDeliver are what
+//     hosted devices use to reach each other: a device's session transport
+//     goes through the Placement, so sender and recipient may live on
+//     different members.
 //   - KindGroup, identity = the group's name (a tenant's replicated
 //     tables): a node with the sync plane only. Requests: OpTrust,
 //     OpDefineTable, OpApply (signed events, ApplySignedBatch), OpGet,
-//     OpScan, OpEvents, OpDigest.
+//     OpScan, OpEvents, OpDigest, OpChanges (the change feed).
+//
+// # Trust boundary
+//
+// Members talk gRPC with mutual TLS by default (ClusterConfig.TLS and
+// ClientTLS, certificates of the mesh CA: runtime/meshtls, `sspctl tls`;
+// MemberTLS loads them); a member's identity is its certificate's node
+// name, and every request it sends is attributed to that name by its
+// receiver (Request.Caller is overwritten from the connection).
+// Plaintext must be asked for (ClusterConfig.Plaintext) and is logged at
+// every start.
+//
+// A unit exists only once created (OpCreate, Client.Create) for the
+// principal's tenant, its owner, within the tenant's quota
+// (Config.TenantQuota, counted in the shared root); no other request
+// makes one (ErrNotProvisioned), and OpDelete removes its files. Every
+// request carries the principal its member vouches for (Client: from the
+// context, WithPrincipal); the unit's host asks Config.Authorizer
+// (OwnerOnly by default: a unit's operations are its owner's) and refuses
+// anything else with ErrForbidden, changing nothing. Between units only
+// OpDeliver and OpBundle pass, attributed instead: the sending device
+// (Request.Peer) must be placed on the member that sent the request
+// (Locator), so a member cannot deliver as, or spend the budget of, a
+// device hosted elsewhere. See docs/threat-model.md, "Hosting".
 //
 // A grain opens its unit's node (Config.Root/<kind>/<hex(identity)>) when
 // it is activated and closes it when it stops: passivation after

@@ -30,6 +30,17 @@ var (
 	// ErrFailed: the operation failed on the unit's host (ReplyError.Message
 	// says why).
 	ErrFailed = errors.New("hosting: operation failed")
+	// ErrForbidden: the caller may not do this: the Authorizer refused the
+	// principal, or a device-to-device delivery or bundle request named a
+	// sending device not placed on the member whose certificate carried it.
+	// Nothing was done.
+	ErrForbidden = errors.New("hosting: forbidden")
+	// ErrNotProvisioned: the unit was never created (Client.Create) or was
+	// deleted. Nothing was done, and no unit was made.
+	ErrNotProvisioned = errors.New("hosting: unit not provisioned")
+	// ErrQuota: creating the unit would exceed its tenant's quota
+	// (Config.TenantQuota). Nothing was created.
+	ErrQuota = errors.New("hosting: tenant quota exceeded")
 )
 
 // ErrFenced: the member lost its registration (or no longer sees itself)
@@ -57,7 +68,9 @@ func (e *ReplyError) Error() string {
 // Is maps the code to its sentinel: CodeUnavailable → ErrUnavailable,
 // CodeBadRequest → ErrBadRequest, CodeFailed → ErrFailed,
 // CodeNotHandedOff → runtime.ErrNotHandedOff, CodeNotPending →
-// runtime.ErrNotPending, CodeUnknownTable → runtime.ErrUnknownTable.
+// runtime.ErrNotPending, CodeUnknownTable → runtime.ErrUnknownTable,
+// CodeForbidden → ErrForbidden, CodeNotProvisioned → ErrNotProvisioned,
+// CodeQuota → ErrQuota, CodeLagged → runtime.ErrWatchLagged.
 func (e *ReplyError) Is(target error) bool {
 	switch e.Code {
 	case CodeUnavailable:
@@ -72,6 +85,14 @@ func (e *ReplyError) Is(target error) bool {
 		return target == runtime.ErrNotPending
 	case CodeUnknownTable:
 		return target == runtime.ErrUnknownTable
+	case CodeForbidden:
+		return target == ErrForbidden
+	case CodeNotProvisioned:
+		return target == ErrNotProvisioned
+	case CodeQuota:
+		return target == ErrQuota
+	case CodeLagged:
+		return target == runtime.ErrWatchLagged
 	}
 	return false
 }
@@ -100,6 +121,14 @@ func codeOf(err error) Code {
 		return CodeNotPending
 	case errors.Is(err, runtime.ErrUnknownTable):
 		return CodeUnknownTable
+	case errors.Is(err, ErrForbidden):
+		return CodeForbidden
+	case errors.Is(err, ErrNotProvisioned):
+		return CodeNotProvisioned
+	case errors.Is(err, ErrQuota):
+		return CodeQuota
+	case errors.Is(err, runtime.ErrWatchLagged):
+		return CodeLagged
 	}
 	return CodeFailed
 }

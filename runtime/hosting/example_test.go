@@ -20,10 +20,17 @@ func ExampleClient() {
 		panic(err)
 	}
 	defer p.Close()
-	ctx := context.Background()
+	// Every call acts for a principal; units exist once their tenant
+	// created them.
+	ctx := hosting.WithPrincipal(context.Background(), hosting.Principal{Tenant: "acme"})
 	c := hosting.Client{P: p}
 	alice, bob := messages.DeviceAddress{User: "alice", Device: 1}, messages.DeviceAddress{User: "bob", Device: 1}
 	id := messages.LogicalMessageID{0x42}
+	for _, d := range []messages.DeviceAddress{alice, bob} {
+		if _, err := c.Create(ctx, hosting.KindDevice, hosting.DeviceIdentity(d)); err != nil {
+			panic(err)
+		}
+	}
 	if _, err := c.Send(ctx, alice, bob, id, []byte("hello")); err != nil {
 		panic(err)
 	}

@@ -68,6 +68,7 @@ func TestActivationRefusedWhenTheViewPlacesTheUnitElsewhere(t *testing.T) {
 	if len(h.hosted()) != 0 {
 		t.Fatalf("hosted after a refused activation: %v", h.hosted())
 	}
+	mustProvision(t, root, KindGroup, mine)
 	u, err := h.acquire(ctx, KindGroup, mine, func() error { return inc.check(KindGroup, mine) })
 	if err != nil || u.epoch != 1 {
 		t.Fatalf("acquire of %s: epoch %v, %v", mine, u, err)
@@ -93,7 +94,9 @@ func TestFencedMemberRefusesAndServeGatesTheReply(t *testing.T) {
 		t.Fatalf("fenced check: %v", err)
 	}
 
-	h := newHost(Config{Root: t.TempDir(), MeshID: fenceMesh, NoSync: true}, a, actortest.System(t), nil)
+	root := t.TempDir()
+	mustProvision(t, root, KindGroup, "g")
+	h := newHost(Config{Root: root, MeshID: fenceMesh, NoSync: true}, a, actortest.System(t), nil)
 	t.Cleanup(func() { _ = h.close() })
 	ctx := context.Background()
 	u, err := h.acquire(ctx, KindGroup, "g", nil)
@@ -124,6 +127,7 @@ func TestFencedMemberRefusesAndServeGatesTheReply(t *testing.T) {
 func TestActivationEpochsIncreaseAcrossHosts(t *testing.T) {
 	root := t.TempDir()
 	ctx := context.Background()
+	mustProvision(t, root, KindGroup, "g")
 	for want := uint64(1); want <= 3; want++ {
 		h := newHost(Config{Root: root, MeshID: fenceMesh, NoSync: true}, fmt.Sprintf("m%d", want), actortest.System(t), nil)
 		u, err := h.acquire(ctx, KindGroup, "g", nil)
@@ -148,5 +152,13 @@ func TestActivationEpochsIncreaseAcrossHosts(t *testing.T) {
 	}
 	if len(h.hosted()) != 0 {
 		t.Fatalf("hosted after a failed activation: %v", h.hosted())
+	}
+}
+
+// mustProvision creates a unit for a test tenant.
+func mustProvision(t *testing.T, root, kind, identity string) {
+	t.Helper()
+	if _, err := provision(root, kind, identity, "test", 10, false); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -21,7 +21,16 @@ const (
 	// MaxPendingPage bounds the messages of one OpPending or OpPendingSent
 	// reply (the runtime's own page limit).
 	MaxPendingPage = 100
+	// MaxChanges bounds the changes of one OpChanges reply.
+	MaxChanges = 1000
+	// MaxChangesWait bounds how long one OpChanges waits for a change.
+	MaxChangesWait = 10 * time.Second
 )
+
+// changesLinger is how long OpChanges keeps collecting after a change
+// when no next one follows at once (the rest of a page comes without a
+// pause; a pause means it caught up).
+const changesLinger = 20 * time.Millisecond
 
 // serve runs req on the open unit u and answers it. An error on a unit
 // closed meanwhile (its member stopping or the grain passivated) is
@@ -71,7 +80,7 @@ func (h *host) serve(ctx context.Context, u *unit, req *Request, gate func() err
 // dispatch serves req on unit u through the operation table: an unknown
 // operation, or one of the other kind of unit, is ErrBadRequest.
 func (h *host) dispatch(ctx context.Context, u *unit, req *Request) (*Reply, error) {
-	if req.Op == OpInfo {
+	if req.Op == OpInfo || req.Op == OpCreate {
 		return &Reply{}, nil
 	}
 	op, ok := handlers[req.Op]
@@ -103,6 +112,7 @@ var handlers = map[Op]opHandler{
 	OpScan:        {KindGroup, handleScan},
 	OpEvents:      {KindGroup, handleEvents},
 	OpDigest:      {KindGroup, handleDigest},
+	OpChanges:     {KindGroup, handleChanges},
 	OpSend:        {KindDevice, handleSend},
 	OpDeliver:     {KindDevice, handleDeliver},
 	OpBundle:      {KindDevice, handleBundle},
@@ -110,6 +120,8 @@ var handlers = map[Op]opHandler{
 	OpPending:     {KindDevice, handlePending},
 	OpPendingSent: {KindDevice, handlePendingSent},
 	OpProcessed:   {KindDevice, handleProcessed},
+	OpDiscard:     {KindDevice, handleDiscard},
+	OpPrune:       {KindDevice, handlePrune},
 }
 
 func handleDefineTable(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
@@ -217,6 +229,63 @@ func handleDigest(ctx context.Context, n *runtime.Node, req *Request) (*Reply, e
 	return &Reply{Count: uint64(len(ids)), Hash: digestOf(ids)}, nil
 }
 
+func handleChanges(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	limit := req.Limit
+	if limit <= 0 || limit > MaxChanges {
+		limit = MaxChanges
+	}
+	wait := min(max(time.Duration(req.Wait), changesLinger), MaxChangesWait)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type item struct {
+		c   runtime.Change
+		err error
+	}
+	ch := make(chan item)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c, err := range n.Watch(wctx, req.Schema, req.TableName, req.Seq) {
+			select {
+			case ch <- item{c, err}:
+			case <-wctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	rep := &Reply{Next: req.Seq}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for len(rep.Changes) < limit {
+		select {
+		case it := <-ch:
+			if it.err != nil {
+				if errors.Is(it.err, context.Canceled) && ctx.Err() == nil {
+					return rep, nil
+				}
+				return nil, it.err
+			}
+			c := it.c
+			w := Change{Seq: c.Seq, Key: c.Key, Exists: c.Exists, Cause: uint8(c.Cause), Cells: make(map[string]Cell, len(c.Cells))}
+			for col, v := range c.Cells {
+				w.Cells[col] = Cell{State: uint8(v.State), Value: []byte(v.Value)}
+			}
+			rep.Changes, rep.Next = append(rep.Changes, w), c.Seq
+			t.Reset(changesLinger)
+		case <-t.C:
+			return rep, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	rep.More = true
+	return rep, nil
+}
+
 func handleSend(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
 	to, id, err := peerAndID(req)
 	if err != nil {
@@ -313,6 +382,32 @@ func handleProcessed(ctx context.Context, n *runtime.Node, req *Request) (*Reply
 		rep.Messages = []Message{{Peer: p.Sender, ID: bytesOf(p.ID), Status: uint8(p.Finalization)}}
 	}
 	return rep, nil
+}
+
+func handleDiscard(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	from, id, err := peerAndID(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := n.DiscardReceivedMessage(ctx, from, id, runtime.DiscardReason(req.Reason))
+	if errors.Is(err, runtime.ErrInvalidDiscardReason) {
+		err = fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Messages: []Message{{Peer: from, ID: id[:], Status: uint8(res.Status), AckSent: res.AckSent}}}, nil
+}
+
+func handlePrune(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
+	if req.MaxAge <= 0 {
+		return nil, fmt.Errorf("%w: prune needs a positive MaxAge", ErrBadRequest)
+	}
+	k, err := n.PruneProcessedMessages(ctx, runtime.RetentionPolicy{MaxAge: time.Duration(req.MaxAge)})
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Count: uint64(k)}, nil
 }
 
 func bytesOf(id messages.LogicalMessageID) []byte { return append([]byte(nil), id[:]...) }

@@ -58,6 +58,13 @@ type Config struct {
 	// is opened (scope, storage key, metrics, device options...). Dir,
 	// MeshID, System and Device.Address/Transport are set by the host.
 	Node func(kind, identity string, cfg *runtime.Config)
+	// Authorizer decides which units a request's principal may act on.
+	// Nil: OwnerOnly (a unit's operations are its owner tenant's alone).
+	Authorizer Authorizer
+	// TenantQuota bounds the units one tenant may own (across the
+	// cluster: the count lives in the shared root). Zero:
+	// DefaultTenantQuota.
+	TenantQuota int
 }
 
 func (c *Config) validate() error {
@@ -69,6 +76,9 @@ func (c *Config) validate() error {
 	}
 	if c.LockTimeout < 0 {
 		return fmt.Errorf("%w: LockTimeout must not be negative", ErrInvalidConfig)
+	}
+	if c.TenantQuota < 0 {
+		return fmt.Errorf("%w: TenantQuota must not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -141,6 +151,10 @@ type unit struct {
 	// activatedAt is when this activation began serving (after its epoch
 	// was persisted).
 	activatedAt time.Time
+	// busy counts requests in progress and lastUsed is when the last one
+	// ended (Unix ns): Local's passivation of idle units.
+	busy     atomic.Int32
+	lastUsed atomic.Int64
 }
 
 // host opens, serves and closes the units of one member. Its methods are
@@ -152,6 +166,12 @@ type host struct {
 	system    atomic.Pointer[actor.ActorSystem]
 	log       *slog.Logger
 	transport func(self messages.DeviceAddress) runtime.DeviceTransport
+	// ident is the member's identity in attribution: its certificate's
+	// name (Cluster with TLS) or its member name.
+	ident atomic.Pointer[string]
+	// placedOn names the identity of the member a unit is placed on (in
+	// this member's view; "" when unknown).
+	placedOn func(kind, identity string) string
 
 	mu      sync.Mutex
 	units   map[unitKey]*unit
@@ -166,9 +186,16 @@ func newHost(cfg Config, member string, sys *actor.ActorSystem, transport func(m
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Authorizer == nil {
+		cfg.Authorizer = OwnerOnly
+	}
+	if cfg.TenantQuota == 0 {
+		cfg.TenantQuota = DefaultTenantQuota
+	}
 	h := &host{cfg: cfg, log: log, transport: transport, units: map[unitKey]*unit{}}
 	h.system.Store(sys)
 	h.setMember(member, member)
+	h.ident.Store(&member)
 	return h
 }
 
@@ -215,7 +242,19 @@ func (h *host) acquire(ctx context.Context, kind, identity string, gate func() e
 	h.units[k] = u
 	h.mu.Unlock()
 
-	u.node, u.err = h.open(ctx, kind, identity)
+	if _, err := ownerOf(h.cfg.Root, kind, identity); err != nil {
+		u.err = err
+	} else {
+		u.node, u.err = h.open(ctx, kind, identity)
+	}
+	if u.err == nil {
+		// Deleted while it was being opened: do not serve (or leave
+		// behind) a unit that no longer exists.
+		if _, err := ownerOf(h.cfg.Root, kind, identity); err != nil {
+			_ = u.node.Close()
+			u.node, u.err = nil, err
+		}
+	}
 	if u.err == nil {
 		u.epoch, u.err = bumpEpoch(unitDir(h.cfg.Root, kind, identity), !h.cfg.NoSync)
 		if u.err == nil && gate != nil {
@@ -330,6 +369,25 @@ func (h *host) releaseAll(closing bool) error {
 	return errors.Join(errs...)
 }
 
+// idleUnits lists the open units with no request in progress and none
+// ended after cutoff (Unix ns).
+func (h *host) idleUnits(cutoff int64) []*unit {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*unit
+	for _, u := range h.units {
+		select {
+		case <-u.ready:
+		default:
+			continue
+		}
+		if u.node != nil && u.busy.Load() == 0 && u.lastUsed.Load() < cutoff && u.activatedAt.UnixNano() < cutoff {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
 // hosted lists the open units (kind, identity).
 func (h *host) hosted() []Unit {
 	h.mu.Lock()
@@ -398,4 +456,78 @@ func bumpEpoch(dir string, sync bool) (uint64, error) {
 		return 0, fmt.Errorf("hosting: persist epoch in %s: %w", dir, err)
 	}
 	return e, nil
+}
+
+// self is the member's identity in attribution.
+func (h *host) self() string { return *h.ident.Load() }
+
+// admit decides whether req may run on the unit (kind, identity), before
+// the unit is activated: device-to-device delivery and bundle requests
+// are attributed (the sending device, req.Peer, must be placed on the
+// member that sent the request, req.Caller, as its certificate names
+// it); every other operation is the Authorizer's to allow, for the
+// unit's owner. OpCreate provisions the unit (within the tenant's quota)
+// when allowed. A refusal changes nothing.
+func (h *host) admit(kind, identity string, req *Request) error {
+	if req == nil {
+		return fmt.Errorf("%w: nil request", ErrBadRequest)
+	}
+	switch req.Op {
+	case OpDeliver, OpBundle:
+		if kind != KindDevice {
+			return fmt.Errorf("%w: %s is not an operation of a %s", ErrBadRequest, req.Op, kind)
+		}
+		if req.Peer == nil || req.Peer.Validate() != nil {
+			return fmt.Errorf("%w: %s needs the sending device", ErrBadRequest, req.Op)
+		}
+		if _, err := ownerOf(h.cfg.Root, kind, identity); err != nil {
+			return err
+		}
+		from := DeviceIdentity(*req.Peer)
+		where := ""
+		if h.placedOn != nil {
+			where = h.placedOn(KindDevice, from)
+		}
+		if req.Caller == "" || where != req.Caller {
+			return fmt.Errorf("%w: %s as %s from member %q, but %s is placed on %q", ErrForbidden, req.Op, from, req.Caller, from, where)
+		}
+		return nil
+	}
+	var p Principal
+	if req.Principal != nil {
+		p = *req.Principal
+	}
+	owner, err := ownerOf(h.cfg.Root, kind, identity)
+	if err != nil && (req.Op != OpCreate || !errors.Is(err, ErrNotProvisioned)) {
+		return err
+	}
+	if err := h.cfg.Authorizer.Authorize(Access{Principal: p, Op: req.Op, Unit: Unit{Kind: kind, Identity: identity}, Owner: owner}); err != nil {
+		return fmt.Errorf("%w: %w", ErrForbidden, err)
+	}
+	if req.Op == OpCreate {
+		created, err := provision(h.cfg.Root, kind, identity, p.Tenant, h.cfg.TenantQuota, !h.cfg.NoSync)
+		if err != nil {
+			return err
+		}
+		if created {
+			h.log.Info("hosting: unit created", "kind", kind, "identity", identity, "tenant", p.Tenant, "member", h.member())
+		}
+	}
+	return nil
+}
+
+// remove closes the unit if it is open here and deletes its files
+// (OpDelete, after admit allowed it).
+func (h *host) remove(kind, identity string) (*Reply, error) {
+	h.mu.Lock()
+	u := h.units[unitKey{kind, identity}]
+	h.mu.Unlock()
+	if err := h.release(u); err != nil {
+		h.log.Warn("hosting: close before delete", "kind", kind, "identity", identity, "err", err)
+	}
+	if err := unprovision(h.cfg.Root, kind, identity); err != nil {
+		return nil, err
+	}
+	h.log.Info("hosting: unit deleted", "kind", kind, "identity", identity, "member", h.member())
+	return &Reply{Member: h.member(), MemberID: h.memberID()}, nil
 }

@@ -41,7 +41,13 @@ type localOptions struct {
 	member string
 	router Placement
 	wire   bool
+	idle   time.Duration
 }
+
+// WithIdleTimeout passivates a unit that served no request for d: its
+// node is closed (its files stay; the next request opens it again). Zero:
+// units stay open until Close.
+func WithIdleTimeout(d time.Duration) LocalOption { return func(o *localOptions) { o.idle = d } }
 
 // WithWireRoundTrip makes the Local serialize every request and reply
 // through the remote envelope and back, as a cluster member does between
@@ -71,6 +77,9 @@ func NewLocal(cfg Config, sys *actor.ActorSystem, opts ...LocalOption) (*Local, 
 	if o.member == "" {
 		return nil, fmt.Errorf("%w: empty member name", ErrInvalidConfig)
 	}
+	if o.idle < 0 {
+		return nil, fmt.Errorf("%w: negative idle timeout", ErrInvalidConfig)
+	}
 	l := &Local{sys: sys, wire: o.wire, done: make(chan struct{})}
 	if sys == nil {
 		log := cfg.Logger
@@ -85,8 +94,19 @@ func NewLocal(cfg Config, sys *actor.ActorSystem, opts ...LocalOption) (*Local, 
 		router = o.router
 	}
 	l.h = newHost(cfg, o.member, l.sys, func(self messages.DeviceAddress) runtime.DeviceTransport {
-		return &placedTransport{p: router, self: self, timeout: 30 * time.Second}
+		return &placedTransport{p: router, self: self, ident: l.h.self, timeout: 30 * time.Second}
 	})
+	// Where a sending device is placed: here, unless the Local is a shard
+	// of a placement that can say (Locator).
+	self := l.h.self()
+	l.h.placedOn = func(string, string) string { return self }
+	if loc, ok := o.router.(Locator); ok {
+		l.h.placedOn = loc.MemberOf
+	}
+	if o.idle > 0 {
+		l.wg.Add(1)
+		go l.passivate(o.idle)
+	}
 	return l, nil
 }
 
@@ -113,6 +133,13 @@ func (l *Local) Request(ctx context.Context, kind, identity string, req *Request
 	}
 	if err := checkUnit(kind, identity); err != nil {
 		return nil, err
+	}
+	if req.Caller == "" {
+		// In one process the caller is this member (a shard's devices
+		// name theirs: placedTransport).
+		c := *req
+		c.Caller = l.h.self()
+		req = &c
 	}
 	if l.wire {
 		var err error
@@ -143,11 +170,43 @@ func (l *Local) Request(ctx context.Context, kind, identity string, req *Request
 }
 
 func (l *Local) once(ctx context.Context, kind, identity string, req *Request) *Reply {
+	if err := l.h.admit(kind, identity, req); err != nil {
+		return l.h.fail(err)
+	}
+	if req.Op == OpDelete {
+		rep, err := l.h.remove(kind, identity)
+		if err != nil {
+			return l.h.fail(err)
+		}
+		return rep
+	}
 	u, err := l.h.acquire(ctx, kind, identity, nil)
 	if err != nil {
 		return l.h.fail(err)
 	}
+	u.busy.Add(1)
+	defer func() { u.lastUsed.Store(time.Now().UnixNano()); u.busy.Add(-1) }()
 	return l.h.serve(ctx, u, req, nil)
+}
+
+// passivate closes, every d/2, the units idle for d (no request in
+// progress, none served for d). A request racing the close answers
+// ErrUnavailable and is retried on a fresh activation.
+func (l *Local) passivate(d time.Duration) {
+	defer l.wg.Done()
+	t := time.NewTicker(d / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+		cutoff := time.Now().Add(-d).UnixNano()
+		for _, u := range l.h.idleUnits(cutoff) {
+			_ = l.h.release(u)
+		}
+	}
 }
 
 // Close closes every hosted unit (waiting for requests in progress) and,

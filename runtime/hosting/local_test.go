@@ -20,10 +20,23 @@ import (
 
 var testMesh = []byte("hosting-test-mesh")
 
+// testTenant is the tenant the tests act for (testCtx carries it).
+var testTenant = hosting.Principal{Tenant: "test-tenant"}
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	return ctx
+	return hosting.WithPrincipal(ctx, testTenant)
+}
+
+// create provisions units for ctx's principal.
+func create(t *testing.T, ctx context.Context, p hosting.Placement, kind string, identities ...string) {
+	t.Helper()
+	for _, id := range identities {
+		if _, err := (hosting.Client{P: p}).Create(ctx, kind, id); err != nil {
+			t.Fatalf("create %s %s: %v", kind, id, err)
+		}
+	}
 }
 
 func newLocal(t *testing.T, root string, opts ...hosting.LocalOption) *hosting.Local {
@@ -52,6 +65,7 @@ func TestGroupApplyIsIdempotentAndReadable(t *testing.T) {
 	l := newLocal(t, t.TempDir())
 	c := hosting.Client{P: l}
 	w := writer(t)
+	create(t, ctx, l, hosting.KindGroup, "acme", "other")
 	if err := c.Trust(ctx, "acme", w.Key()); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +144,7 @@ func TestDeviceSendCommitAreIdempotent(t *testing.T) {
 	c := hosting.Client{P: l}
 	alice, bob := messages.DeviceAddress{User: "alice", Device: 1}, messages.DeviceAddress{User: "bob", Device: 2}
 	id1, id2 := messages.LogicalMessageID{1}, messages.LogicalMessageID{2}
+	create(t, ctx, l, hosting.KindDevice, "alice.1", "bob.2")
 	if _, err := c.Send(ctx, alice, bob, id1, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +216,8 @@ func TestDeviceSendCommitAreIdempotent(t *testing.T) {
 func TestBadRequestsAreRefused(t *testing.T) {
 	ctx := testCtx(t)
 	l := newLocal(t, t.TempDir())
+	create(t, ctx, l, hosting.KindDevice, "a.1")
+	create(t, ctx, l, hosting.KindGroup, "g")
 	cases := []struct {
 		name, kind, identity string
 		req                  *hosting.Request
@@ -219,6 +236,9 @@ func TestBadRequestsAreRefused(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.req != nil {
+				tc.req.Principal = &testTenant
+			}
 			_, err := l.Request(ctx, tc.kind, tc.identity, tc.req)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
@@ -226,7 +246,7 @@ func TestBadRequestsAreRefused(t *testing.T) {
 		})
 	}
 	// A garbage apply is answered per event, not as a failure.
-	rep, err := l.Request(ctx, hosting.KindGroup, "g", &hosting.Request{Op: hosting.OpApply, Events: [][]byte{{0xff}}})
+	rep, err := l.Request(ctx, hosting.KindGroup, "g", &hosting.Request{Op: hosting.OpApply, Events: [][]byte{{0xff}}, Principal: &testTenant})
 	if err != nil || len(rep.Outcomes) != 1 || messages.OutcomeKind(rep.Outcomes[0].Kind) != messages.Dropped {
 		t.Fatalf("garbage event: %+v %v", rep, err)
 	}
@@ -237,6 +257,7 @@ func TestUnitLockedByAnotherHostIsUnavailableUntilReleased(t *testing.T) {
 	a := newLocal(t, root, hosting.WithMemberName("a"))
 	b := newLocal(t, root, hosting.WithMemberName("b"))
 	ctx := testCtx(t)
+	create(t, ctx, a, hosting.KindGroup, "g")
 	if m, err := (hosting.Client{P: a}).Info(ctx, hosting.KindGroup, "g"); err != nil || m != "a" {
 		t.Fatal(m, err)
 	}
@@ -373,4 +394,13 @@ func TestShardedMemberLoss(t *testing.T) {
 	if len(rep.MovedTo) == 0 || rep.EventsAcked == 0 || rep.Committed == 0 || rep.Pending == 0 {
 		t.Fatalf("nothing exercised: %+v", rep)
 	}
+}
+
+// MemberOf implements hosting.Locator: the shard a unit is routed to.
+func (v shardView) MemberOf(kind, identity string) string {
+	i := v.s.route(kind + "/" + identity)
+	if i < 0 {
+		return ""
+	}
+	return v.s.locals[i].Member()
 }

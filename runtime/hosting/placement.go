@@ -35,6 +35,14 @@ type Placement interface {
 	Close() error
 }
 
+// Locator is implemented by a Placement that can name the member a unit
+// is placed on (by the member's identity: its certificate's name), as
+// seen from here. Hosts use it to attribute device-to-device requests: a
+// delivery as device d is accepted only from the member d is placed on.
+type Locator interface {
+	MemberOf(kind, identity string) string
+}
+
 // retryBackoff is the pause between attempts while a unit is unavailable.
 func retryBackoff(attempt int) time.Duration {
 	d := 20 * time.Millisecond << min(attempt, 5)
@@ -59,6 +67,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 type placedTransport struct {
 	p    Placement
 	self messages.DeviceAddress
+	// ident names the member sending (Request.Caller; a remote receiver
+	// replaces it with the name its certificate carries).
+	ident func() string
 	// timeout bounds one hand-off when the caller's context has no
 	// deadline.
 	timeout time.Duration
@@ -77,7 +88,8 @@ func (t *placedTransport) ctx(ctx context.Context) (context.Context, context.Can
 func (t *placedTransport) FetchBundle(ctx context.Context, peer messages.DeviceAddress) (*messages.PrekeyBundle, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
-	rep, err := t.p.Request(ctx, KindDevice, DeviceIdentity(peer), &Request{Op: OpBundle})
+	self := t.self
+	rep, err := t.p.Request(ctx, KindDevice, DeviceIdentity(peer), &Request{Op: OpBundle, Peer: &self, Caller: t.ident()})
 	if err != nil {
 		return nil, fmt.Errorf("%w: bundle of %s: %w", runtime.ErrUnreachable, peer, err)
 	}
@@ -91,7 +103,7 @@ func (t *placedTransport) Send(ctx context.Context, peer messages.DeviceAddress,
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
 	self := t.self
-	if _, err := t.p.Request(ctx, KindDevice, DeviceIdentity(peer), &Request{Op: OpDeliver, Peer: &self, Envelope: envelope}); err != nil {
+	if _, err := t.p.Request(ctx, KindDevice, DeviceIdentity(peer), &Request{Op: OpDeliver, Peer: &self, Envelope: envelope, Caller: t.ident()}); err != nil {
 		return fmt.Errorf("%w: envelope to %s: %w", runtime.ErrUnreachable, peer, err)
 	}
 	return nil

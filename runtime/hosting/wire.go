@@ -45,6 +45,13 @@ const (
 	// OpInfo reports the member hosting the unit (any kind); it activates
 	// the unit.
 	OpInfo Op = 1
+	// OpCreate provisions the unit for the principal's tenant (its owner),
+	// within the tenant's quota (idempotent: the owner creating it again
+	// changes nothing). No other operation makes a unit.
+	OpCreate Op = 2
+	// OpDelete closes the unit and removes its files (idempotent: a
+	// deleted unit is not provisioned).
+	OpDelete Op = 3
 
 	// OpDefineTable defines Table on a group (idempotent: same definition).
 	OpDefineTable Op = 10
@@ -64,6 +71,10 @@ const (
 	// OpDigest summarizes a group's retained events (count and a hash of
 	// the sorted ids).
 	OpDigest Op = 16
+	// OpChanges pages the row changes of Schema.TableName on a group after
+	// the change sequence Seq (up to Limit), waiting up to Wait for the
+	// first one (a long poll: the group's change feed).
+	OpChanges Op = 17
 
 	// OpSend stores Body as a pending sent message to Peer under the
 	// caller's logical id ID and hands it off (idempotent: when (Peer, ID)
@@ -83,6 +94,11 @@ const (
 	OpPendingSent Op = 25
 	// OpProcessed reads the processed record of the message (Peer, ID).
 	OpProcessed Op = 26
+	// OpDiscard finalizes the received message (Peer, ID) without applying
+	// it, with the discard reason Reason (idempotent).
+	OpDiscard Op = 27
+	// OpPrune removes processed records finalized at least MaxAge ago.
+	OpPrune Op = 28
 )
 
 // String returns the operation's name.
@@ -90,6 +106,14 @@ func (o Op) String() string {
 	switch o {
 	case OpInfo:
 		return "info"
+	case OpCreate:
+		return "create"
+	case OpDelete:
+		return "delete"
+	case OpDiscard:
+		return "discard"
+	case OpPrune:
+		return "prune"
 	case OpDefineTable:
 		return "define-table"
 	case OpTrust:
@@ -104,6 +128,8 @@ func (o Op) String() string {
 		return "events"
 	case OpDigest:
 		return "digest"
+	case OpChanges:
+		return "changes"
 	case OpSend:
 		return "send"
 	case OpDeliver:
@@ -155,6 +181,20 @@ type Request struct {
 	ID        []byte                  `cbor:"12,keyasint,omitempty"` // 16-byte logical message id
 	Body      []byte                  `cbor:"13,keyasint,omitempty"` // OpSend: the message body
 	Envelope  []byte                  `cbor:"14,keyasint,omitempty"` // OpDeliver: a ratchet envelope
+	// Principal is who the call acts for (Client: from its context,
+	// WithPrincipal), vouched for by the calling member.
+	Principal *Principal `cbor:"15,keyasint,omitempty"`
+	// Caller is the member that sent the request: its certificate's
+	// name. The receiving member sets it from the authenticated
+	// connection; whatever a remote caller put here is replaced.
+	Caller string `cbor:"16,keyasint,omitempty"`
+	// Reason is OpDiscard's discard reason (runtime.DiscardReason).
+	Reason uint8 `cbor:"17,keyasint,omitempty"`
+	// MaxAge is OpPrune's retention (nanoseconds, > 0).
+	MaxAge int64 `cbor:"18,keyasint,omitempty"`
+	// Wait is how long OpChanges waits for a first change (nanoseconds;
+	// at most MaxChangesWait).
+	Wait int64 `cbor:"19,keyasint,omitempty"`
 }
 
 // Serialize implements remote.RootSerializable: the request in an
@@ -200,6 +240,15 @@ const (
 	CodeNotPending Code = 5
 	// CodeUnknownTable: the table is not defined on the group.
 	CodeUnknownTable Code = 6
+	// CodeForbidden: the caller may not do this (ErrForbidden).
+	CodeForbidden Code = 7
+	// CodeNotProvisioned: the unit does not exist (ErrNotProvisioned).
+	CodeNotProvisioned Code = 8
+	// CodeQuota: the tenant's unit quota is reached (ErrQuota).
+	CodeQuota Code = 9
+	// CodeLagged: a change feed's cursor fell behind the retained change
+	// log (runtime.ErrWatchLagged).
+	CodeLagged Code = 10
 )
 
 // Outcome is one event's apply outcome on the wire (messages.Outcome).
@@ -232,6 +281,16 @@ type Row struct {
 	Cells  map[string]Cell  `cbor:"3,keyasint,omitempty"` // one per value column
 }
 
+// Change is one row change of a group's change feed on the wire
+// (runtime.Change).
+type Change struct {
+	Seq    uint64           `cbor:"1,keyasint"`           // change sequence (resume after it)
+	Key    messages.Columns `cbor:"2,keyasint"`           // the row's key columns
+	Exists bool             `cbor:"3,keyasint,omitempty"` // false: tombstoned
+	Cells  map[string]Cell  `cbor:"4,keyasint,omitempty"` // the columns the change touched
+	Cause  uint8            `cbor:"5,keyasint,omitempty"` // runtime.ChangeCause
+}
+
 // Message is a pending received or sent message, or a processed record,
 // on the wire.
 type Message struct {
@@ -239,7 +298,7 @@ type Message struct {
 	ID        []byte                 `cbor:"2,keyasint"`           // 16-byte logical id
 	Seq       uint64                 `cbor:"3,keyasint,omitempty"` // receive or send sequence
 	Body      []byte                 `cbor:"4,keyasint,omitempty"` // plaintext
-	Status    uint8                  `cbor:"5,keyasint,omitempty"` // OpCommit: runtime outcome; OpProcessed: persistence.Finalization
+	Status    uint8                  `cbor:"5,keyasint,omitempty"` // OpCommit, OpDiscard: runtime outcome; OpProcessed: persistence.Finalization
 	AckSent   bool                   `cbor:"6,keyasint,omitempty"` // OpCommit: the ACK was handed off
 	Duplicate bool                   `cbor:"7,keyasint,omitempty"` // OpSend: a repeat of a pending message
 }
@@ -274,6 +333,8 @@ type Reply struct {
 	// (Unix ns): every successful reply of an activation has ActivatedAt
 	// ≤ ServedAt < the next activation's ActivatedAt.
 	ServedAt int64 `cbor:"18,keyasint,omitempty"`
+	// Changes is OpChanges' page (Next: the sequence to resume after).
+	Changes []Change `cbor:"19,keyasint,omitempty"`
 }
 
 // Serialize implements remote.RootSerializable: the reply in an Envelope

@@ -20,6 +20,7 @@ func sampleRequest() *hosting.Request {
 		Signer: &hosting.Signer{Kid: []byte{1}, Site: make([]byte, 16), PublicKey: make([]byte, 32), Cutoff: 9},
 		Schema: "s", TableName: "t", RowKey: messages.Columns{"id": messages.MustValue(int64(3))}, After: []byte{4}, Seq: 5, Limit: 6,
 		Peer: &messages.DeviceAddress{User: "bob", Device: 2}, ID: make([]byte, 16), Body: []byte("hi"), Envelope: []byte{7},
+		Principal: &hosting.Principal{Tenant: "t"}, Caller: "member0", Reason: 1, MaxAge: 8, Wait: 9,
 	}
 }
 
@@ -29,6 +30,7 @@ func sampleReply() *hosting.Reply {
 		Found: true, Rows: []hosting.Row{{Key: messages.Columns{"id": messages.MustValue("k")}, Exists: true, Cells: map[string]hosting.Cell{"a": {State: 1, Value: messages.Null}, "b": {}}}},
 		IDs: [][]byte{make([]byte, 32)}, Next: 3, More: true, Count: 4, Hash: []byte{5}, Bundle: []byte{6},
 		Messages: []hosting.Message{{Peer: messages.DeviceAddress{User: "a", Device: 1}, ID: make([]byte, 16), Seq: 7, Body: []byte("b"), Status: 1, AckSent: true, Duplicate: true}}, Kind: 2,
+		Changes: []hosting.Change{{Seq: 10, Key: messages.Columns{"id": messages.MustValue("k")}, Exists: true, Cells: map[string]hosting.Cell{"a": {State: 1, Value: messages.Null}}, Cause: 1}},
 	}
 }
 
@@ -87,12 +89,16 @@ func TestDecodersRejectBadInput(t *testing.T) {
 
 func TestReplyErrorsMatchSentinels(t *testing.T) {
 	for code, want := range map[hosting.Code]error{
-		hosting.CodeUnavailable:  hosting.ErrUnavailable,
-		hosting.CodeBadRequest:   hosting.ErrBadRequest,
-		hosting.CodeFailed:       hosting.ErrFailed,
-		hosting.CodeNotHandedOff: device.ErrNotHandedOff,
-		hosting.CodeNotPending:   outbound.ErrNotPending,
-		hosting.CodeUnknownTable: runtime.ErrUnknownTable,
+		hosting.CodeUnavailable:    hosting.ErrUnavailable,
+		hosting.CodeBadRequest:     hosting.ErrBadRequest,
+		hosting.CodeFailed:         hosting.ErrFailed,
+		hosting.CodeNotHandedOff:   device.ErrNotHandedOff,
+		hosting.CodeNotPending:     outbound.ErrNotPending,
+		hosting.CodeUnknownTable:   runtime.ErrUnknownTable,
+		hosting.CodeForbidden:      hosting.ErrForbidden,
+		hosting.CodeNotProvisioned: hosting.ErrNotProvisioned,
+		hosting.CodeQuota:          hosting.ErrQuota,
+		hosting.CodeLagged:         runtime.ErrWatchLagged,
 	} {
 		err := (&hosting.Reply{Code: code, Error: "x"}).Err()
 		var re *hosting.ReplyError

@@ -23,6 +23,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 
 	"github.com/syncmesh/syncmesh/runtime/hosting"
+	"github.com/syncmesh/syncmesh/runtime/hosting/internal/membercerts"
 	"github.com/syncmesh/syncmesh/runtime/hosting/internal/scenario"
 )
 
@@ -59,6 +60,18 @@ func run(root string, n int, timeout, idle time.Duration, verbose bool) error {
 	defer cancel()
 
 	mesh := []byte("clusterdemo-mesh")
+	// Members authenticate each other with mutual TLS (the default),
+	// certificates from the mesh CA tooling.
+	certs, err := os.MkdirTemp("", "clusterdemo-certs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(certs)
+	for i := 0; i < n; i++ {
+		if err := membercerts.Write(certs, fmt.Sprintf("member%d", i)); err != nil {
+			return err
+		}
+	}
 	agent := test.NewInMemAgent()
 	var ms []*hosting.Cluster
 	stopped := map[int]bool{}
@@ -71,7 +84,13 @@ func run(root string, n int, timeout, idle time.Duration, verbose bool) error {
 	}()
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
+		server, client, err := hosting.MemberTLS(certs, fmt.Sprintf("member%d", i))
+		if err != nil {
+			return err
+		}
 		m, err := hosting.NewCluster(hosting.ClusterConfig{
+			TLS:         server,
+			ClientTLS:   client,
 			Config:      hosting.Config{Root: root, MeshID: mesh, NoSync: true, Logger: logger},
 			Name:        "syncmesh-clusterdemo",
 			Provider:    test.NewTestProvider(agent),

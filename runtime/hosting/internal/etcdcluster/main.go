@@ -46,10 +46,12 @@ var mesh = []byte("etcdcluster-mesh")
 
 type opts struct {
 	mode, root, out, tag string
+	certs, name          string
 	etcd                 []string
 	ttl                  time.Duration
 	members, routers     int
 	groups, devices      int
+	quota                int
 	verbose              bool
 }
 
@@ -66,7 +68,10 @@ func main() {
 	flag.IntVar(&o.routers, "routers", 1, "driver: router-only members to wait for, this one included")
 	flag.IntVar(&o.groups, "groups", 3, "driver: groups")
 	flag.IntVar(&o.devices, "devices", 6, "driver: devices")
+	flag.IntVar(&o.quota, "quota", 0, "member: units per tenant (0: the default)")
 	flag.BoolVar(&o.verbose, "v", false, "debug logs on stderr")
+	flag.StringVar(&o.certs, "certs", "", "directory of the member certificates (sspctl tls layout); empty: plaintext")
+	flag.StringVar(&o.name, "name", "", "this member's certificate name")
 	flag.Parse()
 	o.etcd = strings.Split(etcd, ",")
 	var err error
@@ -75,6 +80,8 @@ func main() {
 		err = member(o)
 	case "driver":
 		err = driver(o)
+	case "tenants":
+		err = tenants(o)
 	default:
 		err = fmt.Errorf("unknown mode %q", o.mode)
 	}
@@ -102,6 +109,7 @@ type Event struct {
 	Reason string            `json:"reason,omitempty"`
 	Where  map[string]string `json:"where,omitempty"`
 	Report *Report           `json:"report,omitempty"`
+	Tenant *TenantReport     `json:"tenant,omitempty"`
 	At     int64             `json:"at"`
 }
 
@@ -122,20 +130,28 @@ func open(o opts, noUnits bool) (*hosting.Cluster, *etcdmember.Provider, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := hosting.NewCluster(hosting.ClusterConfig{
-		Config:         hosting.Config{Root: o.root, MeshID: mesh, NoSync: true, Logger: logger, LockTimeout: 500 * time.Millisecond},
-		Name:           "syncmesh-etcd-test",
-		Provider:       prov,
-		NoUnits:        noUnits,
-		RequestTimeout: 5 * time.Second,
-		OnMembership: func(m hosting.MembershipChange) {
-			ev := Event{Ev: "joined", Member: m.Member, ID: m.ID, At: time.Now().UnixNano()}
-			if !m.Joined {
-				ev.Ev, ev.Reason = "fenced", fmt.Sprint(m.Reason)
-			}
-			emit(ev)
-		},
-	})
+	cc := hosting.ClusterConfig{Plaintext: true, MemberName: o.name}
+	if o.certs != "" {
+		server, client, err := hosting.MemberTLS(o.certs, o.name)
+		if err != nil {
+			_ = prov.Close()
+			return nil, nil, err
+		}
+		cc = hosting.ClusterConfig{TLS: server, ClientTLS: client}
+	}
+	cc.Config = hosting.Config{Root: o.root, MeshID: mesh, NoSync: true, Logger: logger, LockTimeout: 500 * time.Millisecond, TenantQuota: o.quota}
+	cc.Name = "syncmesh-etcd-test"
+	cc.Provider = prov
+	cc.NoUnits = noUnits
+	cc.RequestTimeout = 5 * time.Second
+	cc.OnMembership = func(m hosting.MembershipChange) {
+		ev := Event{Ev: "joined", Member: m.Member, ID: m.ID, At: time.Now().UnixNano()}
+		if !m.Joined {
+			ev.Ev, ev.Reason = "fenced", fmt.Sprint(m.Reason)
+		}
+		emit(ev)
+	}
+	c, err := hosting.NewCluster(cc)
 	if err != nil {
 		_ = prov.Close()
 		return nil, nil, err
@@ -156,6 +172,9 @@ func member(o opts) error {
 	emit(Event{Ev: "closed", At: time.Now().UnixNano()})
 	return err
 }
+
+// driverTenant owns every unit the drivers create.
+var driverTenant = hosting.Principal{Tenant: "driver"}
 
 // Record is one acknowledged reply.
 type Record struct {
@@ -227,8 +246,12 @@ func driver(o opts) error {
 	groups := make([]string, o.groups)
 	where := map[string]string{}
 	cl := hosting.Client{P: c}
+	ctx = hosting.WithPrincipal(ctx, driverTenant)
 	for i := range groups {
 		groups[i] = fmt.Sprintf("tenant%02d", i)
+		if _, err := d.request(ctx, hosting.KindGroup, groups[i], &hosting.Request{Op: hosting.OpCreate}); err != nil {
+			return err
+		}
 		if err := cl.Trust(ctx, groups[i], d.w.Key()); err != nil {
 			return err
 		}
@@ -250,7 +273,7 @@ func driver(o opts) error {
 		}
 		dev := messages.DeviceAddress{User: fmt.Sprintf("user%02d", i), Device: 1}
 		id := hosting.DeviceIdentity(dev)
-		rep, err := d.request(ctx, hosting.KindDevice, id, &hosting.Request{Op: hosting.OpInfo})
+		rep, err := d.request(ctx, hosting.KindDevice, id, &hosting.Request{Op: hosting.OpCreate})
 		if err != nil {
 			return err
 		}
@@ -294,6 +317,9 @@ func spread(where map[string]string) int {
 // request sends req until it is acknowledged (every operation is
 // idempotent) and records the reply.
 func (d *driverState) request(ctx context.Context, kind, identity string, req *hosting.Request) (*hosting.Reply, error) {
+	if req.Principal == nil {
+		req.Principal = &driverTenant
+	}
 	var first error
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -399,6 +425,7 @@ func (d *driverState) deviceLoad(ctx context.Context, i int, from, to messages.D
 func (d *driverState) verify(ctx context.Context, groups []string) *Report {
 	rep := &Report{Errors: d.errs}
 	cl := hosting.Client{P: d.p}
+	ctx = hosting.WithPrincipal(ctx, driverTenant)
 	for _, g := range groups {
 		ids, err := cl.EventIDs(ctx, g)
 		if err != nil {

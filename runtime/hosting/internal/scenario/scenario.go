@@ -51,6 +51,10 @@ type Report struct {
 	LoadEvents, LoadMessages int
 }
 
+// Tenant is the principal the scenario acts for (unless its context
+// carries one).
+var Tenant = hosting.Principal{Tenant: "scenario"}
+
 // Table is the table every group holds.
 var Table = runtime.TableDef{Schema: "app", Table: "notes", KeyColumns: []string{"id"}, Columns: []string{"text"}}
 
@@ -85,6 +89,10 @@ func Run(ctx context.Context, env Env) (Report, error) {
 		return r.rep, errors.New("scenario: needs at least 2 members")
 	}
 	r.cl = hosting.Client{P: env.Members[0]}
+	if _, ok := hosting.PrincipalFrom(ctx); !ok {
+		// Every unit is the scenario tenant's: it creates them all.
+		ctx = hosting.WithPrincipal(ctx, Tenant)
+	}
 	if err := r.placeUnits(ctx); err != nil {
 		return r.rep, err
 	}
@@ -157,7 +165,7 @@ func (r *run) placeUnits(ctx context.Context) error {
 // recording the member each landed on.
 func (r *run) activate(ctx context.Context, group bool) error {
 	d := messages.DeviceAddress{User: fmt.Sprintf("user%02d", len(r.devices)), Device: 1}
-	mem, err := r.cl.Info(ctx, hosting.KindDevice, hosting.DeviceIdentity(d))
+	mem, err := r.cl.Create(ctx, hosting.KindDevice, hosting.DeviceIdentity(d))
 	if err != nil {
 		return fmt.Errorf("activate device %s: %w", d, err)
 	}
@@ -167,7 +175,7 @@ func (r *run) activate(ctx context.Context, group bool) error {
 		return nil
 	}
 	g := fmt.Sprintf("tenant%02d", len(r.groups))
-	mem, err = r.cl.Info(ctx, hosting.KindGroup, g)
+	mem, err = r.cl.Create(ctx, hosting.KindGroup, g)
 	if err != nil {
 		return fmt.Errorf("activate group %s: %w", g, err)
 	}
