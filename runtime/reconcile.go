@@ -596,13 +596,29 @@ func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, 
 		if last, err = tx.LastSeq(); err != nil {
 			return err
 		}
+		t := persistence.TableKey{Schema: g.Schema, Table: g.Table}
 		if s.responder {
 			if set := s.n.recon.cached(s.peer, sk, last); set != nil {
 				s.sets = map[setKey]*reconcile.Set{sk: set}
 				return nil
 			}
+			// Loading reads the keys from min up: meter it before
+			// reading, as a pass over the group (its size, from the
+			// per-site records, sets the peer's budget).
+			h, err := tx.Horizon(t)
+			if err != nil {
+				return err
+			}
+			all, err := tx.TableEventSum(t, h)
+			if err != nil {
+				return err
+			}
+			s.n.recon.meter(s.peer).observe(all.Count)
+			if err := s.Charge(int(all.Count)); err != nil {
+				return err
+			}
 		}
-		return tx.TableEventKeys(persistence.TableKey{Schema: g.Schema, Table: g.Table}, min, func(k persistence.EventKey) (bool, error) {
+		return tx.TableEventKeys(t, min, func(k persistence.EventKey) (bool, error) {
 			keys = append(keys, messages.NewReconcileKey(k.Site, k.HLC, k.ID))
 			return true, nil
 		})
@@ -612,13 +628,6 @@ func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, 
 	}
 	if set := s.sets[sk]; set != nil {
 		return set, nil
-	}
-	if s.responder {
-		// Loading read every key from min up: meter it.
-		s.n.recon.meter(s.peer).observe(uint64(len(keys)))
-		if err := s.Charge(len(keys)); err != nil {
-			return nil, err
-		}
 	}
 	keys = append(keys, s.n.recon.droppedIn(s.peer, g, min)...)
 	set := reconcile.NewSet(keys)

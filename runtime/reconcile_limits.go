@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -48,6 +50,7 @@ const (
 
 // reconMeter is one peer's budget on this node as a responder.
 type reconMeter struct {
+	mu    sync.Mutex // guards work, replaced when the budget grows
 	work  *rate.Limiter
 	bytes *rate.Limiter
 }
@@ -83,14 +86,32 @@ func workRate(burst int) rate.Limit {
 }
 
 // observe raises the peer's work budget to what a group of n keys
-// allows. It only grows (a group that shrinks by eviction keeps the
-// larger budget until the peer's meter is forgotten).
+// allows, adding the raise to what is left of it. It only grows (a group
+// that shrinks by eviction keeps the larger budget until the peer's meter
+// is forgotten), so the peer gains tokens only as the node's data grows.
 func (m *reconMeter) observe(n uint64) {
 	b := responderWorkPerKey*int(min(n, 1<<32)) + responderWorkBase
-	if b > m.work.Burst() {
-		m.work.SetBurst(b)
-		m.work.SetLimit(workRate(b))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.work.Burst()
+	if b <= old {
+		return
 	}
+	now := time.Now()
+	tokens := m.work.TokensAt(now) + float64(b-old)
+	w := rate.NewLimiter(workRate(b), b)
+	if spent := b - int(tokens); spent > 0 {
+		w.AllowN(now, spent)
+	}
+	m.work = w
+}
+
+// allowWork takes n keys of work from the peer's budget (at most the
+// whole budget: one request's work is never refused for its size alone).
+func (m *reconMeter) allowWork(n int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.work.AllowN(time.Now(), min(n, m.work.Burst()))
 }
 
 // Ceiling is the highest reconciliation bound this node accepts: its
@@ -111,11 +132,7 @@ func (s *nodeSource) Charge(n int) error {
 	if !s.responder {
 		return nil
 	}
-	m := s.n.recon.meter(s.peer)
-	if n > m.work.Burst() {
-		n = m.work.Burst() // one request's work is at most the whole budget
-	}
-	if !m.work.AllowN(time.Now(), n) {
+	if !s.n.recon.meter(s.peer).allowWork(n) {
 		s.n.recon.fault(s.peer, "limited")
 		return fmt.Errorf("%w: %s: %d keys of work", ErrReconcileLimited, s.peer, n)
 	}
@@ -135,4 +152,57 @@ func (r *reconState) fault(peer, kind string) {
 	if m != nil {
 		m.faults.WithLabelValues(peer, kind).Inc()
 	}
+}
+
+// Kinds of reconciliation requests, for ReconcileRequester.
+const (
+	// ReconcileRangeRequest carries an encoded messages.Reconcile and is
+	// answered with one.
+	ReconcileRangeRequest = reconcileKindRange
+	// ReconcileFetchRequest carries an encoded messages.ReconcileFetch
+	// and is answered with an encoded messages.ReconcileEvents.
+	ReconcileFetchRequest = reconcileKindFetch
+)
+
+// ReconcileCall sends one reconciliation request of a kind to a peer and
+// returns its answer.
+type ReconcileCall func(ctx context.Context, kind byte, body []byte) ([]byte, error)
+
+// ReconcileRequester returns a function that sends raw reconciliation
+// requests over t, as node from, to peer: for benchmarks and fault
+// injection that play a peer (the answering node attributes them as the
+// transport does any request). It fails for a transport that does not
+// carry reconciliation.
+func ReconcileRequester(t Transport, from, peer string) (ReconcileCall, error) {
+	rt, ok := t.(reconcileTransport)
+	if !ok {
+		return nil, ErrReconcileUnsupported
+	}
+	return func(ctx context.Context, kind byte, body []byte) ([]byte, error) {
+		return rt.reconcileCall(ctx, from, peer, kind, body)
+	}, nil
+}
+
+// InterceptReconcile returns t with the reconciliation requests sent
+// through it handed to fn, which may forward them (next), change them, or
+// answer itself: for benchmarks and fault injection that play a hostile
+// responder. Everything else goes to t unchanged.
+func InterceptReconcile(t Transport, fn func(ctx context.Context, kind byte, body []byte, next ReconcileCall) ([]byte, error)) Transport {
+	return &interceptedTransport{Transport: t, fn: fn}
+}
+
+type interceptedTransport struct {
+	Transport
+	fn func(ctx context.Context, kind byte, body []byte, next ReconcileCall) ([]byte, error)
+}
+
+func (i *interceptedTransport) reconcileCall(ctx context.Context, from, peer string, kind byte, req []byte) ([]byte, error) {
+	next := func(ctx context.Context, kind byte, body []byte) ([]byte, error) {
+		rt, ok := i.Transport.(reconcileTransport)
+		if !ok {
+			return nil, ErrReconcileUnsupported
+		}
+		return rt.reconcileCall(ctx, from, peer, kind, body)
+	}
+	return i.fn(ctx, kind, req, next)
 }
