@@ -282,3 +282,47 @@ func TestAttackGarbageKeysAreBoundedPerSession(t *testing.T) {
 		t.Fatalf("one session fetched %d garbage events (%d dropped, %d bytes received); want at most %d", rep.Fetched, rep.Outcomes[messages.Dropped], rep.BytesReceived, per)
 	}
 }
+
+// TestReconcileRequesterAndIntercept: the hooks benchmarks use to play a
+// peer carry requests unchanged when they forward, and a raw request is
+// attributed to the transport's node.
+func TestReconcileRequesterAndIntercept(t *testing.T) {
+	a, b, net := reconPair(t, true)
+	for i := 0; i < 3; i++ {
+		a.write(i)
+	}
+	calls := 0
+	fwd := InterceptReconcile(net.Transport("b"), func(ctx context.Context, kind byte, body []byte, next ReconcileCall) ([]byte, error) {
+		calls++
+		return next(ctx, kind, body)
+	})
+	if err := b.AddPeer("a2", fwd, ""); err != nil {
+		t.Fatal(err)
+	}
+	// "a2" is a's other name on b; the network routes by the callee's name, a.
+	net.Register("a2", a.Node)
+	rep, err := b.Reconcile(b.ctx, "a2")
+	if err != nil || rep.Missing != 3 || rep.Outcomes[messages.Applied] != 3 || calls != rep.Rounds+1 {
+		t.Fatalf("through a forwarding interceptor: %+v, %d calls, %v", rep, calls, err)
+	}
+	var keys []messages.ReconcileKey
+	for _, ev := range storedEvents(t, a) {
+		keys = append(keys, messages.NewReconcileKey(ev.Site, ev.HLC, ev.ID))
+	}
+	body, err := messages.EncodeReconcileFetch(&messages.ReconcileFetch{Groups: []messages.FetchGroup{{Schema: "app", Table: "t", Keys: sortedReconKeys(keys)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := ReconcileRequester(net.Transport("m"), "m", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := call(a.ctx, ReconcileFetchRequest, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := messages.DecodeReconcileEvents(raw)
+	if err != nil || len(evs.Events) != 3 {
+		t.Fatalf("raw fetch: %v events, %v", evs, err)
+	}
+}
