@@ -156,6 +156,7 @@ type reconState struct {
 	awaiting, caught map[string]bool
 
 	meters map[string]*reconMeter // per peer, as a responder (reconcile_limits.go)
+	index  keyIndex               // the groups' keys (reconcile_index.go)
 }
 
 // DefaultReconcileInterval is the schedule of background reconciliation
@@ -602,26 +603,30 @@ func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, 
 				s.sets = map[setKey]*reconcile.Set{sk: set}
 				return nil
 			}
-			// Loading reads the keys from min up: meter it before
-			// reading, as a pass over the group (its size, from the
-			// per-site records, sets the peer's budget).
-			h, err := tx.Horizon(t)
-			if err != nil {
-				return err
-			}
-			all, err := tx.TableEventSum(t, h)
-			if err != nil {
-				return err
-			}
+		}
+		h, err := tx.Horizon(t)
+		if err != nil {
+			return err
+		}
+		all, err := tx.TableEventSum(t, h)
+		if err != nil {
+			return err
+		}
+		if s.responder {
+			// Loading passes over the keys: meter it before, as a
+			// pass over the group (its size, from the per-site
+			// records, sets the peer's budget).
 			s.n.recon.meter(s.peer).observe(all.Count)
 			if err := s.Charge(int(all.Count)); err != nil {
 				return err
 			}
 		}
-		return tx.TableEventKeys(t, min, func(k persistence.EventKey) (bool, error) {
-			keys = append(keys, messages.NewReconcileKey(k.Site, k.HLC, k.ID))
-			return true, nil
-		})
+		held, err := s.n.recon.index.keys(tx, g, h, all.Count)
+		if err != nil {
+			return err
+		}
+		keys = from(held, min)
+		return nil
 	})
 	if err != nil {
 		return nil, err

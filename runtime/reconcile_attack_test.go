@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/crypto/eventid"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -325,4 +326,67 @@ func TestReconcileRequesterAndIntercept(t *testing.T) {
 	if err != nil || len(evs.Events) != 3 {
 		t.Fatalf("raw fetch: %v events, %v", evs, err)
 	}
+}
+
+// TestRequestsReadOnlyNewEvents: a responder reads a group's keys from the
+// store once; later requests, whatever bound they name, read only the
+// events appended since, and the keys stay those the store lists.
+func TestRequestsReadOnlyNewEvents(t *testing.T) {
+	_, b, _ := reconPair(t, true)
+	for i := 0; i < 200; i++ {
+		b.write(i)
+	}
+	req := func(bound messages.HLC) {
+		t.Helper()
+		body := mustEncode(t, &messages.Reconcile{Groups: []messages.ReconcileGroup{{Schema: "app", Table: "t", Bound: bound,
+			Ranges: []messages.ReconcileRange{{Mode: messages.RangeFingerprint, FP: [messages.FingerprintSize]byte{byte(bound)}}}}}})
+		if _, err := b.handleReconcile(b.ctx, "mallory", reconcileKindRange, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := func() uint64 {
+		b.recon.index.mu.Lock()
+		defer b.recon.index.mu.Unlock()
+		return b.recon.index.reads
+	}
+	req(1)
+	if r := reads(); r != 200 {
+		t.Fatalf("first request read %d events, want the group's 200", r)
+	}
+	for i := 2; i < 20; i++ {
+		req(messages.HLC(i))
+	}
+	if r := reads(); r != 200 {
+		t.Fatalf("18 more requests with new bounds read %d events more, want 0", r-200)
+	}
+	for i := 200; i < 205; i++ {
+		b.write(i)
+	}
+	req(30)
+	if r := reads(); r != 205 {
+		t.Fatalf("after 5 writes a request read %d events, want 5", r-200)
+	}
+	var want []messages.ReconcileKey
+	if err := b.store.View(b.ctx, func(tx persistence.SyncReader) error {
+		return tx.TableEventKeys(persistence.TableKey{Schema: "app", Table: "t"}, 0, func(k persistence.EventKey) (bool, error) {
+			want = append(want, messages.NewReconcileKey(k.Site, k.HLC, k.ID))
+			return true, nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.recon.index.mu.Lock()
+	got := b.recon.index.groups[reconcile.Group{Schema: "app", Table: "t"}].keys
+	b.recon.index.mu.Unlock()
+	if len(got) != len(want) || string(keyBytes(got)) != string(keyBytes(want)) {
+		t.Fatalf("index holds %d keys, the store lists %d (or they differ)", len(got), len(want))
+	}
+}
+
+func keyBytes(k []messages.ReconcileKey) []byte {
+	var b []byte
+	for i := range k {
+		b = append(b, k[i][:]...)
+	}
+	return b
 }
