@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/syncmesh/syncmesh/actors/clock"
 	"github.com/syncmesh/syncmesh/actors/device"
@@ -129,6 +130,16 @@ var (
 	ErrReconcileUnsupported = errors.New("runtime: transport does not carry reconciliation")
 	// ErrReconcileBusy: a reconciliation with the same peer is running.
 	ErrReconcileBusy = errors.New("runtime: reconciliation with this peer already running")
+	// ErrReconcileLimited: the peer spent its reconciliation budget on this
+	// node (work or fetched bytes, reconcile_limits.go); the request is
+	// refused, nothing is read for it. It matches ErrReconcileBusy too, and
+	// travels over the remote as a busy answer: the peer may retry later.
+	ErrReconcileLimited = fmt.Errorf("%w: peer over its reconciliation budget", ErrReconcileBusy)
+	// ErrReconcileFetchMismatch: a fetched event is not the one its key
+	// named (another site, HLC, table, or an id not asked for). Nothing of
+	// that reply is applied, and it is counted against the peer
+	// (syncmesh_reconcile_peer_faults_total). It matches ErrReconcilePeer.
+	ErrReconcileFetchMismatch = fmt.Errorf("%w: fetched event does not match its key", ErrReconcilePeer)
 )
 
 // ErrRehydrateIncomplete: Rehydrate lowered the horizon but could not take

@@ -16,6 +16,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/crypto/eventid"
 	"github.com/syncmesh/syncmesh/crypto/lthash"
+	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -153,6 +154,9 @@ type reconState struct {
 	// sender to catch up; caught: senders that caught up before their
 	// AddPeer got here (peerAdded). Both bounded by the added peers.
 	awaiting, caught map[string]bool
+
+	meters map[string]*reconMeter // per peer, as a responder (reconcile_limits.go)
+	index  keyIndex               // the groups' keys (reconcile_index.go)
 }
 
 // DefaultReconcileInterval is the schedule of background reconciliation
@@ -166,6 +170,7 @@ type reconMetrics struct {
 	rounds  *prometheus.CounterVec // peer
 	bytes   *prometheus.CounterVec // peer, direction
 	missing *prometheus.CounterVec // peer
+	faults  *prometheus.CounterVec // peer, kind
 }
 
 func newReconMetrics(reg prometheus.Registerer) (*reconMetrics, error) {
@@ -178,9 +183,11 @@ func newReconMetrics(reg prometheus.Registerer) (*reconMetrics, error) {
 			Help: "Encoded reconciliation bytes (range messages, fetches, fetched events), by peer and direction (sent, received)."}, []string{"peer", "direction"}),
 		missing: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_events_missing_total",
 			Help: "Events reconciliation found the peer holds and this node lacked, by peer."}, []string{"peer"}),
+		faults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_reconcile_peer_faults_total",
+			Help: "Reconciliation faults counted against a peer, by kind (fetch_mismatch: a fetched event that is not its key; limited: a request past the peer's budget; drops: a session cut at its dropped events)."}, []string{"peer", "kind"}),
 	}
 	var err error
-	for _, c := range []**prometheus.CounterVec{&m.runs, &m.rounds, &m.bytes, &m.missing} {
+	for _, c := range []**prometheus.CounterVec{&m.runs, &m.rounds, &m.bytes, &m.missing, &m.faults} {
 		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}
@@ -590,16 +597,36 @@ func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, 
 		if last, err = tx.LastSeq(); err != nil {
 			return err
 		}
+		t := persistence.TableKey{Schema: g.Schema, Table: g.Table}
 		if s.responder {
 			if set := s.n.recon.cached(s.peer, sk, last); set != nil {
 				s.sets = map[setKey]*reconcile.Set{sk: set}
 				return nil
 			}
 		}
-		return tx.TableEventKeys(persistence.TableKey{Schema: g.Schema, Table: g.Table}, min, func(k persistence.EventKey) (bool, error) {
-			keys = append(keys, messages.NewReconcileKey(k.Site, k.HLC, k.ID))
-			return true, nil
-		})
+		h, err := tx.Horizon(t)
+		if err != nil {
+			return err
+		}
+		all, err := tx.TableEventSum(t, h)
+		if err != nil {
+			return err
+		}
+		if s.responder {
+			// Loading passes over the keys: meter it before, as a
+			// pass over the group (its size, from the per-site
+			// records, sets the peer's budget).
+			s.n.recon.meter(s.peer).observe(all.Count)
+			if err := s.Charge(int(all.Count)); err != nil {
+				return err
+			}
+		}
+		held, err := s.n.recon.index.keys(tx, g, h, all.Count)
+		if err != nil {
+			return err
+		}
+		keys = from(held, min)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -627,8 +654,30 @@ func (s *nodeSource) Sum(g reconcile.Group, min messages.HLC) (uint64, lthash.Su
 	var total persistence.RangeSum
 	dropped := s.n.recon.droppedIn(s.peer, g, min)
 	err := s.n.store.View(s.ctx, func(tx persistence.SyncReader) error {
+		t := persistence.TableKey{Schema: g.Schema, Table: g.Table}
+		if s.responder {
+			// A sum from a bound above the horizon reads the retained
+			// events below the bound: meter it as a pass over the
+			// group (whose size, from the per-site records, sets the
+			// peer's budget).
+			h, err := tx.Horizon(t)
+			if err != nil {
+				return err
+			}
+			all, err := tx.TableEventSum(t, h)
+			if err != nil {
+				return err
+			}
+			m := s.n.recon.meter(s.peer)
+			m.observe(all.Count)
+			if min > h {
+				if err := s.Charge(int(all.Count)); err != nil {
+					return err
+				}
+			}
+		}
 		var err error
-		if total, err = tx.TableEventSum(persistence.TableKey{Schema: g.Schema, Table: g.Table}, min); err != nil {
+		if total, err = tx.TableEventSum(t, min); err != nil {
 			return err
 		}
 		for _, k := range dropped {
@@ -790,13 +839,23 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 		}
 	}
 	rep.Truncated = sess.Truncated()
+	var fs fetchSession
 	for _, f := range sess.Found() {
 		rep.Missing += len(f.Need)
 		rep.PeerLacks += len(f.Have)
 		for len(f.Need) > 0 {
+			if fs.bytes >= maxSessionFetchBytes || fs.drops >= maxSessionDrops {
+				// Bounded download per session: the rest waits for
+				// the next one.
+				if fs.drops >= maxSessionDrops {
+					n.recon.fault(peer, "drops")
+				}
+				rep.Truncated = true
+				break
+			}
 			chunk := f.Need[:min(len(f.Need), messages.MaxReconcileKeys)]
 			f.Need = f.Need[len(chunk):]
-			if err := n.fetchMissing(ctx, rt, peer, gen, f.Group, chunk, &rep); err != nil {
+			if err := n.fetchMissing(ctx, rt, peer, gen, f.Group, chunk, &rep, &fs); err != nil {
 				return rep, err
 			}
 		}
@@ -805,10 +864,18 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 	return rep, nil
 }
 
+// fetchSession is what one session fetched so far (its bounds:
+// maxSessionFetchBytes, maxSessionDrops).
+type fetchSession struct{ bytes, drops int }
+
 // fetchMissing asks peer for the events of keys (one group, sorted) and
-// applies what comes back. Every event must hash to a key asked for: a
-// reply with anything else is the peer's error and nothing of it applies.
-func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer string, gen uint64, g reconcile.Group, keys []reconcile.Key, rep *ReconcileReport) error {
+// applies what comes back. Every event must be the one its key names: its
+// id hashes to a key asked for (at most once), and its site, HLC and table
+// are the key's and the group's. A reply with anything else is the peer's
+// ErrReconcileFetchMismatch, counted against it, and nothing of it applies
+// (an event the node holds, offered under another key, would otherwise be
+// fetched and verified again every session).
+func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer string, gen uint64, g reconcile.Group, keys []reconcile.Key, rep *ReconcileReport, fs *fetchSession) error {
 	keys = reconcile.NewSet(keys).Keys()
 	req, err := messages.EncodeReconcileFetch(&messages.ReconcileFetch{Groups: []messages.FetchGroup{{Schema: g.Schema, Table: g.Table, Keys: keys}}})
 	if err != nil {
@@ -820,22 +887,15 @@ func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer str
 		return err
 	}
 	rep.BytesReceived += len(raw)
+	fs.bytes += len(raw)
 	evs, err := messages.DecodeReconcileEvents(raw)
 	if err != nil {
 		return peerErr(peer, err)
 	}
-	asked := make(map[messages.EventID]reconcile.Key, len(keys))
-	for _, k := range keys {
-		asked[k.ID()] = k
-	}
-	got := make([]reconcile.Key, len(evs.Events))
-	for i, e := range evs.Events {
-		k, ok := asked[eventid.Of(e)]
-		if !ok {
-			return peerErr(peer, fmt.Errorf("fetch reply holds an event not asked for (or twice)"))
-		}
-		delete(asked, k.ID())
-		got[i] = k
+	got, err := matchFetched(g, keys, evs.Events)
+	if err != nil {
+		n.recon.fault(peer, "fetch_mismatch")
+		return fmt.Errorf("%w: %s: %w", ErrReconcileFetchMismatch, peer, err)
 	}
 	if len(evs.Events) == 0 {
 		return nil
@@ -848,10 +908,42 @@ func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer str
 	for i, o := range outs {
 		rep.Outcomes[o.Kind]++
 		if o.Kind == messages.Dropped {
+			fs.drops++
 			n.recon.drop(peer, gen, droppedKey{group: g, key: got[i]})
 		}
 	}
 	return nil
+}
+
+// matchFetched returns the key each fetched event answers, checking that
+// the event is the one the key names: its id is a key's (each key at most
+// once), and its site and HLC, read from its payload (unauthenticated
+// here; the chokepoint verifies the signature over the same payload), are
+// that key's, and its table is g. An event whose payload does not parse
+// cannot be matched: an honest peer stores only verified events.
+func matchFetched(g reconcile.Group, keys []reconcile.Key, events [][]byte) ([]reconcile.Key, error) {
+	asked := make(map[messages.EventID]reconcile.Key, len(keys))
+	for _, k := range keys {
+		asked[k.ID()] = k
+	}
+	got := make([]reconcile.Key, len(events))
+	for i, e := range events {
+		id := eventid.Of(e)
+		k, ok := asked[id]
+		if !ok {
+			return nil, fmt.Errorf("event %v not asked for (or twice)", id)
+		}
+		delete(asked, id)
+		ev, err := sign.ParseVerified(e)
+		if err != nil {
+			return nil, fmt.Errorf("event %v: %w", id, err)
+		}
+		if ev.Site != k.Site() || ev.HLC != k.HLC() || ev.Schema != g.Schema || ev.Table != g.Table {
+			return nil, fmt.Errorf("event %v is (%v, %v, %s.%s), asked as (%v, %v, %v)", id, ev.Site, ev.HLC, ev.Schema, ev.Table, k.Site(), k.HLC(), g)
+		}
+		got[i] = k
+	}
+	return got, nil
 }
 
 // handleReconcile answers a peer's reconciliation request. from is the
@@ -900,6 +992,7 @@ func (n *Node) handleReconcile(ctx context.Context, from string, kind byte, req 
 func (n *Node) serveFetch(ctx context.Context, src *nodeSource, f *messages.ReconcileFetch) (*messages.ReconcileEvents, error) {
 	out := &messages.ReconcileEvents{}
 	size := 0
+	limited := false
 	for _, fg := range f.Groups {
 		g := reconcile.Group{Schema: fg.Schema, Table: fg.Table}
 		h, ok, err := src.Horizon(g)
@@ -908,6 +1001,16 @@ func (n *Node) serveFetch(ctx context.Context, src *nodeSource, f *messages.Reco
 		}
 		if !ok {
 			continue
+		}
+		// Each key costs a read: metered like range work, against a
+		// budget set by the group's size.
+		count, _, err := src.Sum(g, h)
+		if err != nil {
+			return nil, err
+		}
+		n.recon.meter(src.peer).observe(count)
+		if err := src.Charge(len(fg.Keys)); err != nil {
+			return nil, err
 		}
 		err = n.store.View(ctx, func(tx persistence.SyncReader) error {
 			for _, k := range fg.Keys {
@@ -924,6 +1027,12 @@ func (n *Node) serveFetch(ctx context.Context, src *nodeSource, f *messages.Reco
 				if len(out.Events) == messages.MaxReconcileEvents || size+len(ev.Raw)+16 > maxFetchReplyBytes {
 					return nil // the rest is fetched next reconciliation
 				}
+				if !n.recon.chargeBytes(src.peer, len(ev.Raw)) {
+					// The peer fetched its budget's worth (the same
+					// keys again, perhaps): the rest waits.
+					limited = true
+					return nil
+				}
 				out.Events = append(out.Events, ev.Raw)
 				size += len(ev.Raw) + 16
 			}
@@ -932,6 +1041,13 @@ func (n *Node) serveFetch(ctx context.Context, src *nodeSource, f *messages.Reco
 		if err != nil {
 			return nil, err
 		}
+		if limited {
+			break
+		}
+	}
+	if limited && len(out.Events) == 0 {
+		n.recon.fault(src.peer, "limited")
+		return nil, fmt.Errorf("%w: %s: fetched bytes", ErrReconcileLimited, src.peer)
 	}
 	return out, nil
 }

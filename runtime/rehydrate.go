@@ -101,7 +101,7 @@ func (n *Node) Rehydrate(ctx context.Context, schema, table, peer string) (Rehyd
 		for len(need) > 0 {
 			chunk := need[:min(len(need), messages.MaxReconcileKeys)]
 			need = need[len(chunk):]
-			if err := n.fetchMissing(ctx, rt, peer, gen, g, chunk, &rr); err != nil {
+			if err := n.fetchMissing(ctx, rt, peer, gen, g, chunk, &rr, &fetchSession{}); err != nil {
 				rep.Fetched = rr.Fetched
 				return rep, err
 			}

@@ -73,7 +73,59 @@ const (
 	// a session that reaches it stops early (Truncated) and the next one
 	// continues.
 	MaxFound = 1 << 16
+	// WorkPerKey and WorkBase bound the initiator's work in one session:
+	// the keys it fingerprints, lists or compares may not exceed
+	// WorkPerKey times the keys of the sets it loaded, plus WorkBase. An
+	// honest session splits only the ranges that differ, so each level
+	// of the split passes over the set at most once, and a session
+	// reaches the leaves of MaxFound differences in ⌈log₄(MaxFound)⌉ + 2
+	// levels: fewer than WorkPerKey passes. A responder that answers
+	// every range with a fingerprint that never agrees would otherwise
+	// make the initiator pass over its whole set every round for
+	// MaxRounds rounds.
+	WorkPerKey = 12
+	WorkBase   = 1 << 16
 )
+
+// Limiter is implemented by a Source that bounds what a peer can make it
+// do. Without it, bounds are not checked against a clock and work is
+// not metered (tests).
+type Limiter interface {
+	// Ceiling is the highest bound the node accepts: its clock plus the
+	// skew bound (SSP/1 §12). The node holds no event above it, so a
+	// higher bound names nothing it could compare.
+	Ceiling() messages.HLC
+	// Charge is called before the node fingerprints, lists or compares
+	// n keys for the peer; an error (the peer's budget is spent) ends
+	// the request with that error.
+	Charge(n int) error
+}
+
+// ceiling returns src's Ceiling, or the highest HLC without a Limiter.
+func ceiling(src Source) messages.HLC {
+	if l, ok := src.(Limiter); ok {
+		return l.Ceiling()
+	}
+	return messages.HLC(^uint64(0))
+}
+
+// charge meters n keys of work for the peer: against src's Limiter and,
+// on the initiator, against the session's budget (w).
+func charge(src Source, w *work, n int) error {
+	if w != nil {
+		w.spent += n
+		if w.spent > w.allowed {
+			return fmt.Errorf("%w: %w: %d keys of work, budget %d", ErrProtocol, ErrOverBudget, w.spent, w.allowed)
+		}
+	}
+	if l, ok := src.(Limiter); ok {
+		return l.Charge(n)
+	}
+	return nil
+}
+
+// work is an initiator session's work budget (WorkPerKey, WorkBase).
+type work struct{ spent, allowed int }
 
 func protocolErr(g Group, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrProtocol, g, fmt.Sprintf(format, args...))
@@ -182,6 +234,7 @@ type lazySet struct {
 	g   Group
 	min messages.HLC
 	set *Set
+	w   *work // the initiator's session budget (nil on the responder)
 }
 
 func (l *lazySet) get() (*Set, error) {
@@ -191,6 +244,9 @@ func (l *lazySet) get() (*Set, error) {
 			return nil, err
 		}
 		l.set = set
+		if l.w != nil {
+			l.w.allowed += WorkPerKey * set.Len()
+		}
 	}
 	return l.set, nil
 }
@@ -289,6 +345,11 @@ func process(g Group, ls *lazySet, in []messages.ReconcileRange, initiator bool,
 			}
 			items = set.span(lower, r.Upper)
 		}
+		if len(items) > 0 {
+			if err := charge(ls.src, ls.w, len(items)); err != nil {
+				return nil, err
+			}
+		}
 		if !bu.room() {
 			// Out of room: describe the rest by one fingerprint; the
 			// peer splits it again next round, so progress continues.
@@ -296,6 +357,9 @@ func process(g Group, ls *lazySet, in []messages.ReconcileRange, initiator bool,
 			break
 		}
 		mark := len(b.ranges)
+		if err := inRange(g, r.Keys, lower, r.Upper, ls.min); err != nil {
+			return nil, err
+		}
 		switch r.Mode {
 		case messages.RangeSkip:
 			b.add(messages.ReconcileRange{Mode: messages.RangeSkip, Upper: r.Upper})
@@ -356,6 +420,22 @@ func process(g Group, ls *lazySet, in []messages.ReconcileRange, initiator bool,
 	// The last range is unbounded (+∞), as the wire requires.
 	b.ranges[len(b.ranges)-1].Upper = nil
 	return b.ranges, nil
+}
+
+// inRange checks that keys a peer names lie in the range they are listed
+// for and at or above the group's bound: a key outside it names nothing
+// the two sides compare, and fetching it would be work for nothing.
+func inRange(g Group, keys []Key, lower, upper []byte, min messages.HLC) error {
+	for i := range keys {
+		k := keys[i][:]
+		if bytes.Compare(k, lower) < 0 || (upper != nil && bytes.Compare(k, upper) >= 0) {
+			return protocolErr(g, "key %x outside its range", k)
+		}
+		if keys[i].HLC() < min {
+			return protocolErr(g, "key %x below the bound %v", k, min)
+		}
+	}
+	return nil
 }
 
 // diff records, from the peer's full list of a range, what each side lacks.
@@ -425,6 +505,12 @@ func Respond(src Source, in *messages.Reconcile) (*messages.Reconcile, error) {
 		if !ok {
 			continue
 		}
+		if ig.Bound > ceiling(src) {
+			// Above the clock plus the skew bound: the node holds
+			// nothing there, and a fresh bound per request must not
+			// make it look.
+			return nil, protocolErr(g, "bound %v above the node's clock and skew bound", ig.Bound)
+		}
 		b := bound(ig.Bound, h)
 		ls := &lazySet{src: src, g: g, min: b}
 		var ranges []messages.ReconcileRange
@@ -445,16 +531,18 @@ func Respond(src Source, in *messages.Reconcile) (*messages.Reconcile, error) {
 }
 
 type groupState struct {
-	bound messages.HLC
-	set   *lazySet
-	found Found
-	done  bool
+	bound  messages.HLC
+	set    *lazySet
+	found  Found
+	done   bool
+	raised bool // the peer raised the bound once: a second raise is refused
 }
 
 // Session is the initiator's side of one reconciliation. It keeps a
 // snapshot of each group's set for the whole session, so an id reply's
 // bitmap refers to the list it answers.
 type Session struct {
+	work      work
 	src       Source
 	groups    map[Group]*groupState
 	order     []Group
@@ -466,7 +554,7 @@ type Session struct {
 // NewSession starts a reconciliation of groups (deduplicated; groups the
 // source does not reconcile are skipped) and returns its first message.
 func NewSession(src Source, groups []Group) (*Session, *messages.Reconcile, error) {
-	s := &Session{src: src, groups: map[Group]*groupState{}}
+	s := &Session{src: src, groups: map[Group]*groupState{}, work: work{allowed: WorkBase}}
 	slices.SortFunc(groups, func(a, b Group) int {
 		if a.Schema != b.Schema {
 			return cmpString(a.Schema, b.Schema)
@@ -483,7 +571,7 @@ func NewSession(src Source, groups []Group) (*Session, *messages.Reconcile, erro
 		if !ok {
 			continue
 		}
-		ls := &lazySet{src: src, g: g, min: h}
+		ls := &lazySet{src: src, g: g, min: h, w: &s.work}
 		ranges, err := initial(ls)
 		if err != nil {
 			return nil, nil, err
@@ -532,8 +620,19 @@ func (s *Session) Step(in *messages.Reconcile) (*messages.Reconcile, error) {
 			return nil, protocolErr(g, "bound %v below the agreed %v", ig.Bound, st.bound)
 		}
 		if ig.Bound > st.bound {
-			// The peer's horizon is higher: restart from it.
-			st.bound, st.set, st.found = ig.Bound, &lazySet{src: s.src, g: g, min: ig.Bound}, Found{Group: g}
+			// The peer's horizon is higher: restart from it, once. An
+			// honest responder raises the bound only to its horizon,
+			// in its first answer; a bound raised again would make
+			// the initiator reload its set every round, and a bound
+			// above the clock and skew bound names nothing it holds.
+			switch {
+			case st.raised:
+				return nil, protocolErr(g, "bound raised again, to %v", ig.Bound)
+			case ig.Bound > ceiling(s.src):
+				return nil, protocolErr(g, "bound %v above the node's clock and skew bound", ig.Bound)
+			}
+			st.raised = true
+			st.bound, st.set, st.found = ig.Bound, &lazySet{src: s.src, g: g, min: ig.Bound, w: &s.work}, Found{Group: g}
 		}
 		ranges, err := process(g, st.set, ig.Ranges, true, &bu, &st.found)
 		if err != nil {

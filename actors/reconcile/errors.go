@@ -9,4 +9,8 @@ var (
 	ErrProtocol = errors.New("reconcile: protocol violation")
 	// ErrTooManyRounds marks a session that did not finish in MaxRounds.
 	ErrTooManyRounds = errors.New("reconcile: too many rounds")
+	// ErrOverBudget marks an initiator session whose peer made it do more
+	// work than WorkPerKey passes over its sets (it also matches
+	// ErrProtocol: an honest responder cannot cause it).
+	ErrOverBudget = errors.New("reconcile: session work over its budget")
 )

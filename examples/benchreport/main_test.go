@@ -74,3 +74,14 @@ func TestWorkloadAndEventFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestReconcileReportRuns runs the reconciliation section small, end to
+// end, hostile rows included: it fails when a d found differs from the
+// one added, a hostile request is refused before its budget or served
+// past it, or a hostile responder's session does not end as the peer's
+// error.
+func TestReconcileReportRuns(t *testing.T) {
+	if err := reconcileReport(reconcileParams{Events: 2000, Sites: 4, Batch: 500, Trials: 1}); err != nil {
+		t.Fatal(err)
+	}
+}

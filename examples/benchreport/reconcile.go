@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
 
+	"github.com/syncmesh/syncmesh/crypto/eventid"
+	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
 )
@@ -158,7 +163,8 @@ func reconcileReport(p reconcileParams) error {
 	}
 	line(0, zero, 0)
 
-	next := 0 // index of the next extra event (epoch 1: new events of the same rows)
+	var extraOf [][]byte // the d = 1 000 events, held by both nodes at the end
+	next := 0            // index of the next extra event (epoch 1: new events of the same rows)
 	for _, d := range []int{10, 1000} {
 		extra, err := makeEventsRange(peers, next, next+d, 1)
 		if err != nil {
@@ -169,6 +175,7 @@ func reconcileReport(p reconcileParams) error {
 		for _, raw := range extra {
 			size += len(raw)
 		}
+		extraOf = extra
 		outs, err := b.ApplySignedBatch(ctx, extra)
 		if err != nil {
 			return err
@@ -195,7 +202,7 @@ func reconcileReport(p reconcileParams) error {
 		}
 	}
 	fmt.Printf("   (d = 0 CPU target: ≤ 100 ms per side; the CPU column is both sides in this process, median: an upper bound on each side)\n")
-	return nil
+	return hostileReconcile(ctx, a, net, extraOf, p.Trials)
 }
 
 func loadAvg() string {
@@ -208,4 +215,167 @@ func loadAvg() string {
 		f = f[:14]
 	}
 	return f
+}
+
+// hostileReconcile measures what a hostile peer costs (node b, answering;
+// node a, asking), interleaved with the honest figure it is compared to:
+//
+//   - one hostile range request (a new bound and a fingerprint that never
+//     agrees, 46 bytes) against b, beside an honest d = 0 session; served
+//     while the peer has budget (a new peer name per trial), and refused
+//     past it;
+//   - a session of a against a hostile responder answering every round
+//     with fingerprints that never agree, beside an honest d = 0 session;
+//   - bytes out per byte in when a peer fetches the same known keys again
+//     and again, until its byte budget refuses it.
+func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network, known [][]byte, trials int) error {
+	fmt.Printf("\n== reconciliation under a hostile peer (CPU: this process, both nodes; min/median/max over %d interleaved trials)\n", max(trials, 1))
+	group := messages.ReconcileGroup{Schema: "bench", Table: "t"}
+	rng := mrand.New(mrand.NewPCG(7, 11))
+	hostileReq := func(bound uint64) []byte {
+		var fp [messages.FingerprintSize]byte
+		for i := range fp {
+			fp[i] = byte(rng.Uint32())
+		}
+		g := group
+		g.Bound, g.Ranges = messages.HLC(bound), []messages.ReconcileRange{{Mode: messages.RangeFingerprint, FP: fp}}
+		b, _ := messages.EncodeReconcile(&messages.Reconcile{Groups: []messages.ReconcileGroup{g}})
+		return b
+	}
+	const perTrial = 5
+	honest := func(k int) (float64, error) {
+		cpu0 := reconCPU()
+		for range k {
+			if _, err := a.Reconcile(ctx, "b"); err != nil {
+				return 0, err
+			}
+		}
+		return float64((reconCPU() - cpu0).Microseconds()) / 1000 / float64(k), nil
+	}
+	var served, refused, honestMS []float64
+	reqBytes := 0
+	for trial := range max(trials, 1) {
+		call, err := runtime.ReconcileRequester(net.Transport(fmt.Sprintf("m%d", trial)), fmt.Sprintf("m%d", trial), "b")
+		if err != nil {
+			return err
+		}
+		cpu0 := reconCPU()
+		for i := range perTrial {
+			req := hostileReq(uint64(trial*perTrial + i + 1))
+			reqBytes = len(req)
+			if _, err := call(ctx, runtime.ReconcileRangeRequest, req); err != nil {
+				return fmt.Errorf("hostile request %d served: %w", i, err)
+			}
+		}
+		served = append(served, float64((reconCPU()-cpu0).Microseconds())/1000/perTrial)
+		// Spend the rest of the budget, then measure refused requests.
+		for i := 0; ; i++ {
+			_, err := call(ctx, runtime.ReconcileRangeRequest, hostileReq(uint64(1000+i)))
+			if errors.Is(err, runtime.ErrReconcileLimited) {
+				break
+			}
+			if err != nil || i > 10000 {
+				return fmt.Errorf("spending the budget: %v after %d requests", err, i)
+			}
+		}
+		cpu0 = reconCPU()
+		for i := range zeroBatch {
+			if _, err := call(ctx, runtime.ReconcileRangeRequest, hostileReq(uint64(20000+i))); !errors.Is(err, runtime.ErrReconcileLimited) {
+				return fmt.Errorf("past the budget: %v", err)
+			}
+		}
+		refused = append(refused, float64((reconCPU()-cpu0).Microseconds())/1000/zeroBatch)
+		ms, err := honest(zeroBatch)
+		if err != nil {
+			return err
+		}
+		honestMS = append(honestMS, ms)
+	}
+	mmm := func(v []float64) string {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return fmt.Sprintf("%.3f/%.3f/%.3f", v[0], v[len(v)/2], v[len(v)-1])
+	}
+	fmt.Printf("   one hostile range request (%d bytes, new bound), served:  %s ms CPU\n", reqBytes, mmm(served))
+	fmt.Printf("   the same past the peer's work budget (refused):          %s ms CPU\n", mmm(refused))
+	fmt.Printf("   an honest d = 0 session (both sides):                      %s ms CPU\n", mmm(honestMS))
+
+	// A hostile responder: every round, a fingerprint that never agrees.
+	hostileResponder := runtime.InterceptReconcile(net.Transport("a"), func(ctx context.Context, kind byte, body []byte, next runtime.ReconcileCall) ([]byte, error) {
+		if kind != runtime.ReconcileRangeRequest {
+			return next(ctx, kind, body)
+		}
+		in, err := messages.DecodeReconcile(body)
+		if err != nil {
+			return nil, err
+		}
+		out := &messages.Reconcile{}
+		for _, g := range in.Groups {
+			var fp [messages.FingerprintSize]byte
+			for i := range fp {
+				fp[i] = byte(rng.Uint32())
+			}
+			out.Groups = append(out.Groups, messages.ReconcileGroup{Schema: g.Schema, Table: g.Table, Bound: g.Bound,
+				Ranges: []messages.ReconcileRange{{Mode: messages.RangeFingerprint, FP: fp}}})
+		}
+		return messages.EncodeReconcile(out)
+	})
+	if err := a.AddPeer("hostile", hostileResponder, ""); err != nil {
+		return err
+	}
+	var hostileMS, honest2 []float64
+	rounds, bytesIn := 0, 0
+	for range max(trials, 1) {
+		cpu0 := reconCPU()
+		rep, err := a.Reconcile(ctx, "hostile")
+		if !errors.Is(err, runtime.ErrReconcilePeer) {
+			return fmt.Errorf("hostile responder: %v, want the peer's error", err)
+		}
+		hostileMS = append(hostileMS, float64((reconCPU()-cpu0).Microseconds())/1000)
+		rounds, bytesIn = rep.Rounds, rep.BytesReceived
+		ms, err := honest(1)
+		if err != nil {
+			return err
+		}
+		honest2 = append(honest2, ms)
+	}
+	fmt.Printf("   session against a hostile responder (random fingerprints): %s ms CPU, %d rounds, %d bytes received (cut at its work budget)\n", mmm(hostileMS), rounds, bytesIn)
+	fmt.Printf("   an honest d = 0 session, interleaved:                       %s ms CPU\n", mmm(honest2))
+
+	// Fetching the same known keys again and again.
+	keys := make([]messages.ReconcileKey, 0, len(known))
+	for _, raw := range known {
+		ev, err := sign.ParseVerified(raw)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, messages.NewReconcileKey(ev.Site, ev.HLC, eventid.Of(raw)))
+	}
+	slices.SortFunc(keys, func(x, y messages.ReconcileKey) int { return bytes.Compare(x[:], y[:]) })
+	keys = slices.Compact(keys)
+	body, err := messages.EncodeReconcileFetch(&messages.ReconcileFetch{Groups: []messages.FetchGroup{{Schema: "bench", Table: "t", Keys: keys}}})
+	if err != nil {
+		return err
+	}
+	call, err := runtime.ReconcileRequester(net.Transport("f"), "f", "b")
+	if err != nil {
+		return err
+	}
+	in, out, served2 := 0, 0, 0
+	t0 := time.Now()
+	for served2 < 100000 {
+		raw, err := call(ctx, runtime.ReconcileFetchRequest, body)
+		in += len(body)
+		if errors.Is(err, runtime.ErrReconcileLimited) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		out += len(raw)
+		served2++
+	}
+	fmt.Printf("   refetching the same %d known keys: %d fetches served in %v, %d bytes out for %d in (%.0f× per fetch served), then refused (budget: %d MiB at once, %d MiB/s after)\n",
+		len(keys), served2, time.Since(t0).Round(time.Millisecond), out, in, float64(out)/float64(max(in, 1)), 64, 4)
+	return nil
 }
