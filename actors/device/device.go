@@ -193,6 +193,55 @@ type Config struct {
 	// OnStale, when set, is told about each message found pending past
 	// StaleAfter, once per process. It must not block.
 	OnStale func(StalePending)
+	// OnDropped, when set, is told about every envelope a transport could
+	// not carry (a refused hand-off here, or a drop the transport reports
+	// with Dropped); each is also counted in
+	// syncmesh_delivery_envelopes_dropped_total. It must not block.
+	OnDropped func(Dropped)
+}
+
+// Dropped is an envelope a transport could not carry (see
+// messages.EnvelopeDropped for the fields).
+type Dropped struct {
+	Sent   bool
+	Peer   messages.DeviceAddress
+	ID     messages.LogicalMessageID
+	Ack    bool
+	Reason string
+	Err    error
+}
+
+// Reasons of Dropped (a closed set: they label a metric).
+const (
+	// DropHandOff: this device's transport refused the hand-off.
+	DropHandOff = "handoff"
+	// DropLinkQueueFull: the receiving node's queue for the link was at
+	// its bound.
+	DropLinkQueueFull = "link_queue_full"
+)
+
+// dropped counts and reports one envelope a transport could not carry.
+func (d *Device) dropped(x Dropped) {
+	side := "received"
+	if x.Sent {
+		side = "sent"
+	}
+	d.metrics.dropped.WithLabelValues(side, x.Reason).Inc()
+	d.cfg.Logger.Debug("device: envelope not carried by the transport (the message stays pending at its sender)",
+		"side", side, "peer", x.Peer.String(), "reason", x.Reason, "ack", x.Ack, "err", x.Err)
+	if d.cfg.OnDropped != nil {
+		d.cfg.OnDropped(x)
+	}
+}
+
+// Dropped is called by a transport that dropped an envelope from from
+// before it reached this device (reason: DropLinkQueueFull): it is counted
+// and reported like a refused hand-off, so no drop is silent.
+func (d *Device) Dropped(from messages.DeviceAddress, reason string, err error) {
+	if reason != DropLinkQueueFull {
+		reason = DropHandOff
+	}
+	d.dropped(Dropped{Peer: from, Reason: reason, Err: err})
 }
 
 // Device is one local device's delivery plane. Methods are safe for
@@ -355,6 +404,7 @@ func (d *Device) acked(to messages.DeviceAddress, id messages.LogicalMessageID, 
 	if err != nil {
 		d.metrics.acksFailed.Inc()
 		d.cfg.Logger.Warn("device: ACK not sent (the finalization stands)", "to", to.String(), "id", id.String(), "err", err)
+		d.dropped(Dropped{Sent: true, Peer: to, ID: id, Ack: true, Reason: DropHandOff, Err: err})
 		return
 	}
 	d.metrics.acksSent.Inc()
@@ -463,6 +513,7 @@ func (d *Device) SendWithID(ctx context.Context, to messages.DeviceAddress, id m
 		return SentMessage{}, fmt.Errorf("device: send: %w", err)
 	}
 	if r.HandOff != nil {
+		d.dropped(Dropped{Sent: true, Peer: to, ID: id, Reason: DropHandOff, Err: r.HandOff})
 		return r.Message, fmt.Errorf("device: send %s/%s: %w: %w", to, id, ErrNotHandedOff, r.HandOff)
 	}
 	return r.Message, nil
@@ -481,6 +532,7 @@ func (d *Device) Resend(ctx context.Context, to messages.DeviceAddress, id messa
 		return fmt.Errorf("device: resend: %w", err)
 	}
 	if r.HandOff != nil {
+		d.dropped(Dropped{Sent: true, Peer: to, ID: id, Reason: DropHandOff, Err: r.HandOff})
 		return fmt.Errorf("device: resend %s/%s: %w", to, id, r.HandOff)
 	}
 	return nil
