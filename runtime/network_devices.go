@@ -246,6 +246,9 @@ func (t *deviceTransport) drain(l *envelopeLink, k linkKey, delay time.Duration)
 		if delay > 0 {
 			time.Sleep(delay)
 		}
+		if hold := t.n.linkHold; hold != nil {
+			hold()
+		}
 		// Looked up at delivery: a restarted node is registered anew; a
 		// partition or a stopped node loses the envelope.
 		l.window <- struct{}{}
