@@ -114,6 +114,11 @@ type DeviceConfig struct {
 	// Messages; past it the device pages them from the store. 0:
 	// device.DefaultMaxQueued.
 	MaxQueued int
+	// RedeliverAfter is how long after a message was handed to the
+	// application a sender's copy of it may be handed again (sooner
+	// copies are dropped: the application holds it). 0:
+	// device.DefaultRedeliverAfter (30 s); < 0: every copy is handed.
+	RedeliverAfter time.Duration
 	// Retry is the resend schedule of pending sent messages. The zero
 	// value is DefaultRetry: like a reliable-delivery broker (JetStream
 	// redelivers unacknowledged messages by default), a message the
@@ -182,7 +187,7 @@ func (n *Node) openDevice(ctx context.Context) error {
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
 		Store: timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
-		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, Handler: handler, Buffer: dc.Buffer,
+		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, RedeliverAfter: dc.RedeliverAfter, Handler: handler, Buffer: dc.Buffer,
 		Retry: retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
 		OnUndecryptable: func(from DeviceAddress, reason string, err error) {
 			n.publish(messages.UndecryptableEnvelope{From: from, Reason: reason, Err: err.Error()})

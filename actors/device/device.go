@@ -158,6 +158,14 @@ type Config struct {
 	// queued once. 0: DefaultMaxQueued, DefaultMaxQueuedBytes.
 	MaxQueued      int
 	MaxQueuedBytes int
+	// RedeliverAfter is how long after a message was handed to Handler /
+	// Messages a copy of it (a sender's retry of a pending message) may
+	// be handed again: a copy arriving sooner is dropped from the
+	// delivery queue (the application holds the message already; the
+	// receive still counts it). A message still pending is also handed
+	// again on the next Open. 0: DefaultRedeliverAfter; < 0: every copy
+	// is handed.
+	RedeliverAfter time.Duration
 	// MaxBatch bounds the items of one group commit of the store's
 	// committer; 0: session.DefaultMaxBatch.
 	MaxBatch int
@@ -307,6 +315,10 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		// (an idle device costs no goroutine); it starts at the end of
 		// Open with the messages still pending from before.
 		d.queue = newDeliveryQueue(cfg.MaxQueued, cfg.MaxQueuedBytes, func() { d.loops.Add(1); go d.dispatch(false) })
+		d.queue.now, d.queue.redeliverAfter = cfg.Now, cfg.RedeliverAfter
+		if d.queue.redeliverAfter == 0 {
+			d.queue.redeliverAfter = DefaultRedeliverAfter
+		}
 		d.queue.running = true
 	}
 	scfg := session.Config{}
@@ -651,6 +663,11 @@ func (d *Device) finish(r session.Finalized, err error) (CommitResult, error) {
 	if err != nil {
 		return CommitResult{}, fmt.Errorf("device: %w", err)
 	}
+	if d.queue != nil {
+		// Before the caller learns of the finalization: no copy queued
+		// now or arriving later is handed to the application again.
+		d.queue.finalize(r.Sender, r.ID)
+	}
 	return CommitResult{Sender: r.Sender, ID: r.ID, Status: r.Outcome, AckSent: r.AckSent}, nil
 }
 
@@ -853,6 +870,11 @@ func (d *Device) Queued() int {
 }
 
 func (d *Device) hand(ctx context.Context, m ReceivedMessage) bool {
+	// A message finalized since it was queued or paged from the store is
+	// not handed over (application delivery: never after finalization).
+	if !d.queue.handing(m) {
+		return true
+	}
 	if d.cfg.Handler != nil {
 		d.cfg.Handler(ctx, m)
 		return ctx.Err() == nil
@@ -865,11 +887,62 @@ func (d *Device) hand(ctx context.Context, m ReceivedMessage) bool {
 	}
 }
 
-// Defaults of Config.MaxQueued and MaxQueuedBytes.
+// Defaults of Config.MaxQueued, MaxQueuedBytes and RedeliverAfter.
 const (
 	DefaultMaxQueued      = 1024
 	DefaultMaxQueuedBytes = 64 << 20
+	DefaultRedeliverAfter = 30 * time.Second
 )
+
+// maxRemembered bounds the finalized and the handed-over messages the
+// delivery queue remembers (each the oldest out first): past it a late
+// copy is at worst handed once more, as before it was remembered.
+const maxRemembered = 8192
+
+// queueKey names a message in the delivery queue.
+type queueKey struct {
+	sender messages.DeviceAddress
+	id     messages.LogicalMessageID
+}
+
+// recent is a bounded set of message keys with a time each, the oldest
+// inserted going first.
+type recent struct {
+	at    map[queueKey]time.Time
+	order []queueKey
+}
+
+func (r *recent) put(k queueKey, t time.Time) {
+	if r.at == nil {
+		r.at = map[queueKey]time.Time{}
+	}
+	if _, ok := r.at[k]; !ok {
+		r.order = append(r.order, k)
+	}
+	r.at[k] = t
+	for len(r.at) > maxRemembered && len(r.order) > 0 {
+		old := r.order[0]
+		r.order = r.order[1:]
+		delete(r.at, old)
+	}
+	if len(r.order) > 2*maxRemembered {
+		// Drop the keys already deleted, so order stays bounded too.
+		kept := r.order[:0]
+		for _, k := range r.order {
+			if _, ok := r.at[k]; ok {
+				kept = append(kept, k)
+			}
+		}
+		r.order = kept
+	}
+}
+
+func (r *recent) get(k queueKey) (time.Time, bool) {
+	t, ok := r.at[k]
+	return t, ok
+}
+
+func (r *recent) del(k queueKey) { delete(r.at, k) }
 
 // deliveryQueue is a bounded FIFO between Receive and dispatch, so a slow
 // application never blocks the receive path (issue 13, item 5). A copy of
@@ -891,6 +964,14 @@ type deliveryQueue struct {
 	closed   bool
 	running  bool
 	start    func() // starts a dispatcher (called with mu held)
+
+	// finalized: committed or discarded in this process — never handed
+	// again. handed: handed over and not finalized, with when — a copy
+	// arriving within redeliverAfter is dropped.
+	finalized      recent
+	handed         recent
+	now            func() time.Time
+	redeliverAfter time.Duration
 }
 
 func newDeliveryQueue(maxItems, maxBytes int, start func()) *deliveryQueue {
@@ -901,6 +982,13 @@ func (q *deliveryQueue) push(m ReceivedMessage) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed || q.queued[m.Sequence] {
+		return
+	}
+	k := queueKey{m.Sender, m.ID}
+	if _, ok := q.finalized.get(k); ok {
+		return
+	}
+	if t, ok := q.handed.get(k); ok && q.redeliverAfter > 0 && q.clock().Sub(t) < q.redeliverAfter {
 		return
 	}
 	switch {
@@ -946,6 +1034,50 @@ func (q *deliveryQueue) take() (m ReceivedMessage, ok, page bool, from uint64) {
 	delete(q.queued, m.Sequence)
 	q.bytes -= len(m.Plaintext)
 	return m, true, false, 0
+}
+
+func (q *deliveryQueue) clock() time.Time {
+	if q.now == nil {
+		return time.Now()
+	}
+	return q.now()
+}
+
+// finalize removes every queued copy of (sender, id) and drops any copy
+// pushed later (it was committed or discarded).
+func (q *deliveryQueue) finalize(sender messages.DeviceAddress, id messages.LogicalMessageID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := queueKey{sender, id}
+	q.finalized.put(k, time.Time{})
+	q.handed.del(k)
+	kept := q.items[:0]
+	for _, m := range q.items {
+		if m.Sender == sender && m.ID == id {
+			delete(q.queued, m.Sequence)
+			q.bytes -= len(m.Plaintext)
+			continue
+		}
+		kept = append(kept, m)
+	}
+	clear(q.items[len(kept):])
+	q.items = kept
+}
+
+// handing reports whether m may be handed to the application now (it was
+// not finalized meanwhile) and records the hand-off.
+func (q *deliveryQueue) handing(m ReceivedMessage) bool {
+	if q == nil {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := queueKey{m.Sender, m.ID}
+	if _, ok := q.finalized.get(k); ok {
+		return false
+	}
+	q.handed.put(k, q.clock())
+	return true
 }
 
 // stopped records that the dispatcher gave up (the device is closing).
