@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -270,6 +271,8 @@ type Device struct {
 	closed   bool
 	stopOnce sync.Once
 
+	opened atomic.Bool // Open finished: the retry schedule may run
+
 	staleMu    sync.Mutex
 	stale      map[staleKey]bool // reported by CheckPending and still pending
 	staleTimer *time.Timer
@@ -339,14 +342,16 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 			cfg.OnUndecryptable(from, reason, err)
 		}
 	}
-	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
-		return nil, fmt.Errorf("device: %w", err)
-	}
+	// The outbox first: the committer's first observation may wake its
+	// schedule.
 	d.out, err = outbound.New(outbound.Config{Store: cfg.Store, Now: cfg.Now, Retry: cfg.Retry, Logger: cfg.Logger,
 		Resend:      func(ctx context.Context, sm SentMessage) error { return d.Resend(ctx, sm.Recipient, sm.ID) },
 		OnExhausted: cfg.OnRetryExhausted})
 	if err != nil {
-		_ = d.sessions.Close()
+		return nil, fmt.Errorf("device: %w", err)
+	}
+	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
+		_ = d.out.Close()
 		return nil, fmt.Errorf("device: %w", err)
 	}
 	if err := d.refreshGauges(ctx); err != nil {
@@ -357,6 +362,10 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		d.loops.Add(1)
 		go d.dispatch(true)
 	}
+	// The retry schedule's first pass looks at what is pending from
+	// before; later ones are armed while messages are pending.
+	d.opened.Store(true)
+	d.out.Wake()
 	if cfg.Prune.Interval > 0 {
 		d.loops.Add(1)
 		go d.pruneLoop()
@@ -394,6 +403,10 @@ func (d *Device) refreshGauges(ctx context.Context) error {
 func (d *Device) observe(s session.Stats) {
 	d.metrics.pendingIn.Set(float64(s.PendingInbound))
 	d.metrics.pendingOut.Set(float64(s.PendingOutbound))
+	if s.PendingOutbound > 0 && d.opened.Load() {
+		// The retry schedule runs only while messages are pending.
+		d.out.Wake()
+	}
 	d.metrics.commits.Add(float64(s.Committed))
 	d.metrics.discards.Add(float64(s.Discarded))
 	d.metrics.pruned.Add(float64(s.Pruned))

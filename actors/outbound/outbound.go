@@ -153,14 +153,19 @@ type Config struct {
 }
 
 // Outbox reads the pending outbound messages and runs the opt-in retry
-// schedule; safe for concurrent use.
+// schedule: its passes run on a timer that Wake arms (the owner calls it
+// once opened, and whenever messages are pending) and that a pass re-arms
+// while messages remain pending. Safe for concurrent use.
 type Outbox struct {
 	cfg Config
 
 	mu        sync.Mutex
 	closed    bool
-	stop      chan struct{}
-	loop      sync.WaitGroup
+	ctx       context.Context // cancelled by Close: ends the passes' resends
+	cancel    context.CancelFunc
+	timer     *time.Timer // the next pass, armed only while messages are pending
+	armed     bool
+	loop      sync.WaitGroup // passes started by the timer
 	exhausted map[msgKey]bool
 	// busy marks the recipients whose resends run now: a pass skips
 	// them, so a recipient that does not answer holds only its own
@@ -190,7 +195,7 @@ type msgKey struct {
 	id messages.LogicalMessageID
 }
 
-// New returns the Outbox (and starts the retry schedule when enabled).
+// New returns the Outbox; its retry schedule runs once Wake was called.
 func New(cfg Config) (*Outbox, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
@@ -210,13 +215,55 @@ func New(cfg Config) (*Outbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	o := &Outbox{cfg: cfg, stop: make(chan struct{}), exhausted: make(map[msgKey]bool),
+	o := &Outbox{cfg: cfg, exhausted: make(map[msgKey]bool),
 		busy: map[messages.DeviceAddress]bool{}, tries: map[msgKey]failedTries{}}
-	if cfg.Retry.Enabled() {
-		o.loop.Add(1)
-		go o.retryLoop()
-	}
+	o.ctx, o.cancel = context.WithCancel(context.Background())
 	return o, nil
+}
+
+// Wake arms the retry schedule's next pass, Interval from now, unless one
+// is armed already: the owner calls it when messages are pending. The
+// schedule runs on a timer only while messages are pending, so an idle
+// Outbox holds no goroutine.
+func (o *Outbox) Wake() {
+	if !o.cfg.Retry.Enabled() {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.armed {
+		return
+	}
+	o.armed = true
+	if o.timer == nil {
+		o.timer = time.AfterFunc(o.cfg.Retry.Interval, o.tick)
+	} else {
+		o.timer.Reset(o.cfg.Retry.Interval)
+	}
+}
+
+// tick runs one scheduled pass (not waiting for its workers: a busy
+// recipient is skipped by the next) and re-arms while messages remain
+// pending.
+func (o *Outbox) tick() {
+	o.mu.Lock()
+	o.armed = false
+	if o.closed {
+		o.mu.Unlock()
+		return
+	}
+	o.loop.Add(1)
+	o.mu.Unlock()
+	defer o.loop.Done()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	_, live, err := o.pass(o.ctx, &wg, &n)
+	if err != nil && o.ctx.Err() == nil {
+		o.cfg.Logger.Warn("outbound: retry pass failed", "err", err)
+	}
+	if live > 0 || err != nil {
+		o.Wake()
+	}
 }
 
 // Close stops the schedule. It does not close the store. Other calls
@@ -229,7 +276,10 @@ func (o *Outbox) Close() error {
 		return nil
 	}
 	o.closed = true
-	close(o.stop)
+	if o.timer != nil {
+		o.timer.Stop()
+	}
+	o.cancel()
 	o.mu.Unlock()
 	o.loop.Wait()
 	o.workers.Wait()
@@ -326,21 +376,21 @@ func (o *Outbox) Count(ctx context.Context) (int, error) {
 func (o *Outbox) RetryDue(ctx context.Context) (resent int, exhausted []SentMessage, err error) {
 	var n atomic.Int64
 	var wg sync.WaitGroup
-	exhausted, err = o.pass(ctx, &wg, &n)
+	exhausted, _, err = o.pass(ctx, &wg, &n)
 	wg.Wait()
 	return int(n.Load()), exhausted, err
 }
 
 // pass starts the workers of one pass (each counted in wg; each resend
 // that was handed off counted in resent) and returns the messages that
-// reached the cap.
-func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.Int64) (exhausted []SentMessage, err error) {
+// reached the cap and how many pending messages are below it.
+func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.Int64) (exhausted []SentMessage, live int, err error) {
 	if err := o.checkOpen(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	p := o.cfg.Retry
 	if !p.Enabled() {
-		return nil, nil
+		return nil, 0, nil
 	}
 	now := o.cfg.Now()
 	due := map[messages.DeviceAddress][]SentMessage{}
@@ -356,7 +406,7 @@ func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.In
 		page, err := o.Pending(ctx, after, MaxPageSize, nil)
 		if err != nil {
 			o.start(ctx, due, order, wg, resent)
-			return exhausted, err
+			return exhausted, live, err
 		}
 		for _, m := range page.Messages {
 			k := msgKey{m.Recipient, m.ID}
@@ -385,6 +435,7 @@ func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.In
 				}
 				continue
 			}
+			live++
 			if busy || now.Before(last.Add(p.DelayOf(m.Recipient, m.ID, attempts))) {
 				continue
 			}
@@ -404,7 +455,7 @@ func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.In
 				o.mu.Unlock()
 			}
 			o.start(ctx, due, order, wg, resent)
-			return exhausted, nil
+			return exhausted, live, nil
 		}
 		after = page.Next
 	}
@@ -483,28 +534,4 @@ func (o *Outbox) try(ctx context.Context, m SentMessage) bool {
 		o.tries[k] = failedTries{n: t.n + 1, last: o.cfg.Now()}
 	}
 	return false
-}
-
-func (o *Outbox) retryLoop() {
-	defer o.loop.Done()
-	t := time.NewTicker(o.cfg.Retry.Interval)
-	defer t.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-o.stop
-		cancel()
-	}()
-	var n atomic.Int64
-	var wg sync.WaitGroup // not waited for: a busy recipient is skipped
-	for {
-		select {
-		case <-o.stop:
-			return
-		case <-t.C:
-			if _, err := o.pass(ctx, &wg, &n); err != nil && ctx.Err() == nil {
-				o.cfg.Logger.Warn("outbound: retry pass failed", "err", err)
-			}
-		}
-	}
 }
