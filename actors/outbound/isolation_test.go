@@ -142,3 +142,32 @@ func TestFailedTriesCountAsAttempts(t *testing.T) {
 		t.Fatalf("tries %d, exhausted %+v: MaxAttempts not honoured for failed tries", tries.Load(), exhausted)
 	}
 }
+
+// TestJitterSpreadsABurstWithinItsBound: with Jitter 0.2 every message's
+// delay is within [0.8·Delay, Delay], the same on every look (a pass that
+// looks again draws the same), and a burst's delays are spread out.
+func TestJitterSpreadsABurstWithinItsBound(t *testing.T) {
+	p := RetryPolicy{Interval: 10 * time.Second, Backoff: 2, Jitter: 0.2}
+	distinct := map[time.Duration]bool{}
+	for i := 0; i < 200; i++ {
+		id := messages.LogicalMessageID{byte(i), byte(i >> 8), 1}
+		d := p.DelayOf(bob, id, 2)
+		if d < 16*time.Second || d > 20*time.Second {
+			t.Fatalf("DelayOf = %v, want within [16s, 20s]", d)
+		}
+		if again := p.DelayOf(bob, id, 2); again != d {
+			t.Fatalf("DelayOf drew %v then %v", d, again)
+		}
+		distinct[d.Truncate(100*time.Millisecond)] = true
+	}
+	if len(distinct) < 20 {
+		t.Fatalf("200 messages' delays fall in %d buckets of 100 ms: not spread", len(distinct))
+	}
+	if d := (RetryPolicy{Interval: time.Second}).DelayOf(bob, messages.LogicalMessageID{1}, 1); d != time.Second {
+		t.Fatalf("no jitter: %v", d)
+	}
+	if _, err := New(Config{Store: memory.NewDelivery(), Retry: RetryPolicy{Interval: time.Second, Jitter: 1.5},
+		Resend: func(context.Context, SentMessage) error { return nil }}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("jitter 1.5: %v", err)
+	}
+}
