@@ -94,6 +94,11 @@ func TestSilentRecipientDoesNotStallTheOthers(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
+	// The failed try ended the silent host's turn: its two other
+	// messages wait for a later pass instead of each waiting in turn.
+	if n := silentTries.Load(); n != 1 {
+		t.Fatalf("%d tries to the silent host in one pass, want 1", n)
+	}
 }
 
 // TestFailedTriesCountAsAttempts: a resend that fails before anything is

@@ -487,8 +487,15 @@ func (o *Outbox) start(ctx context.Context, due map[messages.DeviceAddress][]Sen
 				if ctx.Err() != nil {
 					return
 				}
-				if o.try(ctx, m) {
+				handed, failed := o.try(ctx, m)
+				if handed {
 					resent.Add(1)
+				}
+				if failed {
+					// The recipient is unreachable: its other due
+					// messages wait for a later pass (they were not
+					// tried, so they count no attempt).
+					return
 				}
 			}
 		}(due[to])
@@ -496,9 +503,9 @@ func (o *Outbox) start(ctx context.Context, due map[messages.DeviceAddress][]Sen
 }
 
 // try resends m once (bounded by TryTimeout) and reports whether it was
-// handed off. A failed try the store did not record counts as an attempt
-// here.
-func (o *Outbox) try(ctx context.Context, m SentMessage) bool {
+// handed off, or failed. A failed try the store did not record counts as
+// an attempt here.
+func (o *Outbox) try(ctx context.Context, m SentMessage) (handed, failed bool) {
 	k := msgKey{m.Recipient, m.ID}
 	tctx, cancel := context.WithTimeout(ctx, TryTimeout)
 	err := o.cfg.Resend(tctx, m)
@@ -507,16 +514,16 @@ func (o *Outbox) try(ctx context.Context, m SentMessage) bool {
 		o.mu.Lock()
 		delete(o.tries, k)
 		o.mu.Unlock()
-		return true
+		return true, false
 	}
 	if errors.Is(err, ErrNotPending) {
 		o.mu.Lock()
 		delete(o.tries, k)
 		o.mu.Unlock()
-		return false
+		return false, false
 	}
 	if ctx.Err() != nil {
-		return false
+		return false, true
 	}
 	o.cfg.Logger.Warn("outbound: scheduled resend failed", "to", m.Recipient.String(), "id", m.ID.String(), "err", err)
 	// A resend that failed after its transaction (the hand-off) recorded
@@ -533,5 +540,5 @@ func (o *Outbox) try(ctx context.Context, m SentMessage) bool {
 		t := o.tries[k]
 		o.tries[k] = failedTries{n: t.n + 1, last: o.cfg.Now()}
 	}
-	return false
+	return false, true
 }
