@@ -31,3 +31,24 @@ type StalePendingMessage struct {
 }
 
 func (StalePendingMessage) notice() {}
+
+// EnvelopeDropped: a transport could not carry an envelope, so it never
+// reached its device. Sent: this device's envelope to Peer was refused at
+// the hand-off (ID its message's logical id; Ack: it was the ACK of a
+// message Peer sent, whose finalization stands); else an envelope from
+// Peer was dropped before this device saw it (its id is still sealed: ID
+// is zero). Reason is from a closed set ("handoff": the sender's
+// transport refused it; "link_queue_full": the receiving node's queue for
+// that link was at its bound). The message itself is not lost: it stays
+// pending at its sender, whose retry schedule sends it again (for an ACK:
+// the sender's retry of the message is answered with a new ACK).
+type EnvelopeDropped struct {
+	Sent   bool
+	Peer   DeviceAddress
+	ID     LogicalMessageID
+	Ack    bool
+	Reason string
+	Err    string
+}
+
+func (EnvelopeDropped) notice() {}

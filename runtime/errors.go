@@ -171,6 +171,11 @@ var (
 	// ErrStorageKeyState: storage.key.next exists without storage.key, a
 	// state rotation never produces (files were moved or deleted by hand).
 	ErrStorageKeyState = errors.New("runtime: storage.key.next present without storage.key")
+	// ErrLinkFull: the in-process Network's queue toward a device already
+	// holds its bound of envelopes; the envelope was not queued (the
+	// sender's message stays pending and the retry schedule sends it
+	// again). It matches ErrUnreachable too.
+	ErrLinkFull = fmt.Errorf("%w: link queue full", replicate.ErrUnreachable)
 )
 
 // Errors of the layers below that a caller may need to match, re-exported

@@ -72,6 +72,14 @@ const (
 	DiscardOther            = persistence.DiscardOther
 )
 
+// DefaultRetry is DeviceConfig.Retry's default: a pending sent message is
+// sent again 2 s after its last attempt, then after 4 s, 8 s, … up to one
+// minute between attempts, each delay shortened by up to a fifth at
+// random (per message, so a burst's retries spread out), without an
+// attempt cap (as JetStream's MaxDeliver −1): it stays pending until its
+// ACK arrives or Abandon.
+var DefaultRetry = RetryPolicy{Interval: 2 * time.Second, Backoff: 2, MaxInterval: time.Minute, Jitter: 0.2}
+
 // RetentionInfinite keeps every processed entry.
 const RetentionInfinite = device.RetentionInfinite
 
@@ -106,7 +114,18 @@ type DeviceConfig struct {
 	// Messages; past it the device pages them from the store. 0:
 	// device.DefaultMaxQueued.
 	MaxQueued int
-	// Retry is the opt-in resend schedule of pending sent messages.
+	// RedeliverAfter is how long after a message was handed to the
+	// application a sender's copy of it may be handed again (sooner
+	// copies are dropped: the application holds it). 0:
+	// device.DefaultRedeliverAfter (30 s); < 0: every copy is handed.
+	RedeliverAfter time.Duration
+	// Retry is the resend schedule of pending sent messages. The zero
+	// value is DefaultRetry: like a reliable-delivery broker (JetStream
+	// redelivers unacknowledged messages by default), a message the
+	// transport could not carry, or whose envelope or ACK was lost, is
+	// sent again without the application's help. A negative
+	// Retry.Interval turns the schedule off (the spec's behaviour: only
+	// Resend sends again).
 	Retry RetryPolicy
 	// OnRetryExhausted is told about each pending sent message that
 	// reached Retry.MaxAttempts.
@@ -158,13 +177,27 @@ func (n *Node) openDevice(ctx context.Context) error {
 		}
 		handler = n.onMessage(dc.OnMessage) // delivered.go
 	}
+	retry := dc.Retry
+	switch {
+	case retry.Interval < 0:
+		retry = RetryPolicy{}
+	case retry == RetryPolicy{}:
+		retry = DefaultRetry
+	}
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
 		Store: timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
-		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, Handler: handler, Buffer: dc.Buffer,
-		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
+		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, RedeliverAfter: dc.RedeliverAfter, Handler: handler, Buffer: dc.Buffer,
+		Retry: retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
 		OnUndecryptable: func(from DeviceAddress, reason string, err error) {
 			n.publish(messages.UndecryptableEnvelope{From: from, Reason: reason, Err: err.Error()})
+		},
+		OnDropped: func(x device.Dropped) {
+			e := messages.EnvelopeDropped{Sent: x.Sent, Peer: x.Peer, ID: x.ID, Ack: x.Ack, Reason: x.Reason}
+			if x.Err != nil {
+				e.Err = x.Err.Error()
+			}
+			n.publish(e)
 		},
 		StaleAfter: dc.StaleAfter, StaleCheckInterval: dc.StaleCheckInterval,
 		OnStale: func(st device.StalePending) {
@@ -176,6 +209,17 @@ func (n *Node) openDevice(ctx context.Context) error {
 	}
 	close(n.deliveries.ready)
 	return nil
+}
+
+// envelopeDropped reports an envelope from from that this node's
+// transport dropped before the device saw it (its link queue was full):
+// syncmesh_delivery_envelopes_dropped_total{side="received"} and an
+// EnvelopeDropped notice.
+func (n *Node) envelopeDropped(from DeviceAddress, err error) {
+	if n.device == nil || n.isClosed() {
+		return
+	}
+	n.device.Dropped(from, device.DropLinkQueueFull, err)
 }
 
 // CheckPending reports the messages pending longer than

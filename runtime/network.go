@@ -48,6 +48,10 @@ type Network struct {
 	devices  map[messages.DeviceAddress]deviceEntry
 	links    map[linkKey]*envelopeLink
 	inflight int // envelopes handed over and not yet delivered or lost
+
+	// linkHold, when set (tests: a receiver slower than its senders), is
+	// called by a link's drainer before it hands on each envelope.
+	linkHold func()
 }
 
 // NewNetwork returns an empty network whose faults draw from seed.

@@ -40,9 +40,12 @@ type envelopeLink struct {
 
 func newEnvelopeLink() *envelopeLink { return &envelopeLink{window: make(chan struct{}, linkWindow)} }
 
-// maxLinkQueue bounds the envelopes one link queues ahead of its window:
-// past it an envelope is dropped (the sender keeps its message pending and
-// resends), so one sender's flood holds bounded memory.
+// maxLinkQueue bounds the envelopes one link queues ahead of its window,
+// so one sender's flood holds bounded memory. Past it the Network refuses
+// the hand-off (Enqueue answers ErrLinkFull: the sender is told, counts it
+// and its retry schedule sends the message again); the remote, whose
+// sender is in another process, drops the envelope at the receiver and
+// says so there (Remote.deliverDevice).
 const maxLinkQueue = 4 * linkWindow
 
 // add queues env (first, with front) and reports whether the caller must
@@ -199,13 +202,15 @@ func (t *deviceTransport) Enqueue(peer messages.DeviceAddress, env []byte) error
 	if drop {
 		copies = 0
 	}
-	start := false
+	start, full := false, false
 	// Added under n.mu: the drainer removes an empty link under it too
 	// (idle links keep no state), so nothing lands on a removed link.
 	for i := 0; i < copies; i++ {
 		s, ok := l.add(env, reorder)
 		if ok {
 			n.inflight++
+		} else if i == 0 {
+			full = true
 		}
 		start = s || start
 	}
@@ -215,6 +220,11 @@ func (t *deviceTransport) Enqueue(peer messages.DeviceAddress, env []byte) error
 	n.mu.Unlock()
 	if start {
 		go t.drain(l, k, delay)
+	}
+	if full {
+		// Never silent: the sender's device counts and reports a refused
+		// hand-off, and keeps the message pending for its retry schedule.
+		return fmt.Errorf("%w: %s to %s holds %d envelopes", ErrLinkFull, t.self, peer, maxLinkQueue)
 	}
 	return nil
 }
@@ -235,6 +245,9 @@ func (t *deviceTransport) drain(l *envelopeLink, k linkKey, delay time.Duration)
 		}
 		if delay > 0 {
 			time.Sleep(delay)
+		}
+		if hold := t.n.linkHold; hold != nil {
+			hold()
 		}
 		// Looked up at delivery: a restarted node is registered anew; a
 		// partition or a stopped node loses the envelope.

@@ -36,6 +36,10 @@ type remoteDevices struct {
 	bundlesRefused atomic.Uint64 // bundle requests past their requester's budget
 	bundles        bundleLimiter
 
+	// linkHold, when set (tests: a receiver slower than its senders), is
+	// called by a link's drainer before it hands on each envelope.
+	linkHold func()
+
 	streamsMu sync.Mutex
 	streams   map[string]int // live inbound streams by certificate CommonName
 }
@@ -419,7 +423,10 @@ func (r *Remote) deliverDevice(m *wire.DeviceEnvelope) {
 	start, ok := l.add(m.Envelope, false)
 	r.dev.mu.Unlock()
 	if !ok {
-		r.log.Debug("link queue full: envelope dropped (the sender retries)", "from", m.From.String(), "to", m.To.String())
+		// Never silent: counted and noticed by the receiving node (the
+		// sender, in another process, keeps the message pending and its
+		// retry schedule sends it again).
+		n.envelopeDropped(m.From, fmt.Errorf("%w: %s to %s holds %d envelopes", ErrLinkFull, m.From, m.To, maxLinkQueue))
 		return
 	}
 	if !start {
@@ -437,6 +444,9 @@ func (r *Remote) deliverDevice(m *wire.DeviceEnvelope) {
 			r.dev.mu.Unlock()
 			if !ok {
 				return
+			}
+			if hold := r.dev.linkHold; hold != nil {
+				hold()
 			}
 			// Pipelined, in order: up to linkWindow envelopes of the link
 			// are being decided and written at once.

@@ -56,6 +56,8 @@ func TestDeliveryCountPersistsAcrossRetriesAndRestarts(t *testing.T) {
 			if s := seen(1); s != "[1]" || stored() != 1 {
 				t.Fatalf("after receipt: handed %s, stored %d", s, stored())
 			}
+			// Past RedeliverAfter: the copy is handed again.
+			ms.clock.Advance(device.DefaultRedeliverAfter)
 			a.resend(b, sm.ID)
 			b.pump()
 			if s := seen(2); s != "[1 2]" || stored() != 2 {

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -158,6 +159,14 @@ type Config struct {
 	// queued once. 0: DefaultMaxQueued, DefaultMaxQueuedBytes.
 	MaxQueued      int
 	MaxQueuedBytes int
+	// RedeliverAfter is how long after a message was handed to Handler /
+	// Messages a copy of it (a sender's retry of a pending message) may
+	// be handed again: a copy arriving sooner is dropped from the
+	// delivery queue (the application holds the message already; the
+	// receive still counts it). A message still pending is also handed
+	// again on the next Open. 0: DefaultRedeliverAfter; < 0: every copy
+	// is handed.
+	RedeliverAfter time.Duration
 	// MaxBatch bounds the items of one group commit of the store's
 	// committer; 0: session.DefaultMaxBatch.
 	MaxBatch int
@@ -193,6 +202,55 @@ type Config struct {
 	// OnStale, when set, is told about each message found pending past
 	// StaleAfter, once per process. It must not block.
 	OnStale func(StalePending)
+	// OnDropped, when set, is told about every envelope a transport could
+	// not carry (a refused hand-off here, or a drop the transport reports
+	// with Dropped); each is also counted in
+	// syncmesh_delivery_envelopes_dropped_total. It must not block.
+	OnDropped func(Dropped)
+}
+
+// Dropped is an envelope a transport could not carry (see
+// messages.EnvelopeDropped for the fields).
+type Dropped struct {
+	Sent   bool
+	Peer   messages.DeviceAddress
+	ID     messages.LogicalMessageID
+	Ack    bool
+	Reason string
+	Err    error
+}
+
+// Reasons of Dropped (a closed set: they label a metric).
+const (
+	// DropHandOff: this device's transport refused the hand-off.
+	DropHandOff = "handoff"
+	// DropLinkQueueFull: the receiving node's queue for the link was at
+	// its bound.
+	DropLinkQueueFull = "link_queue_full"
+)
+
+// dropped counts and reports one envelope a transport could not carry.
+func (d *Device) dropped(x Dropped) {
+	side := "received"
+	if x.Sent {
+		side = "sent"
+	}
+	d.metrics.dropped.WithLabelValues(side, x.Reason).Inc()
+	d.cfg.Logger.Debug("device: envelope not carried by the transport (the message stays pending at its sender)",
+		"side", side, "peer", x.Peer.String(), "reason", x.Reason, "ack", x.Ack, "err", x.Err)
+	if d.cfg.OnDropped != nil {
+		d.cfg.OnDropped(x)
+	}
+}
+
+// Dropped is called by a transport that dropped an envelope from from
+// before it reached this device (reason: DropLinkQueueFull): it is counted
+// and reported like a refused hand-off, so no drop is silent.
+func (d *Device) Dropped(from messages.DeviceAddress, reason string, err error) {
+	if reason != DropLinkQueueFull {
+		reason = DropHandOff
+	}
+	d.dropped(Dropped{Peer: from, Reason: reason, Err: err})
 }
 
 // Device is one local device's delivery plane. Methods are safe for
@@ -212,6 +270,8 @@ type Device struct {
 	mu       sync.Mutex
 	closed   bool
 	stopOnce sync.Once
+
+	opened atomic.Bool // Open finished: the retry schedule may run
 
 	staleMu    sync.Mutex
 	stale      map[staleKey]bool // reported by CheckPending and still pending
@@ -258,6 +318,10 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		// (an idle device costs no goroutine); it starts at the end of
 		// Open with the messages still pending from before.
 		d.queue = newDeliveryQueue(cfg.MaxQueued, cfg.MaxQueuedBytes, func() { d.loops.Add(1); go d.dispatch(false) })
+		d.queue.now, d.queue.redeliverAfter = cfg.Now, cfg.RedeliverAfter
+		if d.queue.redeliverAfter == 0 {
+			d.queue.redeliverAfter = DefaultRedeliverAfter
+		}
 		d.queue.running = true
 	}
 	scfg := session.Config{}
@@ -278,14 +342,16 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 			cfg.OnUndecryptable(from, reason, err)
 		}
 	}
-	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
-		return nil, fmt.Errorf("device: %w", err)
-	}
+	// The outbox first: the committer's first observation may wake its
+	// schedule.
 	d.out, err = outbound.New(outbound.Config{Store: cfg.Store, Now: cfg.Now, Retry: cfg.Retry, Logger: cfg.Logger,
 		Resend:      func(ctx context.Context, sm SentMessage) error { return d.Resend(ctx, sm.Recipient, sm.ID) },
 		OnExhausted: cfg.OnRetryExhausted})
 	if err != nil {
-		_ = d.sessions.Close()
+		return nil, fmt.Errorf("device: %w", err)
+	}
+	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
+		_ = d.out.Close()
 		return nil, fmt.Errorf("device: %w", err)
 	}
 	if err := d.refreshGauges(ctx); err != nil {
@@ -296,6 +362,10 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		d.loops.Add(1)
 		go d.dispatch(true)
 	}
+	// The retry schedule's first pass looks at what is pending from
+	// before; later ones are armed while messages are pending.
+	d.opened.Store(true)
+	d.out.Wake()
 	if cfg.Prune.Interval > 0 {
 		d.loops.Add(1)
 		go d.pruneLoop()
@@ -333,6 +403,10 @@ func (d *Device) refreshGauges(ctx context.Context) error {
 func (d *Device) observe(s session.Stats) {
 	d.metrics.pendingIn.Set(float64(s.PendingInbound))
 	d.metrics.pendingOut.Set(float64(s.PendingOutbound))
+	if s.PendingOutbound > 0 && d.opened.Load() {
+		// The retry schedule runs only while messages are pending.
+		d.out.Wake()
+	}
 	d.metrics.commits.Add(float64(s.Committed))
 	d.metrics.discards.Add(float64(s.Discarded))
 	d.metrics.pruned.Add(float64(s.Pruned))
@@ -355,6 +429,7 @@ func (d *Device) acked(to messages.DeviceAddress, id messages.LogicalMessageID, 
 	if err != nil {
 		d.metrics.acksFailed.Inc()
 		d.cfg.Logger.Warn("device: ACK not sent (the finalization stands)", "to", to.String(), "id", id.String(), "err", err)
+		d.dropped(Dropped{Sent: true, Peer: to, ID: id, Ack: true, Reason: DropHandOff, Err: err})
 		return
 	}
 	d.metrics.acksSent.Inc()
@@ -463,6 +538,7 @@ func (d *Device) SendWithID(ctx context.Context, to messages.DeviceAddress, id m
 		return SentMessage{}, fmt.Errorf("device: send: %w", err)
 	}
 	if r.HandOff != nil {
+		d.dropped(Dropped{Sent: true, Peer: to, ID: id, Reason: DropHandOff, Err: r.HandOff})
 		return r.Message, fmt.Errorf("device: send %s/%s: %w: %w", to, id, ErrNotHandedOff, r.HandOff)
 	}
 	return r.Message, nil
@@ -481,6 +557,7 @@ func (d *Device) Resend(ctx context.Context, to messages.DeviceAddress, id messa
 		return fmt.Errorf("device: resend: %w", err)
 	}
 	if r.HandOff != nil {
+		d.dropped(Dropped{Sent: true, Peer: to, ID: id, Reason: DropHandOff, Err: r.HandOff})
 		return fmt.Errorf("device: resend %s/%s: %w", to, id, r.HandOff)
 	}
 	return nil
@@ -598,6 +675,11 @@ func (d *Device) DiscardMessage(ctx context.Context, m ReceivedMessage, reason D
 func (d *Device) finish(r session.Finalized, err error) (CommitResult, error) {
 	if err != nil {
 		return CommitResult{}, fmt.Errorf("device: %w", err)
+	}
+	if d.queue != nil {
+		// Before the caller learns of the finalization: no copy queued
+		// now or arriving later is handed to the application again.
+		d.queue.finalize(r.Sender, r.ID)
 	}
 	return CommitResult{Sender: r.Sender, ID: r.ID, Status: r.Outcome, AckSent: r.AckSent}, nil
 }
@@ -801,6 +883,11 @@ func (d *Device) Queued() int {
 }
 
 func (d *Device) hand(ctx context.Context, m ReceivedMessage) bool {
+	// A message finalized since it was queued or paged from the store is
+	// not handed over (application delivery: never after finalization).
+	if !d.queue.handing(m) {
+		return true
+	}
 	if d.cfg.Handler != nil {
 		d.cfg.Handler(ctx, m)
 		return ctx.Err() == nil
@@ -813,11 +900,62 @@ func (d *Device) hand(ctx context.Context, m ReceivedMessage) bool {
 	}
 }
 
-// Defaults of Config.MaxQueued and MaxQueuedBytes.
+// Defaults of Config.MaxQueued, MaxQueuedBytes and RedeliverAfter.
 const (
 	DefaultMaxQueued      = 1024
 	DefaultMaxQueuedBytes = 64 << 20
+	DefaultRedeliverAfter = 30 * time.Second
 )
+
+// maxRemembered bounds the finalized and the handed-over messages the
+// delivery queue remembers (each the oldest out first): past it a late
+// copy is at worst handed once more, as before it was remembered.
+const maxRemembered = 8192
+
+// queueKey names a message in the delivery queue.
+type queueKey struct {
+	sender messages.DeviceAddress
+	id     messages.LogicalMessageID
+}
+
+// recent is a bounded set of message keys with a time each, the oldest
+// inserted going first.
+type recent struct {
+	at    map[queueKey]time.Time
+	order []queueKey
+}
+
+func (r *recent) put(k queueKey, t time.Time) {
+	if r.at == nil {
+		r.at = map[queueKey]time.Time{}
+	}
+	if _, ok := r.at[k]; !ok {
+		r.order = append(r.order, k)
+	}
+	r.at[k] = t
+	for len(r.at) > maxRemembered && len(r.order) > 0 {
+		old := r.order[0]
+		r.order = r.order[1:]
+		delete(r.at, old)
+	}
+	if len(r.order) > 2*maxRemembered {
+		// Drop the keys already deleted, so order stays bounded too.
+		kept := r.order[:0]
+		for _, k := range r.order {
+			if _, ok := r.at[k]; ok {
+				kept = append(kept, k)
+			}
+		}
+		r.order = kept
+	}
+}
+
+func (r *recent) get(k queueKey) (time.Time, bool) {
+	t, ok := r.at[k]
+	return t, ok
+}
+
+func (r *recent) del(k queueKey) { delete(r.at, k) }
 
 // deliveryQueue is a bounded FIFO between Receive and dispatch, so a slow
 // application never blocks the receive path. A copy of
@@ -839,6 +977,14 @@ type deliveryQueue struct {
 	closed   bool
 	running  bool
 	start    func() // starts a dispatcher (called with mu held)
+
+	// finalized: committed or discarded in this process — never handed
+	// again. handed: handed over and not finalized, with when — a copy
+	// arriving within redeliverAfter is dropped.
+	finalized      recent
+	handed         recent
+	now            func() time.Time
+	redeliverAfter time.Duration
 }
 
 func newDeliveryQueue(maxItems, maxBytes int, start func()) *deliveryQueue {
@@ -849,6 +995,13 @@ func (q *deliveryQueue) push(m ReceivedMessage) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed || q.queued[m.Sequence] {
+		return
+	}
+	k := queueKey{m.Sender, m.ID}
+	if _, ok := q.finalized.get(k); ok {
+		return
+	}
+	if t, ok := q.handed.get(k); ok && q.redeliverAfter > 0 && q.clock().Sub(t) < q.redeliverAfter {
 		return
 	}
 	switch {
@@ -894,6 +1047,50 @@ func (q *deliveryQueue) take() (m ReceivedMessage, ok, page bool, from uint64) {
 	delete(q.queued, m.Sequence)
 	q.bytes -= len(m.Plaintext)
 	return m, true, false, 0
+}
+
+func (q *deliveryQueue) clock() time.Time {
+	if q.now == nil {
+		return time.Now()
+	}
+	return q.now()
+}
+
+// finalize removes every queued copy of (sender, id) and drops any copy
+// pushed later (it was committed or discarded).
+func (q *deliveryQueue) finalize(sender messages.DeviceAddress, id messages.LogicalMessageID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := queueKey{sender, id}
+	q.finalized.put(k, time.Time{})
+	q.handed.del(k)
+	kept := q.items[:0]
+	for _, m := range q.items {
+		if m.Sender == sender && m.ID == id {
+			delete(q.queued, m.Sequence)
+			q.bytes -= len(m.Plaintext)
+			continue
+		}
+		kept = append(kept, m)
+	}
+	clear(q.items[len(kept):])
+	q.items = kept
+}
+
+// handing reports whether m may be handed to the application now (it was
+// not finalized meanwhile) and records the hand-off.
+func (q *deliveryQueue) handing(m ReceivedMessage) bool {
+	if q == nil {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := queueKey{m.Sender, m.ID}
+	if _, ok := q.finalized.get(k); ok {
+		return false
+	}
+	q.handed.put(k, q.clock())
+	return true
 }
 
 // stopped records that the dispatcher gave up (the device is closing).

@@ -27,11 +27,18 @@ package device
 //     An ACK for an id that is not pending (abandoned, or a repeated ACK)
 //     is an Acknowledgement with Cleared = false. Abandon only forgets the
 //     message locally; a copy already sent may still be applied.
-//   - Retry schedule (beyond the spec, off by default): every
+//   - Retry schedule (beyond the spec; off in this package's zero
+//     Config, on by default in runtime.DeviceConfig): every
 //     RetryPolicy.Interval, each pending sent message whose last attempt
-//     is older than Interval·Backoff^(attempts−1) (capped by MaxInterval)
-//     is resent as a fresh encryption; a message at MaxAttempts stays
-//     pending and is reported once per process to OnRetryExhausted.
+//     is older than Interval·Backoff^(attempts−1) (capped by MaxInterval,
+//     shortened by Jitter) is resent as a fresh encryption, each
+//     recipient's on a worker of its own; every try counts as an attempt;
+//     a message at MaxAttempts stays pending and is reported once per
+//     process to OnRetryExhausted.
+//   - Application hand-off: a commit or discard removes every queued
+//     copy of the message, and no copy is handed over after it; a copy
+//     of a message handed over less than RedeliverAfter ago is not
+//     handed again.
 //   - Flow control (beyond the spec, off by default):
 //     MaxPendingPerSender refuses a NEW message of a sender at the cap
 //     before its ratchet step is persisted (inbound.ErrSenderBacklogFull);

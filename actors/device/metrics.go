@@ -31,6 +31,9 @@ type metrics struct {
 	// counts those the device-wide cap evicted (no peer label).
 	skipped *share
 	evicted prometheus.Counter
+	// dropped counts envelopes a transport could not carry, by side and
+	// reason only (closed sets).
+	dropped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -58,6 +61,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "acks_failed_total", Help: "ACKs that could not be encrypted or handed off (the commit stands; ackSent=false)."}),
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "stale_pending_total", Help: "Messages found pending past StaleAfter, each once per process, by side (received, sent) and reason (uncommitted, unacknowledged, unanswered_initiation, peer_identity_changed)."}, []string{"side", "reason"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "envelopes_dropped_total", Help: "Envelopes a transport could not carry, by side (sent: refused at this device's hand-off, the message stays pending for the retry schedule; received: dropped by this node's link queue before the device saw it) and reason (handoff, link_queue_full)."}, []string{"side", "reason"}),
 		undecryptable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "undecryptable_envelopes_total", Help: "Received envelopes that could not be decrypted, by reason (malformed, decrypt, identity_changed, budget, unpinned_limit)."}, []string{"reason"}),
 	}
@@ -74,6 +79,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.stale, err = promreg.Register(reg, m.stale); err != nil {
+		return nil, err
+	}
+	if m.dropped, err = promreg.Register(reg, m.dropped); err != nil {
 		return nil, err
 	}
 	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed, &m.evicted} {

@@ -14,11 +14,14 @@ package outbound
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncmesh/syncmesh/messages"
@@ -37,10 +40,17 @@ type RetryPolicy struct {
 	Backoff float64
 	// MaxInterval caps the delay (0: no cap).
 	MaxInterval time.Duration
-	// MaxAttempts caps the hand-offs, the first send included (0: no
-	// cap). A message at the cap stays pending (only the ACK or Abandon
-	// removes it) and is reported once to Config.OnExhausted.
+	// MaxAttempts caps the tries, the first send included (0: no cap):
+	// every try counts, also one that failed before its encryption was
+	// stored (a bundle request or hand-off that failed or timed out). A
+	// message at the cap stays pending (only the ACK or Abandon removes
+	// it) and is reported once to Config.OnExhausted.
 	MaxAttempts int
+	// Jitter (0..1) shortens each delay by up to that fraction, drawn per
+	// message and attempt (from its recipient, id and attempt count, so a
+	// pass that looks again draws the same): the copies of a burst come
+	// due spread out instead of all at once. 0: no jitter.
+	Jitter float64
 }
 
 // Enabled reports whether the schedule runs.
@@ -66,6 +76,25 @@ func (p RetryPolicy) Delay(attempts int) time.Duration {
 		out = p.MaxInterval
 	}
 	return out
+}
+
+// DelayOf returns how long after its last attempt m is due again after
+// attempts tries: Delay(attempts) shortened by the jitter drawn for m.
+func (p RetryPolicy) DelayOf(to messages.DeviceAddress, id messages.LogicalMessageID, attempts int) time.Duration {
+	d := p.Delay(attempts)
+	if p.Jitter <= 0 {
+		return d
+	}
+	h := fnv.New64a()
+	h.Write([]byte(to.User))
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(to.Device))
+	h.Write(b[:])
+	h.Write(id[:])
+	binary.BigEndian.PutUint64(b[:], uint64(attempts))
+	h.Write(b[:])
+	u := float64(h.Sum64()>>11) / float64(1<<53) // [0, 1)
+	return d - time.Duration(float64(d)*min(p.Jitter, 1)*u)
 }
 
 // SentMessage is a pending outbound message.
@@ -124,29 +153,58 @@ type Config struct {
 }
 
 // Outbox reads the pending outbound messages and runs the opt-in retry
-// schedule; safe for concurrent use.
+// schedule: its passes run on a timer that Wake arms (the owner calls it
+// once opened, and whenever messages are pending) and that a pass re-arms
+// while messages remain pending. Safe for concurrent use.
 type Outbox struct {
 	cfg Config
 
 	mu        sync.Mutex
 	closed    bool
-	stop      chan struct{}
-	loop      sync.WaitGroup
+	ctx       context.Context // cancelled by Close: ends the passes' resends
+	cancel    context.CancelFunc
+	timer     *time.Timer // the next pass, armed only while messages are pending
+	armed     bool
+	loop      sync.WaitGroup // passes started by the timer
 	exhausted map[msgKey]bool
+	// busy marks the recipients whose resends run now: a pass skips
+	// them, so a recipient that does not answer holds only its own
+	// worker, never the schedule of the others.
+	busy    map[messages.DeviceAddress]bool
+	workers sync.WaitGroup
+	// tries are the failed tries the store did not record (the resend
+	// failed before its transaction): they count as attempts.
+	tries map[msgKey]failedTries
 }
+
+// failedTries is what a message's failed, unrecorded tries add to its
+// stored attempts.
+type failedTries struct {
+	n    int
+	last time.Time
+}
+
+// TryTimeout bounds one scheduled resend (a bundle request or hand-off
+// to a host that accepts connections and never answers): past it the
+// try counts as a failed attempt and the recipient's next due message
+// goes on.
+const TryTimeout = 30 * time.Second
 
 type msgKey struct {
 	to messages.DeviceAddress
 	id messages.LogicalMessageID
 }
 
-// New returns the Outbox (and starts the retry schedule when enabled).
+// New returns the Outbox; its retry schedule runs once Wake was called.
 func New(cfg Config) (*Outbox, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
 	}
 	if cfg.Retry.Interval < 0 || cfg.Retry.MaxAttempts < 0 || cfg.Retry.MaxInterval < 0 || cfg.Retry.Backoff < 0 {
 		return nil, fmt.Errorf("%w: negative retry policy field", ErrInvalidConfig)
+	}
+	if cfg.Retry.Jitter < 0 || cfg.Retry.Jitter > 1 {
+		return nil, fmt.Errorf("%w: retry jitter %v outside 0..1", ErrInvalidConfig, cfg.Retry.Jitter)
 	}
 	if cfg.Retry.Enabled() && cfg.Resend == nil {
 		return nil, fmt.Errorf("%w: a retry schedule needs Resend", ErrInvalidConfig)
@@ -157,12 +215,55 @@ func New(cfg Config) (*Outbox, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	o := &Outbox{cfg: cfg, stop: make(chan struct{}), exhausted: make(map[msgKey]bool)}
-	if cfg.Retry.Enabled() {
-		o.loop.Add(1)
-		go o.retryLoop()
-	}
+	o := &Outbox{cfg: cfg, exhausted: make(map[msgKey]bool),
+		busy: map[messages.DeviceAddress]bool{}, tries: map[msgKey]failedTries{}}
+	o.ctx, o.cancel = context.WithCancel(context.Background())
 	return o, nil
+}
+
+// Wake arms the retry schedule's next pass, Interval from now, unless one
+// is armed already: the owner calls it when messages are pending. The
+// schedule runs on a timer only while messages are pending, so an idle
+// Outbox holds no goroutine.
+func (o *Outbox) Wake() {
+	if !o.cfg.Retry.Enabled() {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.armed {
+		return
+	}
+	o.armed = true
+	if o.timer == nil {
+		o.timer = time.AfterFunc(o.cfg.Retry.Interval, o.tick)
+	} else {
+		o.timer.Reset(o.cfg.Retry.Interval)
+	}
+}
+
+// tick runs one scheduled pass (not waiting for its workers: a busy
+// recipient is skipped by the next) and re-arms while messages remain
+// pending.
+func (o *Outbox) tick() {
+	o.mu.Lock()
+	o.armed = false
+	if o.closed {
+		o.mu.Unlock()
+		return
+	}
+	o.loop.Add(1)
+	o.mu.Unlock()
+	defer o.loop.Done()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	_, live, err := o.pass(o.ctx, &wg, &n)
+	if err != nil && o.ctx.Err() == nil {
+		o.cfg.Logger.Warn("outbound: retry pass failed", "err", err)
+	}
+	if live > 0 || err != nil {
+		o.Wake()
+	}
 }
 
 // Close stops the schedule. It does not close the store. Other calls
@@ -175,9 +276,13 @@ func (o *Outbox) Close() error {
 		return nil
 	}
 	o.closed = true
-	close(o.stop)
+	if o.timer != nil {
+		o.timer.Stop()
+	}
+	o.cancel()
 	o.mu.Unlock()
 	o.loop.Wait()
+	o.workers.Wait()
 	return nil
 }
 
@@ -196,6 +301,7 @@ func (o *Outbox) checkOpen() error {
 func (o *Outbox) Forget(to messages.DeviceAddress, id messages.LogicalMessageID) {
 	o.mu.Lock()
 	delete(o.exhausted, msgKey{to, id})
+	delete(o.tries, msgKey{to, id})
 	o.mu.Unlock()
 }
 
@@ -258,34 +364,70 @@ func (o *Outbox) Count(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// RetryDue runs one pass of the retry schedule now: every pending message
-// whose delay (RetryPolicy.Delay) has passed and that is below the attempt
-// cap is resent through Config.Resend; each one at the cap is reported
-// (once per process) to Config.OnExhausted and returned. It is what the
-// schedule runs every Interval; without a schedule it does nothing.
+// RetryDue runs one pass of the retry schedule now and waits for it:
+// every pending message whose delay (RetryPolicy.DelayOf) has passed and
+// that is below the attempt cap is resent through Config.Resend; each one
+// at the cap is reported (once per process) to Config.OnExhausted and
+// returned. Recipients are resent to side by side, each one's due
+// messages in order by a worker of its own (each try bounded by
+// TryTimeout), so one that does not answer delays only its own messages;
+// a recipient whose worker of an earlier pass still runs is skipped.
+// Without a schedule it does nothing.
 func (o *Outbox) RetryDue(ctx context.Context) (resent int, exhausted []SentMessage, err error) {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	exhausted, _, err = o.pass(ctx, &wg, &n)
+	wg.Wait()
+	return int(n.Load()), exhausted, err
+}
+
+// pass starts the workers of one pass (each counted in wg; each resend
+// that was handed off counted in resent) and returns the messages that
+// reached the cap and how many pending messages are below it.
+func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.Int64) (exhausted []SentMessage, live int, err error) {
 	if err := o.checkOpen(); err != nil {
-		return 0, nil, err
+		return nil, 0, err
 	}
 	p := o.cfg.Retry
 	if !p.Enabled() {
-		return 0, nil, nil
+		return nil, 0, nil
 	}
 	now := o.cfg.Now()
+	due := map[messages.DeviceAddress][]SentMessage{}
+	var order []messages.DeviceAddress
 	var after uint64
+	o.mu.Lock()
+	var seen map[msgKey]bool // to forget the tries of messages no longer pending
+	if len(o.tries) > 0 {
+		seen = map[msgKey]bool{}
+	}
+	o.mu.Unlock()
 	for {
 		page, err := o.Pending(ctx, after, MaxPageSize, nil)
 		if err != nil {
-			return resent, exhausted, err
+			o.start(ctx, due, order, wg, resent)
+			return exhausted, live, err
 		}
 		for _, m := range page.Messages {
-			if p.MaxAttempts > 0 && m.Attempts >= p.MaxAttempts {
-				k := msgKey{m.Recipient, m.ID}
+			k := msgKey{m.Recipient, m.ID}
+			if seen != nil {
+				seen[k] = true
+			}
+			o.mu.Lock()
+			busy := o.busy[m.Recipient]
+			t := o.tries[k]
+			o.mu.Unlock()
+			attempts, last := m.Attempts+t.n, m.LastAttemptAt
+			if t.last.After(last) {
+				last = t.last
+			}
+			if p.MaxAttempts > 0 && attempts >= p.MaxAttempts {
 				o.mu.Lock()
 				first := !o.exhausted[k]
 				o.exhausted[k] = true
 				o.mu.Unlock()
 				if first {
+					m.Attempts = attempts
 					exhausted = append(exhausted, m)
 					if o.cfg.OnExhausted != nil {
 						o.cfg.OnExhausted(m)
@@ -293,43 +435,110 @@ func (o *Outbox) RetryDue(ctx context.Context) (resent int, exhausted []SentMess
 				}
 				continue
 			}
-			if now.Before(m.LastAttemptAt.Add(p.Delay(m.Attempts))) {
+			live++
+			if busy || now.Before(last.Add(p.DelayOf(m.Recipient, m.ID, attempts))) {
 				continue
 			}
-			if err := o.cfg.Resend(ctx, m); err != nil {
-				if errors.Is(err, ErrNotPending) {
-					continue
-				}
-				o.cfg.Logger.Warn("outbound: scheduled resend failed", "to", m.Recipient.String(), "id", m.ID.String(), "err", err)
-				continue
+			if due[m.Recipient] == nil {
+				order = append(order, m.Recipient)
 			}
-			resent++
+			due[m.Recipient] = append(due[m.Recipient], m)
 		}
 		if !page.More {
-			return resent, exhausted, nil
+			if seen != nil {
+				o.mu.Lock()
+				for k := range o.tries {
+					if !seen[k] {
+						delete(o.tries, k)
+					}
+				}
+				o.mu.Unlock()
+			}
+			o.start(ctx, due, order, wg, resent)
+			return exhausted, live, nil
 		}
 		after = page.Next
 	}
 }
 
-func (o *Outbox) retryLoop() {
-	defer o.loop.Done()
-	t := time.NewTicker(o.cfg.Retry.Interval)
-	defer t.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-o.stop
-		cancel()
-	}()
-	for {
-		select {
-		case <-o.stop:
-			return
-		case <-t.C:
-			if _, _, err := o.RetryDue(ctx); err != nil && ctx.Err() == nil {
-				o.cfg.Logger.Warn("outbound: retry pass failed", "err", err)
-			}
-		}
+// start runs one worker per recipient with due messages.
+func (o *Outbox) start(ctx context.Context, due map[messages.DeviceAddress][]SentMessage, order []messages.DeviceAddress, wg *sync.WaitGroup, resent *atomic.Int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
 	}
+	for _, to := range order {
+		if o.busy[to] {
+			continue
+		}
+		o.busy[to] = true
+		o.workers.Add(1)
+		wg.Add(1)
+		go func(ms []SentMessage) {
+			defer func() {
+				o.mu.Lock()
+				delete(o.busy, to)
+				o.mu.Unlock()
+				wg.Done()
+				o.workers.Done()
+			}()
+			for _, m := range ms {
+				if ctx.Err() != nil {
+					return
+				}
+				handed, failed := o.try(ctx, m)
+				if handed {
+					resent.Add(1)
+				}
+				if failed {
+					// The recipient is unreachable: its other due
+					// messages wait for a later pass (they were not
+					// tried, so they count no attempt).
+					return
+				}
+			}
+		}(due[to])
+	}
+}
+
+// try resends m once (bounded by TryTimeout) and reports whether it was
+// handed off, or failed. A failed try the store did not record counts as
+// an attempt here.
+func (o *Outbox) try(ctx context.Context, m SentMessage) (handed, failed bool) {
+	k := msgKey{m.Recipient, m.ID}
+	tctx, cancel := context.WithTimeout(ctx, TryTimeout)
+	err := o.cfg.Resend(tctx, m)
+	cancel()
+	if err == nil {
+		o.mu.Lock()
+		delete(o.tries, k)
+		o.mu.Unlock()
+		return true, false
+	}
+	if errors.Is(err, ErrNotPending) {
+		o.mu.Lock()
+		delete(o.tries, k)
+		o.mu.Unlock()
+		return false, false
+	}
+	if ctx.Err() != nil {
+		return false, true
+	}
+	o.cfg.Logger.Warn("outbound: scheduled resend failed", "to", m.Recipient.String(), "id", m.ID.String(), "err", err)
+	// A resend that failed after its transaction (the hand-off) recorded
+	// its attempt in the store; one that failed before did not.
+	cur, ok, gerr := o.Get(ctx, m.Recipient, m.ID)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case gerr == nil && !ok:
+		delete(o.tries, k)
+	case gerr == nil && cur.Attempts > m.Attempts:
+		// Recorded by the store.
+	default:
+		t := o.tries[k]
+		o.tries[k] = failedTries{n: t.n + 1, last: o.cfg.Now()}
+	}
+	return false, true
 }

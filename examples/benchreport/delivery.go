@@ -648,6 +648,14 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 	res := smResult{Messages: per * f.senders, Seconds: el.Seconds(), SenderCommits: commitsOf(senders) - s0, ReceiverCommits: commitsOf([]*runtime.Node{r}) - r0, CPUSeconds: cpu}
 	w1 := writesOf()
 	res.Writes = runtime.StoreWrites{Commits: w1.Commits - w0.Commits, Pages: w1.Pages - w0.Pages, Bytes: w1.Bytes - w0.Bytes}
+	// An ACK leaves the receiver (queued by its committer) before the
+	// CommitMessage call that produced it returns to its goroutine, so the
+	// last commits' counts may still be on their way: wait for them
+	// (outside the timed part) instead of reading the counter too early.
+	deadline := time.Now().Add(time.Minute)
+	for committed.Load()-before < int64(res.Messages) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if got := committed.Load() - before; got != int64(res.Messages) {
 		return smResult{}, fmt.Errorf("%d messages committed, want %d", got, res.Messages)
 	}
