@@ -260,6 +260,10 @@ type Manager struct {
 	// order (handOffSent, handOffAck); nil: from the callers' goroutines.
 	ordered OrderedTransport
 
+	// abandoned remembers the body digests of abandoned outbound ids
+	// (Abandon, SendMessage: ErrLogicalIDReused).
+	abandoned abandonedIDs
+
 	mu        sync.Mutex
 	peers     map[messages.DeviceAddress]*peerEntry
 	unpinned  int // live entries with unpinned set (Config.MaxUnpinnedPeers)

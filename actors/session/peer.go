@@ -910,6 +910,10 @@ func (r *sendReq) handle(a *peerActor) {
 			r.fail(fmt.Errorf("%w: %s/%s", outbound.ErrAlreadyPending, a.peer, r.id))
 			return
 		}
+		if a.m.abandoned.conflicts(a.peer, r.id, r.body) {
+			r.fail(fmt.Errorf("%w: %s/%s was abandoned with another body", ErrLogicalIDReused, a.peer, r.id))
+			return
+		}
 		row = persistence.PendingOutbound{Recipient: a.peer, ID: r.id, CreatedAt: now, Attempts: 1, LastAttemptAt: now, Body: bytes.Clone(r.body)}
 		if row.Body == nil {
 			row.Body = []byte{}
@@ -975,11 +979,15 @@ func (r *abandonReq) handle(a *peerActor) {
 	}
 	w := a.newWork()
 	a.setOut(w, r.id, &outKey{})
+	body := cur.Body
 	a.submit(w, &writes{peer: a.peer, id: r.id, deleteOutbound: true}, func(err error) {
 		if err != nil {
 			r.fail(wrapPeer("persist", a.peer, err))
 			return
 		}
+		// Remembered so a Send cannot put another body under the id
+		// while an ACK of this one may still arrive.
+		a.m.abandoned.add(a.peer, r.id, body)
 		r.reply(true, nil)
 	})
 }
