@@ -11,7 +11,9 @@ import (
 func TestAbandonedIDsBoundAndBody(t *testing.T) {
 	var a abandonedIDs
 	peer := messages.DeviceAddress{User: "bob", Device: 1}
-	id := func(i int) messages.LogicalMessageID { return messages.LogicalMessageID{byte(i), byte(i >> 8), byte(i >> 16)} }
+	id := func(i int) messages.LogicalMessageID {
+		return messages.LogicalMessageID{byte(i), byte(i >> 8), byte(i >> 16)}
+	}
 	a.add(peer, id(0), []byte("x"))
 	if a.conflicts(peer, id(0), []byte("x")) || !a.conflicts(peer, id(0), []byte("y")) {
 		t.Fatal("same body refused or other body accepted")
