@@ -97,6 +97,13 @@ type ReceiveResult struct {
 	Message *ReceivedMessage
 	AckSent bool
 	Cleared bool
+	// SessionReplaced: the envelope was a fresh initiation from the
+	// sender's pinned identity that replaced the current session (the
+	// sender reset or repaired it). The messages pending to the sender
+	// were sent again on the new session (Resent of them; the ones that
+	// could not be are retried by Retry or a later Resend).
+	SessionReplaced bool
+	Resent          int
 }
 
 // CommitResult is the result of a commit or discard: Status COMMITTED,
@@ -525,7 +532,35 @@ func (d *Device) Receive(ctx context.Context, sender messages.DeviceAddress, env
 	if err != nil {
 		return ReceiveResult{}, fmt.Errorf("device: receive: %w", err)
 	}
-	return resultOf(r), nil
+	res := resultOf(r)
+	if r.SessionReplaced {
+		res.Resent = d.resendAll(ctx, sender)
+	}
+	return res, nil
+}
+
+// resendAll sends every message pending to peer again, under the current
+// session: after the peer replaced the session, what went out on the old
+// one may never decrypt there (a reset or restored peer). It returns how
+// many were handed over; failures stay pending for Retry or Resend.
+func (d *Device) resendAll(ctx context.Context, peer messages.DeviceAddress) int {
+	sent := 0
+	var after uint64
+	for {
+		p, err := d.PendingSentMessages(ctx, after, MaxPageSize, &peer)
+		if err != nil {
+			return sent
+		}
+		for _, m := range p.Messages {
+			if d.Resend(ctx, peer, m.ID) == nil {
+				sent++
+			}
+		}
+		if !p.More {
+			return sent
+		}
+		after = p.Next
+	}
 }
 
 // ReceiveAsync is Receive without the wait, for transports that pipeline
@@ -542,6 +577,16 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 			done(ReceiveResult{}, fmt.Errorf("device: receive: %w", err))
 			return
 		}
+		if r.SessionReplaced {
+			// Off the committer's replier goroutine: Resend goes through
+			// it again.
+			go func() {
+				res := resultOf(r)
+				res.Resent = d.resendAll(context.WithoutCancel(ctx), sender)
+				done(res, nil)
+			}()
+			return
+		}
 		done(resultOf(r), nil)
 	})
 	if err != nil {
@@ -551,7 +596,8 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 }
 
 func resultOf(r session.Received) ReceiveResult {
-	return ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent}
+	return ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent,
+		SessionReplaced: r.SessionReplaced}
 }
 
 // CommitReceivedMessage records that the application durably applied the

@@ -540,7 +540,8 @@ func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
 
 // decrypted is an envelope decrypted on the speculative record.
 type decrypted struct {
-	res    ratchet.DecryptResult
+	res      ratchet.DecryptResult
+	replaced bool
 	pin    *ratchet.IdentityPublic
 	accept *ratchet.AcceptedInitiation
 }
@@ -628,6 +629,9 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 	}
 	out.accept = res.Accepted
 	out.res = res
+	// A fresh initiation that became current while we held another
+	// session: the peer reset or repaired it (SessionReplaced).
+	out.replaced = res.Established && res.Current && !a.rec.IsEmpty()
 	return out, nil
 }
 
@@ -687,6 +691,10 @@ func (r *receiveReq) handle(a *peerActor) {
 	cfg := &a.m.cfg
 	d, err := a.decrypt(r.ctx, r.envelope)
 	if err != nil {
+		if errors.Is(err, ratchet.ErrUnknownSession) && a.repairDue() {
+			a.repair(r.ctx, func(h *handoff) { r.reply(Received{Sender: a.peer, repair: h}, err) })
+			return
+		}
 		r.fail(err)
 		return
 	}
@@ -695,7 +703,7 @@ func (r *receiveReq) handle(a *peerActor) {
 		r.fail(fmt.Errorf("session: receive from %s: frame: %w", a.peer, err))
 		return
 	}
-	res := Received{Sender: a.peer, ID: payload.ID}
+	res := Received{Sender: a.peer, ID: payload.ID, SessionReplaced: d.replaced}
 	wr := &writes{peer: a.peer, id: payload.ID}
 	w := a.newWork()
 	switch payload.Type {
