@@ -542,8 +542,8 @@ func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
 type decrypted struct {
 	res      ratchet.DecryptResult
 	replaced bool
-	pin    *ratchet.IdentityPublic
-	accept *ratchet.AcceptedInitiation
+	pin      *ratchet.IdentityPublic
+	accept   *ratchet.AcceptedInitiation
 }
 
 func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, error) {
