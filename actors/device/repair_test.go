@@ -2,6 +2,7 @@ package device_test
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -94,5 +95,110 @@ func TestSessionRepairIsRateLimited(t *testing.T) {
 	}
 	if n := len(a.take()); n != 1 {
 		t.Fatalf("%d repair initiations after the interval, want 1", n)
+	}
+}
+
+// copyFile returns the bytes of the device's closed bolt file, then opens
+// it again (a backup taken while the process was down).
+func (v *dev) backup() []byte {
+	v.ms.tb.Helper()
+	_ = v.d.Close()
+	_ = v.db.Close()
+	b, err := os.ReadFile(v.path)
+	if err != nil {
+		v.ms.tb.Fatal(err)
+	}
+	v.openDB()
+	v.start()
+	return b
+}
+
+// restore puts an earlier backup of the device's file back and starts it.
+func (v *dev) restore(b []byte) {
+	v.ms.tb.Helper()
+	_ = v.d.Close()
+	_ = v.db.Close()
+	if err := os.WriteFile(v.path, b, 0o600); err != nil {
+		v.ms.tb.Fatal(err)
+	}
+	v.openDB()
+	v.start()
+}
+
+// A sender whose node.db is restored from an earlier backup sends at chain
+// positions the receiver already used; the receiver refuses each as a
+// replay. After a few such envelopes in a row it repairs the session, the
+// restored sender sends everything its store still holds pending again on
+// the new session, and nothing is lost: the message the backup still had
+// pending (committed at the receiver meanwhile) is acknowledged again,
+// the ones sent after the restore are delivered.
+func TestRestoredSenderHealsThroughTheReceiversRepair(t *testing.T) {
+	ms := newMesh(t)
+	a := ms.addBolt(aliceAddr, nil)
+	b := ms.add(bobAddr, nil)
+	first := a.send(b, "one")
+	b.pump()
+	b.commit(a, first.ID)
+	a.pump()
+	second := a.send(b, "two") // pending at alice in the backup
+	saved := a.backup()
+	b.pump()
+	b.commit(a, second.ID)
+	a.pump()
+	for _, s := range []string{"three", "four"} {
+		m := a.send(b, s)
+		b.pump()
+		b.commit(a, m.ID)
+		a.pump()
+	}
+
+	a.restore(saved)
+	if n := len(a.sentPending()); n != 1 {
+		t.Fatalf("%d pending at the restored sender, want 1", n)
+	}
+	var after []string
+	for _, s := range []string{"five", "six", "seven"} {
+		after = append(after, a.send(b, s).ID.String())
+	}
+	refused := 0
+	for _, e := range b.take() {
+		if _, err := b.recv(e); err != nil {
+			refused++
+		}
+	}
+	if refused != 3 {
+		t.Fatalf("%d of the restored sender's 3 envelopes refused, want 3 (same chain positions)", refused)
+	}
+	var resent int
+	for _, r := range a.pump() {
+		if r.SessionReplaced {
+			resent += r.Resent
+		}
+	}
+	if resent != 4 {
+		t.Fatalf("the restored sender sent %d pending messages again, want 4 (the backup's one and three new)", resent)
+	}
+	got := map[string]bool{}
+	var ackedAgain bool
+	for _, r := range b.pump() {
+		if r.Message != nil {
+			got[r.Message.ID.String()] = true
+			b.commit(a, r.Message.ID)
+		}
+		if r.ID == second.ID && r.Kind == device.AlreadyCommitted && r.AckSent {
+			ackedAgain = true
+		}
+	}
+	for i, id := range after {
+		if !got[id] {
+			t.Fatalf("message %d sent after the restore never delivered", i)
+		}
+	}
+	if !ackedAgain {
+		t.Fatal("the backup's pending message was not acknowledged again")
+	}
+	a.pump()
+	if n := len(a.sentPending()); n != 0 {
+		t.Fatalf("%d still pending at the restored sender", n)
 	}
 }

@@ -38,6 +38,9 @@ type peerActor struct {
 
 	loaded bool
 	rec    ratchet.SessionRecord
+	// failStreak counts the peer's envelopes in a row that failed as a
+	// replay or as tampered (repairTrigger); a success resets it.
+	failStreak int
 	pin    *ratchet.IdentityPublic
 	chain  *chain
 
@@ -618,6 +621,7 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 		return out, err
 	}
 	b.refund(a.peer)
+	a.failStreak = 0
 	if a.pin != nil {
 		if err := checkPin(a.peer, *a.pin, res.Session.Remote); err != nil {
 			a.undecryptable(ReasonIdentityChanged, err)
@@ -691,7 +695,7 @@ func (r *receiveReq) handle(a *peerActor) {
 	cfg := &a.m.cfg
 	d, err := a.decrypt(r.ctx, r.envelope)
 	if err != nil {
-		if errors.Is(err, ratchet.ErrUnknownSession) && a.repairDue() {
+		if a.repairTrigger(err) && a.repairDue() {
 			a.repair(r.ctx, func(h *handoff) { r.reply(Received{Sender: a.peer, repair: h}, err) })
 			return
 		}

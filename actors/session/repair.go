@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -28,6 +29,15 @@ import (
 // which know both the frame and the initiation. It is rate-limited per
 // peer (Config.RepairInterval) and only for pinned peers, so an
 // unauthenticated or unknown sender gets no work and no state from it.
+
+// repairAfterFailures is how many envelopes in a row from one peer must
+// fail as replays (ratchet.ErrReplay) or as tampered (ratchet.ErrTampered)
+// before they start a repair. A peer whose store was rolled back (a
+// restored backup) or cloned sends at chain positions this device has
+// already used, or on a chain it has moved past: every such envelope
+// fails, and so does its every retry. A single duplicate from the
+// transport does not reach the count.
+const repairAfterFailures = 3
 
 // DefaultRepairInterval is Config.RepairInterval's default.
 const DefaultRepairInterval = 10 * time.Second
@@ -65,6 +75,24 @@ func (l *repairLimiter) allow(peer messages.DeviceAddress, now time.Time, interv
 	}
 	l.last[peer] = now
 	return true
+}
+
+// repairTrigger reports whether the decryption failure err of one of the
+// peer's envelopes calls for a repair: a session this device does not
+// hold at once, replays or tampering from repairAfterFailures envelopes
+// in a row.
+func (a *peerActor) repairTrigger(err error) bool {
+	switch {
+	case errors.Is(err, ratchet.ErrUnknownSession):
+		return true
+	case errors.Is(err, ratchet.ErrReplay), errors.Is(err, ratchet.ErrTampered):
+		a.failStreak++
+		if a.failStreak >= repairAfterFailures {
+			a.failStreak = 0
+			return true
+		}
+	}
+	return false
 }
 
 // repairDue reports whether an envelope on an unknown session from this
