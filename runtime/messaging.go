@@ -166,6 +166,13 @@ func (n *Node) openDevice(ctx context.Context) error {
 		OnUndecryptable: func(from DeviceAddress, reason string, err error) {
 			n.publish(messages.UndecryptableEnvelope{From: from, Reason: reason, Err: err.Error()})
 		},
+		OnSessionRepair: func(peer DeviceAddress, step string, resent int, err error) {
+			ev := messages.SessionRepaired{Peer: peer, Step: step, Resent: resent}
+			if err != nil {
+				ev.Err = err.Error()
+			}
+			n.publish(ev)
+		},
 		StaleAfter: dc.StaleAfter, StaleCheckInterval: dc.StaleCheckInterval,
 		OnStale: func(st device.StalePending) {
 			n.publish(messages.StalePendingMessage{Sent: st.Sent, Peer: st.Peer, ID: st.ID, Since: st.Since, Reason: st.Reason, Reinitiated: st.Reinitiated})

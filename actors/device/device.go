@@ -189,6 +189,12 @@ type Config struct {
 	// counted in syncmesh_delivery_undecryptable_envelopes_total. It must
 	// not block.
 	OnUndecryptable func(from messages.DeviceAddress, reason string, err error)
+	// OnSessionRepair, when set, is told about every step of a session
+	// repair (step: RepairStarted, RepairFailed with err,
+	// RepairSuppressed, RepairReplaced with how many pending messages
+	// were sent again); each is also counted in
+	// syncmesh_delivery_session_repairs_total{step}. It must not block.
+	OnSessionRepair func(peer messages.DeviceAddress, step string, resent int, err error)
 	// StaleAfter is how long a message may stay pending (received and not
 	// committed or discarded, or sent and not acknowledged) before it is
 	// reported (CheckPending, OnStale, syncmesh_delivery_stale_pending_total).
@@ -278,6 +284,16 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	scfg.MaxPendingPerSender, scfg.MaxPending, scfg.MaxBatch, scfg.Observe, scfg.OnAck = cfg.MaxPendingPerSender, cfg.MaxPending, cfg.MaxBatch, d.observe, d.acked
 	if d.queue != nil {
 		scfg.OnDelivery = d.queue.push
+	}
+	scfg.OnRepair = func(peer messages.DeviceAddress, suppressed bool, err error) {
+		switch {
+		case suppressed:
+			d.repaired(peer, RepairSuppressed, 0, nil)
+		case err != nil:
+			d.repaired(peer, RepairFailed, 0, err)
+		default:
+			d.repaired(peer, RepairStarted, 0, nil)
+		}
 	}
 	scfg.OnUndecryptable = func(from messages.DeviceAddress, reason string, err error) {
 		d.metrics.undecryptable.WithLabelValues(reason).Inc()
@@ -535,8 +551,35 @@ func (d *Device) Receive(ctx context.Context, sender messages.DeviceAddress, env
 	res := resultOf(r)
 	if r.SessionReplaced {
 		res.Resent = d.resendAll(ctx, sender)
+		d.repaired(sender, RepairReplaced, res.Resent, nil)
 	}
 	return res, nil
+}
+
+// Steps of a session repair (OnSessionRepair, the metric's label).
+const (
+	// RepairStarted: envelopes from a pinned peer named a session this
+	// device does not hold (or failed as replays several times in a row);
+	// it sent the peer a fresh authenticated initiation.
+	RepairStarted = "started"
+	// RepairFailed: such a repair could not be sent (no bundle, a changed
+	// identity, the transport); the next envelope after the interval tries
+	// again.
+	RepairFailed = "failed"
+	// RepairSuppressed: a repair was due but one was started with the peer
+	// less than the repair interval ago.
+	RepairSuppressed = "suppressed"
+	// RepairReplaced: the peer's fresh initiation replaced the session here
+	// (it reset, repaired or restored it); the messages pending to it were
+	// sent again on the new session.
+	RepairReplaced = "replaced"
+)
+
+func (d *Device) repaired(peer messages.DeviceAddress, step string, resent int, err error) {
+	d.metrics.repairs.WithLabelValues(step).Inc()
+	if d.cfg.OnSessionRepair != nil {
+		d.cfg.OnSessionRepair(peer, step, resent, err)
+	}
 }
 
 // resendAll sends every message pending to peer again, under the current
@@ -582,7 +625,8 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 			// it again.
 			go func() {
 				res := resultOf(r)
-				res.Resent = d.resendAll(context.WithoutCancel(ctx), sender)
+				res.Resent = d.resendAll(d.ctx, sender)
+				d.repaired(sender, RepairReplaced, res.Resent, nil)
 				done(res, nil)
 			}()
 			return

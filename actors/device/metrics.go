@@ -31,6 +31,9 @@ type metrics struct {
 	// counts those the device-wide cap evicted (no peer label).
 	skipped *share
 	evicted prometheus.Counter
+	// repairs counts session repairs by step (a closed set:
+	// RepairStarted, RepairFailed, RepairSuppressed, RepairReplaced).
+	repairs *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -58,6 +61,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "acks_failed_total", Help: "ACKs that could not be encrypted or handed off (the commit stands; ackSent=false)."}),
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "stale_pending_total", Help: "Messages found pending past StaleAfter, each once per process, by side (received, sent) and reason (uncommitted, unacknowledged, unanswered_initiation, peer_identity_changed)."}, []string{"side", "reason"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "session_repairs_total", Help: "Session repairs by step: started (envelopes from a pinned peer on a session this device does not hold, or replays in a row: a fresh initiation was sent), failed, suppressed (rate limit), replaced (a peer's fresh initiation replaced the session here and the pending messages were sent again)."}, []string{"step"}),
 		undecryptable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "undecryptable_envelopes_total", Help: "Received envelopes that could not be decrypted, by reason (malformed, decrypt, identity_changed, budget, unpinned_limit)."}, []string{"reason"}),
 	}
@@ -74,6 +79,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.stale, err = promreg.Register(reg, m.stale); err != nil {
+		return nil, err
+	}
+	if m.repairs, err = promreg.Register(reg, m.repairs); err != nil {
 		return nil, err
 	}
 	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed, &m.evicted} {

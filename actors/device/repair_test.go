@@ -2,12 +2,15 @@ package device_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
+	"github.com/syncmesh/syncmesh/messages"
 )
 
 // A one-sided ResetSession heals by itself: after bob resets his session
@@ -17,7 +20,20 @@ import (
 // alice goes out again on the new session and decrypts at bob — without
 // bob's application sending anything and without a manual reset at alice.
 func TestOneSidedResetHealsWithoutTheResettingSideSending(t *testing.T) {
-	ms, a, b := pair(t)
+	ms := newMesh(t)
+	var mu sync.Mutex
+	var steps []string
+	record := func(who string) func(*device.Config) {
+		return func(c *device.Config) {
+			c.OnSessionRepair = func(peer messages.DeviceAddress, step string, resent int, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				steps = append(steps, fmt.Sprintf("%s:%s:%s:%d:%v", who, peer.User, step, resent, err))
+			}
+		}
+	}
+	a := ms.add(aliceAddr, record("alice"))
+	b := ms.add(bobAddr, record("bob"))
 	first := a.send(b, "before the reset")
 	b.pump()
 	b.commit(a, first.ID)
@@ -38,17 +54,23 @@ func TestOneSidedResetHealsWithoutTheResettingSideSending(t *testing.T) {
 			replaced = true
 		}
 	}
-	var got bool
+	var delivered bool
 	for _, r := range b.pump() {
 		if r.Message != nil && r.Message.ID == lost.ID && string(r.Message.Plaintext) == "after the reset" {
-			got = true
+			delivered = true
 		}
 	}
-	if !got {
+	if !delivered {
 		t.Fatalf("after ResetSession on bob, alice's pending message never decrypted at bob (alice saw a session replacement: %v)", replaced)
 	}
 	if !replaced {
 		t.Fatal("alice's side did not report the replaced session and the resend")
+	}
+	mu.Lock()
+	got := fmt.Sprint(steps)
+	mu.Unlock()
+	if want := "[bob:alice:started:0:<nil> alice:bob:replaced:1:<nil>]"; got != want {
+		t.Fatalf("repair notices %s, want %s", got, want)
 	}
 	// Both directions work on the new session.
 	if r := b.commit(a, lost.ID); !r.AckSent {
@@ -61,7 +83,6 @@ func TestOneSidedResetHealsWithoutTheResettingSideSending(t *testing.T) {
 	if rs := a.pump(); len(rs) != 1 || rs[0].Message == nil || rs[0].Message.ID != back.ID {
 		t.Fatalf("bob → alice on the new session: %+v", rs)
 	}
-	_ = ms
 }
 
 // Repairs are rate-limited per peer: a burst of undecryptable envelopes
