@@ -41,8 +41,8 @@ type peerActor struct {
 	// failStreak counts the peer's envelopes in a row that failed as a
 	// replay or as tampered (repairTrigger); a success resets it.
 	failStreak int
-	pin    *ratchet.IdentityPublic
-	chain  *chain
+	pin        *ratchet.IdentityPublic
+	chain      *chain
 
 	inflight int
 	in       map[messages.LogicalMessageID]*inKey
