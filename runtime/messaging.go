@@ -158,8 +158,15 @@ func (n *Node) openDevice(ctx context.Context) error {
 		}
 		handler = n.onMessage(dc.OnMessage) // delivered.go
 	}
+	// A store the restore check suspects (clock mark file above node.db's,
+	// or missing) or the operator declared restored may hold sessions
+	// behind their peers': the device re-initiates before sending.
+	n.restore.mu.Lock()
+	restored := n.restore.status.Suspected || n.cfg.Restored
+	n.restore.mu.Unlock()
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
+		Restored: restored,
 		Store: timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
 		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, Handler: handler, Buffer: dc.Buffer,
 		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,

@@ -189,6 +189,12 @@ type Config struct {
 	// counted in syncmesh_delivery_undecryptable_envelopes_total. It must
 	// not block.
 	OnUndecryptable func(from messages.DeviceAddress, reason string, err error)
+	// Restored says the store may be a restored or copied one (the
+	// node's restore check suspected it, or the operator said so): the
+	// first send to each peer starts a fresh session instead of using the
+	// stored one, and every message still pending is sent again on it
+	// after Open.
+	Restored bool
 	// OnSessionRepair, when set, is told about every step of a session
 	// repair (step: RepairStarted, RepairFailed with err,
 	// RepairSuppressed, RepairReplaced with how many pending messages
@@ -285,16 +291,8 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	if d.queue != nil {
 		scfg.OnDelivery = d.queue.push
 	}
-	scfg.OnRepair = func(peer messages.DeviceAddress, suppressed bool, err error) {
-		switch {
-		case suppressed:
-			d.repaired(peer, RepairSuppressed, 0, nil)
-		case err != nil:
-			d.repaired(peer, RepairFailed, 0, err)
-		default:
-			d.repaired(peer, RepairStarted, 0, nil)
-		}
-	}
+	scfg.OnRepair = func(peer messages.DeviceAddress, step string, err error) { d.repaired(peer, step, 0, err) }
+	scfg.Restored = scfg.Restored || cfg.Restored
 	scfg.OnUndecryptable = func(from messages.DeviceAddress, reason string, err error) {
 		d.metrics.undecryptable.WithLabelValues(reason).Inc()
 		if cfg.OnUndecryptable != nil {
@@ -318,6 +316,15 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	if d.queue != nil {
 		d.loops.Add(1)
 		go d.dispatch(true)
+	}
+	if cfg.Restored {
+		// Everything still pending goes out again, each peer's on a fresh
+		// session (session.Config.Restored).
+		d.loops.Add(1)
+		go func() {
+			defer d.loops.Done()
+			d.resendAll(d.ctx, nil)
+		}()
 	}
 	if cfg.Prune.Interval > 0 {
 		d.loops.Add(1)
@@ -550,7 +557,7 @@ func (d *Device) Receive(ctx context.Context, sender messages.DeviceAddress, env
 	}
 	res := resultOf(r)
 	if r.SessionReplaced {
-		res.Resent = d.resendAll(ctx, sender)
+		res.Resent = d.resendAll(ctx, &sender)
 		d.repaired(sender, RepairReplaced, res.Resent, nil)
 	}
 	return res, nil
@@ -561,18 +568,22 @@ const (
 	// RepairStarted: envelopes from a pinned peer named a session this
 	// device does not hold (or failed as replays several times in a row);
 	// it sent the peer a fresh authenticated initiation.
-	RepairStarted = "started"
+	RepairStarted = session.RepairStarted
 	// RepairFailed: such a repair could not be sent (no bundle, a changed
 	// identity, the transport); the next envelope after the interval tries
 	// again.
-	RepairFailed = "failed"
+	RepairFailed = session.RepairFailed
 	// RepairSuppressed: a repair was due but one was started with the peer
 	// less than the repair interval ago.
-	RepairSuppressed = "suppressed"
+	RepairSuppressed = session.RepairSuppressed
+	// RepairRestored: the store may be a restored copy (Config.Restored);
+	// the first send to the peer started a fresh initiation instead of
+	// using the stored session.
+	RepairRestored = session.RepairRestored
 	// RepairReplaced: the peer's fresh initiation replaced the session here
 	// (it reset, repaired or restored it); the messages pending to it were
 	// sent again on the new session.
-	RepairReplaced = "replaced"
+	RepairReplaced = session.RepairReplaced
 )
 
 func (d *Device) repaired(peer messages.DeviceAddress, step string, resent int, err error) {
@@ -582,20 +593,23 @@ func (d *Device) repaired(peer messages.DeviceAddress, step string, resent int, 
 	}
 }
 
-// resendAll sends every message pending to peer again, under the current
-// session: after the peer replaced the session, what went out on the old
+// resendAll sends every message pending to peer (nil: to every peer)
+// again, under the current session: after the peer replaced the session, what went out on the old
 // one may never decrypt there (a reset or restored peer). It returns how
 // many were handed over; failures stay pending for Retry or Resend.
-func (d *Device) resendAll(ctx context.Context, peer messages.DeviceAddress) int {
+func (d *Device) resendAll(ctx context.Context, peer *messages.DeviceAddress) int {
 	sent := 0
 	var after uint64
 	for {
-		p, err := d.PendingSentMessages(ctx, after, MaxPageSize, &peer)
+		p, err := d.PendingSentMessages(ctx, after, MaxPageSize, peer)
 		if err != nil {
 			return sent
 		}
 		for _, m := range p.Messages {
-			if d.Resend(ctx, peer, m.ID) == nil {
+			if ctx.Err() != nil {
+				return sent
+			}
+			if d.Resend(ctx, m.Recipient, m.ID) == nil {
 				sent++
 			}
 		}
@@ -625,7 +639,7 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 			// it again.
 			go func() {
 				res := resultOf(r)
-				res.Resent = d.resendAll(d.ctx, sender)
+				res.Resent = d.resendAll(d.ctx, &sender)
 				d.repaired(sender, RepairReplaced, res.Resent, nil)
 				done(res, nil)
 			}()

@@ -223,3 +223,55 @@ func TestRestoredSenderHealsThroughTheReceiversRepair(t *testing.T) {
 		t.Fatalf("%d still pending at the restored sender", n)
 	}
 }
+
+// A device opened with Restored (the node's restore check suspected its
+// store, or the operator said so) does not send on its stored sessions:
+// its first envelope to each peer carries a fresh initiation, so nothing
+// it sends after the restore is refused, and the message its store still
+// holds pending goes out again at Open.
+func TestRestoredDeviceReinitiatesBeforeSending(t *testing.T) {
+	ms := newMesh(t)
+	var mu sync.Mutex
+	var steps []string
+	a := ms.addBolt(aliceAddr, nil)
+	b := ms.add(bobAddr, nil)
+	first := a.send(b, "one")
+	b.pump()
+	b.commit(a, first.ID)
+	a.pump()
+	pending := a.send(b, "two")
+	saved := a.backup()
+	b.pump()
+	b.commit(a, pending.ID)
+	a.pump()
+	m := a.send(b, "three")
+	b.pump()
+	b.commit(a, m.ID)
+	a.pump()
+
+	a.tweak = func(c *device.Config) {
+		c.Restored = true
+		c.OnSessionRepair = func(peer messages.DeviceAddress, step string, _ int, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			steps = append(steps, fmt.Sprintf("%s:%s:%v", peer.User, step, err))
+		}
+	}
+	a.restore(saved)
+	// The backup's pending message, on a fresh session: acknowledged again.
+	var rs []device.ReceiveResult
+	waitFor(t, func() bool { rs = append(rs, b.pump()...); return len(rs) > 0 }, "the resend at Open")
+	if len(rs) != 1 || rs[0].ID != pending.ID || rs[0].Kind != device.AlreadyCommitted || !rs[0].AckSent {
+		t.Fatalf("the restored device's resend at Open: %+v", rs)
+	}
+	after := a.send(b, "four")
+	rs = b.pump()
+	if len(rs) != 1 || rs[0].Message == nil || rs[0].Message.ID != after.ID {
+		t.Fatalf("the restored device's first new message: %+v", rs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(steps) != "[bob:restored:<nil>]" {
+		t.Fatalf("repair steps %v", steps)
+	}
+}

@@ -148,11 +148,18 @@ type Config struct {
 	// authenticated initiation to the peer, so the peer's next messages
 	// decrypt again. 0: DefaultRepairInterval; negative: no repairs.
 	RepairInterval time.Duration
-	// OnRepair, when set, is told about every session repair this device
-	// started (err nil: the repair initiation was handed to the transport)
-	// and every one the interval suppressed (suppressed true). From the
-	// peer's actor or the committer's replier: it must not block.
-	OnRepair func(peer messages.DeviceAddress, suppressed bool, err error)
+	// OnRepair, when set, is told about every step of a session repair
+	// (step: RepairStarted or RepairFailed with err, RepairSuppressed,
+	// RepairRestored). From the peer's actor, the committer's replier or
+	// a caller's goroutine: it must not block.
+	OnRepair func(peer messages.DeviceAddress, step string, err error)
+	// Restored says the store may be a restored or copied one (the node's
+	// restore check suspected it, or the operator said so): every stored
+	// session may be behind its peer, so the first encryption to each
+	// peer after Open starts a fresh initiation instead of using it (the
+	// old sessions stay archived and decryptable), reported as
+	// RepairRestored.
+	Restored bool
 }
 
 func (c *Config) setDefaults() error {
@@ -284,6 +291,9 @@ type Manager struct {
 
 	// repairs rate-limits session repairs per peer (repair.go).
 	repairs repairLimiter
+	// freshened holds the peers re-initiated since Open under
+	// Config.Restored (repair.go).
+	freshened peerSet
 	// abandoned remembers the body digests of abandoned outbound ids
 	// (Abandon, SendMessage: ErrLogicalIDReused).
 	abandoned abandonedIDs

@@ -39,6 +39,44 @@ import (
 // transport does not reach the count.
 const repairAfterFailures = 3
 
+// Steps of a session repair (Config.OnRepair).
+const (
+	// RepairStarted: a repair initiation was handed to the transport.
+	RepairStarted = "started"
+	// RepairFailed: a repair could not be made or sent.
+	RepairFailed = "failed"
+	// RepairSuppressed: a repair was due within the interval of the last.
+	RepairSuppressed = "suppressed"
+	// RepairRestored: under Config.Restored, the first encryption to the
+	// peer started a fresh initiation instead of using the stored session.
+	RepairRestored = "restored"
+	// RepairReplaced is the device layer's step: the peer's fresh
+	// initiation replaced the session (Received.SessionReplaced).
+	RepairReplaced = "replaced"
+)
+
+// peerSet is a set of peers safe for concurrent use.
+type peerSet struct {
+	mu sync.Mutex
+	m  map[messages.DeviceAddress]struct{}
+}
+
+func (p *peerSet) has(peer messages.DeviceAddress) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.m[peer]
+	return ok
+}
+
+func (p *peerSet) add(peer messages.DeviceAddress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[messages.DeviceAddress]struct{}{}
+	}
+	p.m[peer] = struct{}{}
+}
+
 // DefaultRepairInterval is Config.RepairInterval's default.
 const DefaultRepairInterval = 10 * time.Second
 
@@ -106,7 +144,7 @@ func (a *peerActor) repairDue() bool {
 	}
 	if !a.m.repairs.allow(a.peer, cfg.Now(), cfg.RepairInterval) {
 		if cfg.OnRepair != nil {
-			cfg.OnRepair(a.peer, true, nil)
+			cfg.OnRepair(a.peer, RepairSuppressed, nil)
 		}
 		return false
 	}
@@ -121,7 +159,7 @@ func (a *peerActor) repair(ctx context.Context, done func(*handoff)) {
 	cfg := &a.m.cfg
 	fail := func(err error) {
 		if cfg.OnRepair != nil {
-			cfg.OnRepair(a.peer, false, err)
+			cfg.OnRepair(a.peer, RepairFailed, err)
 		}
 		done(nil)
 	}
@@ -153,7 +191,7 @@ func (a *peerActor) repair(ctx context.Context, done func(*handoff)) {
 				return
 			}
 			if cfg.OnRepair != nil {
-				cfg.OnRepair(a.peer, false, nil)
+				cfg.OnRepair(a.peer, RepairStarted, nil)
 			}
 			done(nil)
 			return
@@ -201,6 +239,10 @@ func (m *Manager) handRepair(ctx context.Context, to messages.DeviceAddress, h *
 		err = fmt.Errorf("session: repair with %s: %w", to, err)
 	}
 	if m.cfg.OnRepair != nil {
-		m.cfg.OnRepair(to, false, err)
+		step := RepairStarted
+		if err != nil {
+			step = RepairFailed
+		}
+		m.cfg.OnRepair(to, step, err)
 	}
 }
