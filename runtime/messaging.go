@@ -167,7 +167,7 @@ func (n *Node) openDevice(ctx context.Context) error {
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
 		Restored: restored,
-		Store: timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
+		Store:    timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
 		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, Handler: handler, Buffer: dc.Buffer,
 		Retry: dc.Retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
 		OnUndecryptable: func(from DeviceAddress, reason string, err error) {
