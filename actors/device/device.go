@@ -482,7 +482,9 @@ func (d *Device) Send(ctx context.Context, to messages.DeviceAddress, body []byt
 // store succeeded but the encryption or the hand-off failed, the returned
 // SentMessage is valid and the error matches ErrNotHandedOff: the message
 // is pending, Resend it later. A (to, id) already pending fails with
-// outbound.ErrAlreadyPending. If ctx ends while the store write is queued
+// outbound.ErrAlreadyPending; an id this device abandoned with another
+// body (while it remembers it) with session.ErrLogicalIDReused, since the
+// receiver's ACK of the abandoned body would clear this one. If ctx ends while the store write is queued
 // the write may still happen: PendingSentMessages tells.
 func (d *Device) SendWithID(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, body []byte) (SentMessage, error) {
 	if d.isClosed() {
