@@ -52,3 +52,20 @@ type EnvelopeDropped struct {
 }
 
 func (EnvelopeDropped) notice() {}
+
+// SessionRepaired: the delivery plane took one step of a session repair
+// with Peer on its own (docs/delivery.md, "Restore, reset and repair").
+// Step is from a closed set: "started" (envelopes from Peer's pinned
+// identity named a session this device does not hold, or failed as
+// replays several times in a row; a fresh initiation was sent), "failed"
+// (it could not be sent: Err), "suppressed" (rate limit), "replaced"
+// (Peer's fresh initiation replaced the session here; Resent pending
+// messages were sent again on it). Nothing is asked of the application.
+type SessionRepaired struct {
+	Peer   DeviceAddress
+	Step   string
+	Resent int
+	Err    string
+}
+
+func (SessionRepaired) notice() {}

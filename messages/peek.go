@@ -11,12 +11,18 @@ package messages
 // (FuzzPeekEnvelope), so a receiver that decodes strictly afterwards — as
 // the ratchet does on every envelope — need not decode it twice.
 func PeekEnvelope(b []byte) (session SessionID, initiation bool, ok bool) {
-	// [v, [session, dh, pn, n], initiation / null, ciphertext]
-	if len(b) < 2 || b[0] != 0x84 || EnvelopeVersion >= 24 || b[1] != EnvelopeVersion {
+	// [1, [session, dh, pn, n], initiation / null, ciphertext] or
+	// [2, [session, dh, pn, n, salt], initiation / null, ciphertext]
+	if len(b) < 2 || b[0] != 0x84 || EnvelopeVersionSalted >= 24 || (b[1] != EnvelopeVersion && b[1] != EnvelopeVersionSalted) {
 		return session, false, false
 	}
+	salted := b[1] == EnvelopeVersionSalted
+	hdr := byte(0x84)
+	if salted {
+		hdr = 0x85
+	}
 	p := b[2:]
-	if len(p) < 1+2+32+2+32 || p[0] != 0x84 || p[1] != 0x58 || p[2] != 32 {
+	if len(p) < 1+2+32+2+32 || p[0] != hdr || p[1] != 0x58 || p[2] != 32 {
 		return session, false, false
 	}
 	copy(session[:], p[3:35])
@@ -31,6 +37,12 @@ func PeekEnvelope(b []byte) (session SessionID, initiation bool, ok bool) {
 			return session, false, false
 		}
 		p = p[n:]
+	}
+	if salted {
+		if len(p) < 2+HeaderSaltSize || p[0] != 0x58 || p[1] != HeaderSaltSize {
+			return session, false, false
+		}
+		p = p[2+HeaderSaltSize:]
 	}
 	if len(p) == 0 {
 		return session, false, false

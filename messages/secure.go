@@ -55,8 +55,17 @@ const (
 const (
 	// SecurePayloadVersion is the only SecurePayload frame version.
 	SecurePayloadVersion = 1
-	// EnvelopeVersion is the only envelope version.
+	// EnvelopeVersion is the envelope version whose header carries no
+	// salt (docs/protocol.md, "Envelope version 2"). Receivers still
+	// accept it; senders write it only under ratchet.Config.LegacyEnvelopes.
 	EnvelopeVersion = 1
+	// EnvelopeVersionSalted is the envelope version whose ratchet header
+	// carries a 32-byte salt mixed into the message key and nonce, so a
+	// rolled-back or cloned sender never reuses an AES-GCM (key, nonce)
+	// pair for another plaintext (docs/protocol.md, "Envelope version 2").
+	EnvelopeVersionSalted = 2
+	// HeaderSaltSize is the size of a version-2 header's salt.
+	HeaderSaltSize = 32
 	// PrekeyBundleVersion is the only prekey bundle version.
 	PrekeyBundleVersion = 1
 )
@@ -283,12 +292,17 @@ func requireCanonical(what string, in []byte, enc func() ([]byte, error)) error 
 
 // RatchetHeader is the cleartext Double Ratchet header (Signal Double
 // Ratchet §3.2: dh, pn, n) plus the id of the session it belongs to. Its
-// CBOR form is [session bstr .size 32, dh bstr .size 32, pn uint, n uint].
+// CBOR form is [session bstr .size 32, dh bstr .size 32, pn uint, n uint]
+// in an envelope of version 1 and [session, dh, pn, n, salt bstr .size 32]
+// in one of version 2: Salt set makes the envelope version 2.
 type RatchetHeader struct {
 	Session SessionID
 	DH      [X25519KeySize]byte
 	PN      uint32
 	N       uint32
+	// Salt is the per-message salt of a version-2 envelope (nil: version
+	// 1). The ratchet mixes it into the message key and nonce.
+	Salt *[HeaderSaltSize]byte
 }
 
 // PrekeyInitiation is the PQXDH initial-message block (PQXDH §3.3): the
@@ -318,7 +332,8 @@ type PrekeyInitiation struct {
 const PrekeyInitiationVersion = 2
 
 // Envelope is one ratchet message on the wire. Its CBOR form is
-// [1, header, initiation / null, ciphertext]. An envelope whose Initiation
+// [version, header, initiation / null, ciphertext], version 1 or 2 (2 when
+// the header carries a salt). An envelope whose Initiation
 // is set is a prekey envelope: it can establish the session it names.
 type Envelope struct {
 	Header     RatchetHeader
@@ -332,6 +347,16 @@ type wireHeader struct {
 	DH      []byte
 	PN      uint32
 	N       uint32
+}
+
+// wireHeaderSalted is the header of a version-2 envelope.
+type wireHeaderSalted struct {
+	_       struct{} `cbor:",toarray"`
+	Session []byte
+	DH      []byte
+	PN      uint32
+	N       uint32
+	Salt    []byte
 }
 
 type wireInitiation struct {
@@ -466,16 +491,31 @@ func decodeEnvelope(b []byte) (*Envelope, error) {
 	if err := Unmarshal(what, b, &w, MaxEnvelopeSize); err != nil {
 		return nil, err
 	}
-	if err := checkVersion(what, w.V, EnvelopeVersion); err != nil {
-		return nil, err
+	if w.V != EnvelopeVersionSalted {
+		if err := checkVersion(what, w.V, EnvelopeVersion); err != nil {
+			return nil, err
+		}
 	}
 	if w.Header == nil || w.Initiation == nil {
 		return nil, decodeErr(what, ErrMalformed, fmt.Errorf("missing header or initiation slot"))
 	}
 	e := &Envelope{}
-	var h wireHeader
-	if err := Unmarshal(what+" header", w.Header, &h, 0); err != nil {
-		return nil, err
+	var h wireHeaderSalted
+	if w.V == EnvelopeVersionSalted {
+		if err := Unmarshal(what+" header", w.Header, &h, 0); err != nil {
+			return nil, err
+		}
+		if len(h.Salt) != HeaderSaltSize {
+			return nil, decodeErr(what, ErrMalformed, fmt.Errorf("header: salt must be %d bytes", HeaderSaltSize))
+		}
+		e.Header.Salt = new([HeaderSaltSize]byte)
+		copy(e.Header.Salt[:], h.Salt)
+	} else {
+		var h1 wireHeader
+		if err := Unmarshal(what+" header", w.Header, &h1, 0); err != nil {
+			return nil, err
+		}
+		h.Session, h.DH, h.PN, h.N = h1.Session, h1.DH, h1.PN, h1.N
 	}
 	if len(h.Session) != len(e.Header.Session) || len(h.DH) != X25519KeySize {
 		return nil, decodeErr(what, ErrMalformed, fmt.Errorf("header: session id must be 32 bytes and dh 32 bytes"))

@@ -31,17 +31,34 @@ func appendMap(dst []byte, n int) []byte { return appendHead(dst, 5, uint64(n)) 
 func appendNull(dst []byte) []byte { return appendHead(dst, 7, 22) }
 
 // appendRatchetHeader appends the encoding of wireHeader: [session bstr,
-// dh bstr, pn uint, n uint].
+// dh bstr, pn uint, n uint], or of wireHeaderSalted when h carries a salt:
+// [session, dh, pn, n, salt bstr].
 func appendRatchetHeader(dst []byte, h *RatchetHeader) []byte {
-	dst = appendArray(dst, 4)
+	if h.Salt != nil {
+		dst = appendArray(dst, 5)
+	} else {
+		dst = appendArray(dst, 4)
+	}
 	dst = appendBstr(dst, h.Session[:])
 	dst = appendBstr(dst, h.DH[:])
 	dst = appendUint(dst, uint64(h.PN))
-	return appendUint(dst, uint64(h.N))
+	dst = appendUint(dst, uint64(h.N))
+	if h.Salt != nil {
+		dst = appendBstr(dst, h.Salt[:])
+	}
+	return dst
 }
 
-// ratchetHeaderSize is the largest encoded ratchet header.
-const ratchetHeaderSize = 1 + 2*(2+32) + 2*5
+// envelopeVersionOf is the version of an envelope whose header is h.
+func envelopeVersionOf(h *RatchetHeader) uint64 {
+	if h.Salt != nil {
+		return EnvelopeVersionSalted
+	}
+	return EnvelopeVersion
+}
+
+// ratchetHeaderSize is the largest encoded ratchet header (salted).
+const ratchetHeaderSize = 1 + 3*(2+32) + 2*5
 
 // appendSecurePayload appends the frame [1, type, body] with body
 // {"id": bstr} (an ack) or {"id": bstr, "body": bstr} (an application
@@ -64,12 +81,12 @@ func appendSecurePayload(dst []byte, t SecurePayloadType, id *LogicalMessageID, 
 	return dst
 }
 
-// appendEnvelope appends the encoding of wireEnvelope: [1, header,
+// appendEnvelope appends the encoding of wireEnvelope: [version, header,
 // initiation or null, ciphertext bstr]; initiation is the encoded
 // initiation (nil: none).
 func appendEnvelope(dst []byte, h *RatchetHeader, initiation, ciphertext []byte) []byte {
 	dst = appendArray(dst, 4)
-	dst = appendUint(dst, EnvelopeVersion)
+	dst = appendUint(dst, envelopeVersionOf(h))
 	dst = appendRatchetHeader(dst, h)
 	if initiation != nil {
 		dst = append(dst, initiation...)

@@ -14,13 +14,25 @@ import "math"
 // FuzzEnvelopeReaderMatchesTheDecoder and
 // FuzzSecurePayloadReaderMatchesTheDecoder check both claims.
 
-// readEnvelope reads [1, [session, dh, pn, n], null, ciphertext].
+// readEnvelope reads [1, [session, dh, pn, n], null, ciphertext] and
+// [2, [session, dh, pn, n, salt], null, ciphertext].
 func readEnvelope(b []byte) (*Envelope, bool) {
 	if len(b) > MaxEnvelopeSize {
 		return nil, false
 	}
 	r := canonReader{b: b}
-	if r.head(4) != 4 || r.head(0) != EnvelopeVersion || r.head(4) != 4 {
+	if r.head(4) != 4 {
+		return nil, false
+	}
+	fields := uint64(4)
+	switch r.head(0) {
+	case EnvelopeVersion:
+	case EnvelopeVersionSalted:
+		fields = 5
+	default:
+		return nil, false
+	}
+	if r.head(4) != fields {
 		return nil, false
 	}
 	e := &Envelope{}
@@ -29,6 +41,14 @@ func readEnvelope(b []byte) (*Envelope, bool) {
 	pn, n := r.head(0), r.head(0)
 	if r.bad || len(session) != len(e.Header.Session) || len(dh) != len(e.Header.DH) || pn > math.MaxUint32 || n > math.MaxUint32 {
 		return nil, false
+	}
+	if fields == 5 {
+		salt := r.take(r.head(2))
+		if r.bad || len(salt) != HeaderSaltSize {
+			return nil, false
+		}
+		e.Header.Salt = new([HeaderSaltSize]byte)
+		copy(e.Header.Salt[:], salt)
 	}
 	r.literal([]byte{0xf6})
 	ct := r.take(r.head(2))

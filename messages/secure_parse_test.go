@@ -124,6 +124,10 @@ func FuzzEnvelopeReaderMatchesTheDecoder(f *testing.F) {
 		b, _ := EncodeEnvelope(sampleEnvelope(w))
 		f.Add(b)
 	}
+	for _, w := range []bool{false, true} {
+		b, _ := EncodeEnvelope(sampleSaltedEnvelope(w))
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, in []byte) { checkEnvelopeReader(t, in) })
 }
 

@@ -239,6 +239,10 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		b, _ := EncodeEnvelope(sampleEnvelope(w))
 		f.Add(b)
 	}
+	for _, w := range []bool{false, true} {
+		b, _ := EncodeEnvelope(sampleSaltedEnvelope(w))
+		f.Add(b)
+	}
 	f.Add([]byte{0x84, 0x01, 0xf6, 0xf6, 0x40})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		e, err := DecodeEnvelope(in)

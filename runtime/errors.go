@@ -195,6 +195,9 @@ var (
 	// ErrAlreadyPending: a message of the same (recipient, id) is already
 	// pending.
 	ErrAlreadyPending = outbound.ErrAlreadyPending
+	// ErrLogicalIDReused: a Send reused the logical id of a message this
+	// node abandoned with another body; nothing was stored (use a new id).
+	ErrLogicalIDReused = session.ErrLogicalIDReused
 	// ErrLogicalMessageConflict: a received message reused a logical id
 	// with another body; nothing changed.
 	ErrLogicalMessageConflict = inboundstore.ErrLogicalMessageConflict

@@ -184,9 +184,16 @@ func (n *Node) openDevice(ctx context.Context) error {
 	case retry == RetryPolicy{}:
 		retry = DefaultRetry
 	}
+	// A store the restore check suspects (clock mark file above node.db's,
+	// or missing) or the operator declared restored may hold sessions
+	// behind their peers': the device re-initiates before sending.
+	n.restore.mu.Lock()
+	restored := n.restore.status.Suspected || n.cfg.Restored
+	n.restore.mu.Unlock()
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
-		Store: timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
+		Restored: restored,
+		Store:    timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
 		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, RedeliverAfter: dc.RedeliverAfter, Handler: handler, Buffer: dc.Buffer,
 		Retry: retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
 		OnUndecryptable: func(from DeviceAddress, reason string, err error) {
@@ -198,6 +205,13 @@ func (n *Node) openDevice(ctx context.Context) error {
 				e.Err = x.Err.Error()
 			}
 			n.publish(e)
+		},
+		OnSessionRepair: func(peer DeviceAddress, step string, resent int, err error) {
+			ev := messages.SessionRepaired{Peer: peer, Step: step, Resent: resent}
+			if err != nil {
+				ev.Err = err.Error()
+			}
+			n.publish(ev)
 		},
 		StaleAfter: dc.StaleAfter, StaleCheckInterval: dc.StaleCheckInterval,
 		OnStale: func(st device.StalePending) {

@@ -98,6 +98,13 @@ type ReceiveResult struct {
 	Message *ReceivedMessage
 	AckSent bool
 	Cleared bool
+	// SessionReplaced: the envelope was a fresh initiation from the
+	// sender's pinned identity that replaced the current session (the
+	// sender reset or repaired it). The messages pending to the sender
+	// were sent again on the new session (Resent of them; the ones that
+	// could not be are retried by Retry or a later Resend).
+	SessionReplaced bool
+	Resent          int
 }
 
 // CommitResult is the result of a commit or discard: Status COMMITTED,
@@ -191,6 +198,18 @@ type Config struct {
 	// counted in syncmesh_delivery_undecryptable_envelopes_total. It must
 	// not block.
 	OnUndecryptable func(from messages.DeviceAddress, reason string, err error)
+	// Restored says the store may be a restored or copied one (the
+	// node's restore check suspected it, or the operator said so): the
+	// first send to each peer starts a fresh session instead of using the
+	// stored one, and every message still pending is sent again on it
+	// after Open.
+	Restored bool
+	// OnSessionRepair, when set, is told about every step of a session
+	// repair (step: RepairStarted, RepairFailed with err,
+	// RepairSuppressed, RepairReplaced with how many pending messages
+	// were sent again); each is also counted in
+	// syncmesh_delivery_session_repairs_total{step}. It must not block.
+	OnSessionRepair func(peer messages.DeviceAddress, step string, resent int, err error)
 	// StaleAfter is how long a message may stay pending (received and not
 	// committed or discarded, or sent and not acknowledged) before it is
 	// reported (CheckPending, OnStale, syncmesh_delivery_stale_pending_total).
@@ -336,6 +355,8 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	if d.queue != nil {
 		scfg.OnDelivery = d.queue.push
 	}
+	scfg.OnRepair = func(peer messages.DeviceAddress, step string, err error) { d.repaired(peer, step, 0, err) }
+	scfg.Restored = scfg.Restored || cfg.Restored
 	scfg.OnUndecryptable = func(from messages.DeviceAddress, reason string, err error) {
 		d.metrics.undecryptable.WithLabelValues(reason).Inc()
 		if cfg.OnUndecryptable != nil {
@@ -361,6 +382,15 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 	if d.queue != nil {
 		d.loops.Add(1)
 		go d.dispatch(true)
+	}
+	if cfg.Restored {
+		// Everything still pending goes out again, each peer's on a fresh
+		// session (session.Config.Restored).
+		d.loops.Add(1)
+		go func() {
+			defer d.loops.Done()
+			d.resendAll(d.ctx, nil)
+		}()
 	}
 	// The retry schedule's first pass looks at what is pending from
 	// before; later ones are armed while messages are pending.
@@ -527,7 +557,9 @@ func (d *Device) Send(ctx context.Context, to messages.DeviceAddress, body []byt
 // store succeeded but the encryption or the hand-off failed, the returned
 // SentMessage is valid and the error matches ErrNotHandedOff: the message
 // is pending, Resend it later. A (to, id) already pending fails with
-// outbound.ErrAlreadyPending. If ctx ends while the store write is queued
+// outbound.ErrAlreadyPending; an id this device abandoned with another
+// body (while it remembers it) with session.ErrLogicalIDReused, since the
+// receiver's ACK of the abandoned body would clear this one. If ctx ends while the store write is queued
 // the write may still happen: PendingSentMessages tells.
 func (d *Device) SendWithID(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, body []byte) (SentMessage, error) {
 	if d.isClosed() {
@@ -602,7 +634,69 @@ func (d *Device) Receive(ctx context.Context, sender messages.DeviceAddress, env
 	if err != nil {
 		return ReceiveResult{}, fmt.Errorf("device: receive: %w", err)
 	}
-	return resultOf(r), nil
+	res := resultOf(r)
+	if r.SessionReplaced {
+		res.Resent = d.resendAll(ctx, &sender)
+		d.repaired(sender, RepairReplaced, res.Resent, nil)
+	}
+	return res, nil
+}
+
+// Steps of a session repair (OnSessionRepair, the metric's label).
+const (
+	// RepairStarted: envelopes from a pinned peer named a session this
+	// device does not hold (or failed as replays several times in a row);
+	// it sent the peer a fresh authenticated initiation.
+	RepairStarted = session.RepairStarted
+	// RepairFailed: such a repair could not be sent (no bundle, a changed
+	// identity, the transport); the next envelope after the interval tries
+	// again.
+	RepairFailed = session.RepairFailed
+	// RepairSuppressed: a repair was due but one was started with the peer
+	// less than the repair interval ago.
+	RepairSuppressed = session.RepairSuppressed
+	// RepairRestored: the store may be a restored copy (Config.Restored);
+	// the first send to the peer started a fresh initiation instead of
+	// using the stored session.
+	RepairRestored = session.RepairRestored
+	// RepairReplaced: the peer's fresh initiation replaced the session here
+	// (it reset, repaired or restored it); the messages pending to it were
+	// sent again on the new session.
+	RepairReplaced = session.RepairReplaced
+)
+
+func (d *Device) repaired(peer messages.DeviceAddress, step string, resent int, err error) {
+	d.metrics.repairs.WithLabelValues(step).Inc()
+	if d.cfg.OnSessionRepair != nil {
+		d.cfg.OnSessionRepair(peer, step, resent, err)
+	}
+}
+
+// resendAll sends every message pending to peer (nil: to every peer)
+// again, under the current session: after the peer replaced the session, what went out on the old
+// one may never decrypt there (a reset or restored peer). It returns how
+// many were handed over; failures stay pending for Retry or Resend.
+func (d *Device) resendAll(ctx context.Context, peer *messages.DeviceAddress) int {
+	sent := 0
+	var after uint64
+	for {
+		p, err := d.PendingSentMessages(ctx, after, MaxPageSize, peer)
+		if err != nil {
+			return sent
+		}
+		for _, m := range p.Messages {
+			if ctx.Err() != nil {
+				return sent
+			}
+			if d.Resend(ctx, m.Recipient, m.ID) == nil {
+				sent++
+			}
+		}
+		if !p.More {
+			return sent
+		}
+		after = p.Next
+	}
 }
 
 // ReceiveAsync is Receive without the wait, for transports that pipeline
@@ -619,6 +713,17 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 			done(ReceiveResult{}, fmt.Errorf("device: receive: %w", err))
 			return
 		}
+		if r.SessionReplaced {
+			// Off the committer's replier goroutine: Resend goes through
+			// it again.
+			go func() {
+				res := resultOf(r)
+				res.Resent = d.resendAll(d.ctx, &sender)
+				d.repaired(sender, RepairReplaced, res.Resent, nil)
+				done(res, nil)
+			}()
+			return
+		}
 		done(resultOf(r), nil)
 	})
 	if err != nil {
@@ -628,7 +733,8 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 }
 
 func resultOf(r session.Received) ReceiveResult {
-	return ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent}
+	return ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent,
+		SessionReplaced: r.SessionReplaced}
 }
 
 // CommitReceivedMessage records that the application durably applied the

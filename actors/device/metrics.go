@@ -34,6 +34,9 @@ type metrics struct {
 	// dropped counts envelopes a transport could not carry, by side and
 	// reason only (closed sets).
 	dropped *prometheus.CounterVec
+	// repairs counts session repairs by step (a closed set:
+	// RepairStarted, RepairFailed, RepairSuppressed, RepairReplaced).
+	repairs *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -63,6 +66,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "stale_pending_total", Help: "Messages found pending past StaleAfter, each once per process, by side (received, sent) and reason (uncommitted, unacknowledged, unanswered_initiation, peer_identity_changed)."}, []string{"side", "reason"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "envelopes_dropped_total", Help: "Envelopes a transport could not carry, by side (sent: refused at this device's hand-off, the message stays pending for the retry schedule; received: dropped by this node's link queue before the device saw it) and reason (handoff, link_queue_full)."}, []string{"side", "reason"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "session_repairs_total", Help: "Session repairs by step: started (envelopes from a pinned peer on a session this device does not hold, or replays in a row: a fresh initiation was sent), failed, suppressed (rate limit), replaced (a peer's fresh initiation replaced the session here and the pending messages were sent again)."}, []string{"step"}),
 		undecryptable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "undecryptable_envelopes_total", Help: "Received envelopes that could not be decrypted, by reason (malformed, decrypt, identity_changed, budget, unpinned_limit)."}, []string{"reason"}),
 	}
@@ -82,6 +87,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.dropped, err = promreg.Register(reg, m.dropped); err != nil {
+		return nil, err
+	}
+	if m.repairs, err = promreg.Register(reg, m.repairs); err != nil {
 		return nil, err
 	}
 	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed, &m.evicted} {

@@ -141,6 +141,25 @@ type Config struct {
 	// Logger receives failures of the scheduled prekey refresh (which has
 	// no caller to return them to); nil discards them.
 	Logger *slog.Logger
+	// RepairInterval is the least time between two session repairs with
+	// one peer (repair.go): when an envelope from a peer with a pinned
+	// identity names a session this device does not hold (it reset the
+	// session, or lost it to a restore), the device starts a fresh
+	// authenticated initiation to the peer, so the peer's next messages
+	// decrypt again. 0: DefaultRepairInterval; negative: no repairs.
+	RepairInterval time.Duration
+	// OnRepair, when set, is told about every step of a session repair
+	// (step: RepairStarted or RepairFailed with err, RepairSuppressed,
+	// RepairRestored). From the peer's actor, the committer's replier or
+	// a caller's goroutine: it must not block.
+	OnRepair func(peer messages.DeviceAddress, step string, err error)
+	// Restored says the store may be a restored or copied one (the node's
+	// restore check suspected it, or the operator said so): every stored
+	// session may be behind its peer, so the first encryption to each
+	// peer after Open starts a fresh initiation instead of using it (the
+	// old sessions stay archived and decryptable), reported as
+	// RepairRestored.
+	Restored bool
 }
 
 func (c *Config) setDefaults() error {
@@ -189,6 +208,9 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.RepairInterval == 0 {
+		c.RepairInterval = DefaultRepairInterval
+	}
 	return nil
 }
 
@@ -205,8 +227,15 @@ type Received struct {
 	New     bool
 	Cleared bool
 	AckSent bool
+	// SessionReplaced: the envelope was a fresh initiation from the
+	// peer's pinned identity that replaced the current session (the peer
+	// reset or repaired it). Messages still pending to the peer were
+	// encrypted on the old session, which the peer may no longer hold:
+	// send them again (the device layer does).
+	SessionReplaced bool
 
-	ack *handoff // the ACK to hand over (sent again for a finalized copy)
+	ack    *handoff // the ACK to hand over (sent again for a finalized copy)
+	repair *handoff // a repair initiation to hand over (repair.go), also on error
 }
 
 // handoff is an envelope whose writes are durable, to be handed to the
@@ -259,6 +288,15 @@ type Manager struct {
 	// envelopes are handed over from the committer's replier goroutine, in chain
 	// order (handOffSent, handOffAck); nil: from the callers' goroutines.
 	ordered OrderedTransport
+
+	// repairs rate-limits session repairs per peer (repair.go).
+	repairs repairLimiter
+	// freshened holds the peers re-initiated since Open under
+	// Config.Restored (repair.go).
+	freshened peerSet
+	// abandoned remembers the body digests of abandoned outbound ids
+	// (Abandon, SendMessage: ErrLogicalIDReused).
+	abandoned abandonedIDs
 
 	mu        sync.Mutex
 	peers     map[messages.DeviceAddress]*peerEntry
@@ -714,6 +752,10 @@ func (m *Manager) Receive(ctx context.Context, peer messages.DeviceAddress, enve
 	r, err := callInbound(ctx, m, peer, func(reply func(Received, error)) request {
 		return &receiveReq{ctx: ctx, envelope: envelope, reply: reply}
 	})
+	if r.repair != nil {
+		m.handRepair(ctx, peer, r.repair)
+		r.repair = nil
+	}
 	if err == nil && r.ack != nil {
 		r.AckSent, r.ack = m.handAck(ctx, peer, r.ID, r.ack), nil
 	}
@@ -728,6 +770,12 @@ func (m *Manager) Receive(ctx context.Context, peer messages.DeviceAddress, enve
 // a transport pipelines a link. done must not block.
 func (m *Manager) ReceiveAsync(ctx context.Context, peer messages.DeviceAddress, envelope []byte, done func(Received, error)) error {
 	return m.routeInbound(ctx, peer, &receiveReq{ctx: ctx, envelope: envelope, reply: func(r Received, err error) {
+		if r.repair != nil {
+			// Off the committer's replier goroutine, as an ACK.
+			h := r.repair
+			r.repair = nil
+			go m.handRepair(context.WithoutCancel(ctx), peer, h)
+		}
 		if err != nil || r.ack == nil {
 			done(r, err)
 			return

@@ -38,8 +38,11 @@ type peerActor struct {
 
 	loaded bool
 	rec    ratchet.SessionRecord
-	pin    *ratchet.IdentityPublic
-	chain  *chain
+	// failStreak counts the peer's envelopes in a row that failed as a
+	// replay or as tampered (repairTrigger); a success resets it.
+	failStreak int
+	pin        *ratchet.IdentityPublic
+	chain      *chain
 
 	inflight int
 	in       map[messages.LogicalMessageID]*inKey
@@ -497,6 +500,20 @@ func (a *peerActor) encrypt(ctx context.Context, plaintext []byte) (encrypted, e
 	cfg := &a.m.cfg // a copy of Config would escape to the heap with the closures
 	rec := a.rec
 	var out encrypted
+	if cfg.Restored && !rec.IsEmpty() && a.pin != nil && !a.m.freshened.has(a.peer) {
+		// The stored session may be behind the peer's (a restored
+		// store): start a fresh one rather than send on it.
+		out, err := a.encryptFresh(ctx, plaintext)
+		if err == nil {
+			a.m.freshened.add(a.peer)
+			if cfg.OnRepair != nil {
+				cfg.OnRepair(a.peer, RepairRestored, nil)
+			}
+		} else if cfg.OnRepair != nil {
+			cfg.OnRepair(a.peer, RepairFailed, err)
+		}
+		return out, err
+	}
 	if rec.IsEmpty() {
 		bundle, err := cfg.Transport.FetchBundle(ctx, a.peer)
 		if err != nil {
@@ -540,9 +557,10 @@ func (a *peerActor) adoptEncryption(e encrypted, wr *writes) {
 
 // decrypted is an envelope decrypted on the speculative record.
 type decrypted struct {
-	res    ratchet.DecryptResult
-	pin    *ratchet.IdentityPublic
-	accept *ratchet.AcceptedInitiation
+	res      ratchet.DecryptResult
+	replaced bool
+	pin      *ratchet.IdentityPublic
+	accept   *ratchet.AcceptedInitiation
 }
 
 func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, error) {
@@ -617,6 +635,7 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 		return out, err
 	}
 	b.refund(a.peer)
+	a.failStreak = 0
 	if a.pin != nil {
 		if err := checkPin(a.peer, *a.pin, res.Session.Remote); err != nil {
 			a.undecryptable(ReasonIdentityChanged, err)
@@ -628,6 +647,9 @@ func (a *peerActor) decrypt(ctx context.Context, envelope []byte) (decrypted, er
 	}
 	out.accept = res.Accepted
 	out.res = res
+	// A fresh initiation that became current while we held another
+	// session: the peer reset or repaired it (SessionReplaced).
+	out.replaced = res.Established && res.Current && !a.rec.IsEmpty()
 	return out, nil
 }
 
@@ -687,6 +709,10 @@ func (r *receiveReq) handle(a *peerActor) {
 	cfg := &a.m.cfg
 	d, err := a.decrypt(r.ctx, r.envelope)
 	if err != nil {
+		if a.repairTrigger(err) && a.repairDue() {
+			a.repair(r.ctx, func(h *handoff) { r.reply(Received{Sender: a.peer, repair: h}, err) })
+			return
+		}
 		r.fail(err)
 		return
 	}
@@ -695,7 +721,7 @@ func (r *receiveReq) handle(a *peerActor) {
 		r.fail(fmt.Errorf("session: receive from %s: frame: %w", a.peer, err))
 		return
 	}
-	res := Received{Sender: a.peer, ID: payload.ID}
+	res := Received{Sender: a.peer, ID: payload.ID, SessionReplaced: d.replaced}
 	wr := &writes{peer: a.peer, id: payload.ID}
 	w := a.newWork()
 	switch payload.Type {
@@ -910,6 +936,10 @@ func (r *sendReq) handle(a *peerActor) {
 			r.fail(fmt.Errorf("%w: %s/%s", outbound.ErrAlreadyPending, a.peer, r.id))
 			return
 		}
+		if a.m.abandoned.conflicts(a.peer, r.id, r.body) {
+			r.fail(fmt.Errorf("%w: %s/%s was abandoned with another body", ErrLogicalIDReused, a.peer, r.id))
+			return
+		}
 		row = persistence.PendingOutbound{Recipient: a.peer, ID: r.id, CreatedAt: now, Attempts: 1, LastAttemptAt: now, Body: bytes.Clone(r.body)}
 		if row.Body == nil {
 			row.Body = []byte{}
@@ -975,11 +1005,15 @@ func (r *abandonReq) handle(a *peerActor) {
 	}
 	w := a.newWork()
 	a.setOut(w, r.id, &outKey{})
+	body := cur.Body
 	a.submit(w, &writes{peer: a.peer, id: r.id, deleteOutbound: true}, func(err error) {
 		if err != nil {
 			r.fail(wrapPeer("persist", a.peer, err))
 			return
 		}
+		// Remembered so a Send cannot put another body under the id
+		// while an ACK of this one may still arrive.
+		a.m.abandoned.add(a.peer, r.id, body)
 		r.reply(true, nil)
 	})
 }

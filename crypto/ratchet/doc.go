@@ -45,8 +45,13 @@
 //     output, info = "syncmesh_Ratchet_Root_v1") split into RK' and CK;
 //     KDF_CK: MK = HMAC-SHA256(CK, 0x01), CK' = HMAC-SHA256(CK, 0x02),
 //     computed without allocating;
-//     ENCRYPT: AES-256-GCM with key and nonce = HKDF-SHA256(ikm = MK,
-//     info = "syncmesh_Ratchet_Message_v1") (32 + 12 bytes), associated
+//     ENCRYPT (envelope version 2): AES-256-GCM with key and nonce =
+//     HKDF-SHA256(ikm = MK, salt = the header's salt, info =
+//     "syncmesh_Ratchet_Message_v2") (32 + 12 bytes), the salt being
+//     HMAC-SHA256(MK, fresh random || digest of plaintext and associated
+//     data), so a rolled-back or cloned sender never reuses a (key, nonce)
+//     pair (salt.go; version 1: zero salt, info
+//     "syncmesh_Ratchet_Message_v1"); associated
 //     data = encoded header || encoded initiation (prekey envelopes only) ||
 //     sender identity || receiver identity.
 //   - The DH ratchet's new sending key pair is generated lazily by the next

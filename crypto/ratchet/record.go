@@ -43,6 +43,13 @@ type Config struct {
 	// MaxSkippedKeyAge drops a skipped message key this long after it was
 	// skipped (a message that late fails with ErrReplay).
 	MaxSkippedKeyAge time.Duration
+	// LegacyEnvelopes makes Encrypt write version-1 envelopes (no salt) on
+	// a session until the peer has sent a version-2 one on it. Only for a
+	// rolling upgrade while some peers still run a build that cannot read
+	// version 2: a version-1 sender whose state is rolled back or cloned
+	// reuses AES-GCM (key, nonce) pairs (docs/protocol.md, "Envelope
+	// version 2"). Decrypt reads both versions whatever it says.
+	LegacyEnvelopes bool
 	// Work, when set, counts the expensive operations Decrypt performs
 	// (its caller's, one per call: see Work). Not a limit.
 	Work *Work
@@ -342,7 +349,7 @@ func (c Config) Encrypt(rec SessionRecord, plaintext []byte) (SessionRecord, []b
 	if len(rec.sessions) == 0 {
 		return rec, nil, fmt.Errorf("%w: no current session", ErrUnknownSession)
 	}
-	ns, env, err := rec.sessions[0].encrypt(plaintext)
+	ns, env, err := rec.sessions[0].encrypt(plaintext, c.LegacyEnvelopes)
 	if err != nil {
 		return rec, nil, err
 	}
@@ -429,6 +436,7 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 			// The peer answered: stop attaching the initiation.
 			ns.pending, ns.pendingEnc = nil, nil
 		}
+		ns.peerSalted = ns.peerSalted || env.Header.Salt != nil
 		return DecryptResult{
 			Record: rec.withReplaced(i, ns).numbered(i).bounded(c, t), Prekeys: prekeys, Plaintext: pt,
 			Session: ns.info(), Current: i == 0,
@@ -475,6 +483,7 @@ func (c Config) Decrypt(rec SessionRecord, local Identity, prekeys PrekeyStore, 
 	if err != nil {
 		return DecryptResult{}, err
 	}
+	ns.peerSalted = env.Header.Salt != nil
 	pos := 0
 	if len(rec.sessions) > 0 {
 		cur := rec.sessions[0]

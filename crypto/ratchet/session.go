@@ -1,8 +1,6 @@
 package ratchet
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/ecdh"
 	"crypto/sha256"
 	"fmt"
@@ -62,6 +60,11 @@ type session struct {
 	ns, nr, pn      uint32
 	skipped         []skippedKey // oldest first
 	oldChains       []oldChain   // oldest first
+	// peerSalted: the peer has sent a version-2 envelope on this session,
+	// so it reads them; under Config.LegacyEnvelopes we then send version
+	// 2 too. Kept in memory only: after a reload the next version-2
+	// envelope from the peer sets it again.
+	peerSalted bool
 }
 
 func (s *session) info() SessionInfo {
@@ -178,36 +181,16 @@ func kdfCK(ck [32]byte) (mk, next [32]byte) {
 	return mk, next
 }
 
-// messageAEAD derives the AES-256-GCM key and nonce of message key mk
-// (HKDF-SHA256, zero salt, infoMessage: 32 + 12 bytes).
-func messageAEAD(mk [32]byte) (cipher.AEAD, [12]byte, error) {
-	var salt [32]byte
-	var okm [32 + 12]byte
-	var nonce [12]byte
-	hkdfSHA256(okm[:], mk[:], salt[:], infoMessage)
-	defer clear(okm[:])
-	block, err := aes.NewCipher(okm[:32])
-	if err != nil {
-		return nil, nonce, err
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, nonce, err
-	}
-	copy(nonce[:], okm[32:])
-	return aead, nonce, nil
-}
-
-func seal(mk [32]byte, pt, ad []byte) ([]byte, error) {
-	aead, nonce, err := messageAEAD(mk)
+func seal(mk [32]byte, salt *[messages.HeaderSaltSize]byte, pt, ad []byte) ([]byte, error) {
+	aead, nonce, err := messageAEAD(mk, salt, true)
 	if err != nil {
 		return nil, err
 	}
 	return aead.Seal(nil, nonce[:], pt, ad), nil
 }
 
-func open(mk [32]byte, ct, ad []byte) ([]byte, error) {
-	aead, nonce, err := messageAEAD(mk)
+func open(mk [32]byte, salt *[messages.HeaderSaltSize]byte, ct, ad []byte) ([]byte, error) {
+	aead, nonce, err := messageAEAD(mk, salt, false)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +277,7 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 	// TrySkippedMessageKeys: a used key is deleted, so a replay misses.
 	if i := s.findSkipped(h.DH, h.N); i >= 0 {
 		cfg.Work.kdf(1)
-		pt, err := open(s.skipped[i].mk, env.Ciphertext, ad)
+		pt, err := open(s.skipped[i].mk, h.Salt, env.Ciphertext, ad)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -320,7 +303,7 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 		cfg.Work.kdf(int(h.N-s.nr) + 2) // skipped steps, this message's step and its HKDF
 		ck, skipped := skipKeys(s.ckr, h.DH, s.nr, h.N, cfg.MaxSkippedKeys, now)
 		mk, next := kdfCK(ck)
-		pt, err := open(mk, env.Ciphertext, ad)
+		pt, err := open(mk, h.Salt, env.Ciphertext, ad)
 		wipe(mk[:])
 		if err != nil {
 			return nil, nil, err
@@ -375,7 +358,7 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 	}
 	ck, skippedNew := skipKeys(ckr, h.DH, 0, h.N, cfg.MaxSkippedKeys, now)
 	mk, next := kdfCK(ck)
-	pt, err := open(mk, env.Ciphertext, ad)
+	pt, err := open(mk, h.Salt, env.Ciphertext, ad)
 	wipe(mk[:])
 	if err != nil {
 		return nil, nil, err
@@ -401,7 +384,7 @@ func (s *session) decrypt(cfg Config, env *messages.Envelope, hdrEnc, initEnc []
 
 // encrypt is RatchetEncrypt (DR §3.4) on an immutable session, preceded by
 // the deferred sending half of DHRatchet when a new remote key arrived.
-func (s *session) encrypt(plaintext []byte) (*session, []byte, error) {
+func (s *session) encrypt(plaintext []byte, legacy bool) (*session, []byte, error) {
 	ns := *s
 	if ns.needSendRatchet || !ns.hasCKs {
 		if !ns.hasDHr {
@@ -424,14 +407,21 @@ func (s *session) encrypt(plaintext []byte) (*session, []byte, error) {
 		return nil, nil, ErrChainExhausted
 	}
 	mk, next := kdfCK(ns.cks)
+	defer wipe(mk[:])
 	hdr := messages.RatchetHeader{Session: ns.id, DH: ns.dhsPub, PN: ns.pn, N: ns.ns}
+	if !legacy || ns.peerSalted {
+		salt, err := ns.salt(mk, &hdr, plaintext)
+		if err != nil {
+			return nil, nil, err
+		}
+		hdr.Salt = &salt
+	}
 	hdrEnc, err := messages.EncodeRatchetHeader(&hdr)
 	if err != nil {
 		return nil, nil, err
 	}
 	ad := associatedData(hdrEnc, ns.pendingEnc, ns.local, ns.remote)
-	ct, err := seal(mk, plaintext, ad)
-	wipe(mk[:])
+	ct, err := seal(mk, hdr.Salt, plaintext, ad)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -441,4 +431,22 @@ func (s *session) encrypt(plaintext []byte) (*session, []byte, error) {
 	}
 	ns.cks, ns.ns = next, ns.ns+1
 	return &ns, env, nil
+}
+
+// salt is the hedged salt of a version-2 envelope with header hdr (its
+// Salt unset) and plaintext under message key mk (salt.go).
+func (s *session) salt(mk [32]byte, hdr *messages.RatchetHeader, plaintext []byte) ([32]byte, error) {
+	var r, zero [messages.HeaderSaltSize]byte
+	if err := saltRandom(r[:]); err != nil {
+		return zero, err
+	}
+	h0 := *hdr
+	h0.Salt = &zero
+	hdrEnc, err := messages.EncodeRatchetHeader(&h0)
+	if err != nil {
+		return zero, err
+	}
+	salt := messageSalt(mk, r, associatedData(hdrEnc, s.pendingEnc, s.local, s.remote), plaintext)
+	clear(r[:])
+	return salt, nil
 }

@@ -1,0 +1,60 @@
+package session
+
+import (
+	"sync"
+
+	"github.com/syncmesh/syncmesh/crypto/digest"
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// maxAbandonedIDs bounds the abandoned ids a Manager remembers; past it
+// the oldest are forgotten first.
+const maxAbandonedIDs = 4096
+
+type abandonedKey struct {
+	peer messages.DeviceAddress
+	id   messages.LogicalMessageID
+}
+
+// abandonedIDs remembers, for the ids Abandon removed, the digest of the
+// body that was pending. An ACK names only the id (SecurePayload type
+// 0x02, a frame the commit-boundary contract freezes), so an ACK of an
+// abandoned body that the receiver finalized late would clear whatever
+// is pending under the id by then; refusing another body under a
+// remembered id (ErrLogicalIDReused) keeps an ACK from ever clearing a
+// body the receiver did not finalize. The same body may be sent again:
+// its ACK is the right one. Kept in memory, bounded (maxAbandonedIDs,
+// oldest forgotten first): after a restart the device no longer knows
+// which ids it abandoned (docs/protocol.md, commit boundary, "Sender side").
+type abandonedIDs struct {
+	mu    sync.Mutex
+	m     map[abandonedKey][digest.Size]byte
+	order []abandonedKey // oldest first
+}
+
+func (a *abandonedIDs) add(peer messages.DeviceAddress, id messages.LogicalMessageID, body []byte) {
+	d := digest.ApplicationMessage(body)
+	k := abandonedKey{peer, id}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[abandonedKey][digest.Size]byte{}
+	}
+	if _, ok := a.m[k]; !ok {
+		a.order = append(a.order, k)
+	}
+	a.m[k] = d
+	for len(a.order) > maxAbandonedIDs {
+		delete(a.m, a.order[0])
+		a.order = a.order[1:]
+	}
+}
+
+// conflicts reports whether (peer, id) was abandoned with a body other
+// than body.
+func (a *abandonedIDs) conflicts(peer messages.DeviceAddress, id messages.LogicalMessageID, body []byte) bool {
+	a.mu.Lock()
+	d, ok := a.m[abandonedKey{peer, id}]
+	a.mu.Unlock()
+	return ok && d != digest.ApplicationMessage(body)
+}
