@@ -129,10 +129,14 @@ func (d *droppedSet) add(k droppedKey) {
 }
 
 // reconState is the node's reconciliation state: the peers' transports
-// (from AddPeer), the dropped keys per peer and the sessions running.
+// (from AddPeer), the peers it only accepts pushes from (AcceptPeer) and
+// the transport that reaches them (the Network or Remote the node is
+// attached to), the dropped keys per peer and the sessions running.
 type reconState struct {
-	mu      sync.Mutex
-	peers   map[string]Transport
+	mu       sync.Mutex
+	peers    map[string]Transport
+	accepted map[string]bool // AcceptPeer'd: bounded by configuration
+	via      Transport       // attached transport: reaches accepted peers (nil: none)
 	dropped map[string]*droppedSet
 	running map[string]bool          // responder sessions per caller
 	turns   map[string]chan struct{} // one initiator session per peer at a time
@@ -255,16 +259,61 @@ func (n *Node) stopReconcile() {
 	n.recon.wg.Wait()
 }
 
-// reconcileAllInBackground reconciles with every added peer.
+// reconcileAllInBackground reconciles with every peer this node can
+// receive from: the added ones and the accepted ones it can reach (a
+// receive-only link repairs by pulling, SSP/1 §14.1: reconciliation is
+// independent of who pushes to whom).
 func (n *Node) reconcileAllInBackground() {
-	n.recon.mu.Lock()
-	peers := make([]string, 0, len(n.recon.peers))
-	for p := range n.recon.peers {
+	for _, p := range n.recon.reachable() {
+		n.reconcileInBackground(p)
+	}
+}
+
+// reachable lists the peers a reconciliation can run with: the added
+// peers, and the accepted ones when a transport reaches them.
+func (r *reconState) reachable() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	peers := make([]string, 0, len(r.peers)+len(r.accepted))
+	for p := range r.peers {
 		peers = append(peers, p)
 	}
+	if r.via != nil {
+		for p := range r.accepted {
+			if _, added := r.peers[p]; !added {
+				peers = append(peers, p)
+			}
+		}
+	}
+	return peers
+}
+
+// attachTransport is called by the Network (Register) and the Remote
+// (Serve, Host) that deliver this node's pushes: the same transport
+// reaches the peers it accepts pushes from, so a receive-only node can
+// pull what it lacks from them by reconciliation.
+func (n *Node) attachTransport(t Transport) {
+	if _, ok := t.(reconcileTransport); !ok {
+		return
+	}
+	n.recon.mu.Lock()
+	n.recon.via = t
 	n.recon.mu.Unlock()
-	for _, p := range peers {
-		n.reconcileInBackground(p)
+}
+
+// peerAccepted runs after AcceptPeer: the peer is reconciled with on the
+// same triggers as an added one (Trust, DefineTable, the schedule), and
+// at once when this node was opened from a restore.
+func (n *Node) peerAccepted(peer string) {
+	r := &n.recon
+	r.mu.Lock()
+	if r.accepted == nil {
+		r.accepted = map[string]bool{}
+	}
+	r.accepted[peer] = true
+	r.mu.Unlock()
+	if n.restoring() {
+		n.reconcileInBackground(peer)
 	}
 }
 
@@ -320,11 +369,13 @@ func (n *Node) reconcileInBackground(peer string) {
 }
 
 // trusted runs after Trust stored a key: drops remembered for an unknown
-// kid may apply now, so they are forgotten, and a new key starts a
-// reconciliation with every peer (events dropped before it come back).
-func (n *Node) trusted(newKey bool) {
+// kid may apply now, so they are forgotten, and a key that verifies more
+// than before (new, or its retirement cutoff lifted or raised) starts a
+// reconciliation with every peer this node receives from (events dropped
+// before it come back, whichever way the link pushes).
+func (n *Node) trusted(widened bool) {
 	n.recon.forgetDrops()
-	if newKey {
+	if widened {
 		n.reconcileAllInBackground()
 	}
 }
@@ -425,11 +476,18 @@ func (n *Node) senderCaughtUp(peer string) {
 	}
 }
 
+// transport returns the transport that reaches peer for reconciliation:
+// AddPeer's, or for an accepted peer the attached one.
 func (r *reconState) transport(peer string) (Transport, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t, ok := r.peers[peer]
-	return t, ok
+	if t, ok := r.peers[peer]; ok {
+		return t, true
+	}
+	if r.accepted[peer] && r.via != nil {
+		return r.via, true
+	}
+	return nil, false
 }
 
 // generation returns the keyring generation a session starts in.
@@ -700,9 +758,11 @@ func peerErr(peer string, err error) error {
 // the two horizons up), fetches them and feeds them to the apply
 // chokepoint like any push: signatures checked, drops final, held groups
 // held (SSP/1 §12, §13.6). It never reads, initialises or advances a
-// cursor or a watermark (§14.1). peer must have been added with AddPeer;
-// events this node holds and peer lacks are counted, and peer fetches
-// them when it reconciles.
+// cursor or a watermark (§14.1). peer must have been added with AddPeer,
+// or accepted with AcceptPeer on a node attached to a Network (Register)
+// or a Remote (Serve, Host, Config.Remote): a receive-only node pulls
+// over the transport that delivers its pushes. Events this node holds and
+// peer lacks are counted, and peer fetches them when it reconciles.
 func (n *Node) Reconcile(ctx context.Context, peer string) (ReconcileReport, error) {
 	rep := ReconcileReport{Peer: peer, Outcomes: map[messages.OutcomeKind]int{}}
 	if n.isClosed() {

@@ -96,3 +96,36 @@ func TestScheduledReconciliationRepairsWithoutATrigger(t *testing.T) {
 		t.Fatalf("metrics: %v reconciliations, %v events found missing", runs, missing)
 	}
 }
+
+// TestOneWayLateTrustRepairedByTrustAlone (regression): b pushes to a over
+// a one-way link (b AddPeer a; a only AcceptPeer b). a drops b's pushes
+// while b's key is unknown and b's cursor moves past them. Trust alone at
+// a — the test never calls Reconcile — brings them back: a pulls from the
+// peer it accepts over the Network that delivers b's pushes.
+func TestOneWayLateTrustRepairedByTrustAlone(t *testing.T) {
+	net := NewNetwork(1)
+	a := openTestNode(t, Config{Name: "a", SyncInterval: -1})
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1})
+	for _, n := range []*testNode{a, b} {
+		n.define(defT)
+		net.Register(n.Name(), n.Node)
+	}
+	if err := a.AcceptPeer("b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddPeer("a", net.Transport("b"), ""); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ {
+		b.write(i)
+	}
+	b.syncNow("a")
+	if rep := b.syncNow("a"); rep.Offered != 0 || rowCount(t, a) != 0 {
+		t.Fatalf("setup: offered %d, a holds %d rows", rep.Offered, rowCount(t, a))
+	}
+	trustNode(t, a.Node, b.Node)
+	waitRows(t, a, 8)
+	if sa, sb := state(t, a.Node), state(t, b.Node); sa != sb {
+		t.Fatalf("not converged:\n%s\n%s", sa, sb)
+	}
+}
