@@ -137,12 +137,12 @@ type reconState struct {
 	peers    map[string]Transport
 	accepted map[string]bool // AcceptPeer'd: bounded by configuration
 	via      Transport       // attached transport: reaches accepted peers (nil: none)
-	dropped map[string]*droppedSet
-	running map[string]bool          // responder sessions per caller
-	turns   map[string]chan struct{} // one initiator session per peer at a time
-	pending map[string]bool          // background runs wanted (true: one more after the current)
-	scope   apply.Scope
-	scoped  bool
+	dropped  map[string]*droppedSet
+	running  map[string]bool          // responder sessions per caller
+	turns    map[string]chan struct{} // one initiator session per peer at a time
+	pending  map[string]bool          // background runs wanted (true: one more after the current)
+	scope    apply.Scope
+	scoped   bool
 
 	last    map[string]reconcile.Status // per added peer: the last session this node started
 	resp    []respCache                 // responder sets, a few peers
