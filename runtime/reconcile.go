@@ -133,16 +133,17 @@ func (d *droppedSet) add(k droppedKey) {
 // the transport that reaches them (the Network or Remote the node is
 // attached to), the dropped keys per peer and the sessions running.
 type reconState struct {
-	mu       sync.Mutex
-	peers    map[string]Transport
+	mu      sync.Mutex
+	peers   map[string]Transport
+	dropped map[string]*droppedSet
+	running map[string]bool          // responder sessions per caller
+	turns   map[string]chan struct{} // one initiator session per peer at a time
+	pending map[string]bool          // background runs wanted (true: one more after the current)
+	scope   apply.Scope
+	scoped  bool
+
 	accepted map[string]bool // AcceptPeer'd: bounded by configuration
 	via      Transport       // attached transport: reaches accepted peers (nil: none)
-	dropped  map[string]*droppedSet
-	running  map[string]bool          // responder sessions per caller
-	turns    map[string]chan struct{} // one initiator session per peer at a time
-	pending  map[string]bool          // background runs wanted (true: one more after the current)
-	scope    apply.Scope
-	scoped   bool
 
 	last    map[string]reconcile.Status // per added peer: the last session this node started
 	resp    []respCache                 // responder sets, a few peers
