@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -350,9 +351,26 @@ func (n *Node) reconcileInBackground(peer string) {
 			case <-ctx.Done():
 			}
 		}()
+		retry := reconRetryMin
 		for {
-			if _, err := n.Reconcile(ctx, peer); err != nil && !n.isClosed() {
+			_, err := n.Reconcile(ctx, peer)
+			if err != nil && !n.isClosed() {
 				n.log.Info("reconciliation failed", "peer", peer, "err", err)
+			}
+			if retryReconcile(err) && !n.isClosed() {
+				// A failed trigger (a peer not answering yet at Open, busy,
+				// not yet configured for us) is tried again with backoff
+				// until it succeeds, not left to the schedule: a restored
+				// node's writes wait for it. One sleeping run per peer.
+				d := retry/2 + rand.N(retry/2+1) // jitter: peers restarted together do not retry in step
+				retry = min(2*retry, reconRetryMax)
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+					continue
+				case <-n.closed:
+					t.Stop()
+				}
 			}
 			r.mu.Lock()
 			again := r.pending[peer] && !r.stopped
@@ -367,6 +385,25 @@ func (n *Node) reconcileInBackground(peer string) {
 			}
 		}
 	}()
+}
+
+// Backoff of a failed background reconciliation (with jitter).
+const (
+	reconRetryMin = 500 * time.Millisecond
+	reconRetryMax = 30 * time.Second
+)
+
+// retryReconcile reports whether a background reconciliation that failed
+// with err is tried again: not when it succeeded, the node is closing, the
+// peer is unknown or cannot reconcile, or the peer broke the protocol
+// (that waits for the schedule: a hostile peer gets no faster loop).
+func retryReconcile(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrClosed), errors.Is(err, ErrUnknownPeer),
+		errors.Is(err, ErrReconcileUnsupported), errors.Is(err, ErrReconcilePeer):
+		return false
+	}
+	return true
 }
 
 // trusted runs after Trust stored a key: drops remembered for an unknown

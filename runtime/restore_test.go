@@ -389,3 +389,67 @@ func gaugeValue(t *testing.T, n *testNode, name string) float64 {
 	}
 	return total
 }
+
+// TestRestoredNodeRetriesItsFirstReconciliation (regression): a node
+// opened with Config.Restored whose peer does not answer when AddPeer
+// starts its reconciliation retries it with backoff, not on the 10-minute
+// schedule: once the peer answers, the hold is released and a write that
+// was already waiting succeeds — the test never calls Reconcile.
+func TestRestoredNodeRetriesItsFirstReconciliation(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	dir := t.TempDir()
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1, ReconcileInterval: -1})
+	b.define(defT)
+	net.Register("b", b.Node)
+	w := newWall()
+	a1, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Name: "a", Wall: w.Now, NoSync: true, SyncInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta := &testNode{Node: a1, t: t, wall: w, ctx: ctx}
+	ta.define(defT)
+	trustNode(t, a1, b.Node)
+	trustNode(t, b.Node, a1)
+	ta.write(1)
+	if err := a1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// b holds a's events (as if pushed before the restore).
+	b.write(2)
+	a, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Name: "a", Wall: w.Now, NoSync: true, SyncInterval: -1,
+		Restored: true, RestoreWait: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	net.Register("a", a)
+	net.Cut("a", "b") // the peer does not answer at Open
+	if err := a.AddPeer("b", net.Transport("a"), "", PeerSite(b.Identity().Site)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Upsert(ctx, "app", "t", map[string]any{"id": 3}, map[string]any{"a": 3})
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && counterValue(t, &testNode{Node: a, t: t}, "syncmesh_reconcile_total") < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := a.RestoreStatus(); !st.Held {
+		t.Fatalf("released while the peer did not answer: %+v", st)
+	}
+	net.Heal()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("write after the peer answered: %v", err)
+		}
+	case <-time.After(70 * time.Second):
+		t.Fatal("write still waiting")
+	}
+	if st := a.RestoreStatus(); st.Held {
+		t.Fatalf("still held: %+v", st)
+	}
+}
