@@ -138,6 +138,13 @@ var (
 // (or any reconciliation with the peer) continues.
 var ErrRehydrateIncomplete = errors.New("runtime: rehydration did not take the whole history")
 
+// ErrRehydrateNotServed: the peer did not answer for the table Rehydrate
+// was asked to rebuild (it does not sync the table, or left it out of its
+// answers): nothing was compared, so nothing is reported completed and no
+// RebuildCompleted notice is raised. The horizon stays at zero; Rehydrate
+// from a peer that syncs the table continues.
+var ErrRehydrateNotServed = errors.New("runtime: the peer does not serve the table to rehydrate")
+
 // Errors of restore safety (match with errors.Is).
 var (
 	// ErrClockMark: the clock mark file beside node.db is unreadable or

@@ -823,9 +823,10 @@ func (n *Node) Reconcile(ctx context.Context, peer string) (ReconcileReport, err
 	m := n.recon.metrics
 	n.recon.mu.Unlock()
 	start := time.Now()
-	rep, err = n.reconcile(ctx, rt, peer, rep)
+	var ev []groupEvidence
+	rep, ev, err = n.reconcile(ctx, rt, peer, rep)
 	m.record(rep, err)
-	n.restoreReconciled(rep, err) // restore.go: releases a held clock
+	n.restoreReconciled(ctx, rep, ev, err) // restore.go: may release a held clock
 	n.recon.setLast(peer, reconcile.Status{At: time.Now(), Took: time.Since(start), Rounds: rep.Rounds,
 		BytesSent: rep.BytesSent, BytesReceived: rep.BytesReceived, Missing: rep.Missing, Fetched: rep.Fetched, Err: err})
 	return rep, err
@@ -853,54 +854,86 @@ func (n *Node) withLastReconcile(ps []PeerStatus) []PeerStatus {
 	return ps
 }
 
-func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string, rep ReconcileReport) (ReconcileReport, error) {
+// groupEvidence is what one session learned of a group from the peer: it
+// answered the group (it syncs the table: silence is not agreement), and
+// how many events the peer holds in it from the bound up.
+type groupEvidence struct {
+	group     reconcile.Group
+	peerCount uint64
+}
+
+func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string, rep ReconcileReport) (ReconcileReport, []groupEvidence, error) {
 	gen := n.recon.generation() // before anything is fetched
 	groups, err := n.syncedGroups(ctx)
 	if err != nil {
-		return rep, err
+		return rep, nil, err
 	}
 	src := &nodeSource{ctx: ctx, n: n, peer: peer, scope: n.reconScope()}
 	sess, msg, err := reconcile.NewSession(src, groups)
 	if err != nil {
-		return rep, err
+		return rep, nil, err
 	}
+	answered := map[reconcile.Group]bool{}
 	for msg != nil {
 		req, err := messages.EncodeReconcile(msg)
 		if err != nil {
-			return rep, err
+			return rep, nil, err
 		}
 		rep.Rounds++
 		rep.BytesSent += len(req)
 		raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindRange, req)
 		if err != nil {
-			return rep, err
+			return rep, nil, err
 		}
 		rep.BytesReceived += len(raw)
 		in, err := messages.DecodeReconcile(raw)
 		if err != nil {
-			return rep, peerErr(peer, err)
+			return rep, nil, peerErr(peer, err)
+		}
+		for _, g := range in.Groups {
+			answered[reconcile.Group{Schema: g.Schema, Table: g.Table}] = true
 		}
 		if msg, err = sess.Step(in); err != nil {
 			if errors.Is(err, reconcile.ErrProtocol) || errors.Is(err, reconcile.ErrTooManyRounds) {
-				return rep, peerErr(peer, err)
+				return rep, nil, peerErr(peer, err)
 			}
-			return rep, err
+			return rep, nil, err
 		}
 	}
 	rep.Truncated = sess.Truncated()
+	found := map[reconcile.Group]reconcile.Found{}
 	for _, f := range sess.Found() {
+		found[f.Group] = f
 		rep.Missing += len(f.Need)
 		rep.PeerLacks += len(f.Have)
 		for len(f.Need) > 0 {
 			chunk := f.Need[:min(len(f.Need), messages.MaxReconcileKeys)]
 			f.Need = f.Need[len(chunk):]
 			if err := n.fetchMissing(ctx, rt, peer, gen, f.Group, chunk, &rep); err != nil {
-				return rep, err
+				return rep, nil, err
 			}
 		}
 	}
+	var ev []groupEvidence
+	for g := range answered {
+		bound, ok := sess.Bound(g)
+		if !ok {
+			continue
+		}
+		// The peer's count from ours and the differences (the range sum
+		// reads no event): it held what we hold, less what it lacks, plus
+		// what we lacked.
+		ours, _, err := src.Sum(g, bound)
+		if err != nil {
+			return rep, nil, err
+		}
+		f := found[g]
+		held := ours + uint64(len(f.Need))
+		held -= min(held, uint64(len(f.Have)))
+		ev = append(ev, groupEvidence{group: g, peerCount: held})
+	}
 	n.log.Debug("reconciled", "peer", peer, "rounds", rep.Rounds, "missing", rep.Missing, "fetched", rep.Fetched)
-	return rep, nil
+	return rep, ev, nil
 }
 
 // fetchMissing asks peer for the events of keys (one group, sorted) and
@@ -977,6 +1010,9 @@ func (n *Node) handleReconcile(ctx context.Context, from string, kind byte, req 
 			}
 			return nil, err
 		}
+		if out, err = answerAgreed(src, in, out); err != nil {
+			return nil, err
+		}
 		return messages.EncodeReconcile(out)
 	case reconcileKindFetch:
 		f, err := messages.DecodeReconcileFetch(req)
@@ -990,6 +1026,44 @@ func (n *Node) handleReconcile(ctx context.Context, from string, kind byte, req 
 		return messages.EncodeReconcileEvents(evs)
 	}
 	return nil, peerErr(from, fmt.Errorf("request kind %d", kind))
+}
+
+// answerAgreed names, in the answer, every group of the request this node
+// syncs and whose ranges all agreed, with one skip range over the whole
+// group: the initiator takes it as finished, like a group left out, but
+// can tell "compared and equal" from "not synced here" — silence, which a
+// restored node must never take for agreement (restore.go). Groups stay
+// in ascending order; there are no more of them than in the request, and
+// the answer's budget keeps one range per group in reserve.
+func answerAgreed(src *nodeSource, in, out *messages.Reconcile) (*messages.Reconcile, error) {
+	present := make(map[reconcile.Group]bool, len(out.Groups))
+	for _, g := range out.Groups {
+		present[reconcile.Group{Schema: g.Schema, Table: g.Table}] = true
+	}
+	merged := make([]messages.ReconcileGroup, 0, len(in.Groups))
+	i := 0
+	for _, ig := range in.Groups {
+		g := reconcile.Group{Schema: ig.Schema, Table: ig.Table}
+		if present[g] {
+			for i < len(out.Groups) && (out.Groups[i].Schema != ig.Schema || out.Groups[i].Table != ig.Table) {
+				i++
+			}
+			if i < len(out.Groups) {
+				merged = append(merged, out.Groups[i])
+			}
+			continue
+		}
+		if _, ok, err := src.Horizon(g); err != nil {
+			return nil, err
+		} else if !ok {
+			continue // not synced here: left out
+		}
+		// Respond restarts a group at a higher own horizon, so an agreed
+		// group's bound is the request's.
+		merged = append(merged, messages.ReconcileGroup{Schema: ig.Schema, Table: ig.Table, Bound: ig.Bound,
+			Ranges: []messages.ReconcileRange{{Mode: messages.RangeSkip}}})
+	}
+	return &messages.Reconcile{Groups: merged}, nil
 }
 
 // serveFetch reads the signed events a fetch asks for, only from tables

@@ -453,3 +453,116 @@ func TestRestoredNodeRetriesItsFirstReconciliation(t *testing.T) {
 		t.Fatalf("still held: %+v", st)
 	}
 }
+
+// TestRestoreHoldNotReleasedBySilence (regression): a node opened with
+// Config.Restored reconciles first with a peer that does not sync its
+// table (an empty new node: it leaves the group out of its answers) and
+// with one that syncs it but holds nothing of it. Neither is evidence of
+// what the node released before the restore: writes stay held. A
+// reconciliation with a peer that holds the node's events releases them,
+// and the next write is above every HLC released before.
+func TestRestoreHoldNotReleasedBySilence(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	dir := t.TempDir()
+	var a *testNode
+	open := func(w *wall, restored bool) {
+		t.Helper()
+		n, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Name: "a", Wall: w.Now, NoSync: true, SyncInterval: -1, ReconcileInterval: -1,
+			Restored: restored, RestoreWait: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Close() })
+		a = &testNode{Node: n, t: t, wall: w, ctx: ctx}
+		net.Register("a", n)
+	}
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1, ReconcileInterval: -1})
+	b.define(defT)
+	e := openTestNode(t, Config{Name: "e", SyncInterval: -1, ReconcileInterval: -1}) // no table
+	z := openTestNode(t, Config{Name: "z", SyncInterval: -1, ReconcileInterval: -1}) // the table, empty
+	z.define(defT)
+	for _, n := range []*testNode{b, e, z} {
+		net.Register(n.Name(), n.Node)
+	}
+	w := newWall()
+	open(w, false)
+	a.define(defT)
+	trustNode(t, b.Node, a.Node)
+	if err := b.AcceptPeer("a"); err != nil {
+		t.Fatal(err)
+	}
+	site := a.Identity().Site
+	link := func(peer string) {
+		t.Helper()
+		if err := a.AddPeer(peer, net.Transport("a"), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.write(1)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	backup := t.TempDir()
+	for _, f := range []string{"node.db", "storage.key", clockMarkName} {
+		copyFile(t, filepath.Join(dir, f), filepath.Join(backup, f))
+	}
+	open(w, false)
+	link("b")
+	for i := 10; i < 14; i++ {
+		a.write(i)
+	}
+	a.syncNow("b")
+	var highest messages.HLC
+	for h := range ownHLCs(t, b.Node, site) {
+		highest = max(highest, h)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"node.db", "storage.key", clockMarkName} {
+		copyFile(t, filepath.Join(backup, f), filepath.Join(dir, f))
+	}
+	open(newWall(), true)
+	for _, p := range []string{"e", "z"} {
+		link(p)
+		a.reconcile(p)
+		if st := a.RestoreStatus(); !st.Held {
+			t.Fatalf("hold released by a reconciliation with %s, which holds none of a's events: %+v", p, st)
+		}
+		if _, err := a.Upsert(ctx, "app", "t", map[string]any{"id": 20}, map[string]any{"a": 20}); !errors.Is(err, ErrAwaitingReconcile) {
+			t.Fatalf("write after reconciling with %s: %v", p, err)
+		}
+	}
+	link("b")
+	a.reconcile("b")
+	if st := a.RestoreStatus(); st.Held {
+		t.Fatalf("still held after reconciling with b, which holds a's events: %+v", st)
+	}
+	out, err := a.Upsert(ctx, "app", "t", map[string]any{"id": 20}, map[string]any{"a": 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.HLC <= highest {
+		t.Fatalf("write issued HLC %v, not above the released %v", out.HLC, highest)
+	}
+}
+
+// TestReleaseRestoreHold: the operator's explicit release lets writes
+// resume without a reconciliation.
+func TestReleaseRestoreHold(t *testing.T) {
+	a := openTestNode(t, Config{Name: "a", Restored: true, RestoreWait: 20 * time.Millisecond})
+	a.define(defT)
+	if _, err := a.Upsert(a.ctx, "app", "t", map[string]any{"id": 1}, map[string]any{"a": 1}); !errors.Is(err, ErrAwaitingReconcile) {
+		t.Fatalf("write while held: %v", err)
+	}
+	a.ReleaseRestoreHold()
+	if st := a.RestoreStatus(); st.Held {
+		t.Fatalf("held after ReleaseRestoreHold: %+v", st)
+	}
+	if got := gaugeValue(t, a, "syncmesh_restore_writes_held_since_timestamp_seconds"); got != 0 {
+		t.Fatalf("held gauge %v after the release", got)
+	}
+	a.write(1)
+	a.ReleaseRestoreHold() // a no-op now
+}
