@@ -138,6 +138,11 @@ var (
 // (or any reconciliation with the peer) continues.
 var ErrRehydrateIncomplete = errors.New("runtime: rehydration did not take the whole history")
 
+// ErrClockBehind: the wall clock is behind the node's HLC clock (its
+// clock mark) by more than the skew bound (SSP/1 §12), so local writes are
+// refused as clock skew until it catches up; the health check reports it.
+var ErrClockBehind = errors.New("runtime: wall clock behind the clock mark")
+
 // ErrRehydrateNotServed: the peer did not answer for the table Rehydrate
 // was asked to rebuild (it does not sync the table, or left it out of its
 // answers): nothing was compared, so nothing is reported completed and no

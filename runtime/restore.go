@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
 	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/actors/reconcile"
@@ -146,12 +147,64 @@ func (n *Node) openClock(storeMark messages.HLC) (*clock.Clock, error) {
 	n.restore.status = st
 	n.restore.mu.Unlock()
 	c := clock.New(n.cfg.Wall, floor, n.persistMarks, clock.DefaultLease)
+	if err := n.watchClockBehind(c, floor); err != nil {
+		return nil, err
+	}
 	if n.cfg.Restored {
 		c.Hold()
 		g.SetToCurrentTime()
 		n.log.Warn("Config.Restored: local writes wait for reconciliations with peers holding this node's tables")
 	}
 	return c, nil
+}
+
+// skewBound is SSP/1 §12's clock-skew bound as a duration.
+const skewBound = apply.MaxSkewMS * time.Millisecond
+
+// clockBehind returns how far the wall clock is behind the HLC clock's
+// last value (0 when it is not): past skewBound, every local write is
+// refused as clock skew (its HLC, above the mark, is further ahead of the
+// wall clock than SSP/1 §12 allows) until the wall clock catches up.
+func clockBehind(c *clock.Clock) time.Duration {
+	last, wall := c.Last().Physical(), c.WallMS()
+	if last <= wall {
+		return 0
+	}
+	return time.Duration(last-wall) * time.Millisecond
+}
+
+// watchClockBehind makes a wall clock behind the clock mark loud: Open
+// logs a warning that says for how long local writes will be refused, a
+// gauge reports the lag, and the health check fails while it exceeds the
+// skew bound. The delivery plane does not use this clock: message
+// retries and delivery go on.
+func (n *Node) watchClockBehind(c *clock.Clock, mark messages.HLC) error {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "syncmesh_clock_behind_mark_seconds",
+		Help: "How far the wall clock is behind the node's HLC clock (its clock mark or the last HLC issued or observed), in seconds; past the skew bound (300 s) local writes are refused as clock skew."},
+		func() float64 { return clockBehind(c).Seconds() })
+	if _, err := promreg.Register(n.registerer, g); err != nil {
+		return fmt.Errorf("runtime: metrics: %w", err)
+	}
+	if behind := clockBehind(c); behind > skewBound {
+		refused := behind - skewBound
+		n.log.Warn("wall clock is behind the clock mark by more than the skew bound: local writes are refused as clock skew until it catches up; received events from peers with correct clocks are rejected as skewed too; message delivery is not affected",
+			"behind", behind, "skew_bound", skewBound, "writes_refused_for", refused,
+			"until", n.cfg.Wall().Add(refused).UTC(), "clock_mark", mark)
+	}
+	return nil
+}
+
+// clockHealth reports a wall clock behind the HLC clock by more than the
+// skew bound (the health check's 503), or nil.
+func (n *Node) clockHealth() error {
+	if n.clock == nil {
+		return nil
+	}
+	if behind := clockBehind(n.clock); behind > skewBound {
+		return fmt.Errorf("%w: the wall clock is %v behind the clock mark (skew bound %v): local writes are refused for about %v more",
+			ErrClockBehind, behind.Round(time.Second), skewBound, (behind - skewBound).Round(time.Second))
+	}
+	return nil
 }
 
 // persistMarks is the clock's persist: node.db first, then the file, so a

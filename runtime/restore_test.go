@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -565,4 +569,73 @@ func TestReleaseRestoreHold(t *testing.T) {
 	}
 	a.write(1)
 	a.ReleaseRestoreHold() // a no-op now
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestClockBehindMarkIsLoud (regression): a node reopened with its wall
+// clock set back 10 minutes (past the 300 s skew bound) below its clock
+// mark refuses local writes as clock skew; Open says so in a warning with
+// how long writes will be refused, a gauge reports the lag and the health
+// check fails — until the wall clock catches up.
+func TestClockBehindMarkIsLoud(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	w := newWall()
+	n, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Wall: w.Now, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &testNode{Node: n, t: t, wall: w, ctx: ctx}
+	a.define(defT)
+	a.write(1)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.Advance(-10 * time.Minute)
+	var logs syncBuffer
+	n, err = Open(ctx, Config{Dir: dir, MeshID: testMesh, Wall: w.Now, NoSync: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	a = &testNode{Node: n, t: t, wall: w, ctx: ctx}
+	if !strings.Contains(logs.String(), "wall clock is behind the clock mark") || !strings.Contains(logs.String(), "writes_refused_for=") {
+		t.Fatalf("no warning at Open:\n%s", logs.String())
+	}
+	if got := gaugeValue(t, a, "syncmesh_clock_behind_mark_seconds"); got < 590 {
+		t.Fatalf("clock-behind gauge %v, want about 600", got)
+	}
+	rec := httptest.NewRecorder()
+	n.serveHealth(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "refused") {
+		t.Fatalf("health %d %q", rec.Code, rec.Body.String())
+	}
+	if _, err := n.Upsert(ctx, "app", "t", map[string]any{"id": 2}, map[string]any{"a": 2}); !errors.Is(err, ErrNotApplied) {
+		t.Fatalf("write with the wall clock behind: %v", err)
+	}
+	w.Advance(10 * time.Minute)
+	rec = httptest.NewRecorder()
+	n.serveHealth(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 {
+		t.Fatalf("health after the wall clock caught up: %d %q", rec.Code, rec.Body.String())
+	}
+	a.write(3)
 }
