@@ -92,8 +92,8 @@ type simNode struct {
 	// backupMark is the clock mark file copied with backup: restoring
 	// both is a whole-directory restore, opened with Config.Restored.
 	backupMark string
-	wall   *wall
-	n      *Node
+	wall       *wall
+	n          *Node
 }
 
 // simAttacks counts what the hostile node did and what the honest nodes
