@@ -823,7 +823,10 @@ func simulate(t *testing.T, seed uint64, steps int) error {
 				// event (SIM_SEED=20269049, 20276968: one below, n1's group
 				// at n3 and n0), though the data converged, no HLC was issued
 				// twice and every acknowledged write is everywhere (checked
-				// above). Fail-safe: a low watermark skips nothing.
+				// above). It reproduces with the hold released by any
+				// completed reconciliation (the rule before evidence), so it
+				// is the whole-directory restore's, not the hold's. Fail-safe:
+				// a low watermark skips nothing.
 				continue
 			}
 			if oneWay[[2]string{w, r}] || oneWay[[2]string{r, w}] {
