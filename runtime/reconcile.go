@@ -281,8 +281,9 @@ func (r *reconState) reachable() []string {
 		peers = append(peers, p)
 	}
 	if r.via != nil {
+		rt, _ := r.via.(interface{ reaches(string) bool })
 		for p := range r.accepted {
-			if _, added := r.peers[p]; !added {
+			if _, added := r.peers[p]; !added && (rt == nil || rt.reaches(p)) {
 				peers = append(peers, p)
 			}
 		}
@@ -523,6 +524,9 @@ func (r *reconState) transport(peer string) (Transport, bool) {
 		return t, true
 	}
 	if r.accepted[peer] && r.via != nil {
+		if rt, ok := r.via.(interface{ reaches(string) bool }); ok && !rt.reaches(peer) {
+			return nil, false // a Remote without the peer's address: nothing to retry
+		}
 		return r.via, true
 	}
 	return nil, false
