@@ -83,11 +83,15 @@ type Config struct {
 	// Restored says Dir was restored from a backup as a whole (node.db
 	// and its clock mark file alike), so the node cannot know from its
 	// files the highest HLC it released (SSP/1 §13.5). Local writes (and
-	// NextHLC, Sign) then wait after Open until one reconciliation this
-	// node starts with a peer (Node.Reconcile, or the one AddPeer
-	// triggers) has completed and applied what the peer holds of this
-	// node's own events; a write waits at most RestoreWait, then fails
-	// with ErrAwaitingReconcile. A node.db restored alone needs no flag.
+	// NextHLC, Sign) then wait after Open for evidence: reconciliations
+	// this node starts (Node.Reconcile, or the ones AddPeer and AcceptPeer
+	// trigger, retried with backoff until they succeed) in which peers
+	// answered, and held events in, every synced table that holds this
+	// node's own events — a peer that does not sync a table, or holds
+	// nothing of it, is no evidence. Node.ReleaseRestoreHold is the
+	// operator's explicit release. A write waits at most RestoreWait,
+	// then fails with ErrAwaitingReconcile (Node.RestoreStatus says
+	// whether the hold is on). A node.db restored alone needs no flag.
 	// See docs/operations.md "Backup and restore".
 	Restored bool
 	// RestoreWait bounds a local write's wait under Restored. Zero:

@@ -149,6 +149,18 @@ var (
 // (or any reconciliation with the peer) continues.
 var ErrRehydrateIncomplete = errors.New("runtime: rehydration did not take the whole history")
 
+// ErrClockBehind: the wall clock is behind the node's HLC clock (its
+// clock mark) by more than the skew bound (SSP/1 §12), so local writes are
+// refused as clock skew until it catches up; the health check reports it.
+var ErrClockBehind = errors.New("runtime: wall clock behind the clock mark")
+
+// ErrRehydrateNotServed: the peer did not answer for the table Rehydrate
+// was asked to rebuild (it does not sync the table, or left it out of its
+// answers): nothing was compared, so nothing is reported completed and no
+// RebuildCompleted notice is raised. The horizon stays at zero; Rehydrate
+// from a peer that syncs the table continues.
+var ErrRehydrateNotServed = errors.New("runtime: the peer does not serve the table to rehydrate")
+
 // Errors of restore safety (match with errors.Is).
 var (
 	// ErrClockMark: the clock mark file beside node.db is unreadable or

@@ -45,8 +45,9 @@ type slogPrinter struct{ n *Node }
 
 func (p slogPrinter) Println(v ...any) { p.n.log.Warn("runtime: metrics: " + fmt.Sprint(v...)) }
 
-// serveHealth answers 200 while the node is open and its storage answers
-// a read within a second, 503 otherwise.
+// serveHealth answers 200 while the node is open, its storage answers a
+// read within a second and its wall clock is not behind its clock mark by
+// more than the skew bound (local writes would be refused), 503 otherwise.
 func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if n.isClosed() {
 		http.Error(w, "closed", http.StatusServiceUnavailable)
@@ -56,6 +57,10 @@ func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := n.store.View(ctx, func(tx persistence.SyncReader) error { _, err := tx.LastSeq(); return err }); err != nil {
 		http.Error(w, "storage: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if err := n.clockHealth(); err != nil { // restore.go: local writes refused
+		http.Error(w, "clock: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

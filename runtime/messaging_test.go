@@ -99,3 +99,61 @@ func TestDeviceConfigIsValidated(t *testing.T) {
 		t.Fatalf("missing transport: %v", err)
 	}
 }
+
+// TestDeliveryWithWallClockBehindTheMark: alice reopens with her wall
+// clock set back 10 minutes below her clock mark (past the skew bound:
+// her local writes are refused). Her delivery plane does not use that
+// clock: a message to bob is delivered, committed, and its ACK clears it
+// at alice.
+func TestDeliveryWithWallClockBehindTheMark(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	dir := t.TempDir()
+	w := newWall()
+	aAddr, bAddr := DeviceAddress{User: "alice", Device: 1}, DeviceAddress{User: "bob", Device: 1}
+	openAlice := func() *testNode {
+		return openTestNode(t, Config{Name: "alice", Dir: dir, NoSync: true, Wall: w.Now, SyncInterval: -1,
+			Device: &DeviceConfig{Address: aAddr, Transport: net.DeviceTransport("alice", aAddr)}})
+	}
+	alice := openAlice()
+	alice.define(defT)
+	alice.write(1)
+	if err := alice.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.Advance(-10 * time.Minute)
+	alice = openAlice()
+	bob := openTestNode(t, Config{Name: "bob", SyncInterval: -1, Device: &DeviceConfig{Address: bAddr, Transport: net.DeviceTransport("bob", bAddr), Buffer: 16}})
+	for _, n := range []*testNode{alice, bob} {
+		net.Register(n.Name(), n.Node)
+		net.RegisterDevice(n.Name(), n.Node)
+	}
+	if err := alice.clockHealth(); !errors.Is(err, ErrClockBehind) {
+		t.Fatalf("setup: alice's clock is not behind its mark: %v", err)
+	}
+	if _, err := alice.Upsert(ctx, "app", "t", map[string]any{"id": 2}, map[string]any{"a": 2}); !errors.Is(err, ErrNotApplied) {
+		t.Fatalf("setup: write with the clock behind: %v", err)
+	}
+	sent, err := alice.Send(ctx, bob.DeviceAddress(), []byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m ReceivedMessage
+	select {
+	case m = <-bob.Messages():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no delivery with alice's clock behind her mark")
+	}
+	if string(m.Plaintext) != "hello" || m.ID != sent.ID {
+		t.Fatalf("delivered %+v", m)
+	}
+	if res, err := bob.CommitMessage(ctx, m); err != nil || res.Status != Committed {
+		t.Fatalf("commit: %+v %v", res, err)
+	}
+	if err := net.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := alice.PendingSentMessages(ctx, 0, 10, nil); len(p.Messages) != 0 {
+		t.Fatalf("after the ACK alice still has %d pending sent", len(p.Messages))
+	}
+}

@@ -64,8 +64,17 @@ func NewNetwork(seed uint64) *Network {
 // restarted node does).
 func (n *Network) Register(name string, r replicate.Receiver) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.nodes[name] = r
+	n.mu.Unlock()
+	if a, ok := r.(transportAttacher); ok {
+		a.attachTransport(n.Transport(name)) // a receive-only node pulls over it
+	}
+}
+
+// transportAttacher is a receiver that reconciles with the peers it
+// accepts over the transport that delivers their pushes (a Node).
+type transportAttacher interface {
+	attachTransport(Transport)
 }
 
 // Unregister makes name unreachable (a crashed or stopped node).

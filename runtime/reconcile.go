@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -130,7 +131,9 @@ func (d *droppedSet) add(k droppedKey) {
 }
 
 // reconState is the node's reconciliation state: the peers' transports
-// (from AddPeer), the dropped keys per peer and the sessions running.
+// (from AddPeer), the peers it only accepts pushes from (AcceptPeer) and
+// the transport that reaches them (the Network or Remote the node is
+// attached to), the dropped keys per peer and the sessions running.
 type reconState struct {
 	mu      sync.Mutex
 	peers   map[string]Transport
@@ -140,6 +143,9 @@ type reconState struct {
 	pending map[string]bool          // background runs wanted (true: one more after the current)
 	scope   apply.Scope
 	scoped  bool
+
+	accepted map[string]bool // AcceptPeer'd: bounded by configuration
+	via      Transport       // attached transport: reaches accepted peers (nil: none)
 
 	last    map[string]reconcile.Status // per added peer: the last session this node started
 	resp    []respCache                 // responder sets, a few peers
@@ -262,16 +268,62 @@ func (n *Node) stopReconcile() {
 	n.recon.wg.Wait()
 }
 
-// reconcileAllInBackground reconciles with every added peer.
+// reconcileAllInBackground reconciles with every peer this node can
+// receive from: the added ones and the accepted ones it can reach (a
+// receive-only link repairs by pulling, SSP/1 §14.1: reconciliation is
+// independent of who pushes to whom).
 func (n *Node) reconcileAllInBackground() {
-	n.recon.mu.Lock()
-	peers := make([]string, 0, len(n.recon.peers))
-	for p := range n.recon.peers {
+	for _, p := range n.recon.reachable() {
+		n.reconcileInBackground(p)
+	}
+}
+
+// reachable lists the peers a reconciliation can run with: the added
+// peers, and the accepted ones when a transport reaches them.
+func (r *reconState) reachable() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	peers := make([]string, 0, len(r.peers)+len(r.accepted))
+	for p := range r.peers {
 		peers = append(peers, p)
 	}
+	if r.via != nil {
+		rt, _ := r.via.(interface{ reaches(string) bool })
+		for p := range r.accepted {
+			if _, added := r.peers[p]; !added && (rt == nil || rt.reaches(p)) {
+				peers = append(peers, p)
+			}
+		}
+	}
+	return peers
+}
+
+// attachTransport is called by the Network (Register) and the Remote
+// (Serve, Host) that deliver this node's pushes: the same transport
+// reaches the peers it accepts pushes from, so a receive-only node can
+// pull what it lacks from them by reconciliation.
+func (n *Node) attachTransport(t Transport) {
+	if _, ok := t.(reconcileTransport); !ok {
+		return
+	}
+	n.recon.mu.Lock()
+	n.recon.via = t
 	n.recon.mu.Unlock()
-	for _, p := range peers {
-		n.reconcileInBackground(p)
+}
+
+// peerAccepted runs after AcceptPeer: the peer is reconciled with on the
+// same triggers as an added one (Trust, DefineTable, the schedule), and
+// at once when this node was opened from a restore.
+func (n *Node) peerAccepted(peer string) {
+	r := &n.recon
+	r.mu.Lock()
+	if r.accepted == nil {
+		r.accepted = map[string]bool{}
+	}
+	r.accepted[peer] = true
+	r.mu.Unlock()
+	if n.restoring() {
+		n.reconcileInBackground(peer)
 	}
 }
 
@@ -307,9 +359,26 @@ func (n *Node) reconcileInBackground(peer string) {
 			case <-ctx.Done():
 			}
 		}()
+		retry := reconRetryMin
 		for {
-			if _, err := n.Reconcile(ctx, peer); err != nil && !n.isClosed() {
+			_, err := n.Reconcile(ctx, peer)
+			if err != nil && !n.isClosed() {
 				n.log.Info("reconciliation failed", "peer", peer, "err", err)
+			}
+			if retryReconcile(err) && !n.isClosed() {
+				// A failed trigger (a peer not answering yet at Open, busy,
+				// not yet configured for us) is tried again with backoff
+				// until it succeeds, not left to the schedule: a restored
+				// node's writes wait for it. One sleeping run per peer.
+				d := retry/2 + rand.N(retry/2+1) // jitter: peers restarted together do not retry in step
+				retry = min(2*retry, reconRetryMax)
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+					continue
+				case <-n.closed:
+					t.Stop()
+				}
 			}
 			r.mu.Lock()
 			again := r.pending[peer] && !r.stopped
@@ -326,12 +395,33 @@ func (n *Node) reconcileInBackground(peer string) {
 	}()
 }
 
+// Backoff of a failed background reconciliation (with jitter).
+const (
+	reconRetryMin = 500 * time.Millisecond
+	reconRetryMax = 30 * time.Second
+)
+
+// retryReconcile reports whether a background reconciliation that failed
+// with err is tried again: not when it succeeded, the node is closing, the
+// peer is unknown or cannot reconcile, or the peer broke the protocol
+// (that waits for the schedule: a hostile peer gets no faster loop).
+func retryReconcile(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrClosed), errors.Is(err, ErrUnknownPeer),
+		errors.Is(err, ErrReconcileUnsupported), errors.Is(err, ErrReconcilePeer):
+		return false
+	}
+	return true
+}
+
 // trusted runs after Trust stored a key: drops remembered for an unknown
-// kid may apply now, so they are forgotten, and a new key starts a
-// reconciliation with every peer (events dropped before it come back).
-func (n *Node) trusted(newKey bool) {
+// kid may apply now, so they are forgotten, and a key that verifies more
+// than before (new, or its retirement cutoff lifted or raised) starts a
+// reconciliation with every peer this node receives from (events dropped
+// before it come back, whichever way the link pushes).
+func (n *Node) trusted(widened bool) {
 	n.recon.forgetDrops()
-	if newKey {
+	if widened {
 		n.reconcileAllInBackground()
 	}
 }
@@ -432,11 +522,21 @@ func (n *Node) senderCaughtUp(peer string) {
 	}
 }
 
+// transport returns the transport that reaches peer for reconciliation:
+// AddPeer's, or for an accepted peer the attached one.
 func (r *reconState) transport(peer string) (Transport, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t, ok := r.peers[peer]
-	return t, ok
+	if t, ok := r.peers[peer]; ok {
+		return t, true
+	}
+	if r.accepted[peer] && r.via != nil {
+		if rt, ok := r.via.(interface{ reaches(string) bool }); ok && !rt.reaches(peer) {
+			return nil, false // a Remote without the peer's address: nothing to retry
+		}
+		return r.via, true
+	}
+	return nil, false
 }
 
 // generation returns the keyring generation a session starts in.
@@ -749,9 +849,11 @@ func peerErr(peer string, err error) error {
 // the two horizons up), fetches them and feeds them to the apply
 // chokepoint like any push: signatures checked, drops final, held groups
 // held (SSP/1 §12, §13.6). It never reads, initialises or advances a
-// cursor or a watermark (§14.1). peer must have been added with AddPeer;
-// events this node holds and peer lacks are counted, and peer fetches
-// them when it reconciles.
+// cursor or a watermark (§14.1). peer must have been added with AddPeer,
+// or accepted with AcceptPeer on a node attached to a Network (Register)
+// or a Remote (Serve, Host, Config.Remote): a receive-only node pulls
+// over the transport that delivers its pushes. Events this node holds and
+// peer lacks are counted, and peer fetches them when it reconciles.
 func (n *Node) Reconcile(ctx context.Context, peer string) (ReconcileReport, error) {
 	rep := ReconcileReport{Peer: peer, Outcomes: map[messages.OutcomeKind]int{}}
 	if n.isClosed() {
@@ -774,9 +876,10 @@ func (n *Node) Reconcile(ctx context.Context, peer string) (ReconcileReport, err
 	m := n.recon.metrics
 	n.recon.mu.Unlock()
 	start := time.Now()
-	rep, err = n.reconcile(ctx, rt, peer, rep)
+	var ev []groupEvidence
+	rep, ev, err = n.reconcile(ctx, rt, peer, rep)
 	m.record(rep, err)
-	n.restoreReconciled(rep, err) // restore.go: releases a held clock
+	n.restoreReconciled(ctx, rep, ev, err) // restore.go: may release a held clock
 	n.recon.setLast(peer, reconcile.Status{At: time.Now(), Took: time.Since(start), Rounds: rep.Rounds,
 		BytesSent: rep.BytesSent, BytesReceived: rep.BytesReceived, Missing: rep.Missing, Fetched: rep.Fetched, Err: err})
 	return rep, err
@@ -804,43 +907,57 @@ func (n *Node) withLastReconcile(ps []PeerStatus) []PeerStatus {
 	return ps
 }
 
-func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string, rep ReconcileReport) (ReconcileReport, error) {
+// groupEvidence is what one session learned of a group from the peer: it
+// answered the group (it syncs the table: silence is not agreement), and
+// how many events the peer holds in it from the bound up.
+type groupEvidence struct {
+	group     reconcile.Group
+	peerCount uint64
+}
+
+func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string, rep ReconcileReport) (ReconcileReport, []groupEvidence, error) {
 	gen := n.recon.generation() // before anything is fetched
 	groups, err := n.syncedGroups(ctx)
 	if err != nil {
-		return rep, err
+		return rep, nil, err
 	}
 	src := &nodeSource{ctx: ctx, n: n, peer: peer, scope: n.reconScope()}
 	sess, msg, err := reconcile.NewSession(src, groups)
 	if err != nil {
-		return rep, err
+		return rep, nil, err
 	}
+	answered := map[reconcile.Group]bool{}
 	for msg != nil {
 		req, err := messages.EncodeReconcile(msg)
 		if err != nil {
-			return rep, err
+			return rep, nil, err
 		}
 		rep.Rounds++
 		rep.BytesSent += len(req)
 		raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindRange, req)
 		if err != nil {
-			return rep, err
+			return rep, nil, err
 		}
 		rep.BytesReceived += len(raw)
 		in, err := messages.DecodeReconcile(raw)
 		if err != nil {
-			return rep, peerErr(peer, err)
+			return rep, nil, peerErr(peer, err)
+		}
+		for _, g := range in.Groups {
+			answered[reconcile.Group{Schema: g.Schema, Table: g.Table}] = true
 		}
 		if msg, err = sess.Step(in); err != nil {
 			if errors.Is(err, reconcile.ErrProtocol) || errors.Is(err, reconcile.ErrTooManyRounds) {
-				return rep, peerErr(peer, err)
+				return rep, nil, peerErr(peer, err)
 			}
-			return rep, err
+			return rep, nil, err
 		}
 	}
 	rep.Truncated = sess.Truncated()
 	var fs fetchSession
+	found := map[reconcile.Group]reconcile.Found{}
 	for _, f := range sess.Found() {
+		found[f.Group] = f
 		rep.Missing += len(f.Need)
 		rep.PeerLacks += len(f.Have)
 		for len(f.Need) > 0 {
@@ -856,12 +973,30 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 			chunk := f.Need[:min(len(f.Need), messages.MaxReconcileKeys)]
 			f.Need = f.Need[len(chunk):]
 			if err := n.fetchMissing(ctx, rt, peer, gen, f.Group, chunk, &rep, &fs); err != nil {
-				return rep, err
+				return rep, nil, err
 			}
 		}
 	}
+	var ev []groupEvidence
+	for g := range answered {
+		bound, ok := sess.Bound(g)
+		if !ok {
+			continue
+		}
+		// The peer's count from ours and the differences (the range sum
+		// reads no event): it held what we hold, less what it lacks, plus
+		// what we lacked.
+		ours, _, err := src.Sum(g, bound)
+		if err != nil {
+			return rep, nil, err
+		}
+		f := found[g]
+		held := ours + uint64(len(f.Need))
+		held -= min(held, uint64(len(f.Have)))
+		ev = append(ev, groupEvidence{group: g, peerCount: held})
+	}
 	n.log.Debug("reconciled", "peer", peer, "rounds", rep.Rounds, "missing", rep.Missing, "fetched", rep.Fetched)
-	return rep, nil
+	return rep, ev, nil
 }
 
 // fetchSession is what one session fetched so far (its bounds:
@@ -971,6 +1106,9 @@ func (n *Node) handleReconcile(ctx context.Context, from string, kind byte, req 
 			}
 			return nil, err
 		}
+		if out, err = answerAgreed(src, in, out); err != nil {
+			return nil, err
+		}
 		return messages.EncodeReconcile(out)
 	case reconcileKindFetch:
 		f, err := messages.DecodeReconcileFetch(req)
@@ -984,6 +1122,44 @@ func (n *Node) handleReconcile(ctx context.Context, from string, kind byte, req 
 		return messages.EncodeReconcileEvents(evs)
 	}
 	return nil, peerErr(from, fmt.Errorf("request kind %d", kind))
+}
+
+// answerAgreed names, in the answer, every group of the request this node
+// syncs and whose ranges all agreed, with one skip range over the whole
+// group: the initiator takes it as finished, like a group left out, but
+// can tell "compared and equal" from "not synced here" — silence, which a
+// restored node must never take for agreement (restore.go). Groups stay
+// in ascending order; there are no more of them than in the request, and
+// the answer's budget keeps one range per group in reserve.
+func answerAgreed(src *nodeSource, in, out *messages.Reconcile) (*messages.Reconcile, error) {
+	present := make(map[reconcile.Group]bool, len(out.Groups))
+	for _, g := range out.Groups {
+		present[reconcile.Group{Schema: g.Schema, Table: g.Table}] = true
+	}
+	merged := make([]messages.ReconcileGroup, 0, len(in.Groups))
+	i := 0
+	for _, ig := range in.Groups {
+		g := reconcile.Group{Schema: ig.Schema, Table: ig.Table}
+		if present[g] {
+			for i < len(out.Groups) && (out.Groups[i].Schema != ig.Schema || out.Groups[i].Table != ig.Table) {
+				i++
+			}
+			if i < len(out.Groups) {
+				merged = append(merged, out.Groups[i])
+			}
+			continue
+		}
+		if _, ok, err := src.Horizon(g); err != nil {
+			return nil, err
+		} else if !ok {
+			continue // not synced here: left out
+		}
+		// Respond restarts a group at a higher own horizon, so an agreed
+		// group's bound is the request's.
+		merged = append(merged, messages.ReconcileGroup{Schema: ig.Schema, Table: ig.Table, Bound: ig.Bound,
+			Ranges: []messages.ReconcileRange{{Mode: messages.RangeSkip}}})
+	}
+	return &messages.Reconcile{Groups: merged}, nil
 }
 
 // serveFetch reads the signed events a fetch asks for, only from tables

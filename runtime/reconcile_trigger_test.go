@@ -96,3 +96,82 @@ func TestScheduledReconciliationRepairsWithoutATrigger(t *testing.T) {
 		t.Fatalf("metrics: %v reconciliations, %v events found missing", runs, missing)
 	}
 }
+
+// TestOneWayLateTrustRepairedByTrustAlone (regression): b pushes to a over
+// a one-way link (b AddPeer a; a only AcceptPeer b). a drops b's pushes
+// while b's key is unknown and b's cursor moves past them. Trust alone at
+// a — the test never calls Reconcile — brings them back: a pulls from the
+// peer it accepts over the Network that delivers b's pushes.
+func TestOneWayLateTrustRepairedByTrustAlone(t *testing.T) {
+	net := NewNetwork(1)
+	a := openTestNode(t, Config{Name: "a", SyncInterval: -1})
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1})
+	for _, n := range []*testNode{a, b} {
+		n.define(defT)
+		net.Register(n.Name(), n.Node)
+	}
+	if err := a.AcceptPeer("b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddPeer("a", net.Transport("b"), ""); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ {
+		b.write(i)
+	}
+	b.syncNow("a")
+	if rep := b.syncNow("a"); rep.Offered != 0 || rowCount(t, a) != 0 {
+		t.Fatalf("setup: offered %d, a holds %d rows", rep.Offered, rowCount(t, a))
+	}
+	trustNode(t, a.Node, b.Node)
+	waitRows(t, a, 8)
+	if sa, sb := state(t, a.Node), state(t, b.Node); sa != sb {
+		t.Fatalf("not converged:\n%s\n%s", sa, sb)
+	}
+}
+
+// TestRetireLiftedRepairs (regression): a trusts b's key retired at a
+// cutoff below b's writes, so a drops b's pushes (retired) and b's cursor
+// moves past them. Lifting the retirement (Retire with cutoff 0) alone —
+// no Reconcile call — brings them back, over a one-way link (a only
+// accepts b) and over a two-way one.
+func TestRetireLiftedRepairs(t *testing.T) {
+	for _, oneWay := range []bool{true, false} {
+		t.Run(map[bool]string{true: "one-way", false: "two-way"}[oneWay], func(t *testing.T) {
+			net := NewNetwork(1)
+			a := openTestNode(t, Config{Name: "a", SyncInterval: -1})
+			b := openTestNode(t, Config{Name: "b", SyncInterval: -1})
+			for _, n := range []*testNode{a, b} {
+				n.define(defT)
+				net.Register(n.Name(), n.Node)
+			}
+			id := b.Identity()
+			if err := a.Trust(a.ctx, PeerKey{Kid: id.Kid, Site: id.Site, PublicKey: id.PublicKey, Cutoff: 1}); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if oneWay {
+				err = a.AcceptPeer("b")
+			} else {
+				err = a.AddPeer("b", net.Transport("a"), "")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.AddPeer("a", net.Transport("b"), ""); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 8; i++ {
+				b.write(i)
+			}
+			b.syncNow("a")
+			if rep := b.syncNow("a"); rep.Offered != 0 || rowCount(t, a) != 0 {
+				t.Fatalf("setup: offered %d, a holds %d rows", rep.Offered, rowCount(t, a))
+			}
+			if err := a.Retire(a.ctx, id.Kid, 0); err != nil {
+				t.Fatal(err)
+			}
+			waitRows(t, a, 8)
+		})
+	}
+}

@@ -88,9 +88,14 @@ func (n *Node) Rehydrate(ctx context.Context, schema, table, peer string) (Rehyd
 	complete := false
 	for rep.Sessions < maxRehydrateSessions {
 		rep.Sessions++
-		need, bound, truncated, err := n.rehydrateSession(ctx, rt, peer, g, &rr)
+		need, bound, truncated, answered, err := n.rehydrateSession(ctx, rt, peer, g, &rr)
 		if err != nil {
 			return rep, err
+		}
+		if !answered && rep.Sessions == 1 {
+			// Silence is not agreement: a peer that leaves the table out
+			// of its answers compared nothing.
+			return rep, fmt.Errorf("%w: %s.%s from %s", ErrRehydrateNotServed, schema, table, peer)
 		}
 		rep.Bound = bound
 		if len(need) == 0 && !truncated {
@@ -159,34 +164,38 @@ func (n *Node) lowerHorizon(ctx context.Context, schema, table string, rep *Rehy
 
 // rehydrateSession reconciles the one group g with peer and returns the
 // keys the peer holds and this node lacks, with the bound the session
-// settled.
-func (n *Node) rehydrateSession(ctx context.Context, rt reconcileTransport, peer string, g reconcile.Group, rep *ReconcileReport) (need []reconcile.Key, bound messages.HLC, truncated bool, err error) {
+// settled; answered says whether the peer answered for g at all (a peer
+// that does not sync the table leaves it out).
+func (n *Node) rehydrateSession(ctx context.Context, rt reconcileTransport, peer string, g reconcile.Group, rep *ReconcileReport) (need []reconcile.Key, bound messages.HLC, truncated, answered bool, err error) {
 	src := &nodeSource{ctx: ctx, n: n, peer: peer, scope: n.reconScope()}
 	sess, msg, err := reconcile.NewSession(src, []reconcile.Group{g})
 	if err != nil {
-		return nil, 0, false, err
+		return nil, 0, false, false, err
 	}
 	for msg != nil {
 		req, err := messages.EncodeReconcile(msg)
 		if err != nil {
-			return nil, 0, false, err
+			return nil, 0, false, false, err
 		}
 		rep.Rounds++
 		rep.BytesSent += len(req)
 		raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindRange, req)
 		if err != nil {
-			return nil, 0, false, err
+			return nil, 0, false, false, err
 		}
 		rep.BytesReceived += len(raw)
 		in, err := messages.DecodeReconcile(raw)
 		if err != nil {
-			return nil, 0, false, peerErr(peer, err)
+			return nil, 0, false, false, peerErr(peer, err)
+		}
+		for _, ig := range in.Groups {
+			answered = answered || (ig.Schema == g.Schema && ig.Table == g.Table)
 		}
 		if msg, err = sess.Step(in); err != nil {
 			if errors.Is(err, reconcile.ErrProtocol) || errors.Is(err, reconcile.ErrTooManyRounds) {
-				return nil, 0, false, peerErr(peer, err)
+				return nil, 0, false, false, peerErr(peer, err)
 			}
-			return nil, 0, false, err
+			return nil, 0, false, false, err
 		}
 	}
 	bound, _ = sess.Bound(g)
@@ -195,5 +204,5 @@ func (n *Node) rehydrateSession(ctx context.Context, rt reconcileTransport, peer
 			need = append(need, f.Need...)
 		}
 	}
-	return need, bound, sess.Truncated(), nil
+	return need, bound, sess.Truncated(), answered, nil
 }

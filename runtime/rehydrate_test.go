@@ -127,3 +127,55 @@ func TestRehydrateRefusesUnknownPeerAndTable(t *testing.T) {
 		t.Fatalf("unknown table: %v", err)
 	}
 }
+
+// TestRehydrateFromAPeerThatDoesNotSyncTheTable (regression): b's row was
+// rebuilt partially under a horizon; Rehydrate from e, which does not
+// define the table (it leaves the group out of its answers), fetched
+// nothing: it fails with ErrRehydrateNotServed, reports no row completed
+// and raises no RebuildCompleted notice.
+func TestRehydrateFromAPeerThatDoesNotSyncTheTable(t *testing.T) {
+	a, b, net := reconPair(t, true)
+	e := openTestNode(t, Config{Name: "e", SyncInterval: -1, ReconcileInterval: -1})
+	net.Register("e", e.Node)
+	if err := b.AddPeer("e", net.Transport("b"), ""); err != nil {
+		t.Fatal(err)
+	}
+	p := newPeer(t, 9)
+	b.trust(p)
+	ms := b.wall.MS()
+	u1 := p.upsert(hlcAt(ms-5000, 0), 1, map[string]any{"a": "first"})
+	d := p.del(hlcAt(ms-4000, 0), 1)
+	late := p.upsert(hlcAt(ms-3000, 0), 1, map[string]any{"a": "late"})
+	res := p.upsert(hlcAt(ms-1000, 0), 1, map[string]any{"b": "back"})
+	for _, raw := range [][]byte{u1, d} {
+		b.apply(raw)
+	}
+	if _, err := b.SetHorizon(b.ctx, "app", "t", hlcAt(ms-2000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	b.apply(late)
+	ns := b.collect()
+	b.apply(res)
+	ns.waitFor(t, "partial rebuild", func(x messages.Notice) bool { _, ok := x.(messages.PartialRebuild); return ok })
+
+	rep, err := b.Rehydrate(b.ctx, "app", "t", "e")
+	if !errors.Is(err, ErrRehydrateNotServed) {
+		t.Fatalf("rehydrate from a peer without the table: %v (report %+v)", err, rep)
+	}
+	if len(rep.Completed) != 0 || rep.Fetched != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	// The partial row is not surfaced as complete. Notices reach the
+	// subscriber in order: once a marker published after Rehydrate (an
+	// event rejected for skew) arrived, a RebuildCompleted would have too.
+	b.apply(p.upsert(hlcAt(ms+3_600_000, 0), 5, map[string]any{"a": "future"}))
+	ns.waitFor(t, "marker", func(x messages.Notice) bool { _, ok := x.(messages.EventRejected); return ok })
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	for _, x := range ns.all {
+		if _, ok := x.(messages.RebuildCompleted); ok {
+			t.Fatalf("RebuildCompleted raised after rehydrating from a peer that served nothing: %+v", x)
+		}
+	}
+	_ = a
+}

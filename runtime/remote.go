@@ -454,6 +454,9 @@ func (r *Remote) Serve(recv replicate.Receiver) {
 		return
 	}
 	r.recv.Store(&receiverBox{r: recv})
+	if a, ok := recv.(transportAttacher); ok {
+		a.attachTransport(r) // a receive-only node pulls over it
+	}
 }
 
 // Stats returns the transport's counters.

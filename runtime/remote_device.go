@@ -505,6 +505,7 @@ func (r *Remote) Host(n *Node) {
 	}
 	r.hosted[n.Name()] = &receiverBox{r: n}
 	r.named.Unlock()
+	n.attachTransport(r) // a receive-only node pulls over it
 	if n.DeviceAddress() != (messages.DeviceAddress{}) {
 		r.ServeDevice(n)
 	}

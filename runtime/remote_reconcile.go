@@ -25,6 +25,15 @@ import (
 
 var _ reconcileTransport = (*Remote)(nil)
 
+// reaches reports whether peer has an address here (Remote.AddPeer): a
+// node that only accepts a peer pulls from it over this remote only then.
+func (r *Remote) reaches(peer string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, ok := r.peers[peer]
+	return ok
+}
+
 // reconcileCall carries one reconciliation request to peer and waits for
 // its answer. from is the calling node's name as peer knows it (the
 // stream guard checks it against this remote's client certificate).

@@ -28,7 +28,7 @@ type reconChildSpec struct {
 }
 
 type reconCmd struct {
-	Op   string // addpeer, write, sync, trust, rows, reconcile, raw, stats, peers
+	Op   string // addpeer, accept, write, sync, trust, rows, reconcile, raw, stats, peers
 	Name string
 	Addr string
 	N    int
@@ -115,6 +115,13 @@ func reconChildCommand(ctx context.Context, n *Node, c reconCmd) reconReply {
 			return fail(err)
 		}
 		if err := n.AddPeer(c.Name, n.Remote(), "remote"); err != nil {
+			return fail(err)
+		}
+	case "accept": // a one-way link: bind the peer's certificate, accept its pushes
+		if err := n.Remote().AddPeer(c.Name, c.Addr); err != nil {
+			return fail(err)
+		}
+		if err := n.AcceptPeer(c.Name); err != nil {
 			return fail(err)
 		}
 	case "write":
@@ -301,6 +308,39 @@ func TestRemoteLateTrustRepairedByTrustAlone(t *testing.T) {
 	st := b.must(reconCmd{Op: "stats"})
 	if st.Recon["syncmesh_reconcile_events_missing_total"] < 20 || st.Recon["syncmesh_reconcile_round_trips_total"] < 1 {
 		t.Fatalf("b's reconciliation metrics: %v", st.Recon)
+	}
+}
+
+// TestRemoteOneWayLateTrustRepairedByTrustAlone (regression, over the
+// remote with mutual TLS): b pushes to a over a one-way link (b adds a; a
+// only accepts b). a drops b's pushes while b's key is unknown and b's
+// cursor moves past them. Trust alone at a — the test never calls
+// Reconcile — makes a pull from b over its remote, and a converges to b.
+func TestRemoteOneWayLateTrustRepairedByTrustAlone(t *testing.T) {
+	dir := t.TempDir()
+	ca := newRemoteCA(t, "mesh-ca")
+	a := startReconChild(t, reconChildSpec{Name: "a", CertDir: ca.issue(t, dir, "a")})
+	b := startReconChild(t, reconChildSpec{Name: "b", CertDir: ca.issue(t, dir, "b")})
+	a.must(reconCmd{Op: "accept", Name: "b", Addr: b.addr})
+	b.must(reconCmd{Op: "addpeer", Name: "a", Addr: a.addr})
+	b.must(reconCmd{Op: "write", N: 8})
+	if r := b.must(reconCmd{Op: "sync", Name: "a"}); r.Offered != 8 || r.Applied != 8 {
+		t.Fatalf("setup: first push offered %d, applied (or dropped) %d; want 8, 8", r.Offered, r.Applied)
+	}
+	if r := b.must(reconCmd{Op: "sync", Name: "a"}); r.Offered != 0 {
+		t.Fatalf("setup: b's cursor did not move past the dropped events: offered %d", r.Offered)
+	}
+	if r := a.must(reconCmd{Op: "rows"}); r.Rows != 0 {
+		t.Fatalf("setup: a holds %d rows before trusting b", r.Rows)
+	}
+	a.must(reconCmd{Op: "trust", Key: b.key})
+	got := waitChildRows(t, a, 8)
+	if want := b.must(reconCmd{Op: "rows"}).State; got.State != want {
+		t.Fatalf("not converged:\n%s\n%s", got.State, want)
+	}
+	st := a.must(reconCmd{Op: "stats"})
+	if st.Recon["syncmesh_reconcile_events_missing_total"] < 8 {
+		t.Fatalf("a's reconciliation metrics: %v", st.Recon)
 	}
 }
 

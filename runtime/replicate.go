@@ -34,11 +34,21 @@ func peerOptions(opts []PeerOption) replicate.PeerOptions {
 // registered name, or the Remote peer bound to a TLS certificate. Receive
 // progress, inbound status and metric series exist only for accepted
 // peers.
+//
+// A node attached to a Network (Register) or a Remote (Serve, Host,
+// Config.Remote) also reconciles with an accepted peer over that
+// transport (Reconcile), on the same triggers as an added peer — Trust,
+// DefineTable, the schedule, an Open from a restore — so what a one-way
+// link's pushes could not apply comes back without a link the other way.
 func (n *Node) AcceptPeer(peer string, opts ...PeerOption) error {
 	if n.isClosed() {
 		return ErrClosed
 	}
-	return n.sync.AcceptPeer(peer, peerOptions(opts))
+	if err := n.sync.AcceptPeer(peer, peerOptions(opts)); err != nil {
+		return err
+	}
+	n.peerAccepted(peer) // reconcile.go
+	return nil
 }
 
 // ReplicationStats are the sync plane's refusal counters (what hostile

@@ -133,6 +133,9 @@ func TestRestoredNodeReconcilesAtAddPeerBeforeItsPushes(t *testing.T) {
 	if err := b.AcceptPeer("a"); err != nil {
 		t.Fatal(err)
 	}
+	// b holds events of the table: a reconciliation with a peer holding
+	// nothing would be no evidence for the release (restore.go).
+	b.write(1)
 	g := &gatedTransport{inner: net.Transport("a"), peer: b.Node, gate: make(chan struct{})}
 	timer := time.AfterFunc(300*time.Millisecond, g.release)
 	defer timer.Stop()

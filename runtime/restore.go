@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,8 +17,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
 	"github.com/syncmesh/syncmesh/actors/promreg"
+	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -32,10 +35,11 @@ import (
 // safe at once, writes included, and the Open looks like a restore (the
 // file's mark is above node.db's): it is logged and reported by
 // Node.RestoreStatus. A directory restored whole (the file too) is told
-// by the operator (Config.Restored): local writes then wait until one
-// reconciliation with a peer has applied this node's own released events
-// (verified, signed by its key, within the skew bound — the apply
-// chokepoint observes their HLCs, so the clock is past them), at most
+// by the operator (Config.Restored): local writes then wait until
+// reconciliations with peers that hold this node's tables have applied its
+// own released events (verified, signed by its key, within the skew bound
+// — the apply chokepoint observes their HLCs, so the clock is past them;
+// restoreReconciled says what counts as evidence), at most
 // Config.RestoreWait, then fail with ErrAwaitingReconcile.
 
 // DefaultRestoreWait bounds a local write's wait for the first
@@ -61,8 +65,9 @@ type RestoreStatus struct {
 	Reason string
 	// StoreMark and FileMark are the two marks read at Open (0: none).
 	StoreMark, FileMark messages.HLC
-	// Held: Config.Restored is set and no reconciliation with a peer has
-	// completed since Open; local writes wait for one.
+	// Held: Config.Restored is set and reconciliations since Open have
+	// not yet given the evidence to release local writes (see
+	// Config.Restored); they wait for it.
 	Held bool
 	// LogRotated: the Open gave the log a new id (a suspected restore or
 	// Config.Restored), so peers take this node's log as new and its
@@ -75,6 +80,9 @@ type restoreState struct {
 	mu     sync.Mutex
 	status RestoreStatus
 	held   prometheus.Gauge
+	// compared: synced tables a peer answered and held events in, since
+	// Open (restoreReconciled); bounded by the synced tables.
+	compared map[reconcile.Group]bool
 }
 
 // RestoreStatus reports the restore check of the last Open.
@@ -139,12 +147,64 @@ func (n *Node) openClock(storeMark messages.HLC) (*clock.Clock, error) {
 	n.restore.status = st
 	n.restore.mu.Unlock()
 	c := clock.New(n.cfg.Wall, floor, n.persistMarks, clock.DefaultLease)
+	if err := n.watchClockBehind(c, floor); err != nil {
+		return nil, err
+	}
 	if n.cfg.Restored {
 		c.Hold()
 		g.SetToCurrentTime()
-		n.log.Warn("Config.Restored: local writes wait for the first reconciliation with a peer")
+		n.log.Warn("Config.Restored: local writes wait for reconciliations with peers holding this node's tables")
 	}
 	return c, nil
+}
+
+// skewBound is SSP/1 §12's clock-skew bound as a duration.
+const skewBound = apply.MaxSkewMS * time.Millisecond
+
+// clockBehind returns how far the wall clock is behind the HLC clock's
+// last value (0 when it is not): past skewBound, every local write is
+// refused as clock skew (its HLC, above the mark, is further ahead of the
+// wall clock than SSP/1 §12 allows) until the wall clock catches up.
+func clockBehind(c *clock.Clock) time.Duration {
+	last, wall := c.Last().Physical(), c.WallMS()
+	if last <= wall {
+		return 0
+	}
+	return time.Duration(last-wall) * time.Millisecond
+}
+
+// watchClockBehind makes a wall clock behind the clock mark loud: Open
+// logs a warning that says for how long local writes will be refused, a
+// gauge reports the lag, and the health check fails while it exceeds the
+// skew bound. The delivery plane does not use this clock: message
+// retries and delivery go on.
+func (n *Node) watchClockBehind(c *clock.Clock, mark messages.HLC) error {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "syncmesh_clock_behind_mark_seconds",
+		Help: "How far the wall clock is behind the node's HLC clock (its clock mark or the last HLC issued or observed), in seconds; past the skew bound (300 s) local writes are refused as clock skew."},
+		func() float64 { return clockBehind(c).Seconds() })
+	if _, err := promreg.Register(n.registerer, g); err != nil {
+		return fmt.Errorf("runtime: metrics: %w", err)
+	}
+	if behind := clockBehind(c); behind > skewBound {
+		refused := behind - skewBound
+		n.log.Warn("wall clock is behind the clock mark by more than the skew bound: local writes are refused as clock skew until it catches up; received events from peers with correct clocks are rejected as skewed too; message delivery is not affected",
+			"behind", behind, "skew_bound", skewBound, "writes_refused_for", refused,
+			"until", n.cfg.Wall().Add(refused).UTC(), "clock_mark", mark)
+	}
+	return nil
+}
+
+// clockHealth reports a wall clock behind the HLC clock by more than the
+// skew bound (the health check's 503), or nil.
+func (n *Node) clockHealth() error {
+	if n.clock == nil {
+		return nil
+	}
+	if behind := clockBehind(n.clock); behind > skewBound {
+		return fmt.Errorf("%w: the wall clock is %v behind the clock mark (skew bound %v): local writes are refused for about %v more",
+			ErrClockBehind, behind.Round(time.Second), skewBound, (behind - skewBound).Round(time.Second))
+	}
+	return nil
 }
 
 // persistMarks is the clock's persist: node.db first, then the file, so a
@@ -160,11 +220,20 @@ func (n *Node) persistMarks(h messages.HLC) error {
 	return n.writeClockMark(h)
 }
 
-// restoreReconciled runs after a reconciliation this node started: one
-// that completed (not truncated) applied what the peer holds of this
-// node's own events, and their HLCs were observed, so a held clock is
-// released.
-func (n *Node) restoreReconciled(rep ReconcileReport, err error) {
+// restoreReconciled runs after a reconciliation this node started. A
+// held clock is released only by evidence (SSP/1 §13.5: an HLC once
+// released must never be issued again): a completed session (not
+// truncated) in which the peer answered a group — it syncs the table and
+// compared it, so what it holds there was applied and its HLCs observed —
+// and held events in it. A group the peer left out of its answers (it
+// does not sync the table: an empty new node, a hostile one) and a group
+// the peer holds nothing of say nothing: silence is never agreement.
+// Evidence accumulates over sessions and peers; the hold is released once
+// every synced table that holds this node's own events (its own
+// watermark) was so compared — or, when the copy holds none of its own
+// events, once any synced table was. Node.ReleaseRestoreHold is the
+// operator's explicit way out.
+func (n *Node) restoreReconciled(ctx context.Context, rep ReconcileReport, ev []groupEvidence, err error) {
 	if err != nil || rep.Truncated {
 		return
 	}
@@ -173,9 +242,90 @@ func (n *Node) restoreReconciled(rep ReconcileReport, err error) {
 		return
 	default:
 	}
+	n.restore.mu.Lock()
+	if n.restore.compared == nil {
+		n.restore.compared = map[reconcile.Group]bool{}
+	}
+	for _, e := range ev {
+		if e.peerCount > 0 {
+			n.restore.compared[e.group] = true
+		}
+	}
+	compared := maps.Clone(n.restore.compared)
+	n.restore.mu.Unlock()
+	required, err := n.ownGroups(ctx)
+	if err != nil {
+		n.log.Warn("restore: reading this node's own groups failed; writes stay held", "err", err)
+		return
+	}
+	var missing []string
+	for _, g := range required {
+		if !compared[g] {
+			missing = append(missing, g.String())
+		}
+	}
+	if len(missing) > 0 || len(compared) == 0 {
+		n.log.Info("restore: a reconciliation completed without the evidence to release local writes", "peer", rep.Peer,
+			"tables_not_compared", missing, "tables_compared", len(compared))
+		return
+	}
+	n.releaseHold("restore: reconciled with peers holding this node's tables; local writes resume", "peer", rep.Peer)
+}
+
+// ownGroups lists the synced tables in which this node holds its own
+// events (an own watermark, SSP/1 §14.2).
+func (n *Node) ownGroups(ctx context.Context) ([]reconcile.Group, error) {
+	groups, err := n.syncedGroups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	site := n.signer.Site()
+	var out []reconcile.Group
+	err = n.store.View(ctx, func(tx persistence.SyncReader) error {
+		for _, g := range groups {
+			_, ok, err := tx.Watermark(persistence.GroupKey{Site: site, Schema: g.Schema, Table: g.Table})
+			if err != nil {
+				return err
+			}
+			if ok {
+				out = append(out, g)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// releaseHold releases a held clock (once) and logs why.
+func (n *Node) releaseHold(msg string, args ...any) {
+	n.restore.mu.Lock()
+	defer n.restore.mu.Unlock()
+	select {
+	case <-n.clock.Released():
+		return
+	default:
+	}
 	n.clock.Release()
 	n.restore.held.Set(0)
-	n.log.Info("restore: reconciled with a peer; local writes resume", "peer", rep.Peer, "clock", n.clock.Last())
+	n.log.Info(msg, append(args, "clock", n.clock.Last())...)
+}
+
+// ReleaseRestoreHold releases the hold of Config.Restored without the
+// evidence a reconciliation gives: local writes resume at once. It is the
+// operator's decision that no HLC this node released before the restore
+// can be issued again — for example because the copy is known to be
+// current, or because every peer that could hold this node's events is
+// gone. Used wrongly, the node may issue an HLC twice (SSP/1 §13.5) and a
+// write may lose to an older one. Logged as a warning; a no-op when
+// nothing is held.
+func (n *Node) ReleaseRestoreHold() {
+	select {
+	case <-n.clock.Released():
+		return
+	default:
+	}
+	n.log.Warn("restore: local writes released by the operator without a reconciliation's evidence")
+	n.releaseHold("restore: hold released by the operator")
 }
 
 // awaitClock waits, for a local write, until the clock is not held (see

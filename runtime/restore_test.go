@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -388,4 +392,250 @@ func gaugeValue(t *testing.T, n *testNode, name string) float64 {
 		}
 	}
 	return total
+}
+
+// TestRestoredNodeRetriesItsFirstReconciliation (regression): a node
+// opened with Config.Restored whose peer does not answer when AddPeer
+// starts its reconciliation retries it with backoff, not on the 10-minute
+// schedule: once the peer answers, the hold is released and a write that
+// was already waiting succeeds — the test never calls Reconcile.
+func TestRestoredNodeRetriesItsFirstReconciliation(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	dir := t.TempDir()
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1, ReconcileInterval: -1})
+	b.define(defT)
+	net.Register("b", b.Node)
+	w := newWall()
+	a1, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Name: "a", Wall: w.Now, NoSync: true, SyncInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta := &testNode{Node: a1, t: t, wall: w, ctx: ctx}
+	ta.define(defT)
+	trustNode(t, a1, b.Node)
+	trustNode(t, b.Node, a1)
+	ta.write(1)
+	if err := a1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// b holds a's events (as if pushed before the restore).
+	b.write(2)
+	a, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Name: "a", Wall: w.Now, NoSync: true, SyncInterval: -1,
+		Restored: true, RestoreWait: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	net.Register("a", a)
+	net.Cut("a", "b") // the peer does not answer at Open
+	if err := a.AddPeer("b", net.Transport("a"), "", PeerSite(b.Identity().Site)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Upsert(ctx, "app", "t", map[string]any{"id": 3}, map[string]any{"a": 3})
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && counterValue(t, &testNode{Node: a, t: t}, "syncmesh_reconcile_total") < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := a.RestoreStatus(); !st.Held {
+		t.Fatalf("released while the peer did not answer: %+v", st)
+	}
+	net.Heal()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("write after the peer answered: %v", err)
+		}
+	case <-time.After(70 * time.Second):
+		t.Fatal("write still waiting")
+	}
+	if st := a.RestoreStatus(); st.Held {
+		t.Fatalf("still held: %+v", st)
+	}
+}
+
+// TestRestoreHoldNotReleasedBySilence (regression): a node opened with
+// Config.Restored reconciles first with a peer that does not sync its
+// table (an empty new node: it leaves the group out of its answers) and
+// with one that syncs it but holds nothing of it. Neither is evidence of
+// what the node released before the restore: writes stay held. A
+// reconciliation with a peer that holds the node's events releases them,
+// and the next write is above every HLC released before.
+func TestRestoreHoldNotReleasedBySilence(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	dir := t.TempDir()
+	var a *testNode
+	open := func(w *wall, restored bool) {
+		t.Helper()
+		n, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Name: "a", Wall: w.Now, NoSync: true, SyncInterval: -1, ReconcileInterval: -1,
+			Restored: restored, RestoreWait: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Close() })
+		a = &testNode{Node: n, t: t, wall: w, ctx: ctx}
+		net.Register("a", n)
+	}
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1, ReconcileInterval: -1})
+	b.define(defT)
+	e := openTestNode(t, Config{Name: "e", SyncInterval: -1, ReconcileInterval: -1}) // no table
+	z := openTestNode(t, Config{Name: "z", SyncInterval: -1, ReconcileInterval: -1}) // the table, empty
+	z.define(defT)
+	for _, n := range []*testNode{b, e, z} {
+		net.Register(n.Name(), n.Node)
+	}
+	w := newWall()
+	open(w, false)
+	a.define(defT)
+	trustNode(t, b.Node, a.Node)
+	if err := b.AcceptPeer("a"); err != nil {
+		t.Fatal(err)
+	}
+	site := a.Identity().Site
+	link := func(peer string) {
+		t.Helper()
+		if err := a.AddPeer(peer, net.Transport("a"), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.write(1)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	backup := t.TempDir()
+	for _, f := range []string{"node.db", "storage.key", clockMarkName} {
+		copyFile(t, filepath.Join(dir, f), filepath.Join(backup, f))
+	}
+	open(w, false)
+	link("b")
+	for i := 10; i < 14; i++ {
+		a.write(i)
+	}
+	a.syncNow("b")
+	var highest messages.HLC
+	for h := range ownHLCs(t, b.Node, site) {
+		highest = max(highest, h)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"node.db", "storage.key", clockMarkName} {
+		copyFile(t, filepath.Join(backup, f), filepath.Join(dir, f))
+	}
+	open(newWall(), true)
+	for _, p := range []string{"e", "z"} {
+		link(p)
+		a.reconcile(p)
+		if st := a.RestoreStatus(); !st.Held {
+			t.Fatalf("hold released by a reconciliation with %s, which holds none of a's events: %+v", p, st)
+		}
+		if _, err := a.Upsert(ctx, "app", "t", map[string]any{"id": 20}, map[string]any{"a": 20}); !errors.Is(err, ErrAwaitingReconcile) {
+			t.Fatalf("write after reconciling with %s: %v", p, err)
+		}
+	}
+	link("b")
+	a.reconcile("b")
+	if st := a.RestoreStatus(); st.Held {
+		t.Fatalf("still held after reconciling with b, which holds a's events: %+v", st)
+	}
+	out, err := a.Upsert(ctx, "app", "t", map[string]any{"id": 20}, map[string]any{"a": 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.HLC <= highest {
+		t.Fatalf("write issued HLC %v, not above the released %v", out.HLC, highest)
+	}
+}
+
+// TestReleaseRestoreHold: the operator's explicit release lets writes
+// resume without a reconciliation.
+func TestReleaseRestoreHold(t *testing.T) {
+	a := openTestNode(t, Config{Name: "a", Restored: true, RestoreWait: 20 * time.Millisecond})
+	a.define(defT)
+	if _, err := a.Upsert(a.ctx, "app", "t", map[string]any{"id": 1}, map[string]any{"a": 1}); !errors.Is(err, ErrAwaitingReconcile) {
+		t.Fatalf("write while held: %v", err)
+	}
+	a.ReleaseRestoreHold()
+	if st := a.RestoreStatus(); st.Held {
+		t.Fatalf("held after ReleaseRestoreHold: %+v", st)
+	}
+	if got := gaugeValue(t, a, "syncmesh_restore_writes_held_since_timestamp_seconds"); got != 0 {
+		t.Fatalf("held gauge %v after the release", got)
+	}
+	a.write(1)
+	a.ReleaseRestoreHold() // a no-op now
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestClockBehindMarkIsLoud (regression): a node reopened with its wall
+// clock set back 10 minutes (past the 300 s skew bound) below its clock
+// mark refuses local writes as clock skew; Open says so in a warning with
+// how long writes will be refused, a gauge reports the lag and the health
+// check fails — until the wall clock catches up.
+func TestClockBehindMarkIsLoud(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	w := newWall()
+	n, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Wall: w.Now, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &testNode{Node: n, t: t, wall: w, ctx: ctx}
+	a.define(defT)
+	a.write(1)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.Advance(-10 * time.Minute)
+	var logs syncBuffer
+	n, err = Open(ctx, Config{Dir: dir, MeshID: testMesh, Wall: w.Now, NoSync: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	a = &testNode{Node: n, t: t, wall: w, ctx: ctx}
+	if !strings.Contains(logs.String(), "wall clock is behind the clock mark") || !strings.Contains(logs.String(), "writes_refused_for=") {
+		t.Fatalf("no warning at Open:\n%s", logs.String())
+	}
+	if got := gaugeValue(t, a, "syncmesh_clock_behind_mark_seconds"); got < 590 {
+		t.Fatalf("clock-behind gauge %v, want about 600", got)
+	}
+	rec := httptest.NewRecorder()
+	n.serveHealth(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "refused") {
+		t.Fatalf("health %d %q", rec.Code, rec.Body.String())
+	}
+	if _, err := n.Upsert(ctx, "app", "t", map[string]any{"id": 2}, map[string]any{"a": 2}); !errors.Is(err, ErrNotApplied) {
+		t.Fatalf("write with the wall clock behind: %v", err)
+	}
+	w.Advance(10 * time.Minute)
+	rec = httptest.NewRecorder()
+	n.serveHealth(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 {
+		t.Fatalf("health after the wall clock caught up: %d %q", rec.Code, rec.Body.String())
+	}
+	a.write(3)
 }

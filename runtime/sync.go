@@ -292,7 +292,12 @@ func (n *Node) Trust(ctx context.Context, k PeerKey) error {
 	// store itself is written by the committer, like every sync write.
 	n.ddl.Lock()
 	defer n.ddl.Unlock()
-	_, known := n.keyring.Load().Lookup(k.Kid)
+	old, known := n.keyring.Load().Lookup(k.Kid)
+	// A key verifies more than before when it is new, names another key
+	// or site, or its cutoff is lifted or raised: events dropped under the
+	// old entry may apply now, so every link repairs (reconcile.go).
+	widened := !known || old.Site != k.Site || !bytes.Equal(old.PublicKey, k.PublicKey) ||
+		(old.Cutoff != 0 && (k.Cutoff == 0 || k.Cutoff > old.Cutoff))
 	next, err := n.keyring.Load().With(k)
 	if err != nil {
 		return err
@@ -303,7 +308,7 @@ func (n *Node) Trust(ctx context.Context, k PeerKey) error {
 		return err
 	}
 	n.keyring.Store(next)
-	n.trusted(!known) // reconcile.go: forget drops; a new key reconciles with every peer
+	n.trusted(widened) // reconcile.go: forget drops; a widened key reconciles with every peer
 	return nil
 }
 

@@ -34,7 +34,9 @@ func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 	if n.isClosed() {
 		return ErrClosed
 	}
+	created := false
 	err := n.router.Write(ctx, func(tx persistence.SyncTx) error {
+		created = false
 		old, ok, err := tx.Table(persistence.TableKey{Schema: def.Schema, Table: def.Table})
 		if err != nil {
 			return err
@@ -45,12 +47,22 @@ func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 			}
 			return nil
 		}
+		created = true
 		return tx.PutTable(def)
 	})
 	if err != nil {
 		return err
 	}
-	return n.releaseDefined(ctx, def.Schema+"\x00"+def.Table)
+	if err := n.releaseDefined(ctx, def.Schema+"\x00"+def.Table); err != nil {
+		return err
+	}
+	if created {
+		// A new synced table: what peers hold of it (events this node
+		// dropped or never held before it existed) comes back by
+		// reconciliation on every link it receives from (reconcile.go).
+		n.reconcileAllInBackground()
+	}
+	return nil
 }
 
 // releaseDefined releases held groups whose table exists (only=""), or
