@@ -62,10 +62,14 @@ bench-1m:
 fuzz:
 	bash .ci/fuzz.sh $(FUZZTIME)
 
-## lint: formatting and vet.
+## lint: formatting, vet, staticcheck (pinned; CI runs it too) and the
+## tracked-file size check.
+STATICCHECK_VERSION ?= v0.8.2
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	bash .ci/large-files.sh
 
 ## soak: long randomized runs: the property tests with many more cases
 ## (SOAK_CHECKS, default 20000), the 5-node mesh simulation over many
