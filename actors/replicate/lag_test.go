@@ -35,7 +35,9 @@ func TestLagCountsOnlyGroupsBothReport(t *testing.T) {
 	// A group both report, 5 s behind, is the lag; an unreported one is
 	// not.
 	behind, _ := messages.NewHLC(now.Physical()-5000, 0)
-	g := func(tb string) persistence.GroupKey { return persistence.GroupKey{Site: self, Schema: "app", Table: tb} }
+	g := func(tb string) persistence.GroupKey {
+		return persistence.GroupKey{Site: self, Schema: "app", Table: tb}
+	}
 	lag, known = watermarkLag([]GroupWatermark{{Group: g("t"), HLC: now}, {Group: g("u"), HLC: now}},
 		map[persistence.GroupKey]messages.HLC{g("t"): behind})
 	if !known || lag != 5 {
