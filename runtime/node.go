@@ -219,6 +219,9 @@ func (n *Node) loadClock(ctx context.Context) error {
 	if n.clock, err = n.openClock(hw); err != nil {
 		return err
 	}
+	if err := n.registerHeldMetric(); err != nil {
+		return err
+	}
 	n.own = replicate.NewOwnWrites(n.clock.Last())
 	return nil
 }

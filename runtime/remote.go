@@ -389,8 +389,8 @@ func (r *Remote) stopServer() {
 	// such handler that already ran: ours runs after it in the same
 	// Publish. A peer disconnecting during Shutdown itself remains
 	// protoactor's race.
-	//lint:ignore SA2001 an ordering point (above), not a critical section
 	r.evMu.Lock()
+	//lint:ignore SA2001 an ordering point (above), not a critical section
 	r.evMu.Unlock()
 	// Likewise its reader's suspended flag, written by Shutdown and read
 	// after every message a stream receives (remote_readergate.go).
