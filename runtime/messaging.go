@@ -158,6 +158,9 @@ func (n *Node) openDevice(ctx context.Context) error {
 		}
 		handler = n.onMessage(dc.OnMessage) // delivered.go
 	}
+	if err := n.registerConflictMetric(); err != nil {
+		return err
+	}
 	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
 		Store: timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
@@ -297,7 +300,8 @@ func (n *Node) ReceiveEnvelope(ctx context.Context, from DeviceAddress, envelope
 	if err != nil {
 		return ReceiveResult{}, err
 	}
-	return d.Receive(ctx, from, envelope)
+	r, err := d.Receive(ctx, from, envelope)
+	return r, n.noteReceiveError(err)
 }
 
 // receiveEnvelopeAsync is ReceiveEnvelope for the transports, which
@@ -318,7 +322,7 @@ func (n *Node) ReceiveEnvelopeAsync(ctx context.Context, from DeviceAddress, env
 	if err != nil {
 		return err
 	}
-	return d.ReceiveAsync(ctx, from, envelope, done)
+	return d.ReceiveAsync(ctx, from, envelope, func(r ReceiveResult, err error) { done(r, n.noteReceiveError(err)) })
 }
 
 // CommitReceivedMessage records that the application durably applied the

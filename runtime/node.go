@@ -68,6 +68,7 @@ type Node struct {
 	dstore     persistence.DeliveryStore
 	remote     *Remote
 	txLatency  *prometheus.HistogramVec
+	conflicts  prometheus.Counter // syncmesh_delivery_message_conflicts_total (conflicts.go)
 	mailboxes  *mailbox.Depths
 	httpSrv    *http.Server
 	httpAddr   string
