@@ -4,7 +4,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 1x
 TESTFLAGS ?=
 
-.PHONY: run test bench bench-1m fuzz lint soak soak-join proto etcd
+.PHONY: run test conformance bench bench-1m fuzz lint soak soak-join proto etcd
 
 ## run: the quickstart on the embedded bbolt default (no setup).
 run:
@@ -22,6 +22,14 @@ test: etcd
 	$(GO) test -race -count=1 -timeout 30m $(TESTFLAGS) ./...
 	$(GO) test -race -count=1 -timeout 10m -tags invariants $(TESTFLAGS) $(INVARIANT_PKGS)
 	$(GO) test -race -count=1 -timeout 10m -tags invariants -run '$(INVARIANT_RUNTIME)' $(TESTFLAGS) ./runtime
+
+## conformance: the public test-vector sets (Wycheproof, C2SP CCTV,
+## ed25519-speccheck, RFC 8032, BLAKE3, cose-wg, RFC 8949 Appendix A) stored
+## under */testdata/conformance, through the project's own code paths; one
+## line per set: vectors run, expected verdicts met, stated departures.
+## make test runs the same tests.
+conformance:
+	GO=$(GO) bash .ci/conformance.sh
 
 ## etcd: install Debian's etcd-server when no etcd is on PATH (as root:
 ## apt-get update, then apt-get install). The test starts etcd itself on
@@ -54,10 +62,14 @@ bench-1m:
 fuzz:
 	bash .ci/fuzz.sh $(FUZZTIME)
 
-## lint: formatting and vet.
+## lint: formatting, vet, staticcheck (pinned; CI runs it too) and the
+## tracked-file size check.
+STATICCHECK_VERSION ?= v0.8.2
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	bash .ci/large-files.sh
 
 ## soak: long randomized runs: the property tests with many more cases
 ## (SOAK_CHECKS, default 20000), the 5-node mesh simulation over many

@@ -69,3 +69,17 @@ type SessionRepaired struct {
 }
 
 func (SessionRepaired) notice() {}
+
+// LogicalMessageConflict: a received message reused the logical id ID of
+// sender From with another body (application delivery's idempotence
+// rule: one id, one body). Nothing changed: the stored copy is kept and
+// the envelope is not acknowledged, so the sender keeps retrying it;
+// Finalized tells whether the stored copy was already committed or
+// discarded. Told on every such envelope.
+type LogicalMessageConflict struct {
+	From      DeviceAddress
+	ID        LogicalMessageID
+	Finalized bool
+}
+
+func (LogicalMessageConflict) notice() {}

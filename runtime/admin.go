@@ -23,6 +23,7 @@ import (
 //	GET /admin/watermarks  []WatermarkReport: this node's applied watermarks
 //	GET /admin/inbound     []InboundReport: how far each sender's pushes reached here
 //	GET /admin/messages    MessageCounts: pending inbound and outbound messages
+//	GET /admin/held        []HeldReport: groups held for a missing table, with count and age
 //
 // Nothing there changes state. Actions that do are off unless
 // Config.AdminToken is set, and then need "Authorization: Bearer <token>":
@@ -52,6 +53,11 @@ type Status struct {
 	// Device is the node's device address, empty without a delivery plane.
 	Device   string         `json:"device,omitempty"`
 	Messages *MessageCounts `json:"messages,omitempty"`
+	// HeldGroups counts the groups whose events wait for a table this node
+	// has not defined (listed by /admin/held).
+	HeldGroups int `json:"held_groups"`
+	// Restore is the restore check of the last Open.
+	Restore RestoreReport `json:"restore"`
 }
 
 // PeerReport is one peer and path as /admin/peers reports it: how far
@@ -169,11 +175,17 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			return err
 		}
 		defs, err := tx.Tables()
+		if err != nil {
+			return err
+		}
 		st.Tables = len(defs)
+		held, err := tx.HeldGroups()
+		st.HeldGroups = len(held)
 		return err
 	}); err != nil {
 		return Status{}, err
 	}
+	st.Restore = n.restoreReport()
 	peers, err := n.PeerReports(ctx)
 	if err != nil {
 		return Status{}, err
@@ -228,6 +240,10 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 	}
 	get("/admin/status", func(ctx context.Context) (any, error) { return n.Status(ctx) })
 	get("/admin/peers", func(ctx context.Context) (any, error) { return n.PeerReports(ctx) })
+	get("/admin/held", func(ctx context.Context) (any, error) {
+		r, _, err := n.HeldReports(ctx)
+		return r, err
+	})
 	get("/admin/watermarks", func(ctx context.Context) (any, error) {
 		ws, err := n.Watermarks(ctx)
 		out := make([]WatermarkReport, 0, len(ws))

@@ -177,6 +177,9 @@ func (n *Node) openDevice(ctx context.Context) error {
 		}
 		handler = n.onMessage(dc.OnMessage) // delivered.go
 	}
+	if err := n.registerConflictMetric(); err != nil {
+		return err
+	}
 	retry := dc.Retry
 	switch {
 	case retry.Interval < 0:
@@ -355,7 +358,8 @@ func (n *Node) ReceiveEnvelope(ctx context.Context, from DeviceAddress, envelope
 	if err != nil {
 		return ReceiveResult{}, err
 	}
-	return d.Receive(ctx, from, envelope)
+	r, err := d.Receive(ctx, from, envelope)
+	return r, n.noteReceiveError(err)
 }
 
 // receiveEnvelopeAsync is ReceiveEnvelope for the transports, which
@@ -376,7 +380,7 @@ func (n *Node) ReceiveEnvelopeAsync(ctx context.Context, from DeviceAddress, env
 	if err != nil {
 		return err
 	}
-	return d.ReceiveAsync(ctx, from, envelope, done)
+	return d.ReceiveAsync(ctx, from, envelope, func(r ReceiveResult, err error) { done(r, n.noteReceiveError(err)) })
 }
 
 // CommitReceivedMessage records that the application durably applied the

@@ -87,7 +87,7 @@ func TestMetricNamesLint(t *testing.T) {
 }
 
 func hasUnit(name string) bool {
-	for _, u := range []string{"_seconds", "_bytes", "_events", "_messages", "_timestamp_seconds"} {
+	for _, u := range []string{"_seconds", "_bytes", "_events", "_messages", "_groups", "_timestamp_seconds"} {
 		if strings.HasSuffix(name, u) {
 			return true
 		}

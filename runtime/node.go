@@ -68,6 +68,7 @@ type Node struct {
 	dstore     persistence.DeliveryStore
 	remote     *Remote
 	txLatency  *prometheus.HistogramVec
+	conflicts  prometheus.Counter // syncmesh_delivery_message_conflicts_total (conflicts.go)
 	mailboxes  *mailbox.Depths
 	httpSrv    *http.Server
 	httpAddr   string
@@ -217,6 +218,9 @@ func (n *Node) loadClock(ctx context.Context) error {
 	}
 	var err error
 	if n.clock, err = n.openClock(hw); err != nil {
+		return err
+	}
+	if err := n.registerHeldMetric(); err != nil {
 		return err
 	}
 	n.own = replicate.NewOwnWrites(n.clock.Last())

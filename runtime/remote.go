@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/actors/replicate"
@@ -333,7 +334,7 @@ func (r *Remote) remoteConfig() *remote.Config {
 		// which the collector then had to keep up with. Pooled, the buffer
 		// is reused by the next message; nothing decoded aliases it
 		// (TestRemoteReceiveBuffersAreNotAliased).
-		grpc.RecvBufferPool(grpc.NewSharedBufferPool()),
+		experimental.RecvBufferPool(grpc.NewSharedBufferPool()),
 		grpc.ChainStreamInterceptor(r.guardStream),
 		grpc.ChainUnaryInterceptor(rejectUnary),
 	}
@@ -389,7 +390,8 @@ func (r *Remote) stopServer() {
 	// Publish. A peer disconnecting during Shutdown itself remains
 	// protoactor's race.
 	r.evMu.Lock()
-	r.evMu.Unlock() //nolint:staticcheck // an ordering point, not a critical section
+	//lint:ignore SA2001 an ordering point (above), not a critical section
+	r.evMu.Unlock()
 	// Likewise its reader's suspended flag, written by Shutdown and read
 	// after every message a stream receives (remote_readergate.go).
 	if !r.readers.close(readerGateTimeout) {

@@ -228,15 +228,15 @@ func checkEnvelope(b *remote.MessageBatch, e *remote.MessageEnvelope, allowed ma
 	switch x := m.(type) {
 	case *actor.Terminated:
 		if x.Who == nil {
-			return errors.New("Terminated without Who")
+			return errors.New("actor.Terminated without Who")
 		}
 	case *actor.Watch:
 		if x.Watcher == nil {
-			return errors.New("Watch without Watcher")
+			return errors.New("actor.Watch without Watcher")
 		}
 	case *actor.Unwatch:
 		if x.Watcher == nil {
-			return errors.New("Unwatch without Watcher")
+			return errors.New("actor.Unwatch without Watcher")
 		}
 	}
 	return nil

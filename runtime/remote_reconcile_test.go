@@ -28,7 +28,7 @@ type reconChildSpec struct {
 }
 
 type reconCmd struct {
-	Op   string // addpeer, accept, write, sync, trust, rows, reconcile, raw, stats, peers
+	Op   string // addpeer, accept, write, sync, trust, rows, reconcile, raw, stats
 	Name string
 	Addr string
 	N    int
@@ -51,7 +51,6 @@ type reconReply struct {
 	Report    ReconcileReport
 	Stats     RemoteStats
 	Recon     map[string]float64 // reconciliation metric sums by name
-	Peers     []PeerStatus
 	Addr      string
 	Identity  PeerKey
 	Responded int
@@ -179,12 +178,6 @@ func reconChildCommand(ctx context.Context, n *Node, c reconCmd) reconReply {
 			}
 		}
 		return r
-	case "peers":
-		ps, err := n.Peers(ctx)
-		if err != nil {
-			return fail(err)
-		}
-		return reconReply{OK: true, Peers: ps}
 	default:
 		return fail(fmt.Errorf("unknown op %q", c.Op))
 	}

@@ -13,9 +13,8 @@ import (
 // idler touches its timer on every message but the tick and reports each
 // tick's verdict.
 type idler struct {
-	timer   *Timer
-	fired   chan bool
-	stopped chan struct{}
+	timer *Timer
+	fired chan bool
 }
 
 // poke is activity; done, when set, is closed once it was handled.

@@ -548,7 +548,6 @@ type Session struct {
 	order     []Group
 	rounds    int
 	truncated bool
-	last      *messages.Reconcile
 }
 
 // NewSession starts a reconciliation of groups (deduplicated; groups the

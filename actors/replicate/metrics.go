@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		retry: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "syncmesh_sync_peer_retry_events",
 			Help: "Events the peer held or rejected, waiting to be offered again."}, []string{"peer", "path"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "syncmesh_sync_peer_watermark_lag_seconds",
-			Help: "How far the peer's reported watermarks trail this node's, worst group (SSP/1 §14.2), at the last push."}, []string{"peer", "path"}),
+			Help: "How far the peer's reported watermarks trail this node's, worst group both report (SSP/1 §14.2), at the last push; absent while no group is reported by both."}, []string{"peer", "path"}),
 		recv: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_events_received_total",
 			Help: "Events received in pushes, by sender and outcome (applied, duplicate, dropped: final, the watermark may pass them; retry: held or rejected, offered again; held_quota: rejected by the signer's held quota, also counted in retry). Only configured senders have series."}, []string{"from", "outcome"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "syncmesh_sync_refused_total",
@@ -166,4 +166,12 @@ func (m *Metrics) Stats() ReceiveStats {
 func (m *Metrics) peerLag(key string, seconds float64) {
 	peer, path := splitKey(key)
 	m.lag.WithLabelValues(peer, path).Set(seconds)
+}
+
+// peerLagUnknown removes the peer's lag series: the peer reported no
+// watermark for any group this node has one for, so there is no lag to
+// state (an absent series, not a number).
+func (m *Metrics) peerLagUnknown(key string) {
+	peer, path := splitKey(key)
+	m.lag.DeleteLabelValues(peer, path)
 }

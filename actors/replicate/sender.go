@@ -519,7 +519,11 @@ func (a *senderActor) drain(ctx actor.Context) {
 		}
 		rep.Retry = len(a.cursor.Retry)
 		if rep.Err == nil {
-			a.s.deps.Metrics.peerLag(a.key, a.lagSeconds())
+			if lag, known := a.lagSeconds(); known {
+				a.s.deps.Metrics.peerLag(a.key, lag)
+			} else {
+				a.s.deps.Metrics.peerLagUnknown(a.key)
+			}
 		}
 		a.lastPush, a.lastErr = time.Now(), rep.Err
 		a.s.deps.Metrics.pushed(a.key, rep)
@@ -649,18 +653,32 @@ func nextCursor(cur persistence.SenderCursor, consumed, asked []uint64, through 
 }
 
 // lagSeconds is how far the peer's reported watermarks trail this node's
-// own, over the groups this node has a watermark for (worst group).
-func (a *senderActor) lagSeconds() float64 {
+// own (worst group); known is false when it cannot be stated.
+func (a *senderActor) lagSeconds() (seconds float64, known bool) {
 	ws, err := a.s.Watermarks(context.Background())
 	if err != nil {
-		return 0
+		return 0, false
 	}
+	return watermarkLag(ws, a.peerW)
+}
+
+// watermarkLag is the worst distance, in seconds, between this node's
+// watermark of a group and the peer's, over the groups both report (SSP/1
+// §14.2). A group the peer has not reported is unknown, not behind from
+// time zero: counting it from zero read as decades of lag for a converged
+// peer that had simply not been asked about that group yet. known is false
+// when no group is reported by both.
+func watermarkLag(ours []GroupWatermark, theirs map[persistence.GroupKey]messages.HLC) (seconds float64, known bool) {
 	var worst uint64
-	for _, w := range ws {
-		theirs := a.peerW[w.Group]
-		if ours := w.HLC.Physical(); ours > theirs.Physical() && ours-theirs.Physical() > worst {
-			worst = ours - theirs.Physical()
+	for _, w := range ours {
+		t, ok := theirs[w.Group]
+		if !ok || t == 0 {
+			continue
+		}
+		known = true
+		if o := w.HLC.Physical(); o > t.Physical() && o-t.Physical() > worst {
+			worst = o - t.Physical()
 		}
 	}
-	return float64(worst) / 1000
+	return float64(worst) / 1000, known
 }

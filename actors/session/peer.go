@@ -120,7 +120,6 @@ type inKey struct {
 type outKey struct {
 	owner   *work
 	pending *persistence.PendingOutbound
-	slot    *seqSlot
 }
 
 // work is what the actor remembers of one submitted item.

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	mrand "math/rand/v2"
 	"testing"
 )
@@ -104,7 +105,9 @@ func TestHKDFMatchesCryptoHKDF(t *testing.T) {
 	salt, _ := hex.DecodeString("000102030405060708090a0b0c")
 	info, _ := hex.DecodeString("f0f1f2f3f4f5f6f7f8f9")
 	out := make([]byte, 42)
-	hkdfSHA256(out, ikm, salt, string(info))
+	if err := hkdfSHA256(out, ikm, salt, string(info)); err != nil {
+		t.Fatal(err)
+	}
 	if got, want := hex.EncodeToString(out), "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865"; got != want {
 		t.Fatalf("RFC 5869 A.1: %s, want %s", got, want)
 	}
@@ -115,7 +118,9 @@ func TestHKDFMatchesCryptoHKDF(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := make([]byte, n)
-		hkdfSHA256(got, secret, salt, info)
+		if err := hkdfSHA256(got, secret, salt, info); err != nil {
+			t.Fatal(err)
+		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("secret %x salt %x info %q, %d bytes: %x, want %x", secret, salt, info, n, got, want)
 		}
@@ -184,6 +189,81 @@ func BenchmarkChainMessage(b *testing.B) {
 			for _, e := range envs {
 				y.mustRecv(b, cfg, x, e, nil)
 			}
+		}
+	}
+}
+
+// TestKDFHelpersRefuseOutOfRange: the stack HMAC and HKDF compute exactly
+// crypto/hmac's and crypto/hkdf's output at each bound and refuse with
+// errKDFRange one byte past it (a key longer than a block was silently
+// cut to 64 bytes, a message to 96, and an info over 63 bytes indexed
+// past the expand buffer and panicked).
+func TestKDFHelpersRefuseOutOfRange(t *testing.T) {
+	fill := func(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
+	wantHMAC := func(key, msg []byte) []byte {
+		m := hmac.New(sha256.New, key)
+		m.Write(msg)
+		return m.Sum(nil)
+	}
+	for _, c := range []struct {
+		name     string
+		key, msg []byte
+		ok       bool
+	}{
+		{"key at a block", fill(hmacMaxKey, 1), fill(10, 2), true},
+		{"key past a block", fill(hmacMaxKey+1, 1), fill(10, 2), false},
+		{"message at the bound", fill(32, 1), fill(hmacMaxMsg, 2), true},
+		{"message past the bound", fill(32, 1), fill(hmacMaxMsg+1, 2), false},
+		{"empty key and message", nil, nil, true},
+	} {
+		got, err := hmacSHA256(c.key, c.msg)
+		if !c.ok {
+			if !errors.Is(err, errKDFRange) {
+				t.Errorf("HMAC %s: err %v, want errKDFRange", c.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("HMAC %s: %v", c.name, err)
+		} else if !bytes.Equal(got[:], wantHMAC(c.key, c.msg)) {
+			t.Errorf("HMAC %s: %x differs from crypto/hmac", c.name, got)
+		}
+	}
+	for _, c := range []struct {
+		name         string
+		secret, salt []byte
+		info         string
+		n            int
+		ok           bool
+	}{
+		{"info at the bound", fill(32, 1), fill(32, 2), string(fill(hkdfMaxInfo, 'i')), 64, true},
+		{"info past the bound", fill(32, 1), fill(32, 2), string(fill(hkdfMaxInfo+1, 'i')), 64, false},
+		{"salt at a block", fill(32, 1), fill(hmacMaxKey, 2), "x", 32, true},
+		{"salt past a block", fill(32, 1), fill(hmacMaxKey+1, 2), "x", 32, false},
+		{"secret at the bound", fill(hmacMaxMsg, 1), nil, "x", 32, true},
+		{"secret past the bound", fill(hmacMaxMsg+1, 1), nil, "x", 32, false},
+		{"output at RFC 5869's limit", fill(32, 1), nil, "x", hkdfMaxOut, true},
+		{"output past RFC 5869's limit", fill(32, 1), nil, "x", hkdfMaxOut + 1, false},
+	} {
+		got := make([]byte, c.n)
+		err := hkdfSHA256(got, c.secret, c.salt, c.info)
+		if !c.ok {
+			if !errors.Is(err, errKDFRange) {
+				t.Errorf("HKDF %s: err %v, want errKDFRange", c.name, err)
+			}
+			if !bytes.Equal(got, make([]byte, c.n)) {
+				t.Errorf("HKDF %s: refused, but wrote output", c.name)
+			}
+			continue
+		}
+		want, werr := hkdf.Key(sha256.New, c.secret, c.salt, c.info, c.n)
+		if werr != nil {
+			t.Fatal(werr)
+		}
+		if err != nil {
+			t.Errorf("HKDF %s: %v", c.name, err)
+		} else if !bytes.Equal(got, want) {
+			t.Errorf("HKDF %s: differs from crypto/hkdf", c.name)
 		}
 	}
 }

@@ -73,6 +73,30 @@ func privateKey(cached *ecdh.PrivateKey, priv [32]byte) (*ecdh.PrivateKey, error
 	return ecdh.X25519().NewPrivateKey(priv[:])
 }
 
+// kemEncapsulationKey parses a peer's ML-KEM-768 encapsulation key with
+// FIPS 203 §7.2's input checks (length, every coefficient reduced modulo
+// q): a bundle's KEM prekey passes here before anything is encapsulated
+// to it.
+func kemEncapsulationKey(pub []byte) (*mlkem.EncapsulationKey768, error) {
+	return mlkem.NewEncapsulationKey768(pub)
+}
+
+// kemDecapsulate is ML-KEM-768.Decaps (FIPS 203 §7.3) under the
+// decapsulation key stored as its 64-byte seed (d || z). A ciphertext of
+// the wrong length is ErrTampered; a wrong ciphertext of the right length
+// yields the implicit-rejection key, which then fails the AEAD.
+func kemDecapsulate(seed, ct []byte) ([]byte, error) {
+	dk, err := mlkem.NewDecapsulationKey768(seed)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := dk.Decapsulate(ct)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTampered, err)
+	}
+	return ss, nil
+}
+
 // pqxdhKDF derives SK from the concatenated DH outputs and the KEM shared
 // secret (PQXDH §2.2 and §3.3): HKDF-SHA256 with F = 32 0xFF bytes
 // prepended, a zero salt of hash length and info InfoPQXDH.
@@ -115,7 +139,7 @@ func initiatorAgreement(local Identity, b *messages.PrekeyBundle, route Route) (
 	if err := VerifyBundle(b); err != nil {
 		return sk, nil, err
 	}
-	ek, err := mlkem.NewEncapsulationKey768(b.KEMPrekey.Public)
+	ek, err := kemEncapsulationKey(b.KEMPrekey.Public)
 	if err != nil {
 		return sk, nil, fmt.Errorf("ratchet: bundle KEM prekey: %w", err)
 	}
@@ -219,13 +243,9 @@ func responderAgreement(local Identity, store PrekeyStore, in *messages.PrekeyIn
 		dhs = append(dhs, d)
 	}
 	w.kem()
-	dk, err := mlkem.NewDecapsulationKey768(kk.seed[:])
+	ss, err := kemDecapsulate(kk.seed[:], in.KEMCiphertext)
 	if err != nil {
 		return sk, signedKey{}, err
-	}
-	ss, err := dk.Decapsulate(in.KEMCiphertext)
-	if err != nil {
-		return sk, signedKey{}, fmt.Errorf("%w: %v", ErrTampered, err)
 	}
 	defer wipe(ss)
 	w.kdf(1)

@@ -61,7 +61,7 @@ func observeSeal(key []byte, nonce [12]byte) {
 }
 
 // messageSalt is the hedged salt of one version-2 encryption.
-func messageSalt(mk, r [32]byte, ad0, plaintext []byte) (salt [32]byte) {
+func messageSalt(mk, r [32]byte, ad0, plaintext []byte) (salt [32]byte, err error) {
 	h := sha256.New()
 	h.Write([]byte(infoSaltDigest))
 	var n [8]byte
@@ -72,30 +72,33 @@ func messageSalt(mk, r [32]byte, ad0, plaintext []byte) (salt [32]byte) {
 	var m [64]byte
 	copy(m[:32], r[:])
 	h.Sum(m[32:32])
-	salt = hmacSHA256(mk[:], m[:])
+	salt, err = hmacSHA256(mk[:], m[:])
 	clear(m[:])
-	return salt
+	return salt, err
 }
 
 // messageKeyNonce derives the AES-256-GCM key and nonce of message key mk:
 // version 1 (salt nil) HKDF-SHA256 with a zero salt and infoMessage,
 // version 2 HKDF-SHA256 with the header's salt and infoMessageSalted.
-func messageKeyNonce(mk [32]byte, salt *[messages.HeaderSaltSize]byte) (okm [32 + 12]byte) {
+func messageKeyNonce(mk [32]byte, salt *[messages.HeaderSaltSize]byte) (okm [32 + 12]byte, err error) {
 	if salt == nil {
 		var zero [32]byte
-		hkdfSHA256(okm[:], mk[:], zero[:], infoMessage)
-		return okm
+		err = hkdfSHA256(okm[:], mk[:], zero[:], infoMessage)
+		return okm, err
 	}
-	hkdfSHA256(okm[:], mk[:], salt[:], infoMessageSalted)
-	return okm
+	err = hkdfSHA256(okm[:], mk[:], salt[:], infoMessageSalted)
+	return okm, err
 }
 
 // messageAEAD returns the AES-256-GCM instance and nonce of message key mk
 // under an envelope's salt (nil: version 1).
 func messageAEAD(mk [32]byte, salt *[messages.HeaderSaltSize]byte, sealing bool) (cipher.AEAD, [12]byte, error) {
-	okm := messageKeyNonce(mk, salt)
+	okm, err := messageKeyNonce(mk, salt)
 	defer clear(okm[:])
 	var nonce [12]byte
+	if err != nil {
+		return nil, nonce, err
+	}
 	copy(nonce[:], okm[32:])
 	block, err := aes.NewCipher(okm[:32])
 	if err != nil {

@@ -280,7 +280,10 @@ func TestEnvelopeVectors(t *testing.T) {
 			if e.Header.Salt != nil {
 				saltHex = hex.EncodeToString(e.Header.Salt[:])
 			}
-			okm := messageKeyNonce(mk, e.Header.Salt)
+			okm, err := messageKeyNonce(mk, e.Header.Salt)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if saltHex != v.Salt || hex.EncodeToString(okm[:32]) != v.Key || hex.EncodeToString(okm[32:]) != v.Nonce {
 				t.Fatalf("salt %s key %x nonce %x", saltHex, okm[:32], okm[32:])
 			}

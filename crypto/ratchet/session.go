@@ -3,6 +3,7 @@ package ratchet
 import (
 	"crypto/ecdh"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"math"
 
@@ -89,7 +90,9 @@ func kdfRK(rk [32]byte, dhOut []byte) (newRK, ck [32]byte, err error) {
 		return newRK, ck, fmt.Errorf("%w: DH output of %d bytes", ErrTampered, len(dhOut))
 	}
 	var okm [64]byte
-	hkdfSHA256(okm[:], dhOut, rk[:], infoRoot)
+	if err := hkdfSHA256(okm[:], dhOut, rk[:], infoRoot); err != nil {
+		return newRK, ck, err
+	}
 	copy(newRK[:], okm[:32])
 	copy(ck[:], okm[32:])
 	clear(okm[:])
@@ -101,13 +104,39 @@ func kdfRK(rk [32]byte, dhOut []byte) (newRK, ck [32]byte, err error) {
 // step of at most this size.
 const hmacMaxMsg = 96
 
+// hmacMaxKey is the longest key hmacSHA256 takes: one SHA-256 block. A
+// longer key would have to be hashed first (RFC 2104 §2); no caller has
+// one, so it is refused rather than computed on a path nothing tests.
+const hmacMaxKey = sha256.BlockSize
+
+// hkdfMaxInfo is the longest info hkdfSHA256 takes: T(i-1) || info || i
+// must fit one hmacSHA256 message.
+const hkdfMaxInfo = hmacMaxMsg - sha256.Size - 1
+
+// hkdfMaxOut is the longest output of HKDF-SHA256 (RFC 5869 §2.3:
+// L <= 255*HashLen).
+const hkdfMaxOut = 255 * sha256.Size
+
+// errKDFRange marks input outside the bounds of the allocation-free
+// HMAC and HKDF below. Refusing it is what keeps them from silently
+// computing something other than HMAC or HKDF (a truncated key or
+// message) or indexing past their buffers.
+var errKDFRange = errors.New("ratchet: KDF input out of range")
+
 // hmacSHA256 is HMAC-SHA256 (RFC 2104) for a key of at most one block
-// (64 bytes) and a message of at most hmacMaxMsg bytes, computed on stack
-// buffers: H((K ⊕ opad) || H((K ⊕ ipad) || m)) with K zero-padded. The
-// per-message key derivations run it with a fresh key every time, where
-// crypto/hmac would allocate two hash states and their marshalled copies
-// per call.
-func hmacSHA256(key, msg []byte) (sum [32]byte) {
+// (hmacMaxKey bytes) and a message of at most hmacMaxMsg bytes, computed
+// on stack buffers: H((K ⊕ opad) || H((K ⊕ ipad) || m)) with K
+// zero-padded. The per-message key derivations run it with a fresh key
+// every time, where crypto/hmac would allocate two hash states and their
+// marshalled copies per call. A longer key or message is refused with
+// errKDFRange.
+func hmacSHA256(key, msg []byte) (sum [32]byte, err error) {
+	if len(key) > hmacMaxKey {
+		return sum, fmt.Errorf("%w: HMAC key of %d bytes, limit %d", errKDFRange, len(key), hmacMaxKey)
+	}
+	if len(msg) > hmacMaxMsg {
+		return sum, fmt.Errorf("%w: HMAC message of %d bytes, limit %d", errKDFRange, len(msg), hmacMaxMsg)
+	}
 	var k [64]byte
 	copy(k[:], key)
 	var buf [64 + hmacMaxMsg]byte
@@ -124,16 +153,31 @@ func hmacSHA256(key, msg []byte) (sum [32]byte) {
 	clear(k[:])
 	clear(buf[:])
 	clear(inner[:])
-	return sum
+	return sum, nil
 }
 
-// hkdfSHA256 fills out (at most 2 blocks, 64 bytes) with HKDF-SHA256
-// (RFC 5869) of secret under salt (at most 64 bytes) and info (at most
-// hmacMaxMsg-33 bytes), without allocating: Extract PRK = HMAC(salt,
-// secret), then Expand T(i) = HMAC(PRK, T(i-1) || info || i).
-// TestHKDFMatchesCryptoHKDF checks it against crypto/hkdf.
-func hkdfSHA256(out, secret, salt []byte, info string) {
-	prk := hmacSHA256(salt, secret)
+// hkdfSHA256 fills out (at most hkdfMaxOut bytes) with HKDF-SHA256
+// (RFC 5869) of secret (at most hmacMaxMsg bytes) under salt (at most
+// hmacMaxKey bytes) and info (at most hkdfMaxInfo bytes), without
+// allocating: Extract PRK = HMAC(salt, secret), then Expand T(i) =
+// HMAC(PRK, T(i-1) || info || i). Input past a bound is refused with
+// errKDFRange and out is left unwritten. TestHKDFMatchesCryptoHKDF checks
+// it against crypto/hkdf.
+func hkdfSHA256(out, secret, salt []byte, info string) error {
+	switch {
+	case len(out) > hkdfMaxOut:
+		return fmt.Errorf("%w: HKDF output of %d bytes, limit %d", errKDFRange, len(out), hkdfMaxOut)
+	case len(info) > hkdfMaxInfo:
+		return fmt.Errorf("%w: HKDF info of %d bytes, limit %d", errKDFRange, len(info), hkdfMaxInfo)
+	case len(salt) > hmacMaxKey:
+		return fmt.Errorf("%w: HKDF salt of %d bytes, limit %d", errKDFRange, len(salt), hmacMaxKey)
+	case len(secret) > hmacMaxMsg:
+		return fmt.Errorf("%w: HKDF input key material of %d bytes, limit %d", errKDFRange, len(secret), hmacMaxMsg)
+	}
+	prk, err := hmacSHA256(salt, secret)
+	if err != nil {
+		return err
+	}
 	var m [hmacMaxMsg]byte
 	var t [32]byte
 	prev := 0
@@ -141,13 +185,17 @@ func hkdfSHA256(out, secret, salt []byte, info string) {
 		n := copy(m[:], t[:prev])
 		n += copy(m[n:], info)
 		m[n] = i
-		t = hmacSHA256(prk[:], m[:n+1])
+		// Within the bounds checked above this cannot fail.
+		if t, err = hmacSHA256(prk[:], m[:n+1]); err != nil {
+			break
+		}
 		prev = len(t)
 		done += copy(out[done:], t[:])
 	}
 	clear(prk[:])
 	clear(m[:])
 	clear(t[:])
+	return err
 }
 
 // kdfCK is KDF_CK (DR §5.2): message key = HMAC-SHA256(CK, 0x01), next
@@ -446,7 +494,7 @@ func (s *session) salt(mk [32]byte, hdr *messages.RatchetHeader, plaintext []byt
 	if err != nil {
 		return zero, err
 	}
-	salt := messageSalt(mk, r, associatedData(hdrEnc, s.pendingEnc, s.local, s.remote), plaintext)
+	salt, err := messageSalt(mk, r, associatedData(hdrEnc, s.pendingEnc, s.local, s.remote), plaintext)
 	clear(r[:])
-	return salt, nil
+	return salt, err
 }

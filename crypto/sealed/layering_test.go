@@ -1,9 +1,9 @@
 package sealed
 
 import (
+	"go/build"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -16,7 +16,7 @@ import (
 func TestCryptoImportsNothingAboveMessages(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		goBin = filepath.Join(build.Default.GOROOT, "bin", "go")
 	}
 	const mod = "github.com/syncmesh/syncmesh/"
 	out, err := exec.Command(goBin, "list", "-deps", mod+"crypto/...").CombinedOutput()

@@ -62,15 +62,6 @@ func (v *extPoint) fromLib(p *edwards25519.Point) *extPoint {
 	return v
 }
 
-// toLib returns v as a library point (for tests).
-func (v *extPoint) toLib() *edwards25519.Point {
-	p, err := new(edwards25519.Point).SetExtendedCoordinates(&v.x, &v.y, &v.z, &v.t)
-	if err != nil {
-		panic("sign: MSM produced a point off the curve")
-	}
-	return p
-}
-
 func (v *extPoint) fromCompleted(p *completedPoint) *extPoint {
 	v.x.Multiply(&p.x, &p.t)
 	v.y.Multiply(&p.y, &p.z)

@@ -77,6 +77,25 @@ func printStatus(e env, body []byte) error {
 	if st.Messages != nil {
 		fmt.Fprintf(e.stdout, "device=%s pending_inbound=%d pending_outbound=%d\n", st.Device, st.Messages.PendingInbound, st.Messages.PendingOutbound)
 	}
+	fmt.Fprintf(e.stdout, "held_groups=%d restore_suspected=%t writes_held=%t log_rotated=%t\n",
+		st.HeldGroups, st.Restore.Suspected, st.Restore.Held, st.Restore.LogRotated)
+	if st.Restore.Reason != "" {
+		fmt.Fprintf(e.stdout, "restore_reason=%q\n", st.Restore.Reason)
+	}
+	return nil
+}
+
+func printHeld(e env, body []byte) error {
+	var hs []runtime.HeldReport
+	if err := json.Unmarshal(body, &hs); err != nil {
+		return err
+	}
+	if len(hs) == 0 {
+		fmt.Fprintln(e.stdout, "nothing held")
+	}
+	for _, h := range hs {
+		fmt.Fprintf(e.stdout, "site=%s missing_table=%s events=%d oldest=%s age=%.0fs\n", h.Site, h.MissingTable, h.Events, h.OldestHLC, h.AgeSeconds)
+	}
 	return nil
 }
 

@@ -700,6 +700,12 @@ func TestAdminCommandsAgainstARunningNode(t *testing.T) {
 	if out := mustRun(t, "", "watermarks", "--addr", addr); !strings.Contains(out, "table=app.t") {
 		t.Fatalf("watermarks: %q", out)
 	}
+	if out := mustRun(t, "", "held", "--addr", addr); !strings.Contains(out, "nothing held") {
+		t.Fatalf("held: %q", out)
+	}
+	if out := mustRun(t, "", "status", "--addr", addr); !strings.Contains(out, "held_groups=0") || !strings.Contains(out, "log_rotated=false") {
+		t.Fatalf("status without held groups or restore state: %q", out)
+	}
 	if out := mustRun(t, "", "peers", "--addr", addr, "--json"); !strings.Contains(out, `"lag_events": 7`) {
 		t.Fatalf("peers --json: %q", out)
 	}
@@ -801,5 +807,55 @@ func TestReconcileCommandAgainstARunningNode(t *testing.T) {
 	}
 	if out := mustRun(t, "", "peers", "--addr", addr); !strings.Contains(out, "result=ok fetched=0") || !strings.Contains(out, "last_reconcile=") {
 		t.Fatalf("peers after reconciling: %q", out)
+	}
+}
+
+// held lists, from a running node's admin endpoint, the groups whose
+// events wait for a table the node has not defined, and status counts them.
+func TestHeldCommandAgainstARunningNode(t *testing.T) {
+	ctx := context.Background()
+	a, err := runtime.Open(ctx, runtime.Config{InMemory: true, MeshID: []byte("m"), Name: "a", SyncInterval: -1, MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	c, err := runtime.Open(ctx, runtime.Config{InMemory: true, MeshID: []byte("m"), Name: "c", SyncInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// c writes to app.x, which a has not defined.
+	if err := c.DefineTable(ctx, runtime.TableDef{Schema: "app", Table: "x", KeyColumns: []string{"id"}, Columns: []string{"v"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := c.Upsert(ctx, "app", "x", map[string]any{"id": i}, map[string]any{"v": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := c.Identity()
+	if err := a.Trust(ctx, runtime.PeerKey{Kid: id.Kid, Site: id.Site, PublicKey: id.PublicKey}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AcceptPeer("c", runtime.PeerSite(id.Site)); err != nil {
+		t.Fatal(err)
+	}
+	net := runtime.NewNetwork(1)
+	net.Register("a", a)
+	if err := c.AddPeer("a", net.Transport("c"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SyncNow(ctx, "a", ""); err != nil {
+		t.Fatal(err)
+	}
+	addr := a.MetricsAddr()
+	if out := mustRun(t, "", "held", "--addr", addr); !strings.Contains(out, "missing_table=app.x events=2") || !strings.Contains(out, "site="+id.Site.String()) {
+		t.Fatalf("held: %q", out)
+	}
+	if out := mustRun(t, "", "status", "--addr", addr); !strings.Contains(out, "held_groups=1") {
+		t.Fatalf("status: %q", out)
+	}
+	if out := mustRun(t, "", "held", "--addr", addr, "--json"); !strings.Contains(out, `"missing_table": "app.x"`) {
+		t.Fatalf("held --json: %q", out)
 	}
 }

@@ -88,10 +88,6 @@ func (t *syncTx) flushChangeSeq() error {
 	return t.meta.Put(metaSyncLastChange, u64(t.changeSeq))
 }
 
-func changeKey(seq uint64, t persistence.TableKey) []byte {
-	return tablePrefix(binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(t.Schema)+len(t.Table)), seq), t)
-}
-
 // AppendChange implements persistence.ChangeWriter.
 func (t *syncTx) AppendChange(c persistence.RowChange) (uint64, error) {
 	if err := t.checkWrite(); err != nil {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -332,7 +331,7 @@ func TestClusterCrashEtcd(t *testing.T) {
 func buildEtcdCluster(t *testing.T) string {
 	t.Helper()
 	exe := filepath.Join(t.TempDir(), "etcdcluster")
-	goBin := filepath.Join(goruntime.GOROOT(), "bin", "go")
+	goBin := goTool()
 	if out, err := exec.Command(goBin, "build", "-o", exe, "github.com/syncmesh/syncmesh/runtime/hosting/internal/etcdcluster").CombinedOutput(); err != nil {
 		t.Fatalf("build etcdcluster: %v\n%s", err, out)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"testing"
 	"time"
 )
@@ -56,7 +55,7 @@ func TestClusterMemberLoss(t *testing.T) {
 		t.Skip("starts a 3-member cluster in a child process")
 	}
 	exe := filepath.Join(t.TempDir(), "clusterdemo")
-	goBin := filepath.Join(goruntime.GOROOT(), "bin", "go")
+	goBin := goTool()
 	build := exec.Command(goBin, "build", "-o", exe, "github.com/syncmesh/syncmesh/runtime/hosting/internal/clusterdemo")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build clusterdemo: %v\n%s", err, out)
