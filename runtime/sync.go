@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/syncmesh/syncmesh/actors/materialize"
@@ -113,23 +112,9 @@ func (n *Node) write(ctx context.Context, schema, table string, key, values map[
 	if err != nil {
 		return messages.Outcome{}, err
 	}
-	k, err := encodeKey(key)
+	e, err := localEvent(n.signer.Site(), def, key, values, del)
 	if err != nil {
 		return messages.Outcome{}, err
-	}
-	if err := materialize.ResolveKey(def, k); err != nil {
-		return messages.Outcome{}, fmt.Errorf("%w: %w", ErrInvalidKey, err)
-	}
-	e := &messages.Event{Site: n.signer.Site(), Schema: schema, Table: table, Key: k, Delete: del}
-	if !del {
-		if e.Payload, err = encodeColumns(values); err != nil {
-			return messages.Outcome{}, err
-		}
-		for c := range e.Payload {
-			if !slices.Contains(def.Columns, c) {
-				return messages.Outcome{}, fmt.Errorf("%w: %s.%s.%s", ErrUnknownColumn, schema, table, c)
-			}
-		}
 	}
 	if err := n.awaitClock(ctx); err != nil { // restore.go: Config.Restored
 		return messages.Outcome{}, err
