@@ -74,3 +74,11 @@ func TestWorkloadAndEventFiles(t *testing.T) {
 		}
 	}
 }
+
+// The tables section runs end to end, small: it fails on a write that
+// did not land (tablesTrial reads every row back).
+func TestTablesReportRuns(t *testing.T) {
+	if err := tablesReport(30, 10, 1); err != nil {
+		t.Fatal(err)
+	}
+}
