@@ -26,7 +26,8 @@ const DefaultAddColumnChunk = 1000
 
 // DefineTable defines a destination table. Defining an existing table
 // again with the same definition is a no-op; with another, an error
-// (use AddColumn). Groups held for the table are materialized (§13.6).
+// (ErrTableConflict). At start-up use EnsureTable, which also accepts a
+// table that has grown since (AddColumn). Groups held for the table are materialized (§13.6).
 func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 	if err := validateDef(def); err != nil {
 		return err
@@ -49,6 +50,58 @@ func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 	})
 	if err != nil {
 		return err
+	}
+	return n.releaseDefined(ctx, def.Schema+"\x00"+def.Table)
+}
+
+// EnsureTable makes the table have at least def's columns, and is the
+// call for an application's start-up: it defines a missing table, adds
+// (AddColumn, with its rebuild from the retained log) each of def's value
+// columns the stored definition lacks, and keeps the columns the stored
+// definition has beyond def. A node whose schema is ahead of def (a
+// rollback, or an older build in a rolling upgrade) therefore starts
+// unchanged instead of failing; calling it again changes nothing. Only
+// what adding columns cannot reconcile fails: other key columns
+// (ErrTableConflict; a row's key is its identity, SSP/1 §13). Held groups of the table are materialized
+// (§13.6).
+func (n *Node) EnsureTable(ctx context.Context, def TableDef) error {
+	if err := validateDef(def); err != nil {
+		return err
+	}
+	if n.isClosed() {
+		return ErrClosed
+	}
+	added := false
+	if err := n.router.Write(ctx, func(tx persistence.SyncTx) error {
+		added = false
+		cur, ok, err := tx.Table(persistence.TableKey{Schema: def.Schema, Table: def.Table})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return tx.PutTable(def)
+		}
+		if !slices.Equal(cur.KeyColumns, def.KeyColumns) {
+			return fmt.Errorf("%w: %s.%s: key columns %v, stored %v", ErrTableConflict, def.Schema, def.Table, def.KeyColumns, cur.KeyColumns)
+		}
+		for _, c := range def.Columns {
+			if slices.Contains(cur.Columns, c) {
+				continue
+			}
+			if err := syncgroup.BeginAddColumn(tx, cur, c); err != nil {
+				return err
+			}
+			cur.Columns = append(slices.Clone(cur.Columns), c)
+			added = true
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if added {
+		if err := n.rebuildColumns(ctx); err != nil {
+			return err
+		}
 	}
 	return n.releaseDefined(ctx, def.Schema+"\x00"+def.Table)
 }
