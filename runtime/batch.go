@@ -201,6 +201,9 @@ func localEvent(site messages.SiteID, def TableDef, key, values map[string]any, 
 	if err := materialize.ResolveKey(def, k); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
+	if err := checkTypes(def, k); err != nil {
+		return nil, err
+	}
 	e := &messages.Event{Site: site, Schema: def.Schema, Table: def.Table, Key: k, Delete: del}
 	if !del {
 		if e.Payload, err = encodeColumns(values); err != nil {
@@ -211,6 +214,24 @@ func localEvent(site messages.SiteID, def TableDef, key, values map[string]any, 
 				return nil, fmt.Errorf("%w: %s.%s.%s", ErrUnknownColumn, def.Schema, def.Table, c)
 			}
 		}
+		if err := checkTypes(def, e.Payload); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
+}
+
+// checkTypes refuses a local write whose value is not of its column's
+// declared type (a *TypeError matching ErrTypeMismatch). Only local
+// writes are refused: a received value is signed and kept as it is.
+func checkTypes(def TableDef, cols messages.Columns) error {
+	if len(def.Types) == 0 {
+		return nil
+	}
+	for _, c := range cols.Names() {
+		if err := def.TypeOf(c).Check(c, cols[c]); err != nil {
+			return fmt.Errorf("runtime: %s.%s: %w", def.Schema, def.Table, err)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/syncmesh/syncmesh/actors/syncgroup"
@@ -41,7 +42,7 @@ func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 			return err
 		}
 		if ok {
-			if !slices.Equal(old.KeyColumns, def.KeyColumns) || !slices.Equal(old.Columns, def.Columns) {
+			if !slices.Equal(old.KeyColumns, def.KeyColumns) || !slices.Equal(old.Columns, def.Columns) || !sameTypes(old, def) {
 				return fmt.Errorf("%w: %s.%s", ErrTableConflict, def.Schema, def.Table)
 			}
 			return nil
@@ -61,8 +62,10 @@ func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 // definition has beyond def. A node whose schema is ahead of def (a
 // rollback, or an older build in a rolling upgrade) therefore starts
 // unchanged instead of failing; calling it again changes nothing. Only
-// what adding columns cannot reconcile fails: other key columns
-// (ErrTableConflict; a row's key is its identity, SSP/1 §13). Held groups of the table are materialized
+// what adding cannot reconcile fails with ErrTableConflict: other key
+// columns (a row's key is its identity, SSP/1 §13), or a column declared
+// with another type than the stored one (a column stored as any takes
+// the declared type; a stored type def leaves as any stays). Held groups of the table are materialized
 // (§13.6).
 func (n *Node) EnsureTable(ctx context.Context, def TableDef) error {
 	if err := validateDef(def); err != nil {
@@ -83,6 +86,29 @@ func (n *Node) EnsureTable(ctx context.Context, def TableDef) error {
 		}
 		if !slices.Equal(cur.KeyColumns, def.KeyColumns) {
 			return fmt.Errorf("%w: %s.%s: key columns %v, stored %v", ErrTableConflict, def.Schema, def.Table, def.KeyColumns, cur.KeyColumns)
+		}
+		// Types: a column stored as any takes def's type (declared
+		// later); a stored type def does not declare stays (a store
+		// ahead); two different declared types are a change, not an
+		// addition.
+		typed := maps.Clone(cur.Types)
+		for c, t := range def.Types {
+			switch st := cur.TypeOf(c); {
+			case t == messages.TypeAny || st == t:
+			case st == messages.TypeAny:
+				if typed == nil {
+					typed = map[string]messages.ColumnType{}
+				}
+				typed[c] = t
+			default:
+				return fmt.Errorf("%w: %s.%s: column %q is %s, stored %s", ErrTableConflict, def.Schema, def.Table, c, t, st)
+			}
+		}
+		if !maps.Equal(typed, cur.Types) {
+			cur.Types = typed
+			if err := tx.PutTable(cur); err != nil {
+				return err
+			}
 		}
 		for _, c := range def.Columns {
 			if slices.Contains(cur.Columns, c) {
@@ -151,7 +177,26 @@ func validateDef(def TableDef) error {
 		}
 		seen[c] = true
 	}
+	for c, t := range def.Types {
+		if !seen[c] {
+			return fmt.Errorf("runtime: table %s.%s: type declared for %q, which is not a column", def.Schema, def.Table, c)
+		}
+		if !t.Known() {
+			return fmt.Errorf("runtime: table %s.%s: column %q: unknown type %d", def.Schema, def.Table, c, t)
+		}
+	}
 	return nil
+}
+
+// sameTypes reports whether a and b declare the same type for every
+// column of a.
+func sameTypes(a, b TableDef) bool {
+	for _, c := range append(slices.Clone(a.KeyColumns), a.Columns...) {
+		if a.TypeOf(c) != b.TypeOf(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // AddColumn adds a value column and rebuilds it for every row from the
