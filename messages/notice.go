@@ -66,6 +66,19 @@ type ColumnsIgnored struct {
 	Columns       []string
 }
 
+// TypeMismatch: an upsert (or its key) carried values whose CBOR kind is
+// not the type the receiving node declares for those columns. The values
+// are signed and other nodes may declare other types, so they are kept
+// and materialized as received (every node converges on the same bytes,
+// SSP/1 §13.1); a reader of such a cell gets a typed decode error
+// (ErrTypeMismatch), never a zero.
+type TypeMismatch struct {
+	Schema, Table string
+	EventID       EventID
+	// Columns are the mismatched columns, in name order.
+	Columns []string
+}
+
 // Equivocation: two distinct events signed by one site carry one HLC
 // (SSP/1 §13.5 forbids HLC reuse; a hostile site, or one restored from a
 // stale backup, does it anyway). Both are applied and the conflict is
@@ -105,3 +118,4 @@ func (EventRejected) notice()    {}
 func (GroupHeld) notice()        {}
 func (GroupReleased) notice()    {}
 func (ColumnsIgnored) notice()   {}
+func (TypeMismatch) notice()     {}

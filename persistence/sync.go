@@ -29,6 +29,21 @@ type TableDef struct {
 	Table      string
 	KeyColumns []string
 	Columns    []string
+	// Types declares column types, key and value columns alike, by name;
+	// a column absent from it is messages.TypeAny (and so is every column
+	// of a definition stored before types existed). Local writes are
+	// checked against it; received values are kept whatever their type.
+	Types map[string]messages.ColumnType
+}
+
+// TypeOf returns column's declared type (TypeAny when none, or one this
+// build does not know).
+func (d TableDef) TypeOf(column string) messages.ColumnType {
+	t := d.Types[column]
+	if !t.Known() {
+		return messages.TypeAny
+	}
+	return t
 }
 
 // StoredEvent is one entry of the retained event log.

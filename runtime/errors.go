@@ -38,6 +38,9 @@ var (
 	ErrTableConflict = errors.New("runtime: table already defined differently")
 	// ErrLocked: another process holds the node's bbolt file (Config.LockTimeout passed).
 	ErrLocked = errors.New("runtime: node is open in another process")
+	// ErrTypeMismatch: a value not of its column's declared type — a local
+	// write refused, or a received cell read back (matches *TypeError).
+	ErrTypeMismatch = messages.ErrTypeMismatch
 	// ErrInvalidKey: a local write's or lookup's key is refused: a nil, empty or
 	// untyped component (see NormalizeKey), or columns that do not match the
 	// table's key columns.

@@ -19,6 +19,7 @@ type metrics struct {
 	// SSP/1 §13.5 and §12: HLC reuse by a site, events of retired keys.
 	equivocations prometheus.Counter
 	retiredKey    prometheus.Counter
+	mistyped      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,6 +52,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "syncmesh", Subsystem: "sync", Name: "retired_key_events_total",
 			Help: "Events of a retired key first received after its retirement (valid at or below the cutoff; possibly a stolen key backdating).",
 		}),
+		mistyped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "type_mismatch_events_total",
+			Help: "Received events with values not of the column type this node declares (kept as received; reads of those cells fail with a type error).",
+		}),
 		deadLetters: newDeadLetters(),
 	}
 	// Nodes sharing one Registerer share the collectors.
@@ -58,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.outcomes, err = promreg.Register(reg, m.outcomes); err != nil {
 		return nil, err
 	}
-	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters, &m.equivocations, &m.retiredKey} {
+	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters, &m.equivocations, &m.retiredKey, &m.mistyped} {
 		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}
@@ -84,6 +89,8 @@ func (m *metrics) notice(n messages.Notice) {
 		m.equivocations.Inc()
 	case messages.RetiredKeyEvent:
 		m.retiredKey.Inc()
+	case messages.TypeMismatch:
+		m.mistyped.Inc()
 	}
 }
 

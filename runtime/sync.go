@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/syncmesh/syncmesh/actors/materialize"
@@ -28,9 +27,32 @@ const (
 	Cleared        = materialize.Cleared
 )
 
+// ColumnType is a column's declared type (TableDef.Types).
+type ColumnType = messages.ColumnType
+
+// Column types (see messages.ColumnType).
+const (
+	TypeAny       = messages.TypeAny
+	TypeInteger   = messages.TypeInteger
+	TypeFloat     = messages.TypeFloat
+	TypeText      = messages.TypeText
+	TypeBytes     = messages.TypeBytes
+	TypeBool      = messages.TypeBool
+	TypeTimestamp = messages.TypeTimestamp
+)
+
+// TypeError is the error of a value not of its column's declared type:
+// a local write refused, or a received cell read back (see Row.Value).
+// It matches ErrTypeMismatch.
+type TypeError = messages.TypeError
+
 // Cell is one column of a row as a reader sees it.
 type Cell struct {
 	State CellState
+	// Type is the column's declared type on this node. A received value
+	// may be of another kind (it is kept as signed): Row.Value then fails
+	// with a *TypeError.
+	Type ColumnType
 	// Value is the encoded CBOR value: messages.Null for an explicit or
 	// cleared null, nil when Unmaterialized. Decode with Value.Decode.
 	Value messages.Value
@@ -52,11 +74,17 @@ type Row struct {
 }
 
 // Value decodes column col into out. It reports the column's state; out
-// is untouched unless the state is Written or Cleared.
+// is untouched unless the state is Written or Cleared. A value that is not
+// of the column's declared type (received from a node that declares
+// another) is an error matching ErrTypeMismatch, and out is untouched:
+// never a silent zero.
 func (r Row) Value(col string, out any) (CellState, error) {
 	c, ok := r.Cells[col]
 	if !ok || c.State == Unmaterialized {
 		return Unmaterialized, nil
+	}
+	if err := c.Type.Check(col, c.Value); err != nil {
+		return c.State, err
 	}
 	return c.State, c.Value.Decode(out)
 }
@@ -64,7 +92,7 @@ func (r Row) Value(col string, out any) (CellState, error) {
 func viewRow(def TableDef, pr persistence.Row) Row {
 	r := Row{Schema: pr.Schema, Table: pr.Table, Key: pr.Key, Exists: pr.Exists, Existence: pr.Existence, Tomb: pr.Tomb, Cells: map[string]Cell{}}
 	for name, v := range materialize.View(def, pr) {
-		r.Cells[name] = Cell{State: v.State, Value: v.Value.Clone(), Clock: v.Clock}
+		r.Cells[name] = Cell{State: v.State, Type: def.TypeOf(name), Value: v.Value.Clone(), Clock: v.Clock}
 	}
 	return r
 }
@@ -113,23 +141,9 @@ func (n *Node) write(ctx context.Context, schema, table string, key, values map[
 	if err != nil {
 		return messages.Outcome{}, err
 	}
-	k, err := encodeKey(key)
+	e, err := localEvent(n.signer.Site(), def, key, values, del)
 	if err != nil {
 		return messages.Outcome{}, err
-	}
-	if err := materialize.ResolveKey(def, k); err != nil {
-		return messages.Outcome{}, fmt.Errorf("%w: %w", ErrInvalidKey, err)
-	}
-	e := &messages.Event{Site: n.signer.Site(), Schema: schema, Table: table, Key: k, Delete: del}
-	if !del {
-		if e.Payload, err = encodeColumns(values); err != nil {
-			return messages.Outcome{}, err
-		}
-		for c := range e.Payload {
-			if !slices.Contains(def.Columns, c) {
-				return messages.Outcome{}, fmt.Errorf("%w: %s.%s.%s", ErrUnknownColumn, schema, table, c)
-			}
-		}
 	}
 	if err := n.awaitClock(ctx); err != nil { // restore.go: Config.Restored
 		return messages.Outcome{}, err

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/syncmesh/syncmesh/actors/syncgroup"
@@ -26,7 +27,8 @@ const DefaultAddColumnChunk = 1000
 
 // DefineTable defines a destination table. Defining an existing table
 // again with the same definition is a no-op; with another, an error
-// (use AddColumn). Groups held for the table are materialized (§13.6).
+// (ErrTableConflict). At start-up use EnsureTable, which also accepts a
+// table that has grown since (AddColumn). Groups held for the table are materialized (§13.6).
 func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 	if err := validateDef(def); err != nil {
 		return err
@@ -42,7 +44,7 @@ func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 			return err
 		}
 		if ok {
-			if !slices.Equal(old.KeyColumns, def.KeyColumns) || !slices.Equal(old.Columns, def.Columns) {
+			if !slices.Equal(old.KeyColumns, def.KeyColumns) || !slices.Equal(old.Columns, def.Columns) || !sameTypes(old, def) {
 				return fmt.Errorf("%w: %s.%s", ErrTableConflict, def.Schema, def.Table)
 			}
 			return nil
@@ -63,6 +65,83 @@ func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 		n.reconcileAllInBackground()
 	}
 	return nil
+}
+
+// EnsureTable makes the table have at least def's columns, and is the
+// call for an application's start-up: it defines a missing table, adds
+// (AddColumn, with its rebuild from the retained log) each of def's value
+// columns the stored definition lacks, and keeps the columns the stored
+// definition has beyond def. A node whose schema is ahead of def (a
+// rollback, or an older build in a rolling upgrade) therefore starts
+// unchanged instead of failing; calling it again changes nothing. Only
+// what adding cannot reconcile fails with ErrTableConflict: other key
+// columns (a row's key is its identity, SSP/1 §13), or a column declared
+// with another type than the stored one (a column stored as any takes
+// the declared type; a stored type def leaves as any stays). Held groups of the table are materialized
+// (§13.6).
+func (n *Node) EnsureTable(ctx context.Context, def TableDef) error {
+	if err := validateDef(def); err != nil {
+		return err
+	}
+	if n.isClosed() {
+		return ErrClosed
+	}
+	added := false
+	if err := n.router.Write(ctx, func(tx persistence.SyncTx) error {
+		added = false
+		cur, ok, err := tx.Table(persistence.TableKey{Schema: def.Schema, Table: def.Table})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return tx.PutTable(def)
+		}
+		if !slices.Equal(cur.KeyColumns, def.KeyColumns) {
+			return fmt.Errorf("%w: %s.%s: key columns %v, stored %v", ErrTableConflict, def.Schema, def.Table, def.KeyColumns, cur.KeyColumns)
+		}
+		// Types: a column stored as any takes def's type (declared
+		// later); a stored type def does not declare stays (a store
+		// ahead); two different declared types are a change, not an
+		// addition.
+		typed := maps.Clone(cur.Types)
+		for c, t := range def.Types {
+			switch st := cur.TypeOf(c); {
+			case t == messages.TypeAny || st == t:
+			case st == messages.TypeAny:
+				if typed == nil {
+					typed = map[string]messages.ColumnType{}
+				}
+				typed[c] = t
+			default:
+				return fmt.Errorf("%w: %s.%s: column %q is %s, stored %s", ErrTableConflict, def.Schema, def.Table, c, t, st)
+			}
+		}
+		if !maps.Equal(typed, cur.Types) {
+			cur.Types = typed
+			if err := tx.PutTable(cur); err != nil {
+				return err
+			}
+		}
+		for _, c := range def.Columns {
+			if slices.Contains(cur.Columns, c) {
+				continue
+			}
+			if err := syncgroup.BeginAddColumn(tx, cur, c); err != nil {
+				return err
+			}
+			cur.Columns = append(slices.Clone(cur.Columns), c)
+			added = true
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if added {
+		if err := n.rebuildColumns(ctx); err != nil {
+			return err
+		}
+	}
+	return n.releaseDefined(ctx, def.Schema+"\x00"+def.Table)
 }
 
 // releaseDefined releases held groups whose table exists (only=""), or
@@ -110,7 +189,26 @@ func validateDef(def TableDef) error {
 		}
 		seen[c] = true
 	}
+	for c, t := range def.Types {
+		if !seen[c] {
+			return fmt.Errorf("runtime: table %s.%s: type declared for %q, which is not a column", def.Schema, def.Table, c)
+		}
+		if !t.Known() {
+			return fmt.Errorf("runtime: table %s.%s: column %q: unknown type %d", def.Schema, def.Table, c, t)
+		}
+	}
 	return nil
+}
+
+// sameTypes reports whether a and b declare the same type for every
+// column of a.
+func sameTypes(a, b TableDef) bool {
+	for _, c := range append(slices.Clone(a.KeyColumns), a.Columns...) {
+		if a.TypeOf(c) != b.TypeOf(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // AddColumn adds a value column and rebuilds it for every row from the

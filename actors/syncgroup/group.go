@@ -447,7 +447,30 @@ func materializeInto(tx persistence.SyncTx, def persistence.TableDef, h messages
 	if len(fx.Ignored) > 0 {
 		*ns = append(*ns, messages.ColumnsIgnored{Schema: e.Schema, Table: e.Table, EventID: id, Columns: fx.Ignored})
 	}
+	if bad := mistyped(def, e); len(bad) > 0 {
+		*ns = append(*ns, messages.TypeMismatch{Schema: e.Schema, Table: e.Table, EventID: id, Columns: bad})
+	}
 	return nil
+}
+
+// mistyped lists the columns of e (key and payload) whose value is not of
+// the type def declares, in name order. The event is materialized as it
+// is anyway: its values are signed, and a node declaring other types must
+// reach the same cells (SSP/1 §13.1).
+func mistyped(def persistence.TableDef, e *messages.Event) []string {
+	if len(def.Types) == 0 {
+		return nil
+	}
+	var bad []string
+	for _, cols := range []messages.Columns{e.Key, e.Payload} {
+		for c, v := range cols {
+			if def.TypeOf(c).Check(c, v) != nil {
+				bad = append(bad, c)
+			}
+		}
+	}
+	slices.Sort(bad)
+	return bad
 }
 
 // release materializes the group's held events once its table exists,

@@ -85,3 +85,11 @@ func TestReconcileReportRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The tables section runs end to end, small: it fails on a write that
+// did not land (tablesTrial reads every row back).
+func TestTablesReportRuns(t *testing.T) {
+	if err := tablesReport(30, 10, 1); err != nil {
+		t.Fatal(err)
+	}
+}

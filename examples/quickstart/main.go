@@ -93,9 +93,8 @@ func run(ctx context.Context, dir string) error {
 	if err := bob.AddPeer("alice", network.Transport("bob"), ""); err != nil {
 		return err
 	}
-	todos := runtime.TableDef{Schema: "app", Table: "todos", KeyColumns: []string{"id"}, Columns: []string{"title", "done", "note"}}
 	for _, n := range []*node{alice, bob} {
-		if err := n.DefineTable(ctx, todos); err != nil {
+		if err := startTables(ctx, n.Node); err != nil {
 			return err
 		}
 	}
@@ -165,6 +164,17 @@ func run(ctx context.Context, dir string) error {
 		fmt.Printf("   alice → %s: cursor %d of %d, %d to re-offer, %d watermarks reported\n", p.Peer, p.Cursor, p.Tail, p.Retry, len(p.Watermarks))
 	}
 	return message(ctx, network, alice, bob)
+}
+
+// todos is the application's table as this build knows it.
+var todos = runtime.TableDef{Schema: "app", Table: "todos", KeyColumns: []string{"id"}, Columns: []string{"title", "done", "note"}}
+
+// startTables is the application's start-up schema step. EnsureTable, not
+// DefineTable: it adds what this build's definition has and the store
+// lacks, and accepts a store that is ahead (a column added by a newer
+// release, then rolled back), so a restart never fails on the schema.
+func startTables(ctx context.Context, n *runtime.Node) error {
+	return n.EnsureTable(ctx, todos)
 }
 
 // message is the delivery plane: an end-to-end encrypted message that

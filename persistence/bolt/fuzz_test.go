@@ -27,6 +27,8 @@ func FuzzDecodeRecords(f *testing.F) {
 		Tomb: messages.Clock{Site: messages.SiteID{2}, ID: messages.EventID{3}}})
 	f.Add(rowIDs, key)
 	f.Add(tbl, []byte{})
+	typed, _ := messages.Marshal(&tableRecord{V: 1, Schema: "s", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"a"}, Types: map[string]uint8{"a": 3, "id": 250}})
+	f.Add(typed, []byte{})
 	f.Add(held, []byte{0xa0})
 	f.Add([]byte{0xa1, 0x01, 0x02}, []byte{0xff})
 	cur, _ := messages.Marshal(&cursorRecord{V: 1, Seq: 9})

@@ -65,6 +65,9 @@ type tableRecord struct {
 	Table      string   `cbor:"3,keyasint"`
 	KeyColumns []string `cbor:"4,keyasint"`
 	Columns    []string `cbor:"5,keyasint"`
+	// Types is absent when every column is of type any, so a definition
+	// without types encodes as it did before types existed.
+	Types map[string]uint8 `cbor:"6,keyasint,omitempty"`
 }
 
 type keyRecord struct {

@@ -435,7 +435,14 @@ func decodeTable(v []byte) (persistence.TableDef, error) {
 	if err := decodeRecord("table", v, &rec, &rec.V); err != nil {
 		return persistence.TableDef{}, err
 	}
-	return persistence.TableDef{Schema: rec.Schema, Table: rec.Table, KeyColumns: rec.KeyColumns, Columns: rec.Columns}, nil
+	d := persistence.TableDef{Schema: rec.Schema, Table: rec.Table, KeyColumns: rec.KeyColumns, Columns: rec.Columns}
+	for c, t := range rec.Types {
+		if d.Types == nil {
+			d.Types = make(map[string]messages.ColumnType, len(rec.Types))
+		}
+		d.Types[c] = messages.ColumnType(t)
+	}
+	return d, nil
 }
 
 func (t *syncTx) Tables() ([]persistence.TableDef, error) {
@@ -823,7 +830,17 @@ func (t *syncTx) PutTable(def persistence.TableDef) error {
 	if err := t.checkWrite(); err != nil {
 		return err
 	}
-	v, err := messages.Marshal(&tableRecord{V: recordVersion, Schema: def.Schema, Table: def.Table, KeyColumns: def.KeyColumns, Columns: def.Columns})
+	rec := tableRecord{V: recordVersion, Schema: def.Schema, Table: def.Table, KeyColumns: def.KeyColumns, Columns: def.Columns}
+	for c, t := range def.Types {
+		if t == messages.TypeAny {
+			continue // the default: not stored
+		}
+		if rec.Types == nil {
+			rec.Types = map[string]uint8{}
+		}
+		rec.Types[c] = uint8(t)
+	}
+	v, err := messages.Marshal(&rec)
 	if err != nil {
 		return fmt.Errorf("bolt: put table: %w", err)
 	}

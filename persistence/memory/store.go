@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -227,6 +228,7 @@ func (s *Store) PrepareEvents(evs []*persistence.StoredEvent) { persistence.Prep
 func cloneDef(d persistence.TableDef) persistence.TableDef {
 	d.KeyColumns = slices.Clone(d.KeyColumns)
 	d.Columns = slices.Clone(d.Columns)
+	d.Types = maps.Clone(d.Types)
 	return d
 }
 
