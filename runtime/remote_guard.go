@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -74,6 +76,10 @@ type guardedStream struct {
 	// held: the last message returned holds the remote's readerGate
 	// (remote_readergate.go) until the next RecvMsg.
 	held bool
+	// reached is closed when protoactor's endpoint manager, stopping,
+	// reached this stream (SendMsg; closingErr).
+	reachedInit, reachedClose sync.Once
+	reached                   chan struct{}
 }
 
 // RecvMsg implements grpc.ServerStream. It hands protoactor's reader a
@@ -86,15 +92,58 @@ func (g *guardedStream) RecvMsg(m any) error {
 	// protoactor's reader read its suspended flag for the message returned
 	// last before calling again: that read is done.
 	if g.r.readers.release(&g.held) {
-		return errRemoteClosing
+		return g.closingErr(errRemoteClosing)
 	}
 	if err := g.recvMsg(m); err != nil {
+		// On an error the reader returns and closes its disconnect
+		// channel, which the manager's stop sends on: that close holds
+		// the gate until the handler returned (guardStream), or, once
+		// closing began, waits for the manager (closingErr).
+		if !g.r.readers.hold(&g.held) {
+			return g.closingErr(err)
+		}
 		return err
 	}
 	if !g.r.readers.hold(&g.held) {
-		return errRemoteClosing // closing began while this call waited
+		return g.closingErr(errRemoteClosing) // closing began while this call waited
 	}
 	return nil
+}
+
+// SendMsg implements grpc.ServerStream. protoactor's endpoint manager,
+// stopping in Shutdown, sends on the disconnect channel of every reader it
+// holds, and that reader's goroutine answers by sending a DisconnectRequest
+// on the stream: seeing it here means the manager is done with this
+// stream's channel.
+func (g *guardedStream) SendMsg(m any) error {
+	if rm, ok := m.(*remote.RemoteMessage); ok && rm.GetDisconnectRequest() != nil {
+		ch := g.reachedChan()
+		g.reachedClose.Do(func() { close(ch) })
+	}
+	return g.ServerStream.SendMsg(m)
+}
+
+func (g *guardedStream) reachedChan() chan struct{} {
+	g.reachedInit.Do(func() { g.reached = make(chan struct{}) })
+	return g.reached
+}
+
+// closingErr returns err once Close began, after protoactor's endpoint
+// manager reached this stream: the pinned protoactor-go's Shutdown sends
+// on each reader's disconnect channel without synchronization with the
+// reader, which closes that channel when its stream ends (a data race, and
+// a send on a closed channel). A stream that does not end before the
+// manager is done with it leaves the two ordered. Bounded by
+// readerGateTimeout and the stream's context (gRPC's Stop cancels it).
+func (g *guardedStream) closingErr(err error) error {
+	t := time.NewTimer(readerGateTimeout)
+	defer t.Stop()
+	select {
+	case <-g.reachedChan():
+	case <-g.Context().Done():
+	case <-t.C:
+	}
+	return err
 }
 
 func (g *guardedStream) recvMsg(m any) error {

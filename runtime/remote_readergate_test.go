@@ -1,11 +1,14 @@
 package runtime
 
 import (
+	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc"
 )
 
@@ -81,9 +84,18 @@ func TestReaderGateUnderConcurrentStreams(t *testing.T) {
 type fakeServerStream struct {
 	grpc.ServerStream
 	recvs int
+	err   error // what each receive returns
 }
 
-func (f *fakeServerStream) RecvMsg(any) error { f.recvs++; return nil }
+func (f *fakeServerStream) RecvMsg(any) error { f.recvs++; return f.err }
+
+func (f *fakeServerStream) SendMsg(any) error { return nil }
+
+func (f *fakeServerStream) Context() context.Context { return context.Background() }
+
+// disconnect is what protoactor's reader sends on its stream when the
+// stopping endpoint manager reaches it.
+var disconnect = &remote.RemoteMessage{MessageType: &remote.RemoteMessage_DisconnectRequest{DisconnectRequest: &remote.DisconnectRequest{}}}
 
 // The stream side: a returned message holds the gate until the next
 // RecvMsg; once Close began, RecvMsg receives nothing more and returns
@@ -103,6 +115,10 @@ func TestGuardedStreamHoldsTheGateUntilItsNextReceive(t *testing.T) {
 		t.Fatal("close returned while the stream held its last message")
 	case <-time.After(20 * time.Millisecond):
 	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		_ = gs.SendMsg(disconnect) // the stopping manager reached the stream
+	}()
 	if err := gs.RecvMsg(&msg); !errors.Is(err, errRemoteClosing) {
 		t.Fatalf("receive after close began: %v, want errRemoteClosing", err)
 	}
@@ -111,5 +127,38 @@ func TestGuardedStreamHoldsTheGateUntilItsNextReceive(t *testing.T) {
 	}
 	if ok := <-closed; !ok || gs.held {
 		t.Fatalf("close: %v, stream still held: %v", ok, gs.held)
+	}
+}
+
+// Once Close began, a stream's receive error (its peer left, or the remote
+// is closing) is returned only after protoactor's stopping endpoint manager
+// reached the stream (its reader sends a DisconnectRequest): the reader
+// closes its disconnect channel when its stream ends, and the manager's
+// stop sends on it without synchronization. Not closing, an error holds
+// the gate until the handler returned, so Close's Shutdown waits for it.
+func TestClosingStreamEndsOnlyAfterTheManagerReachedIt(t *testing.T) {
+	r := &Remote{}
+	f := &fakeServerStream{err: io.EOF}
+	gs := &guardedStream{ServerStream: f, r: r}
+	var msg struct{}
+	if err := gs.RecvMsg(&msg); !errors.Is(err, io.EOF) || !gs.held {
+		t.Fatalf("an error before closing: %v, held %v; want EOF, held until the handler returns", err, gs.held)
+	}
+	r.readers.release(&gs.held) // the handler returned (guardStream)
+	if !r.readers.close(time.Minute) {
+		t.Fatal("close waited on a stream that returned")
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- gs.RecvMsg(&msg) }()
+	select {
+	case err := <-ended:
+		t.Fatalf("a closing stream ended before the manager reached it: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := gs.SendMsg(disconnect); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ended; !errors.Is(err, errRemoteClosing) {
+		t.Fatalf("after the manager reached it: %v, want errRemoteClosing", err)
 	}
 }
