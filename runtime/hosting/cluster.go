@@ -86,10 +86,13 @@ type ClusterConfig struct {
 }
 
 // Fencing is what a membership provider offers for self-fencing
-// (etcdmember.Provider implements it). A member whose registration is
-// lost, or that no longer sees itself in its view, closes its units,
-// refuses activations and rejoins under a new member id: it never serves
-// a unit after other members may have placed it elsewhere.
+// (etcdmember.Provider implements it). A member serves nothing at or
+// after ValidUntil: when that time passes it is suspended (closes its
+// units, refuses them) and resumes if ValidUntil moves forward again; a
+// member whose registration is lost, or that no longer sees itself in its
+// view, closes its units, refuses activations and rejoins under a new
+// member id: it never serves a unit after other members may have placed
+// it elsewhere.
 type Fencing interface {
 	// Lost is closed when the current registration is lost.
 	Lost() <-chan struct{}
@@ -132,8 +135,11 @@ type MembershipChange struct {
 // view places the unit here — and closes it when it stops (passivation, a
 // topology change moving it, a fence, or Close).
 //
-// With a Fencing provider the member fences itself when its registration
-// is lost (a pause, a partition from etcd) or its view no longer holds it:
+// With a Fencing provider the member is suspended (every unit closed at
+// once, none served, the same member id kept) while its registration's
+// validity has lapsed (etcd unreachable, a pause), resumes when it is
+// renewed, and fences itself when its registration is lost or its view
+// no longer holds it:
 // every unit is closed at once (releasing its file), the protoactor
 // member is shut down, and a new one (a new actor system: a new member
 // id and address when Port is 0) joins in its place.
@@ -473,7 +479,7 @@ func (c *Cluster) watchValidity(inc *incarnation, lost <-chan struct{}) {
 	t := time.NewTicker(validityTick)
 	defer t.Stop()
 	var s servingState
-	for {
+	for !inc.fenced.Load() {
 		var ev servingInput
 		select {
 		case <-c.done:
