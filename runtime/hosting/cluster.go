@@ -86,10 +86,13 @@ type ClusterConfig struct {
 }
 
 // Fencing is what a membership provider offers for self-fencing
-// (etcdmember.Provider implements it). A member whose registration is
-// lost, or that no longer sees itself in its view, closes its units,
-// refuses activations and rejoins under a new member id: it never serves
-// a unit after other members may have placed it elsewhere.
+// (etcdmember.Provider implements it). A member serves nothing at or
+// after ValidUntil: when that time passes it is suspended (closes its
+// units, refuses them) and resumes if ValidUntil moves forward again; a
+// member whose registration is lost, or that no longer sees itself in its
+// view, closes its units, refuses activations and rejoins under a new
+// member id: it never serves a unit after other members may have placed
+// it elsewhere.
 type Fencing interface {
 	// Lost is closed when the current registration is lost.
 	Lost() <-chan struct{}
@@ -98,12 +101,31 @@ type Fencing interface {
 	ValidUntil() time.Time
 }
 
-// MembershipChange reports a member joining or fencing itself.
+// ReadyWaiter is optionally implemented by a Fencing provider
+// (etcdmember.Provider does): Ready returns once the provider can
+// register again. A fenced member waits for it before it starts its next
+// incarnation, so it rejoins as soon as the membership store answers
+// instead of on a retry schedule.
+type ReadyWaiter interface {
+	Ready(ctx context.Context) error
+}
+
+// MembershipChange reports a member joining, fencing itself, or
+// suspending and resuming serving.
 type MembershipChange struct {
-	Joined bool   // true: joined (or rejoined); false: fenced
+	Joined bool   // true: joined (or rejoined, or resumed); false: fenced (or suspended)
 	Member string // the member's address
 	ID     string // the member id of the incarnation that joined or was fenced
-	Reason error  // why it fenced itself
+	Reason error  // why it fenced itself or suspended
+	// Suspended (Joined false): the registration's validity window passed
+	// without a renewal (the membership store unreachable): the member
+	// closed its units and serves none, but keeps its member id; it
+	// resumes if a later renewal shows its registration held throughout,
+	// and fences itself if it was lost.
+	Suspended bool
+	// Resumed (Joined true): serving again after a suspension, under the
+	// same member id.
+	Resumed bool
 }
 
 // Cluster is the protoactor-go cluster Placement: this process is one
@@ -113,8 +135,11 @@ type MembershipChange struct {
 // view places the unit here — and closes it when it stops (passivation, a
 // topology change moving it, a fence, or Close).
 //
-// With a Fencing provider the member fences itself when its registration
-// is lost (a pause, a partition from etcd) or its view no longer holds it:
+// With a Fencing provider the member is suspended (every unit closed at
+// once, none served, the same member id kept) while its registration's
+// validity has lapsed (etcd unreachable, a pause), resumes when it is
+// renewed, and fences itself when its registration is lost or its view
+// no longer holds it:
 // every unit is closed at once (releasing its file), the protoactor
 // member is shut down, and a new one (a new actor system: a new member
 // id and address when Port is 0) joins in its place.
@@ -262,11 +287,7 @@ func (c *Cluster) start() (*incarnation, error) {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			select {
-			case <-lost:
-				c.fence(inc, errors.New("membership registration lost"))
-			case <-c.done:
-			}
+			c.watchValidity(inc, lost)
 		}()
 	}
 	return inc, nil
@@ -349,8 +370,9 @@ func (inc *incarnation) check(kind, identity string) error {
 		return fmt.Errorf("%w: %s", ErrFenced, inc.self)
 	}
 	if f := inc.c.fencing; f != nil && !time.Now().Before(f.ValidUntil()) {
-		go inc.c.fence(inc, errors.New("registration not renewed in time"))
-		return fmt.Errorf("%w: %s: registration expired", ErrFenced, inc.self)
+		// Suspended, not fenced: the provider decides whether the
+		// registration resumes or is lost (watchValidity).
+		return fmt.Errorf("%w: %s: registration not renewed in time (suspended)", ErrFenced, inc.self)
 	}
 	if o := inc.owner(kind, identity); o != inc.self {
 		return fmt.Errorf("%w: %s %q is placed on %q in the view of %s", ErrNotOwner, kind, identity, o, inc.self)
@@ -413,6 +435,24 @@ func (c *Cluster) fence(inc *incarnation, reason error) {
 				return
 			default:
 			}
+			if w, ok := c.cfg.Provider.(ReadyWaiter); ok {
+				// Start the next incarnation once the provider can
+				// register it (an outage of the membership store): not
+				// on a schedule that adds seconds after it returns.
+				ctx, cancel := context.WithCancel(context.Background())
+				go func() {
+					select {
+					case <-c.done:
+						cancel()
+					case <-ctx.Done():
+					}
+				}()
+				err := w.Ready(ctx)
+				cancel()
+				if err != nil {
+					return // closed
+				}
+			}
 			next, err := c.start()
 			if err == nil {
 				c.cur.Store(next)
@@ -420,7 +460,7 @@ func (c *Cluster) fence(inc *incarnation, reason error) {
 				return
 			}
 			c.h.log.Warn("hosting: rejoin failed", "err", err)
-			t := time.NewTimer(min(time.Second<<min(attempt, 4), 10*time.Second))
+			t := time.NewTimer(rejoinDelay(attempt))
 			select {
 			case <-c.done:
 				t.Stop()
@@ -429,6 +469,115 @@ func (c *Cluster) fence(inc *incarnation, reason error) {
 			}
 		}
 	}()
+}
+
+// watchValidity runs the serving decision (decideServing) of one
+// incarnation: it closes every unit when the registration's validity
+// window passes (suspended), notes when it holds again (resumed), and
+// fences the incarnation when the registration is lost.
+func (c *Cluster) watchValidity(inc *incarnation, lost <-chan struct{}) {
+	t := time.NewTicker(validityTick)
+	defer t.Stop()
+	var s servingState
+	for !inc.fenced.Load() {
+		var ev servingInput
+		select {
+		case <-c.done:
+			return
+		case <-lost:
+			ev = servingInput{lost: true}
+		case now := <-t.C:
+			ev = servingInput{now: now, validUntil: c.fencing.ValidUntil()}
+		}
+		var eff servingEffect
+		s, eff = decideServing(s, ev)
+		switch eff {
+		case effSuspend:
+			reason := errors.New("registration not renewed in time")
+			c.h.log.Warn("hosting: member suspended: closing its units until its registration is renewed", "member", inc.self, "id", inc.sys.ID)
+			_ = c.h.releaseAll(false)
+			if c.cfg.OnMembership != nil {
+				c.cfg.OnMembership(MembershipChange{Member: inc.self, ID: inc.sys.ID, Reason: reason, Suspended: true})
+			}
+		case effRelease:
+			// An activation that raced with the suspension is refused
+			// by its own gate; close anything left all the same.
+			if len(c.h.hosted()) > 0 {
+				_ = c.h.releaseAll(false)
+			}
+		case effResume:
+			c.h.log.Info("hosting: member resumed: its registration held throughout", "member", inc.self, "id", inc.sys.ID)
+			if c.cfg.OnMembership != nil {
+				c.cfg.OnMembership(MembershipChange{Joined: true, Resumed: true, Member: inc.self, ID: inc.sys.ID})
+			}
+		case effFence:
+			c.fence(inc, errors.New("membership registration lost"))
+			return
+		}
+	}
+}
+
+// validityTick is how often a member compares its registration's
+// validity with the clock.
+const validityTick = 50 * time.Millisecond
+
+// servingState is a member's serving decision: serving, or suspended
+// because its registration's validity window passed (or fenced, after
+// which the incarnation is gone).
+type servingState struct {
+	suspended bool
+	fenced    bool
+}
+
+// servingInput is a tick (now, and the provider's ValidUntil) or the
+// registration's loss.
+type servingInput struct {
+	now, validUntil time.Time
+	lost            bool
+}
+
+type servingEffect uint8
+
+const (
+	effNoop    servingEffect = iota
+	effSuspend               // close every unit (nothing is served past validUntil)
+	effRelease               // still suspended: close any unit left open
+	effResume                // the registration holds again
+	effFence                 // lost: close, shut the incarnation down, rejoin
+)
+
+// decideServing is the serving decision: a member never serves at or
+// after its registration's ValidUntil (check refuses, and units are
+// closed at once, so their next hosts can open them), is suspended
+// rather than fenced while the provider has not decided the registration
+// is lost, and resumes as soon as ValidUntil is in the future again.
+func decideServing(s servingState, in servingInput) (servingState, servingEffect) {
+	if s.fenced {
+		return s, effNoop
+	}
+	if in.lost {
+		s.fenced = true
+		return s, effFence
+	}
+	expired := !in.now.Before(in.validUntil)
+	switch {
+	case expired && !s.suspended:
+		s.suspended = true
+		return s, effSuspend
+	case expired:
+		return s, effRelease
+	case s.suspended:
+		s.suspended = false
+		return s, effResume
+	}
+	return s, effNoop
+}
+
+// rejoinDelay is the wait after the attempt-th failed rejoin (the
+// provider reported itself ready, yet the start failed): short, since
+// each attempt follows a readiness check.
+func rejoinDelay(attempt int) time.Duration {
+	return min(250*time.Millisecond<<min(attempt, 3), 2*time.Second)
 }
 
 // shutdown shuts the protoactor member down, once: gracefully on Close

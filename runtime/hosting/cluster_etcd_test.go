@@ -60,6 +60,7 @@ type child struct {
 	events chan childEvent
 	exited chan struct{}
 	stderr bytes.Buffer
+	errw   *syncWriter // writes stderr
 
 	mu  sync.Mutex
 	all []childEvent
@@ -69,7 +70,8 @@ func startChild(t *testing.T, exe, name string, args ...string) *child {
 	t.Helper()
 	c := &child{name: name, events: make(chan childEvent, 64), exited: make(chan struct{})}
 	c.cmd = exec.Command(exe, args...)
-	c.cmd.Stderr = &syncWriter{w: &c.stderr}
+	c.errw = &syncWriter{w: &c.stderr}
+	c.cmd.Stderr = c.errw
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +122,13 @@ func (c *child) wait(t *testing.T, ev string, d time.Duration) childEvent {
 			t.Fatalf("%s: no %q in %v; stderr:\n%s", c.name, ev, d, c.stderr.String())
 		}
 	}
+}
+
+// stderrText is what the child wrote on stderr so far.
+func (c *child) stderrText() string {
+	c.errw.mu.Lock()
+	defer c.errw.mu.Unlock()
+	return c.stderr.String()
 }
 
 type syncWriter struct {

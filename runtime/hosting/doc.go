@@ -94,9 +94,15 @@
 //     while its own view of the membership places the unit on it
 //     (otherwise ErrNotOwner, which matches ErrUnavailable: the caller
 //     retries) and, with a Fencing provider (etcdmember), while its
-//     registration is known to hold: a member that lost it, or no longer
-//     sees itself, fences itself (closes every unit, rejoins under a new
-//     member id; ErrFenced meanwhile). Each activation persists the next
+//     registration is known to hold (ValidUntil). When that window
+//     passes without a renewal (etcd unreachable) the member is
+//     suspended: it closes every unit at once and refuses them
+//     (ErrFenced), but keeps its member id; if etcd later accepts a
+//     renewal of the same lease with its key unchanged since it
+//     registered, no view ever lost it and it resumes serving. A member
+//     whose lease or key is gone, or that no longer sees itself, fences
+//     itself (closes every unit, rejoins under a new member id as soon as
+//     etcd answers; ErrFenced meanwhile). Each activation persists the next
 //     activation epoch of the unit, and every reply carries it with the
 //     serving member's id and when the activation began and the reply was
 //     produced (a success is reported only if the checks still pass after

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
+	"pgregory.net/rapid"
 
 	"github.com/syncmesh/syncmesh/actors/actortest"
 )
@@ -160,5 +161,113 @@ func mustProvision(t *testing.T, root, kind, identity string) {
 	t.Helper()
 	if _, err := provision(root, kind, identity, "test", 10, false); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServingDecisionThroughAnOutage drives decideServing with a fake
+// clock: the registration is valid until 2.7 s (the last renewal before
+// the membership store became unreachable); the member serves until then,
+// is suspended at 2.7 s (its units closed: effSuspend once, effRelease
+// while it lasts), is not fenced while the provider has not lost the
+// registration, and resumes under the same incarnation as soon as
+// ValidUntil is in the future again (a renewal accepted at 20 s). A loss
+// fences it, once, from either phase.
+func TestServingDecisionThroughAnOutage(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	valid := t0.Add(2700 * time.Millisecond)
+	var s servingState
+	var eff servingEffect
+	for d := time.Duration(0); d < 2700*time.Millisecond; d += 50 * time.Millisecond {
+		if s, eff = decideServing(s, servingInput{now: t0.Add(d), validUntil: valid}); eff != effNoop || s.suspended {
+			t.Fatalf("at %v (valid until 2.7 s): %+v %v, want serving", d, s, eff)
+		}
+	}
+	if s, eff = decideServing(s, servingInput{now: valid, validUntil: valid}); eff != effSuspend || !s.suspended || s.fenced {
+		t.Fatalf("at ValidUntil: %+v %v, want suspended (not fenced)", s, eff)
+	}
+	for d := 3 * time.Second; d < 20*time.Second; d += time.Second {
+		if s, eff = decideServing(s, servingInput{now: t0.Add(d), validUntil: valid}); eff != effRelease || s.fenced {
+			t.Fatalf("during the outage at %v: %+v %v, want still suspended", d, s, eff)
+		}
+	}
+	renewed := t0.Add(22800 * time.Millisecond)
+	if s, eff = decideServing(s, servingInput{now: t0.Add(20200 * time.Millisecond), validUntil: renewed}); eff != effResume || s.suspended {
+		t.Fatalf("renewed: %+v %v, want resumed", s, eff)
+	}
+	if s, eff = decideServing(s, servingInput{now: t0.Add(20250 * time.Millisecond), validUntil: renewed}); eff != effNoop {
+		t.Fatalf("after resuming: %+v %v", s, eff)
+	}
+	for _, start := range []servingState{{}, {suspended: true}} {
+		f, eff := decideServing(start, servingInput{lost: true})
+		if eff != effFence || !f.fenced {
+			t.Fatalf("lost from %+v: %+v %v, want fenced", start, f, eff)
+		}
+		if f2, eff := decideServing(f, servingInput{now: t0, validUntil: renewed}); eff != effNoop || f2 != f {
+			t.Fatalf("a fenced incarnation resumed: %+v %v", f2, eff)
+		}
+	}
+	// A zero ValidUntil (the provider has no registration) suspends.
+	if _, eff = decideServing(servingState{}, servingInput{now: t0}); eff != effSuspend {
+		t.Fatalf("zero ValidUntil: %v, want effSuspend", eff)
+	}
+}
+
+// TestServingNeverPastValidUntil: whatever the ticks and validity windows,
+// a member in the serving phase after a step has now < ValidUntil, and
+// check refuses a unit whenever the clock is at or past it.
+func TestServingNeverPastValidUntil(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		t0 := time.Unix(1_000_000, 0)
+		var s servingState
+		now := t0
+		for i, n := 0, rapid.IntRange(1, 50).Draw(t, "n"); i < n; i++ {
+			now = now.Add(time.Duration(rapid.IntRange(0, 3000).Draw(t, "dt")) * time.Millisecond)
+			valid := now.Add(time.Duration(rapid.IntRange(-3000, 3000).Draw(t, "v")) * time.Millisecond)
+			lost := rapid.IntRange(0, 20).Draw(t, "lost") == 0
+			s, _ = decideServing(s, servingInput{now: now, validUntil: valid, lost: lost})
+			if !s.fenced && !s.suspended && !now.Before(valid) {
+				t.Fatalf("serving at %v with ValidUntil %v", now.Sub(t0), valid.Sub(t0))
+			}
+		}
+	})
+}
+
+type fakeFencing struct{ until time.Time }
+
+func (f *fakeFencing) Lost() <-chan struct{} { return make(chan struct{}) }
+func (f *fakeFencing) ValidUntil() time.Time { return f.until }
+
+// TestCheckRefusesPastValidUntilWithoutFencing: past ValidUntil a unit
+// is refused (ErrFenced, an ErrUnavailable) but the incarnation is not
+// fenced: once the registration is renewed the same incarnation serves
+// again.
+func TestCheckRefusesPastValidUntilWithoutFencing(t *testing.T) {
+	a := "127.0.0.1:7001"
+	inc := viewOf(a, a)
+	f := &fakeFencing{until: time.Now().Add(-time.Millisecond)}
+	inc.c.fencing = f
+	if err := inc.check(KindGroup, "g"); !errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("past ValidUntil: %v, want ErrFenced", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if inc.fenced.Load() {
+		t.Fatal("the incarnation fenced itself on a lapsed validity")
+	}
+	f.until = time.Now().Add(time.Minute)
+	if err := inc.check(KindGroup, "g"); err != nil {
+		t.Fatalf("renewed: %v", err)
+	}
+}
+
+// TestRejoinDelayIsShort: after a failed start (the provider had
+// reported itself ready) the next attempt follows within 2 s.
+func TestRejoinDelayIsShort(t *testing.T) {
+	prev := time.Duration(0)
+	for a := 0; a < 20; a++ {
+		d := rejoinDelay(a)
+		if d <= 0 || d > 2*time.Second || d < prev {
+			t.Fatalf("attempt %d: %v (previous %v)", a, d, prev)
+		}
+		prev = d
 	}
 }

@@ -60,6 +60,13 @@ func (h *host) serve(ctx context.Context, u *unit, req *Request, gate func() err
 	if err != nil {
 		if u.closed.Load() && !errors.Is(err, ErrBadRequest) {
 			err = fmt.Errorf("%w: %s %q closed on %s: %w", ErrUnavailable, u.key.kind, u.key.identity, h.member(), err)
+		} else if gate != nil && !errors.Is(err, ErrBadRequest) {
+			// The operation ran into the end of the member's right to
+			// serve the unit (its context ends at the registration's
+			// ValidUntil): the caller retries on the unit's next host.
+			if gerr := gate(); gerr != nil {
+				err = fmt.Errorf("%w: %w", gerr, err)
+			}
 		}
 		return h.fail(fmt.Errorf("%s %s %q: %w", req.Op, u.key.kind, u.key.identity, err))
 	}

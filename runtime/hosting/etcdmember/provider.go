@@ -10,10 +10,15 @@
 //     it);
 //   - the member tracks how long its registration is known to hold
 //     (ValidUntil: the send time of the last renewal the server accepted,
-//     plus the TTL, minus a margin) and reports its loss (Lost) when the
-//     lease is gone, a renewal fails past that time, or its own key
-//     disappears from its view. hosting.Cluster fences itself on it:
-//     closes its units, refuses activations, and rejoins;
+//     plus the TTL, minus a margin). Past that time the registration has
+//     lapsed (hosting.Cluster serves nothing meanwhile) but is not lost:
+//     during an etcd outage no lease expires, so once etcd accepts a
+//     renewal again and the member's key is unchanged since it
+//     registered, the registration holds again under the same id, with
+//     no view change anywhere. It reports its loss (Lost) when etcd
+//     answers that the lease is gone or its own key disappears or was
+//     replaced; hosting.Cluster then fences itself (closes its units,
+//     refuses activations) and rejoins as soon as etcd answers (Ready);
 //   - the view is a Get followed by a Watch from the next revision, so no
 //     change between the two is missed.
 //
@@ -42,6 +47,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // MinTTL is the shortest lease etcd grants with its default timing
@@ -114,7 +121,15 @@ func New(cfg Config) (*Provider, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ccfg := clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout, Logger: zap.NewNop()}
+	ccfg := clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout, Logger: zap.NewNop(),
+		// gRPC's default reconnection backoff grows to 2 minutes: after
+		// an etcd outage of 20 s the client would stay away for several
+		// seconds more, every member lapsed meanwhile. Reconnect within
+		// a renewal period instead (loopback-cheap: one dial per try).
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: min(cfg.TTL/3, time.Second)},
+			MinConnectTimeout: cfg.DialTimeout,
+		})}}
 	if cfg.Client != nil {
 		cfg.Client(&ccfg)
 	}
@@ -139,7 +154,10 @@ type registration struct {
 	lease   clientv3.LeaseID
 	ctx     context.Context
 	cancel  context.CancelFunc
-	valid   atomic.Int64 // unix nanos: ValidUntil
+	valid   atomic.Int64 // unix nanos: ValidUntil (state.valid)
+	created int64        // the key's create revision
+	smu     sync.Mutex   // state
+	state   leaseState
 	lost    chan struct{}
 	lostErr atomic.Pointer[error]
 	once    sync.Once
@@ -199,17 +217,21 @@ func (p *Provider) start(c *cluster.Cluster, member bool) error {
 			return fail(fmt.Errorf("grant lease: %w", err))
 		}
 		r.lease = g.ID
-		r.setValid(sent)
+		r.state.valid = sent.Add(p.cfg.TTL - p.cfg.Margin)
+		r.valid.Store(r.state.valid.UnixNano())
 		val, err := json.Marshal(node{ID: r.self, Host: host, Port: port, Kinds: c.GetClusterKinds()})
 		if err != nil {
 			return fail(err)
 		}
 		opCtx, opCancel = context.WithTimeout(ctx, p.cfg.TTL)
-		_, err = r.client.Put(opCtx, r.key, string(val), clientv3.WithLease(r.lease))
+		put, err := r.client.Put(opCtx, r.key, string(val), clientv3.WithLease(r.lease))
 		opCancel()
 		if err != nil {
 			return fail(fmt.Errorf("register: %w", err))
 		}
+		// The key's create revision identifies this registration: the
+		// key found with it later has existed ever since.
+		r.created = put.Header.Revision
 	}
 	rev, err := r.list()
 	if err != nil {
@@ -273,8 +295,10 @@ func (p *Provider) Lost() <-chan struct{} {
 }
 
 // ValidUntil is the time until which the current registration is known to
-// hold: the send time of the last renewal etcd accepted plus TTL minus
-// Margin (hosting.Fencing). Zero with no registration or once it is lost.
+// hold: the send time of the last renewal etcd accepted (and, after a
+// lapse, whose key check found the key held throughout) plus TTL minus
+// Margin (hosting.Fencing). In the past while the registration has
+// lapsed; zero with no registration or once it is lost.
 func (p *Provider) ValidUntil() time.Time {
 	p.mu.Lock()
 	r := p.cur
@@ -288,6 +312,31 @@ func (p *Provider) ValidUntil() time.Time {
 	default:
 	}
 	return time.Unix(0, r.valid.Load())
+}
+
+// Ready returns once etcd answers a read (hosting.Cluster waits for it
+// before it starts a new incarnation after a loss, instead of starting
+// one that cannot register), or ctx's error. Each try is bounded by
+// TTL/3.
+func (p *Provider) Ready(ctx context.Context) error {
+	client, err := clientv3.New(p.ccfg)
+	if err != nil {
+		return fmt.Errorf("etcdmember: client: %w", err)
+	}
+	defer client.Close()
+	for {
+		tctx, cancel := context.WithTimeout(ctx, p.cfg.TTL/3)
+		_, err := client.Get(tctx, p.cfg.Prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // MemberID is the id of the current registration ("" with none).
@@ -304,8 +353,45 @@ func (p *Provider) key(names ...string) string {
 	return strings.Join(append([]string{p.cfg.Prefix}, names...), "/")
 }
 
-func (r *registration) setValid(sent time.Time) {
-	r.valid.Store(sent.Add(r.p.cfg.TTL - r.p.cfg.Margin).UnixNano())
+// apply runs one input through step and carries out its effect.
+func (r *registration) apply(in leaseInput) {
+	r.smu.Lock()
+	next, eff := step(r.state, in, r.p.cfg.TTL-r.p.cfg.Margin)
+	r.state = next
+	r.valid.Store(next.valid.UnixNano())
+	r.smu.Unlock()
+	switch eff {
+	case effLapse:
+		r.p.log.Warn("etcdmember: registration not renewed in time: serving nothing until etcd accepts a renewal", "member", r.self, "window", r.p.cfg.TTL-r.p.cfg.Margin)
+	case effCheckKey:
+		r.checkKey(in.now)
+	case effResume:
+		r.p.log.Info("etcdmember: registration renewed after a lapse: the key was held throughout", "member", r.self, "valid_until", next.valid)
+	case effLose:
+		err := fmt.Errorf("%w: lease %x or key gone", ErrLeaseLost, int64(r.lease))
+		if in.kind == inKeyGone {
+			err = fmt.Errorf("%w: own key deleted or replaced", ErrLeaseLost)
+		}
+		r.loseWith(err)
+	}
+}
+
+// checkKey reads the member's key after a renewal accepted past the
+// window: unchanged since registration (same create revision and lease)
+// means no member ever saw it leave.
+func (r *registration) checkKey(now time.Time) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.p.cfg.TTL/3)
+	resp, err := r.client.Get(ctx, r.key)
+	cancel()
+	switch {
+	case err != nil:
+		// Unknown: stay lapsed; the next accepted renewal checks again.
+		r.p.log.Debug("etcdmember: key check failed", "member", r.self, "err", err)
+	case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != r.created || clientv3.LeaseID(resp.Kvs[0].Lease) != r.lease:
+		r.apply(leaseInput{kind: inKeyGone, now: time.Now()})
+	default:
+		r.apply(leaseInput{kind: inKeyHeld, now: time.Now()})
+	}
 }
 
 // loseWith marks the registration lost (once).
@@ -329,7 +415,7 @@ func (r *registration) stop(graceful bool) {
 }
 
 // renew sends a renewal every TTL/3, each bounded by TTL/3; the validity
-// window moves only on an accepted renewal, from its send time.
+// window moves only on an accepted renewal, from its send time (step).
 func (r *registration) renew() {
 	defer r.wg.Done()
 	every := r.p.cfg.TTL / 3
@@ -349,28 +435,21 @@ func (r *registration) renew() {
 		cancel()
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			r.loseWith(fmt.Errorf("%w: lease %x expired", ErrLeaseLost, int64(r.lease)))
-			return
+			r.apply(leaseInput{kind: inLeaseGone, now: time.Now()})
 		case err != nil:
 			r.p.log.Debug("etcdmember: renewal failed", "member", r.self, "err", err)
 		case resp.TTL <= 0:
-			r.loseWith(fmt.Errorf("%w: lease %x expired", ErrLeaseLost, int64(r.lease)))
-			return
+			r.apply(leaseInput{kind: inLeaseGone, now: time.Now()})
 		default:
-			if time.Now().UnixNano() > r.valid.Load() {
-				// Accepted, but past our own window: a pause ended the
-				// registration from our side already (expire may not have
-				// run yet). The survivors may already have moved on.
-				r.loseWith(fmt.Errorf("%w: renewed after the validity window", ErrLeaseLost))
-				return
-			}
-			r.setValid(sent)
+			r.apply(leaseInput{kind: inRenewed, now: time.Now(), sent: sent})
 		}
 	}
 }
 
-// expire loses the registration when the validity window passes without
-// an accepted renewal (etcd unreachable, the process paused).
+// expire marks the registration lapsed when the validity window passes
+// without an accepted renewal (etcd unreachable, the process paused). It
+// does not lose it: renewals go on, and one accepted with the key held
+// throughout resumes it (step).
 func (r *registration) expire() {
 	defer r.wg.Done()
 	t := time.NewTicker(min(100*time.Millisecond, r.p.cfg.Margin))
@@ -382,10 +461,7 @@ func (r *registration) expire() {
 		case <-r.lost:
 			return
 		case now := <-t.C:
-			if now.UnixNano() > r.valid.Load() {
-				r.loseWith(fmt.Errorf("%w: not renewed in %v", ErrLeaseLost, r.p.cfg.TTL-r.p.cfg.Margin))
-				return
-			}
+			r.apply(leaseInput{kind: inTick, now: now})
 		}
 	}
 }
@@ -453,7 +529,7 @@ func (r *registration) watch(rev int64) {
 					id := string(ev.Kv.Key[strings.LastIndexByte(string(ev.Kv.Key), '/')+1:])
 					delete(r.members, id)
 					if id == r.self && r.lease != 0 {
-						r.loseWith(fmt.Errorf("%w: own key deleted", ErrLeaseLost))
+						r.apply(leaseInput{kind: inKeyGone, now: time.Now()})
 					}
 				}
 			}
@@ -471,7 +547,7 @@ func (r *registration) watch(rev int64) {
 		if n, err := r.list(); err == nil {
 			rev = n
 			if _, ok := r.members[r.self]; !ok && r.lease != 0 {
-				r.loseWith(fmt.Errorf("%w: own key missing", ErrLeaseLost))
+				r.apply(leaseInput{kind: inKeyGone, now: time.Now()})
 			}
 		}
 	}

@@ -3,7 +3,8 @@
 // a real etcd, so one can be SIGKILLed or SIGSTOPped.
 //
 //	-mode member: a hosting member (etcdmember provider). It prints one JSON
-//	  line per membership change ({"ev":"joined"|"fenced",...}) on stdout and
+//	  line per membership change ({"ev":"joined"|"fenced"|"suspended"|
+//	  "resumed",...}) on stdout and
 //	  leaves gracefully on SIGTERM.
 //	-mode driver: a router-only member (ClusterConfig.NoUnits) running load
 //	  on groups and devices: every acknowledged reply is written to -out as
@@ -146,7 +147,12 @@ func open(o opts, noUnits bool) (*hosting.Cluster, *etcdmember.Provider, error) 
 	cc.RequestTimeout = 5 * time.Second
 	cc.OnMembership = func(m hosting.MembershipChange) {
 		ev := Event{Ev: "joined", Member: m.Member, ID: m.ID, At: time.Now().UnixNano()}
-		if !m.Joined {
+		switch {
+		case m.Suspended:
+			ev.Ev, ev.Reason = "suspended", fmt.Sprint(m.Reason)
+		case m.Resumed:
+			ev.Ev = "resumed"
+		case !m.Joined:
 			ev.Ev, ev.Reason = "fenced", fmt.Sprint(m.Reason)
 		}
 		emit(ev)
