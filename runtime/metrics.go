@@ -19,6 +19,7 @@ type metrics struct {
 	// Issue 10 points 4 and 5: HLC reuse by a site, events of retired keys.
 	equivocations prometheus.Counter
 	retiredKey    prometheus.Counter
+	noticesMissed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,6 +52,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "syncmesh", Subsystem: "sync", Name: "retired_key_events_total",
 			Help: "Events of a retired key first received after its retirement (valid at or below the cutoff; possibly a stolen key backdating).",
 		}),
+		noticesMissed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "notices_missed_total",
+			Help: "Notices not delivered to a Subscribe callback that had fallen NoticeQueue notices behind (it received a NoticesMissed with their count).",
+		}),
 		deadLetters: newDeadLetters(),
 	}
 	// Nodes sharing one Registerer share the collectors.
@@ -58,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.outcomes, err = promreg.Register(reg, m.outcomes); err != nil {
 		return nil, err
 	}
-	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters, &m.equivocations, &m.retiredKey} {
+	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters, &m.equivocations, &m.retiredKey, &m.noticesMissed} {
 		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}

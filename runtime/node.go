@@ -271,9 +271,7 @@ func (n *Node) stopSubscribers() {
 	n.subsMu.Lock()
 	defer n.subsMu.Unlock()
 	for _, sub := range n.subs {
-		if sub.owns {
-			n.system.Root.Stop(sub.pid)
-		}
+		sub.stop()
 	}
 	n.subs = nil
 }
