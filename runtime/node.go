@@ -141,6 +141,7 @@ func (n *Node) openPhases(ctx context.Context) []phase {
 		{"store", func() error { return n.openStore(ctx) }},
 		{"identity", func() error { return n.loadIdentity(ctx) }},
 		{"clock", func() error { return n.loadClock(ctx) }},
+		{"changes", func() error { return n.openChangeLog(ctx) }}, // changemark.go
 		{"actors", n.startActors},
 		{"sync", func() error { return n.startSync(ctx) }},
 		// A crash between DefineTable and the release of its held groups

@@ -157,7 +157,7 @@ func encodeChangeTo(b []byte, c *persistence.RowChange, rowKey []byte) []byte {
 
 // TrimChanges implements persistence.ChangeWriter. Sequences are dense
 // and deleted only from the oldest, so the count is last-oldest+1.
-func (t *syncTx) TrimChanges(keep uint64) (int, error) {
+func (t *syncTx) TrimChanges(keep uint64, trimmed func(persistence.TableKey, uint64)) (int, error) {
 	if err := t.checkWrite(); err != nil {
 		return 0, err
 	}
@@ -185,6 +185,18 @@ func (t *syncTx) TrimChanges(keep uint64) (int, error) {
 		if last-seq+1 <= keep {
 			break
 		}
+		if trimmed != nil {
+			schema, rest, err := readLP(k[8:])
+			if err == nil {
+				var table []byte
+				if table, _, err = readLP(rest); err == nil {
+					trimmed(persistence.TableKey{Schema: string(schema), Table: string(table)}, seq)
+				}
+			}
+			if err != nil {
+				return n, err
+			}
+		}
 		if err := c.Delete(); err != nil {
 			return n, err
 		}
@@ -193,6 +205,19 @@ func (t *syncTx) TrimChanges(keep uint64) (int, error) {
 		k, _ = c.Seek(next[:])
 	}
 	return n, nil
+}
+
+// RaiseChangeSeq implements persistence.ChangeWriter.
+func (t *syncTx) RaiseChangeSeq(floor uint64) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	last, err := t.lastChange()
+	if err != nil || last >= floor {
+		return err
+	}
+	t.changeSeq, t.changeDirty = floor, true
+	return nil
 }
 
 // ChangeBounds implements persistence.ChangeReader.

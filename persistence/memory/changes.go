@@ -32,21 +32,49 @@ func (t *txn) AppendChange(c persistence.RowChange) (uint64, error) {
 }
 
 // TrimChanges implements persistence.ChangeWriter.
-func (t *txn) TrimChanges(keep uint64) (int, error) {
+func (t *txn) TrimChanges(keep uint64, trimmed func(persistence.TableKey, uint64)) (int, error) {
 	if err := t.check(true); err != nil {
 		return 0, err
 	}
 	n := 0
 	for t.st.oldestChange != 0 && t.st.lastChange-t.st.oldestChange+1 > keep {
-		t.st.changes.del(t.st.oldestChange)
-		n++
+		if c, ok := t.st.changes.get(t.st.oldestChange); ok {
+			if trimmed != nil {
+				trimmed(persistence.TableKey{Schema: c.Schema, Table: c.Table}, c.Seq)
+			}
+			t.st.changes.del(t.st.oldestChange)
+			n++
+		}
 		if t.st.oldestChange == t.st.lastChange {
 			t.st.oldestChange = 0
 			break
 		}
 		t.st.oldestChange++
 	}
+	// Past a raised gap, the oldest retained is the next stored change.
+	for t.st.oldestChange != 0 {
+		if _, ok := t.st.changes.get(t.st.oldestChange); ok {
+			break
+		}
+		if t.st.oldestChange >= t.st.lastChange {
+			t.st.oldestChange = 0
+			break
+		}
+		t.st.oldestChange++
+	}
 	return n, nil
+}
+
+// RaiseChangeSeq implements persistence.ChangeWriter. The sequences
+// skipped hold no change; trimming passes over them.
+func (t *txn) RaiseChangeSeq(floor uint64) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if floor > t.st.lastChange {
+		t.st.lastChange = floor
+	}
+	return nil
 }
 
 // ChangeBounds implements persistence.ChangeReader.
