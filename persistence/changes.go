@@ -64,6 +64,11 @@ type ChangeReader interface {
 	// Seq > after, in Seq order, until fn returns false or limit changes
 	// were visited (limit ≤ 0: no limit).
 	ChangesAfter(t TableKey, after uint64, limit int, fn func(RowChange) (bool, error)) error
+	// ChangeTablesAfter calls fn with the table and sequence of each
+	// retained change with Seq > after, in Seq order, until fn returns
+	// false, without decoding the changes (a writer finds which tables
+	// its transaction changed, to wake only their watchers).
+	ChangeTablesAfter(after uint64, fn func(t TableKey, seq uint64) bool) error
 	// ChangeBounds returns the oldest retained change sequence (0 when
 	// none is retained) and the highest ever assigned (0 when none).
 	ChangeBounds() (oldest, last uint64, err error)

@@ -157,7 +157,7 @@ func (n *Node) Watch(ctx context.Context, schema, table string, after uint64) it
 			}
 			// Taken before the read: a change committed after the read
 			// has closed this channel already.
-			wake := n.changes.wait()
+			wake := n.changes.wait(t)
 			var page []persistence.RowChange
 			var werr error
 			var last uint64
@@ -256,8 +256,8 @@ func viewChange(c persistence.RowChange) Change {
 // changeFeed wakes watchers when a transaction added changes, and keeps
 // the change mark file ahead of the sequences assigned.
 type changeFeed struct {
-	mu sync.Mutex
-	ch chan struct{}
+	mu  sync.Mutex
+	chs map[persistence.TableKey]chan struct{} // by table: closed on its next change
 
 	markMu   sync.Mutex
 	markPath string // "": no mark file (in-memory store)
@@ -288,21 +288,31 @@ func (f *changeFeed) writeMarkLocked(m uint64) error {
 	return nil
 }
 
-func (f *changeFeed) wait() <-chan struct{} {
+// wait returns a channel closed by the next commit that adds a change of
+// table t: a watcher of a quiet table is never woken by other tables.
+func (f *changeFeed) wait(t persistence.TableKey) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.ch == nil {
-		f.ch = make(chan struct{})
+	ch := f.chs[t]
+	if ch == nil {
+		if f.chs == nil {
+			f.chs = map[persistence.TableKey]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		f.chs[t] = ch
 	}
-	return f.ch
+	return ch
 }
 
-func (f *changeFeed) notify() {
+// notify wakes the watchers of tables.
+func (f *changeFeed) notify(tables map[persistence.TableKey]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.ch != nil {
-		close(f.ch)
-		f.ch = nil
+	for t := range tables {
+		if ch := f.chs[t]; ch != nil {
+			close(ch)
+			delete(f.chs, t)
+		}
 	}
 }
 
@@ -390,7 +400,7 @@ func restoredGap(tx persistence.SyncReader, after uint64) (ChangeGap, bool, erro
 }
 
 func (s watchedSync) Update(ctx context.Context, fn func(tx persistence.SyncTx) error) error {
-	added := false
+	var tables map[persistence.TableKey]bool
 	err := s.SyncStore.Update(ctx, func(tx persistence.SyncTx) error {
 		_, before, err := tx.ChangeBounds()
 		if err != nil {
@@ -403,8 +413,17 @@ func (s watchedSync) Update(ctx context.Context, fn func(tx persistence.SyncTx) 
 		if err != nil || last == before {
 			return err
 		}
-		added = true
 		if err := s.f.markAhead(last); err != nil {
+			return err
+		}
+		// The entries this transaction added, keys only: which tables'
+		// watchers to wake. (Always: a watcher may begin waiting before
+		// this commit and after any check made here.)
+		tables = map[persistence.TableKey]bool{}
+		if err := tx.ChangeTablesAfter(before, func(t persistence.TableKey, _ uint64) bool {
+			tables[t] = true
+			return true
+		}); err != nil {
 			return err
 		}
 		marks := map[persistence.TableKey]uint64{}
@@ -418,8 +437,8 @@ func (s watchedSync) Update(ctx context.Context, fn func(tx persistence.SyncTx) 
 		}
 		return nil
 	})
-	if err == nil && added {
-		s.f.notify()
+	if err == nil && len(tables) > 0 {
+		s.f.notify(tables)
 	}
 	return err
 }

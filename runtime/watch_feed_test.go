@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/syncmesh/syncmesh/persistence"
 )
 
 // A watcher of a table that never changed is not lagging when other
@@ -141,5 +143,38 @@ func TestWatchAfterRestoreNeverSeesReusedSequences(t *testing.T) {
 		case i >= 2 && (a != "after" || c.Seq <= processed):
 			t.Fatalf("change %d: seq %d a=%q: a new change reused a number at or below %d", i, c.Seq, a, processed)
 		}
+	}
+}
+
+// A commit wakes only the watchers of the tables it changed: a watcher of
+// a quiet table does no work for other tables' commits.
+func TestCommitWakesOnlyItsTablesWatchers(t *testing.T) {
+	n := openTestNode(t, Config{ReconcileInterval: -1, SyncInterval: -1})
+	n.define(defT)
+	n.define(TableDef{Schema: "app", Table: "quiet", KeyColumns: []string{"id"}, Columns: []string{"a"}})
+	quiet := n.changes.wait(persistence.TableKey{Schema: "app", Table: "quiet"})
+	busy := n.changes.wait(persistence.TableKey{Schema: "app", Table: "t"})
+	for i := 0; i < 100; i++ {
+		if _, err := n.Upsert(n.ctx, "app", "t", map[string]any{"id": i}, map[string]any{"a": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-busy:
+	default:
+		t.Fatal("the busy table's watcher was not woken")
+	}
+	select {
+	case <-quiet:
+		t.Fatal("the quiet table's watcher was woken by another table's commits")
+	default:
+	}
+	if _, err := n.Upsert(n.ctx, "app", "quiet", map[string]any{"id": 1}, map[string]any{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-quiet:
+	default:
+		t.Fatal("the quiet table's watcher was not woken by its own change")
 	}
 }

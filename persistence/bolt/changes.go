@@ -241,6 +241,35 @@ func (t *syncTx) ChangeBounds() (oldest, last uint64, err error) {
 	return oldest, last, nil
 }
 
+// ChangeTablesAfter implements persistence.ChangeReader.
+func (t *syncTx) ChangeTablesAfter(after uint64, fn func(persistence.TableKey, uint64) bool) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	b, err := t.changes()
+	if err != nil {
+		return err
+	}
+	c := b.Cursor()
+	for k, _ := c.Seek(u64(after + 1)); k != nil; k, _ = c.Next() {
+		if len(k) < 8 {
+			return fmt.Errorf("bolt: change key of %d bytes: %w", len(k), persistence.ErrCorrupt)
+		}
+		schema, rest, err := readLP(k[8:])
+		if err != nil {
+			return err
+		}
+		table, _, err := readLP(rest)
+		if err != nil {
+			return err
+		}
+		if !fn(persistence.TableKey{Schema: string(schema), Table: string(table)}, binary.BigEndian.Uint64(k)) {
+			return nil
+		}
+	}
+	return nil
+}
+
 // ChangesAfter implements persistence.ChangeReader. Entries are copied
 // out of the cursor in chunks before fn runs, so fn may write.
 func (t *syncTx) ChangesAfter(tk persistence.TableKey, after uint64, limit int, fn func(persistence.RowChange) (bool, error)) error {

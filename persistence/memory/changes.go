@@ -85,6 +85,26 @@ func (t *txn) ChangeBounds() (oldest, last uint64, err error) {
 	return t.st.oldestChange, t.st.lastChange, nil
 }
 
+// ChangeTablesAfter implements persistence.ChangeReader.
+func (t *txn) ChangeTablesAfter(after uint64, fn func(persistence.TableKey, uint64) bool) error {
+	if err := t.check(false); err != nil {
+		return err
+	}
+	if t.st.oldestChange == 0 {
+		return nil
+	}
+	for seq := max(after+1, t.st.oldestChange); seq <= t.st.lastChange && seq != 0; seq++ {
+		c, ok := t.st.changes.get(seq)
+		if !ok {
+			continue
+		}
+		if !fn(persistence.TableKey{Schema: c.Schema, Table: c.Table}, seq) {
+			return nil
+		}
+	}
+	return nil
+}
+
 // ChangesAfter implements persistence.ChangeReader.
 func (t *txn) ChangesAfter(tk persistence.TableKey, after uint64, limit int, fn func(persistence.RowChange) (bool, error)) error {
 	if err := t.check(false); err != nil {

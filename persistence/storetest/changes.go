@@ -186,7 +186,9 @@ func testChangeLogTrimmedAsItGrows(t *testing.T, open OpenFunc) {
 	})
 }
 
-// testChangeLogTrimReportsTablesAndRaiseSkips: TrimChanges names the
+// testChangeLogTrimReportsTablesAndRaiseSkips: ChangeTablesAfter names
+// the tables of the changes past a sequence, until told to stop;
+// TrimChanges names the
 // table and sequence of every change it deletes, oldest first;
 // RaiseChangeSeq makes the next sequence follow the floor (never lower),
 // the skipped sequences hold nothing, trimming counts them as sequences,
@@ -211,6 +213,19 @@ func testChangeLogTrimReportsTablesAndRaiseSkips(t *testing.T, open OpenFunc) {
 		seq uint64
 	}
 	var got []trimmed
+	view(t, s, func(r persistence.SyncReader) error {
+		if err := r.ChangeTablesAfter(3, func(tk persistence.TableKey, seq uint64) bool {
+			got = append(got, trimmed{tk, seq})
+			return seq < 5
+		}); err != nil {
+			return err
+		}
+		if want := []trimmed{{other, 4}, {tblAB, 5}}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("ChangeTablesAfter(3) stopping at 5: %v, want %v", got, want)
+		}
+		got = nil
+		return nil
+	})
 	update(t, s, func(tx persistence.SyncTx) error {
 		n, err := tx.TrimChanges(3, func(tk persistence.TableKey, seq uint64) { got = append(got, trimmed{tk, seq}) })
 		if err != nil || n != 3 {
