@@ -109,6 +109,14 @@ func EncodeEvent(e *Event) ([]byte, error) {
 	if err := validateColumns(e.Payload); err != nil {
 		return nil, err
 	}
+	for k, v := range e.Key {
+		if err := Wellformed(v); err != nil {
+			return nil, fmt.Errorf("messages: encode event: key column %q: %w", k, err)
+		}
+	}
+	if err := checkRowKey(e.Key); err != nil {
+		return nil, fmt.Errorf("messages: encode event: %w: %w", ErrNonCanonicalKey, err)
+	}
 	for _, cols := range []Columns{e.Key, e.Payload} {
 		for k, v := range cols {
 			if err := Wellformed(v); err != nil {
@@ -206,6 +214,9 @@ func decodeEventStrict(b []byte) (*Event, error) {
 	}
 	if err := validateColumns(key); err != nil {
 		return nil, decodeErr("event", ErrMalformed, err)
+	}
+	if err := checkRowKey(key); err != nil {
+		return nil, decodeErr("event", ErrNonCanonicalKey, err)
 	}
 	e.Key = key
 	if w.Payload.null {
@@ -503,7 +514,7 @@ func decodeCanonicalInto(e *Event, b []byte) (rowKey []byte, ok bool) {
 	if r.bad || len(r.b) != 0 || len(site) != len(SiteID{}) {
 		return nil, false
 	}
-	if validateNames(schema, table, nil) != nil {
+	if validateNames(schema, table, nil) != nil || checkRowKey(key) != nil {
 		return nil, false
 	}
 	*e = Event{HLC: HLC(hlc), Schema: schema, Table: table, Key: key, Payload: payload, Delete: del}

@@ -36,6 +36,11 @@ func FuzzDecodeEvent(f *testing.F) {
 			}
 			return
 		}
+		for name, v := range e.Key {
+			if err := CheckKeyValue(v); err != nil {
+				t.Fatalf("accepted a non-canonical key value %q=%x: %v", name, []byte(v), err)
+			}
+		}
 		b, err := EncodeEvent(e)
 		if err != nil {
 			t.Fatalf("accepted event does not encode: %v (%+v)", err, e)

@@ -108,6 +108,15 @@ type RetiredKeyEvent struct {
 	Outcome       OutcomeKind // what the chokepoint did with it
 }
 
+// NoticesMissed: a subscriber fell behind by more notices than its queue
+// holds, and Count notices that would have come here were not delivered
+// to it. It takes their place in the order: everything before it was
+// delivered, and what follows came after the missed ones. A hostile peer
+// can cause one notice per event it sends; bounding each subscriber's
+// queue keeps a slow callback from holding them all in memory.
+type NoticesMissed struct{ Count uint64 }
+
+func (NoticesMissed) notice()    {}
 func (Resurrection) notice()     {}
 func (Equivocation) notice()     {}
 func (RetiredKeyEvent) notice()  {}

@@ -64,6 +64,11 @@ type ChangeReader interface {
 	// Seq > after, in Seq order, until fn returns false or limit changes
 	// were visited (limit ≤ 0: no limit).
 	ChangesAfter(t TableKey, after uint64, limit int, fn func(RowChange) (bool, error)) error
+	// ChangeTablesAfter calls fn with the table and sequence of each
+	// retained change with Seq > after, in Seq order, until fn returns
+	// false, without decoding the changes (a writer finds which tables
+	// its transaction changed, to wake only their watchers).
+	ChangeTablesAfter(after uint64, fn func(t TableKey, seq uint64) bool) error
 	// ChangeBounds returns the oldest retained change sequence (0 when
 	// none is retained) and the highest ever assigned (0 when none).
 	ChangeBounds() (oldest, last uint64, err error)
@@ -73,8 +78,16 @@ type ChangeReader interface {
 type ChangeWriter interface {
 	// AppendChange adds a change, assigning c.Seq (returned).
 	AppendChange(c RowChange) (seq uint64, err error)
-	// TrimChanges deletes the oldest changes until at most keep remain
-	// and returns how many it deleted. The highest assigned sequence is
-	// kept, so a sequence is never reused.
-	TrimChanges(keep uint64) (int, error)
+	// TrimChanges deletes the changes whose sequences are not among the
+	// newest keep sequence numbers (last-keep+1 … last) and returns how
+	// many it deleted; trimmed, when not nil, is called with the table and
+	// sequence of each deleted change, oldest first. The highest assigned
+	// sequence is kept, so a sequence is never reused.
+	TrimChanges(keep uint64, trimmed func(t TableKey, seq uint64)) (int, error)
+	// RaiseChangeSeq makes the next assigned change sequence greater than
+	// floor (nothing when the last assigned is at or above it already).
+	// The sequences skipped are never assigned. A node whose store was
+	// restored from a copy raises it past every sequence it assigned
+	// before, which a mark kept outside the store records.
+	RaiseChangeSeq(floor uint64) error
 }

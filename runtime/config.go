@@ -128,6 +128,11 @@ type Config struct {
 	// new ones). A watcher that resumes from before the oldest retained
 	// change gets a *WatchLagError. Zero: DefaultChangeLogLimit.
 	ChangeLogLimit int
+	// NoticeQueue is how many notices a Subscribe callback may fall
+	// behind by; the notices past it are not kept but counted, and the
+	// callback receives one messages.NoticesMissed in their place. Zero:
+	// DefaultNoticeQueue.
+	NoticeQueue int
 
 	// MetricsAddr, when set (host:port; port 0 picks one), serves the
 	// node's Prometheus metrics on /metrics, its health on /healthz
@@ -175,6 +180,9 @@ func (c *Config) validate() error {
 	}
 	if c.ChangeLogLimit < 0 {
 		return &ConfigError{"ChangeLogLimit", "0 (the default) or more"}
+	}
+	if c.NoticeQueue < 0 {
+		return &ConfigError{"NoticeQueue", "0 (the default) or more"}
 	}
 	if c.PushWindow < 0 || c.PushWindow > replicate.MaxWindow {
 		return &ConfigError{"PushWindow", fmt.Sprintf("between 0 and %d", replicate.MaxWindow)}

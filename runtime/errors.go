@@ -63,6 +63,9 @@ var (
 // ErrWatchLagged matches a *WatchLagError.
 var ErrWatchLagged = errors.New("runtime: watcher fell behind the change log")
 
+// ErrWatchRestored matches a *WatchRestoredError.
+var ErrWatchRestored = errors.New("runtime: watch resumes inside changes a restore of node.db lost")
+
 // ErrWatchAhead is returned by Watch when asked to resume after a
 // sequence the node has never assigned (a store restored from an older
 // copy, or a sequence from another node): nothing would ever be delivered

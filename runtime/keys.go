@@ -35,7 +35,13 @@ import (
 //
 // Only the local API normalizes. Keys inside received signed events are
 // used exactly as signed: rewriting them would change the event (and its
-// id), which would be a protocol change.
+// id), which would be a protocol change. A received key whose value is not
+// in its one canonical encoding (an integer or length head longer than its
+// shortest form, a float a shorter float encodes, a float naming an
+// integer, a non-canonical NaN, nested map keys out of order) is dropped
+// as malformed, as a tagged one is, so one key value names one row
+// (messages.ErrNonCanonicalKey). A messages.Value handed to the local API
+// is held to the same rule.
 
 // KeyError says which key column of a local write or lookup was refused
 // and why. It matches ErrInvalidKey.
@@ -91,6 +97,11 @@ func normalizeKeyValue(v any) (any, error) {
 		}
 		if x.IsNull() || len(x) == 1 && (x[0] == 0x40 || x[0] == 0x60) {
 			return nil, errors.New("a null or empty encoded value is not a key value")
+		}
+		// A peer drops an event whose key value is not in its one
+		// canonical encoding; a local write must not name such a row.
+		if err := messages.CheckKeyValue(x); err != nil {
+			return nil, err
 		}
 		return x, nil
 	case json.Number:

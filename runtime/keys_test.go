@@ -3,8 +3,11 @@ package runtime
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
+
+	"github.com/fxamacker/cbor/v2"
 
 	"github.com/syncmesh/syncmesh/messages"
 )
@@ -92,22 +95,67 @@ func TestInvalidKeyComponentsRefused(t *testing.T) {
 	}
 }
 
-// A received signed event's key is used exactly as signed: a float key
-// from a peer names its own row, not the integer one.
-func TestReceivedKeysStayAsSigned(t *testing.T) {
+// A received signed event whose key value is not in its one canonical
+// encoding is dropped as malformed: every encoding of the integer 1 a peer
+// can sign — longer integer heads, floats of each width naming 1 — lands
+// in the one row that Get and Delete of id 1 reach, or nowhere.
+func TestReceivedNonCanonicalKeysAreDropped(t *testing.T) {
 	n := openTestNode(t, Config{})
 	n.define(defT)
 	p := newPeer(t, 7)
 	n.trust(p)
-	raw := p.event(&messages.Event{HLC: hlcAt(n.wall.MS(), 1), Schema: "app", Table: "t",
-		Key: messages.Columns{"id": messages.MustValue(2.0)}, Payload: messages.Columns{"a": messages.MustValue("float")}})
-	if out := n.apply(raw); out.Kind != messages.Applied {
-		t.Fatalf("outcome %v", out)
+	encodings := [][]byte{
+		{0x01},
+		{0x18, 0x01},
+		{0x19, 0x00, 0x01},
+		{0x1a, 0x00, 0x00, 0x00, 0x01},
+		{0x1b, 0, 0, 0, 0, 0, 0, 0, 0x01},
+		{0xf9, 0x3c, 0x00},
+		{0xfa, 0x3f, 0x80, 0x00, 0x00},
+		{0xfb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0},
+		// Other values, as non-canonical: -1 with a long head, and -0.0.
+		{0x38, 0x00},
+		{0xf9, 0x80, 0x00},
 	}
-	if _, ok, err := n.Get(n.ctx, "app", "t", map[string]any{"id": 2}); err != nil || ok {
-		t.Fatalf("the float-keyed row was normalized into the integer row: ok=%v err=%v", ok, err)
+	site := p.signer.Site()
+	for i, enc := range encodings {
+		raw := p.rawEvent(map[string]any{
+			"v": 1, "hlc": uint64(hlcAt(n.wall.MS(), uint16(i+1))), "site": site[:],
+			"schema": "app", "table": "t",
+			"key":     cbor.RawMessage(append([]byte{0xa1, 0x62, 'i', 'd'}, enc...)),
+			"payload": map[string]any{"a": fmt.Sprintf("v%d", i)},
+		})
+		out := n.apply(raw)
+		want := messages.Dropped
+		if i == 0 {
+			want = messages.Applied
+		}
+		if out.Kind != want || (i > 0 && out.Reason != messages.ReasonMalformed) {
+			t.Errorf("key encoding %x: outcome %v, want %v", enc, out, want)
+		}
 	}
-	if _, ok, err := n.Get(n.ctx, "app", "t", map[string]any{"id": messages.MustValue(2.0)}); err != nil || !ok {
-		t.Fatalf("the row as signed: ok=%v err=%v", ok, err)
+	rows := 0
+	if err := n.Scan(n.ctx, "app", "t", ScanOptions{}, func(Row) bool { rows++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Fatalf("%d rows for key 1, want 1", rows)
+	}
+	if _, err := n.Delete(n.ctx, "app", "t", map[string]any{"id": 1}); err != nil {
+		t.Fatal(err)
+	}
+	rows = 0
+	if err := n.Scan(n.ctx, "app", "t", ScanOptions{}, func(Row) bool { rows++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("%d rows left after deleting id 1", rows)
+	}
+	// The local API holds an encoded key value to the same rule.
+	for _, enc := range encodings[1:] {
+		_, err := n.Upsert(n.ctx, "app", "t", map[string]any{"id": messages.Value(enc)}, map[string]any{"a": "x"})
+		if !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("local write keyed by %x: %v", enc, err)
+		}
 	}
 }

@@ -20,6 +20,7 @@ type metrics struct {
 	equivocations prometheus.Counter
 	retiredKey    prometheus.Counter
 	mistyped      prometheus.Counter
+	noticesMissed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -56,6 +57,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "syncmesh", Subsystem: "sync", Name: "type_mismatch_events_total",
 			Help: "Received events with values not of the column type this node declares (kept as received; reads of those cells fail with a type error).",
 		}),
+		noticesMissed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "syncmesh", Subsystem: "sync", Name: "notices_missed_total",
+			Help: "Notices not delivered to a Subscribe callback that had fallen NoticeQueue notices behind (it received a NoticesMissed with their count).",
+		}),
 		deadLetters: newDeadLetters(),
 	}
 	// Nodes sharing one Registerer share the collectors.
@@ -63,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.outcomes, err = promreg.Register(reg, m.outcomes); err != nil {
 		return nil, err
 	}
-	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters, &m.equivocations, &m.retiredKey, &m.mistyped} {
+	for _, c := range []*prometheus.Counter{&m.ignored, &m.resurrected, &m.partial, &m.released, &m.deadLetters, &m.equivocations, &m.retiredKey, &m.mistyped, &m.noticesMissed} {
 		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}

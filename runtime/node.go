@@ -142,6 +142,7 @@ func (n *Node) openPhases(ctx context.Context) []phase {
 		{"store", func() error { return n.openStore(ctx) }},
 		{"identity", func() error { return n.loadIdentity(ctx) }},
 		{"clock", func() error { return n.loadClock(ctx) }},
+		{"changes", func() error { return n.openChangeLog(ctx) }}, // changemark.go
 		{"actors", n.startActors},
 		{"sync", func() error { return n.startSync(ctx) }},
 		// A crash between DefineTable and the release of its held groups
@@ -275,9 +276,7 @@ func (n *Node) stopSubscribers() {
 	n.subsMu.Lock()
 	defer n.subsMu.Unlock()
 	for _, sub := range n.subs {
-		if sub.owns {
-			n.system.Root.Stop(sub.pid)
-		}
+		sub.stop()
 	}
 	n.subs = nil
 }

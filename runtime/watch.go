@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
@@ -98,6 +99,39 @@ func (e *WatchLagError) Error() string {
 // Is makes errors.Is(err, ErrWatchLagged) match.
 func (e *WatchLagError) Is(target error) bool { return target == ErrWatchLagged }
 
+// WatchRestoredError is the error a watcher gets when it resumes after a
+// change sequence that node.db no longer holds because it was restored
+// from an older copy: the changes from Lost.From+1 to After (and the rows
+// they described) are gone from the store, so what the watcher holds is
+// ahead of it. Change sequences are never reused: after such a restore
+// the node continues above every sequence it assigned before (kept in
+// changes.mark beside node.db), so an old position is recognized instead
+// of silently naming other changes. To resume, re-read the table (Scan)
+// and Watch again after Resume.
+type WatchRestoredError struct {
+	Schema, Table string
+	// After is the sequence the watcher asked to continue after.
+	After uint64
+	// Lost is the stretch of sequences the restored store does not hold:
+	// (Lost.From, Lost.To].
+	Lost ChangeGap
+	// Resume is the newest change when the restore was found.
+	Resume uint64
+}
+
+// ChangeGap is a stretch (From, To] of change sequences assigned before a
+// restore of node.db from an older copy and not held by the copy.
+type ChangeGap struct{ From, To uint64 }
+
+// Error implements the error interface.
+func (e *WatchRestoredError) Error() string {
+	return fmt.Sprintf("runtime: watch %s.%s after change %d: node.db was restored from a copy that ends at change %d (changes %d to %d are gone); re-read the table and watch after %d",
+		e.Schema, e.Table, e.After, e.Lost.From, e.Lost.From+1, e.Lost.To, e.Resume)
+}
+
+// Is makes errors.Is(err, ErrWatchRestored) match.
+func (e *WatchRestoredError) Is(target error) bool { return target == ErrWatchRestored }
+
 // Watch returns the changes of one table's rows with Seq > after, in
 // sequence order, local and remote alike: it yields what is already in
 // the change log, then waits for more until ctx ends or the node closes.
@@ -123,19 +157,33 @@ func (n *Node) Watch(ctx context.Context, schema, table string, after uint64) it
 			}
 			// Taken before the read: a change committed after the read
 			// has closed this channel already.
-			wake := n.changes.wait()
+			wake := n.changes.wait(t)
 			var page []persistence.RowChange
 			var werr error
+			var last uint64
 			err := n.store.View(ctx, func(tx persistence.SyncReader) error {
-				oldest, last, err := tx.ChangeBounds()
+				var oldest uint64
+				var err error
+				if oldest, last, err = tx.ChangeBounds(); err != nil {
+					return err
+				}
+				if after > last {
+					werr = fmt.Errorf("%w: after %d, newest is %d", ErrWatchAhead, after, last)
+					return nil
+				}
+				if gap, ok, err := restoredGap(tx, after); err != nil || ok {
+					if ok {
+						werr = &WatchRestoredError{Schema: schema, Table: table, After: after, Lost: gap, Resume: last}
+					}
+					return err
+				}
+				// Lag is judged by this table's own trimmed changes: other
+				// tables filling the log do not make its watcher lag.
+				trimmed, err := tableTrimmed(tx, t)
 				if err != nil {
 					return err
 				}
-				switch {
-				case after > last:
-					werr = fmt.Errorf("%w: after %d, newest is %d", ErrWatchAhead, after, last)
-					return nil
-				case last > after && (oldest == 0 || oldest > after+1):
+				if trimmed > after {
 					werr = &WatchLagError{Schema: schema, Table: table, After: after, Oldest: oldest, Resume: last}
 					return nil
 				}
@@ -163,6 +211,10 @@ func (n *Node) Watch(ctx context.Context, schema, table string, after uint64) it
 			if len(page) == watchPage {
 				continue
 			}
+			// The read saw every change of the table up to last: the
+			// next read starts there, so a quiet table's watcher never
+			// walks the same stretch of other tables' changes twice.
+			after = max(after, last)
 			select {
 			case <-wake:
 			case <-ctx.Done():
@@ -201,27 +253,66 @@ func viewChange(c persistence.RowChange) Change {
 	return out
 }
 
-// changeFeed wakes watchers when a transaction added changes.
+// changeFeed wakes watchers when a transaction added changes, and keeps
+// the change mark file ahead of the sequences assigned.
 type changeFeed struct {
-	mu sync.Mutex
-	ch chan struct{}
+	mu  sync.Mutex
+	chs map[persistence.TableKey]chan struct{} // by table: closed on its next change
+
+	markMu   sync.Mutex
+	markPath string // "": no mark file (in-memory store)
+	noSync   bool
+	mark     uint64 // what the file holds: above every sequence assigned
 }
 
-func (f *changeFeed) wait() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ch == nil {
-		f.ch = make(chan struct{})
+// changeMarkLease is how far ahead of the last assigned change sequence
+// the mark file is written: one file write per this many changes.
+const changeMarkLease = 1 << 16
+
+// markAhead makes sure the mark file is above last before the
+// transaction assigning it commits.
+func (f *changeFeed) markAhead(last uint64) error {
+	f.markMu.Lock()
+	defer f.markMu.Unlock()
+	if f.markPath == "" || last < f.mark {
+		return nil
 	}
-	return f.ch
+	return f.writeMarkLocked(last + changeMarkLease)
 }
 
-func (f *changeFeed) notify() {
+func (f *changeFeed) writeMarkLocked(m uint64) error {
+	if err := writeFileAtomic(f.markPath, encodeChangeMark(m), f.noSync); err != nil {
+		return fmt.Errorf("runtime: write change mark: %w", err)
+	}
+	f.mark = m
+	return nil
+}
+
+// wait returns a channel closed by the next commit that adds a change of
+// table t: a watcher of a quiet table is never woken by other tables.
+func (f *changeFeed) wait(t persistence.TableKey) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.ch != nil {
-		close(f.ch)
-		f.ch = nil
+	ch := f.chs[t]
+	if ch == nil {
+		if f.chs == nil {
+			f.chs = map[persistence.TableKey]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		f.chs[t] = ch
+	}
+	return ch
+}
+
+// notify wakes the watchers of tables.
+func (f *changeFeed) notify(tables map[persistence.TableKey]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for t := range tables {
+		if ch := f.chs[t]; ch != nil {
+			close(ch)
+			delete(f.chs, t)
+		}
 	}
 }
 
@@ -241,8 +332,75 @@ type watchedSync struct {
 	keep uint64
 }
 
+// Meta keys of the change log's bookkeeping (plain meta values: no layout
+// change; a store without them reads as "nothing recorded").
+const (
+	// metaChangeTrimFloor: every table may have lost changes at or below
+	// it (the log was trimmed before per-table marks were kept).
+	metaChangeTrimFloor = "change_trim_floor"
+	// metaChangeTrimPrefix + schema + "\x00" + table: the highest
+	// sequence of that table's changes trimmed.
+	metaChangeTrimPrefix = "change_trim/"
+	// metaChangeGaps: the stretches of sequences lost to restores.
+	metaChangeGaps = "change_gaps"
+	// maxChangeGaps bounds metaChangeGaps; the oldest go first.
+	maxChangeGaps = 64
+)
+
+func trimKey(t persistence.TableKey) string {
+	return metaChangeTrimPrefix + t.Schema + "\x00" + t.Table
+}
+
+func metaU64(tx persistence.SyncReader, key string) (uint64, error) {
+	v, ok, err := tx.Meta(key)
+	if err != nil || !ok {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("runtime: meta %s of %d bytes: %w", key, len(v), persistence.ErrCorrupt)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// tableTrimmed is the highest sequence at or below which table t may have
+// lost changes to trimming.
+func tableTrimmed(tx persistence.SyncReader, t persistence.TableKey) (uint64, error) {
+	floor, err := metaU64(tx, metaChangeTrimFloor)
+	if err != nil {
+		return 0, err
+	}
+	mark, err := metaU64(tx, trimKey(t))
+	return max(floor, mark), err
+}
+
+func readGaps(tx persistence.SyncReader) ([]ChangeGap, error) {
+	v, _, err := tx.Meta(metaChangeGaps)
+	if err != nil {
+		return nil, err
+	}
+	if len(v)%16 != 0 {
+		return nil, fmt.Errorf("runtime: meta %s of %d bytes: %w", metaChangeGaps, len(v), persistence.ErrCorrupt)
+	}
+	gaps := make([]ChangeGap, 0, len(v)/16)
+	for i := 0; i < len(v); i += 16 {
+		gaps = append(gaps, ChangeGap{From: binary.BigEndian.Uint64(v[i:]), To: binary.BigEndian.Uint64(v[i+8:])})
+	}
+	return gaps, nil
+}
+
+// restoredGap reports the restore gap after lies in, if any.
+func restoredGap(tx persistence.SyncReader, after uint64) (ChangeGap, bool, error) {
+	gaps, err := readGaps(tx)
+	for _, g := range gaps {
+		if after > g.From && after <= g.To {
+			return g, true, err
+		}
+	}
+	return ChangeGap{}, false, err
+}
+
 func (s watchedSync) Update(ctx context.Context, fn func(tx persistence.SyncTx) error) error {
-	added := false
+	var tables map[persistence.TableKey]bool
 	err := s.SyncStore.Update(ctx, func(tx persistence.SyncTx) error {
 		_, before, err := tx.ChangeBounds()
 		if err != nil {
@@ -255,12 +413,32 @@ func (s watchedSync) Update(ctx context.Context, fn func(tx persistence.SyncTx) 
 		if err != nil || last == before {
 			return err
 		}
-		added = true
-		_, err = tx.TrimChanges(s.keep)
-		return err
+		if err := s.f.markAhead(last); err != nil {
+			return err
+		}
+		// The entries this transaction added, keys only: which tables'
+		// watchers to wake. (Always: a watcher may begin waiting before
+		// this commit and after any check made here.)
+		tables = map[persistence.TableKey]bool{}
+		if err := tx.ChangeTablesAfter(before, func(t persistence.TableKey, _ uint64) bool {
+			tables[t] = true
+			return true
+		}); err != nil {
+			return err
+		}
+		marks := map[persistence.TableKey]uint64{}
+		if _, err = tx.TrimChanges(s.keep, func(t persistence.TableKey, seq uint64) { marks[t] = seq }); err != nil {
+			return err
+		}
+		for t, seq := range marks {
+			if err := tx.PutMeta(trimKey(t), binary.BigEndian.AppendUint64(nil, seq)); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
-	if err == nil && added {
-		s.f.notify()
+	if err == nil && len(tables) > 0 {
+		s.f.notify(tables)
 	}
 	return err
 }

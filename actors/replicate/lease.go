@@ -35,9 +35,15 @@ import (
 //
 // A lease expires DefaultLeaseTTL after it was granted or last renewed by
 // delivered events (a probe never renews it), and is released when its
-// holder's push reaches its log's tail; a holder whose lease lapsed
-// without delivering is not granted it again: a peer that takes a lease
-// and delivers nothing stalls the joiner for one TTL, not forever. Nothing a peer says changes what is
+// holder's push reaches its log's tail. A holder whose lease ended — lapsed
+// or released — without delivering anything under it is banned from that
+// site's lease for banPeriod: the ban is kept apart from the lease (a
+// released or pruned lease takes no ban with it), bounded per holder and
+// expiring, so a peer that takes leases and delivers nothing stalls a
+// joiner's catch-up of a site for one TTL per ban period, not forever.
+// A push that reaches its sender's tail is a live push, never a
+// catch-up: it is never asked to probe, so an origin's own live writes
+// never wait for a relay's lease. Nothing a peer says changes what is
 // applied: verdicts only decide which sender pushes, every event still
 // goes through the apply chokepoint, and "have" is the receiver's own
 // reading of its store. A lying receiver only deprives itself.
@@ -50,23 +56,102 @@ const DefaultLeaseTTL = 10 * time.Second
 // stall or a loss.
 const maxLeases = 4096
 
+// banPeriod is how long, in lease TTLs, a holder whose lease ended
+// without delivery is refused that site's lease.
+const banPeriod = 30
+
+// maxBansPerHolder bounds one holder's bans; a holder past it is refused
+// every lease until its bans expire.
+const maxBansPerHolder = 64
+
 type lease struct {
 	holder string
 	until  uint64 // wall clock, Unix ms
 	// delivered: a push of the holder applied new events of the site
-	// under this lease. A holder whose lease expired without delivering
-	// is not granted it again (its probes are answered "send" without a
-	// lease), so it cannot hold a site by probing once per TTL.
+	// under this lease. A holder whose lease ended without delivering is
+	// banned from the site's lease (leaseBans), so it cannot hold a site
+	// by probing once per TTL or once per release.
 	delivered bool
+	// yielded: the lease was ended early because its holder's probe met
+	// another holder's lease (decideProbe): giving way is no misconduct.
+	yielded bool
 }
 
-// leaseTable is the receiver's leases by origin site.
-type leaseTable struct {
-	mu    sync.Mutex
+// holderBans are one holder's bans: until when it is refused each site's
+// lease, and until when every lease (its bans overflowed).
+type holderBans struct {
+	sites map[messages.SiteID]uint64
+	all   uint64
+}
+
+// leaseBans are the receiver's bans by holder (configured sender names:
+// bounded), each bounded by maxBansPerHolder and expiring.
+type leaseBans map[string]*holderBans
+
+// banned reports whether holder may not take site's lease at now.
+func (b leaseBans) banned(holder string, site messages.SiteID, now uint64) bool {
+	h := b[holder]
+	return h != nil && (now < h.all || now < h.sites[site])
+}
+
+// ban refuses holder site's lease until until.
+func (b leaseBans) ban(holder string, site messages.SiteID, now, until uint64) {
+	h := b[holder]
+	if h == nil {
+		h = &holderBans{sites: map[messages.SiteID]uint64{}}
+		b[holder] = h
+	}
+	if _, ok := h.sites[site]; !ok && len(h.sites) >= maxBansPerHolder {
+		for s, u := range h.sites {
+			if now >= u {
+				delete(h.sites, s)
+			}
+		}
+		if len(h.sites) >= maxBansPerHolder {
+			// A holder banned on this many sites is refused them all.
+			h.all = max(h.all, until)
+			return
+		}
+	}
+	h.sites[site] = max(h.sites[site], until)
+}
+
+// leaseState is the receiver's leases and bans (lease.go's decisions work
+// on it under leaseTable's lock).
+type leaseState struct {
 	sites map[messages.SiteID]lease
 	// done holds when each sender's push last reached its tail (by
 	// configured sender name: bounded).
 	done map[string]uint64
+	bans leaseBans
+}
+
+func newLeaseState() leaseState {
+	return leaseState{sites: map[messages.SiteID]lease{}, done: map[string]uint64{}, bans: leaseBans{}}
+}
+
+// end removes site's lease, banning its holder for a ban period when it
+// delivered nothing under it and did not merely give way.
+func (st *leaseState) end(site messages.SiteID, l lease, now, ttl uint64) {
+	delete(st.sites, site)
+	if !l.delivered && !l.yielded {
+		st.bans.ban(l.holder, site, now, now+banPeriod*ttl)
+	}
+}
+
+// expire ends the leases that lapsed by now.
+func (st *leaseState) expire(now, ttl uint64) {
+	for s, l := range st.sites {
+		if now >= l.until {
+			st.end(s, l, now, ttl)
+		}
+	}
+}
+
+// leaseTable is the receiver's lease state behind its lock.
+type leaseTable struct {
+	mu sync.Mutex
+	leaseState
 }
 
 // decideProbe answers a probe's ranges from what the receiver holds
@@ -80,7 +165,9 @@ type leaseTable struct {
 // batch and it can deliver it: two senders can never each hold a site
 // the other's push must wait for (a deadlock the simulation found).
 // Otherwise the free or expired sites are leased to from.
-func decideProbe(leases map[messages.SiteID]lease, from string, offer []messages.OfferRange, have []bool, now, ttl uint64) (verdicts []uint64, probe bool) {
+func decideProbe(st *leaseState, from string, offer []messages.OfferRange, have []bool, now, ttl uint64) (verdicts []uint64, probe bool) {
+	st.expire(now, ttl)
+	leases := st.sites
 	verdicts = make([]uint64, len(offer))
 	busy := false
 	for i, o := range offer {
@@ -96,7 +183,7 @@ func decideProbe(leases map[messages.SiteID]lease, from string, offer []messages
 		}
 		for s, l := range leases {
 			if l.holder == from && now < l.until {
-				l.until = now
+				l.until, l.yielded = now, true
 				leases[s] = l
 			}
 		}
@@ -111,25 +198,16 @@ func decideProbe(leases map[messages.SiteID]lease, from string, offer []messages
 		live := ok && now < l.until
 		verdicts[i] = messages.VerdictSend
 		switch {
-		case ok && l.holder == from && (live || !l.delivered):
-			// A probe never renews a lease (only delivery does), and a
-			// holder that let its lease lapse without delivering does
-			// not get it back.
-		case ok || len(leases) < maxLeases || pruneLeases(leases, now):
+		case live && l.holder == from:
+			// A probe never renews a lease (only delivery does).
+		case st.bans.banned(from, o.Site, now):
+			// Its last lease of the site ended undelivered: "send"
+			// without a lease.
+		case ok || len(leases) < maxLeases:
 			leases[o.Site] = lease{holder: from, until: now + ttl}
 		}
 	}
 	return verdicts, probe
-}
-
-// pruneLeases drops the expired leases and reports whether one is free.
-func pruneLeases(leases map[messages.SiteID]lease, now uint64) bool {
-	for s, l := range leases {
-		if now >= l.until {
-			delete(leases, s)
-		}
-	}
-	return len(leases) < maxLeases
 }
 
 // decidePushLeases updates the leases after a push from from applied:
@@ -138,9 +216,12 @@ func pruneLeases(leases map[messages.SiteID]lease, now uint64) bool {
 // a push reaching its sender's tail releases its leases (it has nothing
 // more to offer) and for a TTL its later-arriving earlier pushes (several
 // are in flight while catching up) take no new lease. It reports whether
-// the push carried events of a site another sender holds (the sender
-// should probe again).
-func decidePushLeases(leases map[messages.SiteID]lease, done map[string]uint64, from string, outs []messages.Outcome, atTail bool, now, ttl uint64) (probe bool) {
+// the push carried events of a site another sender holds and did not
+// reach its sender's tail (the sender should probe again): a live push is
+// never held back by another sender's lease.
+func decidePushLeases(st *leaseState, from string, outs []messages.Outcome, atTail bool, now, ttl uint64) (probe bool) {
+	st.expire(now, ttl)
+	leases, done := st.sites, st.done
 	fresh := map[messages.SiteID]bool{}
 	for _, o := range outs {
 		if o.Site == (messages.SiteID{}) {
@@ -155,10 +236,11 @@ func decidePushLeases(leases map[messages.SiteID]lease, done map[string]uint64, 
 		live := ok && now < l.until
 		switch {
 		case live && l.holder != from:
-			probe = true
+			probe = probe || !atTail
 		case !applied || atTail:
 		case (!ok || l.holder != from) && now < done[from]+ttl:
-		case ok || len(leases) < maxLeases || pruneLeases(leases, now):
+		case (!ok || l.holder != from) && st.bans.banned(from, site, now):
+		case ok || len(leases) < maxLeases:
 			leases[site] = lease{holder: from, until: now + ttl, delivered: true}
 		}
 	}
@@ -166,7 +248,7 @@ func decidePushLeases(leases map[messages.SiteID]lease, done map[string]uint64, 
 		done[from] = now
 		for s, l := range leases {
 			if l.holder == from {
-				delete(leases, s)
+				st.end(s, l, now, ttl)
 			}
 		}
 	}
@@ -199,7 +281,7 @@ func (s *Service) handleProbe(ctx context.Context, push *messages.SyncPush) (*me
 		return nil, err
 	}
 	s.leases.mu.Lock()
-	verdicts, probe := decideProbe(s.leases.sites, push.From, push.Offer, have, s.deps.WallMS(), s.leaseTTLms())
+	verdicts, probe := decideProbe(&s.leases.leaseState, push.From, push.Offer, have, s.deps.WallMS(), s.leaseTTLms())
 	s.leases.mu.Unlock()
 	s.deps.Metrics.probed(verdicts)
 	return &messages.PushResult{V: messages.SyncVersion, Verdicts: verdicts, Probe: probe}, nil
@@ -209,7 +291,7 @@ func (s *Service) handleProbe(ctx context.Context, push *messages.SyncPush) (*me
 // result's Probe.
 func (s *Service) pushLeases(push *messages.SyncPush, outs []messages.Outcome, res *messages.PushResult) {
 	s.leases.mu.Lock()
-	probe := decidePushLeases(s.leases.sites, s.leases.done, push.From, outs, push.Through == push.Tail, s.deps.WallMS(), s.leaseTTLms())
+	probe := decidePushLeases(&s.leases.leaseState, push.From, outs, push.Through == push.Tail, s.deps.WallMS(), s.leaseTTLms())
 	s.leases.mu.Unlock()
 	if probe && res != nil {
 		res.Probe = true

@@ -9,7 +9,10 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-var siteB = messages.SiteID{0xb}
+var (
+	siteB = messages.SiteID{0xb}
+	siteC = messages.SiteID{0xc}
+)
 
 func rng(site messages.SiteID) messages.OfferRange {
 	return messages.OfferRange{Site: site, From: 1, To: 9, Count: 3, Digest: make([]byte, messages.OfferDigestSize)}
@@ -21,8 +24,8 @@ func rng(site messages.SiteID) messages.OfferRange {
 // its holder again, and a push at its sender's tail releases its leases.
 func TestDecideProbeLeases(t *testing.T) {
 	const ttl = 1000
-	leases := map[messages.SiteID]lease{}
-	done := map[string]uint64{}
+	st := newLeaseState()
+	leases := st.sites
 	probe := func(from string, now uint64, have []bool, sites ...messages.SiteID) ([]uint64, bool) {
 		var offer []messages.OfferRange
 		for _, s := range sites {
@@ -31,7 +34,7 @@ func TestDecideProbeLeases(t *testing.T) {
 		if have == nil {
 			have = make([]bool, len(sites))
 		}
-		return decideProbe(leases, from, offer, have, now, ttl)
+		return decideProbe(&st, from, offer, have, now, ttl)
 	}
 	expect := func(step string, got []uint64, gotProbe bool, wantProbe bool, want ...uint64) {
 		t.Helper()
@@ -49,18 +52,18 @@ func TestDecideProbeLeases(t *testing.T) {
 		t.Fatalf("a probe renewed the lease: until %d", leases[siteA].until)
 	}
 	// a delivers siteB's events: renewed; siteA's lapse undelivered.
-	if decidePushLeases(leases, done, "a", []messages.Outcome{{Kind: messages.Applied, Site: siteB}}, false, 950, ttl) {
+	if decidePushLeases(&st, "a", []messages.Outcome{{Kind: messages.Applied, Site: siteB}}, false, 950, ttl) {
 		t.Fatal("a's own push asked to probe")
 	}
 	v, p = probe("a", 1000, nil, siteA, siteB)
 	expect("a after siteA lapsed", v, p, false, messages.VerdictSend, messages.VerdictSend)
-	if l := leases[siteA]; l.holder != "a" || l.until != ttl {
+	if l, ok := leases[siteA]; ok {
 		t.Fatalf("a lapsed lease without delivery was granted again: %+v", l)
 	}
 	v, p = probe("b", 1001, nil, siteA, siteB)
 	expect("b while a holds siteB", v, p, true, messages.VerdictBusy, messages.VerdictBusy)
-	if leases[siteA].holder != "a" {
-		t.Fatalf("a busy probe took a lease: %+v", leases[siteA])
+	if l, ok := leases[siteA]; ok {
+		t.Fatalf("a busy probe took a lease: %+v", l)
 	}
 	v, p = probe("b", 1001, nil, siteA)
 	expect("b for siteA alone", v, p, false, messages.VerdictSend)
@@ -68,7 +71,7 @@ func TestDecideProbeLeases(t *testing.T) {
 		t.Fatalf("siteA's lease: %+v", leases[siteA])
 	}
 	// a pushes siteA's events meanwhile: told to probe; b's lease stays.
-	if !decidePushLeases(leases, done, "a", []messages.Outcome{{Kind: messages.Duplicate, Site: siteA}}, false, 1002, ttl) || leases[siteA].holder != "b" {
+	if !decidePushLeases(&st, "a", []messages.Outcome{{Kind: messages.Duplicate, Site: siteA}}, false, 1002, ttl) || leases[siteA].holder != "b" {
 		t.Fatalf("a's push of b's site: %+v", leases[siteA])
 	}
 	// a probes siteB (its own) and siteA (b's): all busy, and a's siteB
@@ -86,29 +89,34 @@ func TestDecideProbeLeases(t *testing.T) {
 	}
 	// b delivers siteB under its lease; a lease that delivered and
 	// lapsed may go back to its holder.
-	decidePushLeases(leases, done, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteB}}, false, 1950, ttl)
+	decidePushLeases(&st, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteB}}, false, 1950, ttl)
 	v, p = probe("b", 1950+ttl, nil, siteB)
 	expect("b after its delivered lease lapsed", v, p, false, messages.VerdictSend)
 	if leases[siteB].until != 1950+2*ttl {
 		t.Fatalf("siteB's lease: %+v", leases[siteB])
 	}
-	// b reaches its tail: its leases go.
-	decidePushLeases(leases, done, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, true, 1950+ttl, ttl)
+	// b reaches its tail: its leases go. (b's siteA lease lapsed
+	// undelivered: b is banned from it; siteC is new.)
+	decidePushLeases(&st, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteC}}, true, 1950+ttl, ttl)
 	if _, ok := leases[siteB]; ok {
-		t.Fatalf("b's lease kept after its push reached its tail: %+v", leases[siteA])
+		t.Fatalf("b's lease kept after its push reached its tail: %+v", leases[siteB])
 	}
 	// b's earlier push arriving after the one at its tail takes no lease
 	// for a TTL; after that it may again.
-	decidePushLeases(leases, done, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, false, 1951+ttl, ttl)
-	if _, ok := leases[siteA]; ok {
-		t.Fatalf("a late push after the tail took a lease: %+v", leases[siteA])
+	decidePushLeases(&st, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteC}}, false, 1951+ttl, ttl)
+	if _, ok := leases[siteC]; ok {
+		t.Fatalf("a late push after the tail took a lease: %+v", leases[siteC])
 	}
-	decidePushLeases(leases, done, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, false, 1950+2*ttl, ttl)
-	if leases[siteA].holder != "b" {
-		t.Fatalf("a push a TTL after the tail took no lease: %+v", leases[siteA])
+	decidePushLeases(&st, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteC}}, false, 1950+2*ttl, ttl)
+	if leases[siteC].holder != "b" {
+		t.Fatalf("a push a TTL after the tail took no lease: %+v", leases[siteC])
+	}
+	decidePushLeases(&st, "b", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, false, 1950+2*ttl, ttl)
+	if l, ok := leases[siteA]; ok {
+		t.Fatalf("b took the lease it is banned from by delivering: %+v", l)
 	}
 	// Unauthenticated drops name no site: no lease for the zero site.
-	decidePushLeases(leases, done, "c", []messages.Outcome{{Kind: messages.Dropped}}, false, 1100, ttl)
+	decidePushLeases(&st, "c", []messages.Outcome{{Kind: messages.Dropped}}, false, 1100, ttl)
 	if _, ok := leases[messages.SiteID{}]; ok {
 		t.Fatal("a lease for an unauthenticated drop")
 	}
@@ -117,21 +125,22 @@ func TestDecideProbeLeases(t *testing.T) {
 // The lease table is bounded: past maxLeases, expired leases are pruned,
 // and with none expired a probe is answered "send" without a lease.
 func TestLeasesAtAndPastTheBound(t *testing.T) {
-	leases := map[messages.SiteID]lease{}
+	st := newLeaseState()
+	leases := st.sites
 	for i := 0; i < maxLeases; i++ {
 		var s messages.SiteID
 		s[0], s[1] = byte(i), byte(i>>8)
 		s[2] = 1
 		leases[s] = lease{holder: "a", until: 100}
 	}
-	v, _ := decideProbe(leases, "b", []messages.OfferRange{rng(siteA)}, []bool{false}, 50, 1000)
+	v, _ := decideProbe(&st, "b", []messages.OfferRange{rng(siteA)}, []bool{false}, 50, 1000)
 	if v[0] != messages.VerdictSend || len(leases) != maxLeases {
 		t.Fatalf("at the bound: verdict %v, %d leases", v, len(leases))
 	}
 	if _, ok := leases[siteA]; ok {
 		t.Fatal("a lease past the bound")
 	}
-	v, _ = decideProbe(leases, "b", []messages.OfferRange{rng(siteA)}, []bool{false}, 200, 1000)
+	v, _ = decideProbe(&st, "b", []messages.OfferRange{rng(siteA)}, []bool{false}, 200, 1000)
 	if v[0] != messages.VerdictSend || len(leases) != 1 || leases[siteA].holder != "b" {
 		t.Fatalf("expired leases not pruned: %d leases", len(leases))
 	}
@@ -180,7 +189,7 @@ func TestProbeHaveIsExactlyWhatTheStoreHolds(t *testing.T) {
 		{"more than held", offer(held[0], held[1], held[3], ev(10, siteA, 9)), false},
 		{"other site", offer(held[2]), true},
 	}
-	s := &Service{deps: testDeps(), leases: leaseTable{sites: map[messages.SiteID]lease{}, done: map[string]uint64{}}, cfg: Config{LeaseTTL: DefaultLeaseTTL}}
+	s := &Service{deps: testDeps(), leases: leaseTable{leaseState: newLeaseState()}, cfg: Config{LeaseTTL: DefaultLeaseTTL}}
 	s.deps.Store = st
 	for _, c := range cases {
 		res, err := s.handleProbe(context.Background(), &messages.SyncPush{V: messages.SyncVersion, From: "x", Log: logA, Offer: []messages.OfferRange{c.o}})
@@ -206,5 +215,82 @@ func TestProbeHaveIsExactlyWhatTheStoreHolds(t *testing.T) {
 	res, err := s.handleProbe(context.Background(), &messages.SyncPush{V: messages.SyncVersion, From: "x", Log: logA, Offer: []messages.OfferRange{offer(held[0], held[1], held[3])}})
 	if err != nil || res.Verdicts[0] == messages.VerdictHave {
 		t.Fatalf("have while a group of the site is held: %+v, %v", res, err)
+	}
+}
+
+// A probe that takes an origin site's lease and releases it without
+// delivering, over and over, must not keep the site: the ban is kept
+// apart from the lease, so the release does not lift it, and another
+// sender gets the lease.
+func TestAttackLeaseRetakenAfterReleaseIsBanned(t *testing.T) {
+	const ttl = 1000
+	st := newLeaseState()
+	v, _ := decideProbe(&st, "m", []messages.OfferRange{rng(siteA)}, []bool{false}, 0, ttl)
+	if v[0] != messages.VerdictSend || st.sites[siteA].holder != "m" {
+		t.Fatalf("first probe: %v %+v", v, st.sites[siteA])
+	}
+	// m's push reaches its tail delivering nothing: the lease goes.
+	decidePushLeases(&st, "m", nil, true, 10, ttl)
+	for round := uint64(0); round < 5; round++ {
+		now := 20 + round*3*ttl
+		decideProbe(&st, "m", []messages.OfferRange{rng(siteA)}, []bool{false}, now, ttl)
+		if l, ok := st.sites[siteA]; ok && l.holder == "m" {
+			t.Fatalf("round %d: m re-took the lease it released undelivered: %+v", round, l)
+		}
+		v, _ = decideProbe(&st, "r", []messages.OfferRange{rng(siteA)}, []bool{false}, now+1, ttl)
+		if v[0] != messages.VerdictSend {
+			t.Fatalf("round %d: an honest sender's probe answered %v", round, v)
+		}
+		// r delivers and reaches its tail.
+		decidePushLeases(&st, "r", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, true, now+2, ttl)
+	}
+	// The ban expires: m may take the lease again after banPeriod TTLs.
+	decideProbe(&st, "m", []messages.OfferRange{rng(siteA)}, []bool{false}, 10+banPeriod*ttl, ttl)
+	if st.sites[siteA].holder != "m" {
+		t.Fatalf("the ban did not expire: %+v", st.sites[siteA])
+	}
+}
+
+// An origin's own live pushes (each reaching its log's tail) are never
+// asked to probe, whoever holds its site's lease: a relay's lease cannot
+// make them wait.
+func TestAttackRelayLeaseNeverDelaysLivePushes(t *testing.T) {
+	const ttl = 1000
+	st := newLeaseState()
+	decideProbe(&st, "relay", []messages.OfferRange{rng(siteA)}, []bool{false}, 0, ttl)
+	if st.sites[siteA].holder != "relay" {
+		t.Fatal("setup: the relay holds no lease")
+	}
+	if decidePushLeases(&st, "origin", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, true, 5, ttl) {
+		t.Fatal("the origin's live push was asked to probe behind a relay's lease")
+	}
+	// A catch-up push (not at its tail) still defers to the holder.
+	if !decidePushLeases(&st, "origin", []messages.Outcome{{Kind: messages.Applied, Site: siteA}}, false, 6, ttl) {
+		t.Fatal("a catch-up push was not asked to probe")
+	}
+}
+
+// Bans are bounded per holder: past maxBansPerHolder sites, the holder is
+// refused every lease until its bans expire; nothing grows further.
+func TestLeaseBansAtAndPastTheBound(t *testing.T) {
+	b := leaseBans{}
+	site := func(i int) messages.SiteID { return messages.SiteID{byte(i), byte(i >> 8), 7} }
+	for i := 0; i < maxBansPerHolder; i++ {
+		b.ban("m", site(i), 0, 5000)
+	}
+	if len(b["m"].sites) != maxBansPerHolder || b.banned("m", site(maxBansPerHolder), 1) {
+		t.Fatalf("at the bound: %d bans, all-ban %d", len(b["m"].sites), b["m"].all)
+	}
+	b.ban("m", site(maxBansPerHolder), 1, 6000)
+	if len(b["m"].sites) != maxBansPerHolder || !b.banned("m", site(maxBansPerHolder+1), 2) {
+		t.Fatalf("past the bound: %d bans, all-ban %d", len(b["m"].sites), b["m"].all)
+	}
+	if b.banned("m", site(0), 6000) || b.banned("other", site(0), 2) {
+		t.Fatal("bans did not expire, or reached another holder")
+	}
+	// Expired bans make room again.
+	b.ban("m", site(maxBansPerHolder+2), 7000, 9000)
+	if len(b["m"].sites) != 1 {
+		t.Fatalf("expired bans kept: %d", len(b["m"].sites))
 	}
 }

@@ -93,6 +93,12 @@ type senderActor struct {
 	// current catch-up found no need (cleared when the cursor reaches the
 	// tail, so the next catch-up starts with a probe again).
 	probing, probed bool
+	// leased: the origin sites this catch-up's probes were answered
+	// "send" for (leased to this sender). A batch naming another site is
+	// probed first: a mesh whose every node writes its own rows holds
+	// each site's events in a stretch of its log, and an unprobed batch
+	// of a site another sender delivers would be a second copy.
+	leased map[messages.SiteID]bool
 	// rewinding: a rewind waits for the pushes in flight.
 	rewinding bool
 
@@ -208,7 +214,7 @@ func (a *senderActor) fill(ctx actor.Context, max int) {
 		// Only a push that may probe describes its batch (offerOf: a
 		// sort, a hash and a map per event).
 		first := len(a.flights) == 0
-		b, err := a.prepare(first, first && (a.probing || !a.probed))
+		b, err := a.prepare(first, (first && (a.probing || !a.probed)) || a.leased != nil)
 		if err != nil {
 			if len(a.flights) == 0 {
 				a.finishWindow(ctx, CycleReport{Err: err})
@@ -219,7 +225,11 @@ func (a *senderActor) fill(ctx actor.Context, max int) {
 		// several senders at once: lease.go), and keeps probing while the
 		// peer asks; a probing push is alone in its window, since what
 		// it covers is known only once the peer answered.
-		probe := first && b.offer != nil && (a.probing || (!a.probed && b.push.Through < b.push.Tail))
+		fresh := a.leased != nil && b.push.Through < b.push.Tail && namesOtherSites(b.offer, a.leased)
+		if fresh && !first {
+			return // probed as the first push of the next window
+		}
+		probe := first && b.offer != nil && (a.probing || fresh || (!a.probed && b.push.Through < b.push.Tail))
 		f := &flight{b: b, probe: probe}
 		a.flights = append(a.flights, f)
 		a.next = b.push.Through
@@ -571,12 +581,28 @@ func (a *senderActor) noteProbe(f *flight) {
 	case f.probe:
 		a.probing = f.result.Probe || f.probeRes.Probe
 		a.probed = a.probed || !a.probing
+		if a.leased == nil {
+			a.leased = map[messages.SiteID]bool{}
+		}
+		for i, o := range f.b.offer {
+			a.leased[o.Site] = f.probeRes.Verdicts[i] == messages.VerdictSend
+		}
 	case f.result.Probe:
 		a.probing = true
 	}
 	if f.err == nil && f.b.push.Through == f.b.push.Tail {
-		a.probed = false
+		a.probed, a.leased = false, nil
 	}
+}
+
+// namesOtherSites reports whether offer names a site not leased.
+func namesOtherSites(offer []messages.OfferRange, leased map[messages.SiteID]bool) bool {
+	for _, o := range offer {
+		if !leased[o.Site] {
+			return true
+		}
+	}
+	return false
 }
 
 // errWindowBroken reports a push that succeeded after an earlier push of

@@ -162,7 +162,7 @@ func NewService(system *actor.ActorSystem, deps Deps, cfg Config) (*Service, err
 		deps.ClockLast = func() messages.HLC { return 0 }
 	}
 	s := &Service{system: system, deps: &deps, cfg: cfg, peers: map[string]*actor.PID{}, accepted: map[string]senderInfo{}, done: make(chan struct{}),
-		leases: leaseTable{sites: map[messages.SiteID]lease{}, done: map[string]uint64{}}}
+		leases: leaseTable{leaseState: newLeaseState()}}
 	s.progress = system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &progressActor{s: s} }, deps.Mailboxes.Option("sync_progress")))
 	return s, nil
 }

@@ -153,7 +153,7 @@ func encodeChangeTo(b []byte, c *persistence.RowChange, rowKey []byte) []byte {
 
 // TrimChanges implements persistence.ChangeWriter. Sequences are dense
 // and deleted only from the oldest, so the count is last-oldest+1.
-func (t *syncTx) TrimChanges(keep uint64) (int, error) {
+func (t *syncTx) TrimChanges(keep uint64, trimmed func(persistence.TableKey, uint64)) (int, error) {
 	if err := t.checkWrite(); err != nil {
 		return 0, err
 	}
@@ -181,6 +181,18 @@ func (t *syncTx) TrimChanges(keep uint64) (int, error) {
 		if last-seq+1 <= keep {
 			break
 		}
+		if trimmed != nil {
+			schema, rest, err := readLP(k[8:])
+			if err == nil {
+				var table []byte
+				if table, _, err = readLP(rest); err == nil {
+					trimmed(persistence.TableKey{Schema: string(schema), Table: string(table)}, seq)
+				}
+			}
+			if err != nil {
+				return n, err
+			}
+		}
 		if err := c.Delete(); err != nil {
 			return n, err
 		}
@@ -189,6 +201,19 @@ func (t *syncTx) TrimChanges(keep uint64) (int, error) {
 		k, _ = c.Seek(next[:])
 	}
 	return n, nil
+}
+
+// RaiseChangeSeq implements persistence.ChangeWriter.
+func (t *syncTx) RaiseChangeSeq(floor uint64) error {
+	if err := t.checkWrite(); err != nil {
+		return err
+	}
+	last, err := t.lastChange()
+	if err != nil || last >= floor {
+		return err
+	}
+	t.changeSeq, t.changeDirty = floor, true
+	return nil
 }
 
 // ChangeBounds implements persistence.ChangeReader.
@@ -210,6 +235,35 @@ func (t *syncTx) ChangeBounds() (oldest, last uint64, err error) {
 		oldest = binary.BigEndian.Uint64(k)
 	}
 	return oldest, last, nil
+}
+
+// ChangeTablesAfter implements persistence.ChangeReader.
+func (t *syncTx) ChangeTablesAfter(after uint64, fn func(persistence.TableKey, uint64) bool) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	b, err := t.changes()
+	if err != nil {
+		return err
+	}
+	c := b.Cursor()
+	for k, _ := c.Seek(u64(after + 1)); k != nil; k, _ = c.Next() {
+		if len(k) < 8 {
+			return fmt.Errorf("bolt: change key of %d bytes: %w", len(k), persistence.ErrCorrupt)
+		}
+		schema, rest, err := readLP(k[8:])
+		if err != nil {
+			return err
+		}
+		table, _, err := readLP(rest)
+		if err != nil {
+			return err
+		}
+		if !fn(persistence.TableKey{Schema: string(schema), Table: string(table)}, binary.BigEndian.Uint64(k)) {
+			return nil
+		}
+	}
+	return nil
 }
 
 // ChangesAfter implements persistence.ChangeReader. Entries are copied

@@ -107,10 +107,10 @@ func testChangeLog(t *testing.T, open OpenFunc) {
 	}
 	// Trim: at the edge nothing goes; past it the oldest go.
 	update(t, s, func(tx persistence.SyncTx) error {
-		if n, err := tx.TrimChanges(10); err != nil || n != 0 {
+		if n, err := tx.TrimChanges(10, nil); err != nil || n != 0 {
 			t.Fatalf("trim to 10 of 10: %d, %v", n, err)
 		}
-		if n, err := tx.TrimChanges(4); err != nil || n != 6 {
+		if n, err := tx.TrimChanges(4, nil); err != nil || n != 6 {
 			t.Fatalf("trim to 4 of 10: %d, %v", n, err)
 		}
 		return nil
@@ -126,7 +126,7 @@ func testChangeLog(t *testing.T, open OpenFunc) {
 		return nil
 	})
 	update(t, s, func(tx persistence.SyncTx) error {
-		if n, err := tx.TrimChanges(0); err != nil || n != 4 {
+		if n, err := tx.TrimChanges(0, nil); err != nil || n != 4 {
 			t.Fatalf("trim to 0: %d, %v", n, err)
 		}
 		if _, err := tx.AppendChange(persistence.RowChange{Schema: "s", Table: "t"}); !errors.Is(err, messages.ErrEmptyRowKey) {
@@ -160,7 +160,7 @@ func testChangeLogTrimmedAsItGrows(t *testing.T, open OpenFunc) {
 					return err
 				}
 			}
-			n, err := tx.TrimChanges(keep)
+			n, err := tx.TrimChanges(keep, nil)
 			if want := max(0, (round+1)*per-keep) - max(0, round*per-keep); err != nil || n != want {
 				t.Fatalf("round %d: trimmed %d, %v; want %d", round, n, err, want)
 			}
@@ -181,6 +181,97 @@ func testChangeLogTrimmedAsItGrows(t *testing.T, open OpenFunc) {
 			if got[i] != got[i-1]+1 {
 				t.Fatalf("retained sequences not dense at %d: %d after %d", i, got[i], got[i-1])
 			}
+		}
+		return nil
+	})
+}
+
+// testChangeLogTrimReportsTablesAndRaiseSkips: ChangeTablesAfter names
+// the tables of the changes past a sequence, until told to stop;
+// TrimChanges names the
+// table and sequence of every change it deletes, oldest first;
+// RaiseChangeSeq makes the next sequence follow the floor (never lower),
+// the skipped sequences hold nothing, trimming counts them as sequences,
+// and the raise survives a reopen.
+func testChangeLogTrimReportsTablesAndRaiseSkips(t *testing.T, open OpenFunc) {
+	s, reopen := open(t)
+	other := persistence.TableKey{Schema: "a", Table: "other"}
+	update(t, s, func(tx persistence.SyncTx) error {
+		for i := 1; i <= 6; i++ {
+			tk := tblAB
+			if i%2 == 0 {
+				tk = other
+			}
+			if _, err := tx.AppendChange(sampleChange(tk, i, persistence.CauseEvent)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	type trimmed struct {
+		t   persistence.TableKey
+		seq uint64
+	}
+	var got []trimmed
+	view(t, s, func(r persistence.SyncReader) error {
+		if err := r.ChangeTablesAfter(3, func(tk persistence.TableKey, seq uint64) bool {
+			got = append(got, trimmed{tk, seq})
+			return seq < 5
+		}); err != nil {
+			return err
+		}
+		if want := []trimmed{{other, 4}, {tblAB, 5}}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("ChangeTablesAfter(3) stopping at 5: %v, want %v", got, want)
+		}
+		got = nil
+		return nil
+	})
+	update(t, s, func(tx persistence.SyncTx) error {
+		n, err := tx.TrimChanges(3, func(tk persistence.TableKey, seq uint64) { got = append(got, trimmed{tk, seq}) })
+		if err != nil || n != 3 {
+			t.Fatalf("trim: %d, %v", n, err)
+		}
+		return nil
+	})
+	if want := []trimmed{{tblAB, 1}, {other, 2}, {tblAB, 3}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("trimmed %v, want %v", got, want)
+	}
+	update(t, s, func(tx persistence.SyncTx) error {
+		if err := tx.RaiseChangeSeq(2); err != nil { // below the last: nothing
+			return err
+		}
+		if err := tx.RaiseChangeSeq(100); err != nil {
+			return err
+		}
+		seq, err := tx.AppendChange(sampleChange(tblAB, 7, persistence.CauseEvent))
+		if err != nil || seq != 101 {
+			t.Fatalf("after a raise to 100: seq %d, %v", seq, err)
+		}
+		return nil
+	})
+	s = reopen()
+	view(t, s, func(r persistence.SyncReader) error {
+		if o, l, err := r.ChangeBounds(); err != nil || o != 4 || l != 101 {
+			t.Fatalf("bounds after the raise: %d..%d, %v", o, l, err)
+		}
+		if got := changeSeqs(changesOf(t, r, tblAB, 0, 0)); !reflect.DeepEqual(got, []uint64{5, 101}) {
+			t.Fatalf("changes of the table: %v", got)
+		}
+		return nil
+	})
+	update(t, s, func(tx persistence.SyncTx) error {
+		// Keep the newest 50 sequences: everything below 52 goes, the
+		// skipped ones counted.
+		got = nil
+		n, err := tx.TrimChanges(50, func(tk persistence.TableKey, seq uint64) { got = append(got, trimmed{tk, seq}) })
+		if err != nil || n != 3 {
+			t.Fatalf("trim across the raise: %d, %v (%v)", n, err, got)
+		}
+		return nil
+	})
+	view(t, s, func(r persistence.SyncReader) error {
+		if o, l, err := r.ChangeBounds(); err != nil || o != 101 || l != 101 {
+			t.Fatalf("bounds after trimming across the raise: %d..%d, %v", o, l, err)
 		}
 		return nil
 	})

@@ -93,6 +93,7 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"DeleteWatermarks", testDeleteWatermarks},
 		{"ChangeLog", testChangeLog},
 		{"ChangeLogTrimmedAsItGrows", testChangeLogTrimmedAsItGrows},
+		{"ChangeLogTrimReportsTablesAndRaiseSkips", testChangeLogTrimReportsTablesAndRaiseSkips},
 		{"RecordsKeptAcrossTransactions", testRecordsKeptAcrossTransactions},
 	}
 	for _, tc := range tests {
