@@ -148,7 +148,7 @@ func TestConformanceWycheproofEd25519(t *testing.T) {
 // TestConformanceCCTVEd25519: C2SP CCTV's edge cases of A and R. ZIP-215
 // accepts every vector except those flagged reencoded_k (k computed over a
 // re-encoding, not the bytes received), unless A is of low order, where k
-// does not matter (CCTV ed25519/README.md). The verifier gives exactly
+// does not matter (the README of CCTV's ed25519 vectors). The verifier gives exactly
 // that; the project's verdict departs from it for every low_order_A vector:
 // the keyring refuses a small-order key (ErrSmallOrderKey), since under the
 // cofactored equation such a key verifies any signature.
@@ -184,7 +184,7 @@ func TestConformanceCCTVEd25519(t *testing.T) {
 }
 
 // speccheckZIP215 is the row "Zebra" (ZIP-215) of ed25519-speccheck's
-// results table (its README.md and results.md), cases 0..11.
+// results table (the README and results table of ed25519-speccheck), cases 0..11.
 var speccheckZIP215 = []bool{true, true, true, true, true, true, false, false, false, true, true, true}
 
 // speccheckDepartures: the cases whose public key is of small order (0
