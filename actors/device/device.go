@@ -280,15 +280,18 @@ type Device struct {
 	out      *outbound.Outbox
 	metrics  *metrics
 
-	feed     chan ReceivedMessage // to the application (Messages); nil without Buffer
-	queue    *deliveryQueue
-	stop     chan struct{}
-	ctx      context.Context // cancelled by Close: ends a handler's wait
-	cancel   context.CancelFunc
-	loops    sync.WaitGroup
-	mu       sync.Mutex
-	closed   bool
-	stopOnce sync.Once
+	feed  chan ReceivedMessage // to the application (Messages); nil without Buffer
+	queue *deliveryQueue
+	// openBound: the last sequence pending before this Open's receives
+	// began; the redelivery pass (dispatch) covers those only.
+	openBound uint64
+	stop      chan struct{}
+	ctx       context.Context // cancelled by Close: ends a handler's wait
+	cancel    context.CancelFunc
+	loops     sync.WaitGroup
+	mu        sync.Mutex
+	closed    bool
+	stopOnce  sync.Once
 
 	opened atomic.Bool // Open finished: the retry schedule may run
 
@@ -370,6 +373,16 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		OnExhausted: cfg.OnRetryExhausted})
 	if err != nil {
 		return nil, fmt.Errorf("device: %w", err)
+	}
+	if d.queue != nil {
+		// Before the session manager receives: a message received after
+		// this point was counted by its receive and is queued by it, so the
+		// redelivery pass must neither count it again nor hand it with
+		// that count (sequences only grow, so one bound tells them apart).
+		if d.openBound, err = d.lastPendingSequence(ctx); err != nil {
+			_ = d.out.Close()
+			return nil, fmt.Errorf("device: %w", err)
+		}
 	}
 	if d.sessions, err = session.NewManager(ctx, sys, scfg); err != nil {
 		_ = d.out.Close()
@@ -902,6 +915,15 @@ func (d *Device) dispatch(redeliver bool) {
 				}
 				break
 			}
+			// Only what was pending before Open: later receives are
+			// queued by their receive.
+			last := !page.More
+			for i, m := range page.Messages {
+				if m.Sequence > d.openBound {
+					page.Messages, last = page.Messages[:i], true
+					break
+				}
+			}
 			// Each redelivery from the store is a hand-off no receive
 			// counted: record them, one transaction per page, before
 			// handing them (a crash in between over-counts, never under).
@@ -919,7 +941,7 @@ func (d *Device) dispatch(redeliver bool) {
 					return
 				}
 			}
-			if !page.More {
+			if last {
 				break
 			}
 			after = page.Next
@@ -1210,4 +1232,23 @@ func (q *deliveryQueue) close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
+}
+
+// lastPendingSequence is the sequence of the last received message pending
+// in the store (0: none).
+func (d *Device) lastPendingSequence(ctx context.Context) (uint64, error) {
+	var last, after uint64
+	for {
+		page, err := d.PendingReceivedMessages(ctx, after, MaxPageSize, nil)
+		if err != nil {
+			return 0, err
+		}
+		if n := len(page.Messages); n > 0 {
+			last = page.Messages[n-1].Sequence
+		}
+		if !page.More {
+			return last, nil
+		}
+		after = page.Next
+	}
 }
