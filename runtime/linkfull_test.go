@@ -69,11 +69,11 @@ func droppedCount(t *testing.T, reg *prometheus.Registry, side string) float64 {
 }
 
 // burstUntilCommitted sends burstOverLink messages from alice to bob while
-// bob's link is held (gate locked: the receiver is slower than its
+// bob's link is held (gate shut: the receiver is slower than its
 // sender), releases it, and waits until bob's application committed every
 // one and alice holds none pending — with the default configuration
 // (DeviceConfig.Retry zero), within a bound far above the retry schedule.
-func burstUntilCommitted(t *testing.T, alice, bob *Node, gate *sync.RWMutex, got *committedSet) {
+func burstUntilCommitted(t *testing.T, alice, bob *Node, gate *linkGate, got *committedSet) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -87,18 +87,18 @@ func burstUntilCommitted(t *testing.T, alice, bob *Node, gate *sync.RWMutex, got
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	gate.Lock()
+	gate.shut()
 	refused := 0
 	for i := 0; i < burstOverLink; i++ {
 		if _, err := alice.Send(ctx, bob.DeviceAddress(), []byte("burst")); err != nil {
 			if !errors.Is(err, ErrNotHandedOff) {
-				gate.Unlock()
+				gate.open()
 				t.Fatal(err)
 			}
 			refused++ // pending: the retry schedule carries it
 		}
 	}
-	gate.Unlock()
+	gate.open()
 	want := burstOverLink + 1
 	for {
 		p, err := alice.PendingSentMessages(ctx, 0, 1, nil)
@@ -124,8 +124,8 @@ func burstUntilCommitted(t *testing.T, alice, bob *Node, gate *sync.RWMutex, got
 // carries them: every message is committed by the receiver.
 func TestBurstPastTheLinkQueueIsRetriedAndVisibleOverNetwork(t *testing.T) {
 	net := NewNetwork(7)
-	var gate sync.RWMutex
-	net.linkHold = func() { gate.RLock(); gate.RUnlock() }
+	var gate linkGate
+	net.linkHold = gate.wait
 	got := &committedSet{ids: map[MessageID]bool{}}
 	aAddr, bAddr := DeviceAddress{User: "alice", Device: 1}, DeviceAddress{User: "bob", Device: 1}
 	aReg, bReg := prometheus.NewRegistry(), prometheus.NewRegistry()
@@ -179,8 +179,8 @@ func TestBurstPastTheLinkQueueIsRetriedAndVisibleOverRemote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rem.Close()
-	var gate sync.RWMutex
-	rem.dev.linkHold = func() { gate.RLock(); gate.RUnlock() }
+	var gate linkGate
+	rem.dev.linkHold = gate.wait
 	got := &committedSet{ids: map[MessageID]bool{}}
 	regs := map[string]*prometheus.Registry{}
 	var bob *Node
@@ -218,5 +218,37 @@ func TestBurstPastTheLinkQueueIsRetriedAndVisibleOverRemote(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no EnvelopeDropped notice at the receiver")
+	}
+}
+
+// linkGate holds a link's deliveries while shut.
+type linkGate struct {
+	mu sync.Mutex
+	ch chan struct{} // nil: open
+}
+
+func (g *linkGate) wait() {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+func (g *linkGate) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+}
+
+func (g *linkGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
 	}
 }
