@@ -24,6 +24,8 @@ import (
 //	GET /admin/inbound     []InboundReport: how far each sender's pushes reached here
 //	GET /admin/messages    MessageCounts: pending inbound and outbound messages
 //	GET /admin/held        []HeldReport: groups held for a missing table, with count and age
+//	GET /admin/pending     PendingReportPage: received messages pending the application's
+//	                       commit (ids, sender, age, deliveries; ?after=SEQ&limit=N, N ≤ 100)
 //
 // Nothing there changes state. Actions that do are off unless
 // Config.AdminToken is set, and then need "Authorization: Bearer <token>":
@@ -262,6 +264,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 	})
 	get("/admin/messages", func(ctx context.Context) (any, error) { return n.messageCounts(ctx) })
 	n.adminReconcileRoute(mux) // admin_reconcile.go
+	n.adminPendingRoute(mux)   // admin_pending.go
 	mux.HandleFunc("/admin/sync", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
@@ -310,6 +313,8 @@ func (n *Node) writeJSON(w http.ResponseWriter, v any, err error) {
 			code = http.StatusNotFound
 		case errors.Is(err, ErrUnknownPeer):
 			code = http.StatusNotFound
+		case errors.Is(err, ErrInvalidAdminQuery):
+			code = http.StatusBadRequest
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)

@@ -82,6 +82,7 @@ func commands() []command {
 		{"peers", "a running node's peers: cursor, backlog and lag in events and time, last error", "--addr HOST:PORT [--json]", adminFlags("/admin/peers", printPeers)},
 		{"watermarks", "a running node's applied watermarks", "--addr HOST:PORT [--json]", adminFlags("/admin/watermarks", printWatermarks)},
 		{"held", "a running node's groups held for a missing table: site, table, events, age of the oldest", "--addr HOST:PORT [--json]", adminFlags("/admin/held", printHeld)},
+		{"pending", "a running node's received messages pending the application's commit: ids, senders, age, deliveries (a page)", "--addr HOST:PORT [--after SEQ] [--limit N] [--json]", pendingFlags},
 		{"reconcile", "reconcile a running node with one peer now (admin token required)", "--addr HOST:PORT --peer NAME [--token-file FILE] [--json]", reconcileFlags},
 		{"tls ca", "create a mesh certificate authority (ca.pem, ca.key)", "--dir DIR [--name CN] [--days N]", tlsCAFlags},
 		{"tls node", "issue a node certificate from the mesh CA, to serve and dial with mutual TLS", "--dir DIR --name NAME [--host 127.0.0.1,host] [--days N]", tlsNodeFlags},
