@@ -82,6 +82,7 @@ func commands() []command {
 		{"peers", "a running node's peers: cursor, backlog and lag in events and time, last error", "--addr HOST:PORT [--json]", adminFlags("/admin/peers", printPeers)},
 		{"watermarks", "a running node's applied watermarks", "--addr HOST:PORT [--json]", adminFlags("/admin/watermarks", printWatermarks)},
 		{"held", "a running node's groups held for a missing table: site, table, events, age of the oldest", "--addr HOST:PORT [--json]", adminFlags("/admin/held", printHeld)},
+		{"inbound", "a running node's inbound progress: per sender how far its pushes reached and applied, per group the applied watermark", "--addr HOST:PORT [--json]", inboundFlags},
 		{"pending", "a running node's received messages pending the application's commit: ids, senders, age, deliveries (a page)", "--addr HOST:PORT [--after SEQ] [--limit N] [--json]", pendingFlags},
 		{"reconcile", "reconcile a running node with one peer now (admin token required)", "--addr HOST:PORT --peer NAME [--token-file FILE] [--json]", reconcileFlags},
 		{"tls ca", "create a mesh certificate authority (ca.pem, ca.key)", "--dir DIR [--name CN] [--days N]", tlsCAFlags},

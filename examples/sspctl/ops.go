@@ -48,3 +48,51 @@ func pendingFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
 		return nil
 	}
 }
+
+// inboundFlags reads what a running node applied from each sender: the
+// senders' push progress (/admin/inbound) and the applied watermark of
+// every group (/admin/watermarks, SSP/1 §14.2).
+func inboundFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	addr := fs.String("addr", "", "the running node's metrics and admin address, host:port (Config.MetricsAddr) (required)")
+	raw := fs.Bool("json", false, "print the endpoints' JSON as is (inbound, then watermarks)")
+	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "addr"); err != nil {
+			return err
+		}
+		in, err := adminGet(e.ctx, *addr, "/admin/inbound", *timeout)
+		if err != nil {
+			return err
+		}
+		wm, err := adminGet(e.ctx, *addr, "/admin/watermarks", *timeout)
+		if err != nil {
+			return err
+		}
+		if *raw {
+			_, err := fmt.Fprintf(e.stdout, "%s%s", in, wm)
+			return err
+		}
+		var senders []runtime.InboundReport
+		if err := json.Unmarshal(in, &senders); err != nil {
+			return err
+		}
+		var groups []runtime.WatermarkReport
+		if err := json.Unmarshal(wm, &groups); err != nil {
+			return err
+		}
+		if len(senders) == 0 {
+			fmt.Fprintln(e.stdout, "no sender pushed to this node since it opened")
+		}
+		for _, s := range senders {
+			at := ""
+			if !s.At.IsZero() {
+				at = " at=" + s.At.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(e.stdout, "from=%s through=%d tail=%d applied=%d gaps=%d%s\n", s.From, s.Through, s.Tail, s.Applied, s.Gaps, at)
+		}
+		for _, g := range groups {
+			fmt.Fprintf(e.stdout, "group site=%s table=%s.%s applied_through=%s\n", g.Site, g.Schema, g.Table, g.HLC)
+		}
+		return nil
+	}
+}
