@@ -84,6 +84,7 @@ func commands() []command {
 		{"held", "a running node's groups held for a missing table: site, table, events, age of the oldest", "--addr HOST:PORT [--json]", adminFlags("/admin/held", printHeld)},
 		{"inbound", "a running node's inbound progress: per sender how far its pushes reached and applied, per group the applied watermark", "--addr HOST:PORT [--json]", inboundFlags},
 		{"pending", "a running node's received messages pending the application's commit: ids, senders, age, deliveries (a page)", "--addr HOST:PORT [--after SEQ] [--limit N] [--json]", pendingFlags},
+		{"backup", "an online consistent copy of a running node's store (node.db) into FILE (admin token required)", "--addr HOST:PORT [--token-file FILE] FILE", backupFlags},
 		{"reconcile", "reconcile a running node with one peer now (admin token required)", "--addr HOST:PORT --peer NAME [--token-file FILE] [--json]", reconcileFlags},
 		{"tls ca", "create a mesh certificate authority (ca.pem, ca.key)", "--dir DIR [--name CN] [--days N]", tlsCAFlags},
 		{"tls node", "issue a node certificate from the mesh CA, to serve and dial with mutual TLS", "--dir DIR --name NAME [--host 127.0.0.1,host] [--days N]", tlsNodeFlags},

@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/syncmesh/syncmesh/runtime"
@@ -95,4 +102,109 @@ func inboundFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
 		}
 		return nil
 	}
+}
+
+// ---- backup (a running node's admin endpoint, token required) ----
+
+func backupFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	addr := fs.String("addr", "", "the running node's metrics and admin address, host:port (Config.MetricsAddr) (required)")
+	tokenFile := fs.String("token-file", "", "file holding the node's admin token (Config.AdminToken); default: $"+tokenEnv)
+	timeout := fs.Duration("timeout", time.Hour, "give up after this long")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "addr"); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 || fs.Arg(0) == "" {
+			return inputErr("one FILE argument is required: where to write the copy")
+		}
+		out := fs.Arg(0)
+		if _, err := os.Lstat(out); err == nil {
+			return inputErr("%s exists: not replaced", out)
+		}
+		token, err := adminToken(*tokenFile)
+		if err != nil {
+			return err
+		}
+		n, err := adminBackup(e.ctx, *addr, token, out, *timeout)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "backup=%s bytes=%d\n", out, n)
+		return nil
+	}
+}
+
+// adminToken reads the admin token from file, else from $SYNCMESH_ADMIN_TOKEN.
+func adminToken(file string) (string, error) {
+	token := os.Getenv(tokenEnv)
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", inputErr("--token-file: %v", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		return "", inputErr("an admin token is required: --token-file or $%s", tokenEnv)
+	}
+	return token, nil
+}
+
+// adminBackup streams /admin/backup into a temporary file beside out,
+// checks it is as long as announced (a cut-off copy is no backup), syncs
+// it and renames it to out: out appears whole or not at all.
+func adminBackup(ctx context.Context, addr, token, out string, timeout time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(addr, "/")+"/admin/backup", nil)
+	if err != nil {
+		return 0, inputErr("--addr: %v", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return 0, fmt.Errorf("/admin/backup: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	if resp.ContentLength < 0 {
+		return 0, errors.New("/admin/backup: no Content-Length: cannot tell a whole copy from a cut-off one")
+	}
+	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".partial-*")
+	if err != nil {
+		return 0, err
+	}
+	tmp := f.Name()
+	done := false
+	defer func() {
+		if !done {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	n, err := io.Copy(f, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("/admin/backup: cut off after %d of %d bytes: %w", n, resp.ContentLength, err)
+	}
+	if n != resp.ContentLength {
+		return n, fmt.Errorf("/admin/backup: %d of %d bytes", n, resp.ContentLength)
+	}
+	if err := f.Sync(); err != nil {
+		return n, err
+	}
+	if err := f.Close(); err != nil {
+		return n, err
+	}
+	done = true
+	if err := os.Rename(tmp, out); err != nil {
+		_ = os.Remove(tmp)
+		return n, err
+	}
+	return n, nil
 }
