@@ -208,3 +208,30 @@ func adminBackup(ctx context.Context, addr, token, out string, timeout time.Dura
 	}
 	return n, nil
 }
+
+// ---- rotate-storage-key (a stopped node's directory) ----
+
+// rotateKeyFlags rotates a key-file node's storage key offline: the
+// runtime re-seals every record in one resumable pass that needs the file
+// to itself (runtime.RotateStorageKey), so there is no admin-endpoint
+// form for a running node.
+func rotateKeyFlags(fs *flag.FlagSet) func(env, *flag.FlagSet) error {
+	dir := fs.String("dir", "", "the stopped node's directory (required)")
+	return func(e env, fs *flag.FlagSet) error {
+		if err := require(fs, "dir"); err != nil {
+			return err
+		}
+		if !nodeExists(*dir) {
+			return fmt.Errorf("%w: %s", errNoNode, *dir)
+		}
+		err := runtime.RotateStorageKey(e.ctx, *dir)
+		if errors.Is(err, runtime.ErrLocked) {
+			return fmt.Errorf("%s is open in another process: stop the node first (the rotation needs the store to itself): %w", filepath.Join(*dir, "node.db"), err)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "storage key of %s rotated: every sealed record re-sealed under the new storage.key\n", *dir)
+		return nil
+	}
+}
