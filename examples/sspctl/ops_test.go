@@ -181,7 +181,7 @@ func TestBackupCommandAgainstARunningNode(t *testing.T) {
 	addr := a.MetricsAddr()
 	out := filepath.Join(t.TempDir(), "copy.db")
 	t.Setenv(tokenEnv, "")
-	if r := inProcess(t, "", "backup", "--addr", addr, out); r.code != exitUsage || !strings.Contains(r.err, "token") {
+	if r := inProcess(t, "", "backup", "--addr", addr, out); r.code != exitUsage || !strings.Contains(r.err, "an admin token is required") {
 		t.Fatalf("backup without a token: %+v", r)
 	}
 	t.Setenv(tokenEnv, "wrong-token-wrong")
