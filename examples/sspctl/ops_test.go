@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -329,5 +331,30 @@ func TestRotateStorageKeyCommand(t *testing.T) {
 	}
 	if out := mustRun(t, "", "--help"); !strings.Contains(out, "rotate-storage-key") {
 		t.Fatalf("--help does not list rotate-storage-key: %q", out)
+	}
+}
+
+// A backup cut off on the way (fewer bytes than the endpoint announced) is
+// an error and leaves neither FILE nor a partial file behind.
+func TestBackupCutOffLeavesNoFile(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/admin/backup" || r.Header.Get("Authorization") != "Bearer 0123456789abcdef-admin" {
+			http.Error(w, "unexpected request", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Length", "4096")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(make([]byte, 100)) // then the handler ends: the connection closes short
+	}))
+	defer srv.Close()
+	t.Setenv(tokenEnv, "0123456789abcdef-admin")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "copy.db")
+	r := inProcess(t, "", "backup", "--addr", srv.URL, out)
+	if r.code != exitError || !strings.Contains(r.err, "cut off after 100 of 4096 bytes") {
+		t.Fatalf("cut-off backup: %+v", r)
+	}
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Fatalf("a cut-off backup left files: %v %v", left, err)
 	}
 }
