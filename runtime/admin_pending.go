@@ -34,8 +34,9 @@ type PendingReport struct {
 	// Deliveries counts the hand-offs to the application so far, across
 	// restarts.
 	Deliveries uint32 `json:"deliveries"`
-	// SealedBytes is the size of the stored (sealed) frame.
-	SealedBytes int `json:"sealed_bytes"`
+	// FrameBytes is the size of the stored application frame (the body
+	// and its framing).
+	FrameBytes int `json:"frame_bytes"`
 }
 
 // PendingReportPage is one page of PendingReports in receive order. Next
@@ -50,7 +51,8 @@ type PendingReportPage struct {
 
 // PendingReports pages the received messages pending the application's
 // commit after the receive sequence after, at most limit
-// (1..MaxPendingReportPage) of them, without reading their bodies. It
+// (1..MaxPendingReportPage) of them. It never returns a body (the store
+// opens each frame of the page; nothing past the page is read). It
 // returns ErrNoDevice without a delivery plane.
 func (n *Node) PendingReports(ctx context.Context, after uint64, limit int) (PendingReportPage, error) {
 	if n.isClosed() {
@@ -76,7 +78,7 @@ func (n *Node) PendingReports(ctx context.Context, after uint64, limit int) (Pen
 			}
 			at := time.UnixMilli(p.ReceivedAt)
 			page.Messages = append(page.Messages, PendingReport{Sender: p.Sender.String(), ID: p.ID.String(), Sequence: p.Sequence,
-				ReceivedAt: at, AgeSeconds: max(0, now.Sub(at).Seconds()), Deliveries: p.Deliveries, SealedBytes: len(p.Frame)})
+				ReceivedAt: at, AgeSeconds: max(0, now.Sub(at).Seconds()), Deliveries: p.Deliveries, FrameBytes: len(p.Frame)})
 			page.Next = p.Sequence
 			return true, nil
 		})

@@ -42,7 +42,7 @@ func TestAdminPendingPagesReceivedMessages(t *testing.T) {
 		t.Fatalf("first page %+v: want 2 of %d, more, next = last sequence", first, sent)
 	}
 	for _, m := range first.Messages {
-		if m.Sender != aAddr.String() || len(m.ID) != 32 || m.Deliveries < 1 || m.SealedBytes == 0 || m.ReceivedAt.IsZero() || m.AgeSeconds < 0 {
+		if m.Sender != aAddr.String() || len(m.ID) != 32 || m.Deliveries < 1 || m.FrameBytes == 0 || m.ReceivedAt.IsZero() || m.AgeSeconds < 0 {
 			t.Fatalf("pending report %+v", m)
 		}
 	}
