@@ -24,12 +24,15 @@ import (
 //	GET /admin/inbound     []InboundReport: how far each sender's pushes reached here
 //	GET /admin/messages    MessageCounts: pending inbound and outbound messages
 //	GET /admin/held        []HeldReport: groups held for a missing table, with count and age
+//	GET /admin/pending     PendingReportPage: received messages pending the application's
+//	                       commit (ids, sender, age, deliveries; ?after=SEQ&limit=N, N ≤ 100)
 //
-// Nothing there changes state. Actions that do are off unless
+// Nothing there changes state. Actions that do, and the backup, are off unless
 // Config.AdminToken is set, and then need "Authorization: Bearer <token>":
 //
 //	POST /admin/sync?peer=NAME[&path=PATH]  run one push cycle now (SyncNow)
 //	POST /admin/reconcile?peer=NAME         reconcile with peer now (Reconcile)
+//	GET  /admin/backup                      an online consistent copy of node.db (Backup)
 //
 // Without a token they answer 403 Forbidden, with a wrong or missing one
 // 401 Unauthorized. The listener is plain HTTP: bind it to loopback or a
@@ -262,6 +265,8 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 	})
 	get("/admin/messages", func(ctx context.Context) (any, error) { return n.messageCounts(ctx) })
 	n.adminReconcileRoute(mux) // admin_reconcile.go
+	n.adminPendingRoute(mux)   // admin_pending.go
+	n.adminBackupRoute(mux)    // admin_backup.go
 	mux.HandleFunc("/admin/sync", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
@@ -310,6 +315,8 @@ func (n *Node) writeJSON(w http.ResponseWriter, v any, err error) {
 			code = http.StatusNotFound
 		case errors.Is(err, ErrUnknownPeer):
 			code = http.StatusNotFound
+		case errors.Is(err, ErrInvalidAdminQuery):
+			code = http.StatusBadRequest
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)

@@ -6,8 +6,10 @@
 // "sspctl tls ca" and "sspctl tls node" create a mesh CA and node
 // certificates (runtime/meshtls), also those of runtime/hosting's cluster
 // members (hosting.MemberTLS loads one; its name is the member's
-// identity); "sspctl status|peers|watermarks --addr"
-// read a running node's admin endpoint (runtime.Config.MetricsAddr).
+// identity); "sspctl status|peers|watermarks|held|inbound|pending --addr"
+// read a running node's admin endpoint (runtime.Config.MetricsAddr), and
+// "sspctl reconcile|backup --addr" act through it with its admin token;
+// "sspctl rotate-storage-key" re-seals a stopped node under a new key.
 //
 // Run "sspctl help" for the subcommands and "sspctl CMD --help" for the
 // flags of each.
@@ -82,7 +84,11 @@ func commands() []command {
 		{"peers", "a running node's peers: cursor, backlog and lag in events and time, last error", "--addr HOST:PORT [--json]", adminFlags("/admin/peers", printPeers)},
 		{"watermarks", "a running node's applied watermarks", "--addr HOST:PORT [--json]", adminFlags("/admin/watermarks", printWatermarks)},
 		{"held", "a running node's groups held for a missing table: site, table, events, age of the oldest", "--addr HOST:PORT [--json]", adminFlags("/admin/held", printHeld)},
+		{"inbound", "a running node's inbound progress: per sender how far its pushes reached and applied, per group the applied watermark", "--addr HOST:PORT [--json]", inboundFlags},
+		{"pending", "a running node's received messages pending the application's commit: ids, senders, age, deliveries (a page)", "--addr HOST:PORT [--after SEQ] [--limit N] [--json]", pendingFlags},
+		{"backup", "an online consistent copy of a running node's store (node.db) into FILE (admin token required)", "--addr HOST:PORT [--token-file FILE] FILE", backupFlags},
 		{"reconcile", "reconcile a running node with one peer now (admin token required)", "--addr HOST:PORT --peer NAME [--token-file FILE] [--json]", reconcileFlags},
+		{"rotate-storage-key", "replace a stopped node's storage key and re-seal every record under the new one (resumable)", "--dir DIR", rotateKeyFlags},
 		{"tls ca", "create a mesh certificate authority (ca.pem, ca.key)", "--dir DIR [--name CN] [--days N]", tlsCAFlags},
 		{"tls node", "issue a node certificate from the mesh CA, to serve and dial with mutual TLS", "--dir DIR --name NAME [--host 127.0.0.1,host] [--days N]", tlsNodeFlags},
 		{"dump", "print a table as JSON: rows, existence, tombstones, cells with state and clock", "--dir DIR --schema S --table T [--all=false]", dumpFlags},
@@ -92,7 +98,7 @@ func commands() []command {
 func topUsage(w io.Writer) {
 	fmt.Fprintf(w, "sspctl: inspect and drive a syncmesh node directory.\n\nUsage: sspctl COMMAND [flags]\n\nCommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-18s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nRun \"sspctl COMMAND --help\" for a command's flags.\n"+
 		"HLCs are written physical_ms.logical (e.g. 1700000000000.3) or as the raw packed integer.\n"+
