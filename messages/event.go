@@ -299,39 +299,12 @@ func (r *canonReader) head(major byte) uint64 {
 		r.bad = true
 		return 0
 	}
-	info := r.b[0] & 0x1f
-	if info < 24 {
-		r.b = r.b[1:]
-		return uint64(info)
-	}
-	var size int
-	var min uint64
-	switch info {
-	case 24:
-		size, min = 1, 24
-	case 25:
-		size, min = 2, 0x100
-	case 26:
-		size, min = 4, 0x10000
-	case 27:
-		size, min = 8, 0x100000000
-	default:
+	n, rest, ok := shortestHead(r.b)
+	if !ok {
 		r.bad = true
 		return 0
 	}
-	if len(r.b) < 1+size {
-		r.bad = true
-		return 0
-	}
-	var n uint64
-	for _, c := range r.b[1 : 1+size] {
-		n = n<<8 | uint64(c)
-	}
-	if n < min {
-		r.bad = true
-		return 0
-	}
-	r.b = r.b[1+size:]
+	r.b = rest
 	return n
 }
 

@@ -103,9 +103,21 @@ func canonicalItem(b []byte, depth int) ([]byte, error) {
 // canonicalHead reads a head whose argument must be in its shortest form
 // and returns the argument and what follows the head.
 func canonicalHead(b []byte) (uint64, []byte, error) {
+	n, rest, ok := shortestHead(b)
+	if !ok {
+		return 0, nil, fmt.Errorf("head not in its shortest form, or truncated")
+	}
+	return n, rest, nil
+}
+
+// shortestHead reads the head at b[0] (b non-empty) whose argument must be
+// in its shortest form: the argument, what follows the head, and whether
+// it was well formed. Shared by the event reader's fast path (canonReader)
+// and the key checks, so both accept exactly the same heads.
+func shortestHead(b []byte) (uint64, []byte, bool) {
 	info := b[0] & 0x1f
 	if info < 24 {
-		return uint64(info), b[1:], nil
+		return uint64(info), b[1:], true
 	}
 	var size int
 	var min uint64
@@ -119,19 +131,19 @@ func canonicalHead(b []byte) (uint64, []byte, error) {
 	case 27:
 		size, min = 8, 0x100000000
 	default:
-		return 0, nil, fmt.Errorf("head info %d", info)
+		return 0, nil, false
 	}
 	if len(b) < 1+size {
-		return 0, nil, fmt.Errorf("truncated")
+		return 0, nil, false
 	}
 	var n uint64
 	for _, c := range b[1 : 1+size] {
 		n = n<<8 | uint64(c)
 	}
 	if n < min {
-		return 0, nil, fmt.Errorf("integer head not in its shortest form")
+		return 0, nil, false
 	}
-	return n, b[1+size:], nil
+	return n, b[1+size:], true
 }
 
 // canonicalSimple checks a major-7 item: simple values have one encoding;
