@@ -80,3 +80,50 @@ func TestDeliveryCountPersistsAcrossRetriesAndRestarts(t *testing.T) {
 		})
 	}
 }
+
+// A message received while the redelivery pass of Open has not read the
+// store yet is counted once, by its receive, and handed once with that
+// count: the pass covers only what was pending before Open's receives
+// began (it used to page the new message too, count a second hand-off and
+// hand it with Deliveries 2).
+func TestReceiveDuringOpenRedeliveryIsCountedOnce(t *testing.T) {
+	for _, store := range []string{"memory", "bolt"} {
+		t.Run(store, func(t *testing.T) {
+			release := make(chan struct{})
+			var once sync.Once
+			open := func() { once.Do(func() { close(release) }) }
+			restore := device.SetBeforeRedelivery(func() { <-release })
+			defer restore()
+			defer open()
+			ms := newMesh(t)
+			a := ms.add(aliceAddr, nil)
+			var mu sync.Mutex
+			var got []int
+			tweak := func(c *device.Config) {
+				c.Handler = func(_ context.Context, m device.ReceivedMessage) {
+					mu.Lock()
+					got = append(got, m.Deliveries)
+					mu.Unlock()
+				}
+			}
+			var b *dev
+			if store == "bolt" {
+				b = ms.addBolt(bobAddr, tweak)
+			} else {
+				b = ms.add(bobAddr, tweak)
+			}
+			a.send(b, "one")
+			if r := b.pump(); len(r) != 1 || r[0].Message == nil || r[0].Message.Deliveries != 1 {
+				t.Fatalf("receive: %+v", r)
+			}
+			open() // the pass reads the store now, the message in it
+			waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 1 }, "a hand-off")
+			mu.Lock()
+			handed := fmt.Sprint(got)
+			mu.Unlock()
+			if p := b.pendingAll(); handed != "[1]" || len(p) != 1 || p[0].Deliveries != 1 {
+				t.Fatalf("handed %s, stored %+v; want [1] and 1", handed, p)
+			}
+		})
+	}
+}

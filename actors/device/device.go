@@ -905,6 +905,9 @@ func (d *Device) dispatch(redeliver bool) {
 	// store and in the queue: hand it once.
 	var handed map[uint64]bool
 	if redeliver {
+		if h := beforeRedelivery; h != nil {
+			h()
+		}
 		handed = map[uint64]bool{}
 		var after uint64
 		for {
@@ -1252,3 +1255,7 @@ func (d *Device) lastPendingSequence(ctx context.Context) (uint64, error) {
 		after = page.Next
 	}
 }
+
+// beforeRedelivery, when set (tests only), runs as the redelivery pass at
+// Open starts, before it reads the store.
+var beforeRedelivery func()
