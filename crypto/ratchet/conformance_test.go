@@ -6,14 +6,13 @@ import (
 	"compress/gzip"
 	"crypto/mlkem"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/syncmesh/syncmesh/crypto/internal/conformance"
 )
 
 // The conformance suite of the ratchet's primitives: public vector sets
@@ -25,62 +24,6 @@ import (
 // many vectors it ran and how many gave the verdict expected of this
 // project; where that verdict departs from upstream's, the reason is stated
 // beside the vector. `make conformance` prints the reports.
-
-// tally counts one vector set's verdicts.
-type tally struct {
-	set                  string
-	run, met, departures int
-}
-
-// check records one vector: the verdict the project gave (got) against the
-// one expected of it (want); departure says why want is not upstream's
-// verdict ("" when it is).
-func (c *tally) check(t *testing.T, id string, got, want bool, departure string) {
-	t.Helper()
-	c.run++
-	if departure != "" {
-		c.departures++
-	}
-	if got != want {
-		t.Errorf("%s %s: verdict %v, expected %v %s", c.set, id, verdict(got), verdict(want), departure)
-		return
-	}
-	c.met++
-}
-
-func verdict(accept bool) string {
-	if accept {
-		return "accept"
-	}
-	return "reject"
-}
-
-// report logs the set's line (make conformance greps "conformance:") and
-// fails when fewer vectors ran than the data holds.
-func (c *tally) report(t *testing.T, wantRun int) {
-	t.Helper()
-	t.Logf("conformance: %-30s %4d vectors run, %4d expected verdicts met, %3d stated departures from upstream's verdict",
-		c.set, c.run, c.met, c.departures)
-	if c.run != wantRun {
-		t.Errorf("%s: %d vectors run, the data holds %d", c.set, c.run, wantRun)
-	}
-}
-
-func conformanceFile(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "conformance", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func readVectors(t *testing.T, name string, v any) {
-	t.Helper()
-	if err := json.Unmarshal(conformanceFile(t, name), v); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-}
 
 func unhex(t *testing.T, s string) []byte {
 	t.Helper()
@@ -126,8 +69,8 @@ type wycheproofFile struct {
 // (non-canonical or twist points), gives upstream's shared secret.
 func TestConformanceWycheproofX25519(t *testing.T) {
 	var f wycheproofFile
-	readVectors(t, "wycheproof_x25519.json", &f)
-	c := tally{set: "wycheproof x25519"}
+	conformance.Read(t, "wycheproof_x25519.json", &f)
+	c := conformance.Tally{Set: "wycheproof x25519"}
 	for _, g := range f.TestGroups {
 		for _, v := range g.Tests {
 			var priv, pub [32]byte
@@ -147,10 +90,10 @@ func TestConformanceWycheproofX25519(t *testing.T) {
 					t.Errorf("%s: err %v, want ErrTampered", v.id(), err)
 				}
 			}
-			c.check(t, v.id(), got, want, dep)
+			c.Check(t, v.id(), got, want, dep)
 		}
 	}
-	c.report(t, f.NumberOfTests)
+	c.Report(t, f.NumberOfTests)
 }
 
 // TestConformanceWycheproofHMACSHA256: every vector through hmacSHA256 (the
@@ -161,8 +104,8 @@ func TestConformanceWycheproofX25519(t *testing.T) {
 // says valid).
 func TestConformanceWycheproofHMACSHA256(t *testing.T) {
 	var f wycheproofFile
-	readVectors(t, "wycheproof_hmac_sha256.json", &f)
-	c := tally{set: "wycheproof hmac-sha256"}
+	conformance.Read(t, "wycheproof_hmac_sha256.json", &f)
+	c := conformance.Tally{Set: "wycheproof hmac-sha256"}
 	for _, g := range f.TestGroups {
 		tagBits := g.TagSize
 		for _, v := range g.Tests {
@@ -178,10 +121,10 @@ func TestConformanceWycheproofHMACSHA256(t *testing.T) {
 					want, dep = false, "(departure: outside the stack HMAC's range, refused with errKDFRange)"
 				}
 			}
-			c.check(t, v.id(), got, want, dep)
+			c.Check(t, v.id(), got, want, dep)
 		}
 	}
-	c.report(t, f.NumberOfTests)
+	c.Report(t, f.NumberOfTests)
 }
 
 // TestConformanceWycheproofHKDFSHA256: every vector through hkdfSHA256.
@@ -191,8 +134,8 @@ func TestConformanceWycheproofHMACSHA256(t *testing.T) {
 // allocation-free HKDF: refused with errKDFRange (stated departure).
 func TestConformanceWycheproofHKDFSHA256(t *testing.T) {
 	var f wycheproofFile
-	readVectors(t, "wycheproof_hkdf_sha256.json", &f)
-	c := tally{set: "wycheproof hkdf-sha256"}
+	conformance.Read(t, "wycheproof_hkdf_sha256.json", &f)
+	c := conformance.Tally{Set: "wycheproof hkdf-sha256"}
 	for _, g := range f.TestGroups {
 		for _, v := range g.Tests {
 			ikm, salt, info, okm := unhex(t, v.IKM), unhex(t, v.Salt), unhex(t, v.Info), unhex(t, v.OKM)
@@ -208,10 +151,10 @@ func TestConformanceWycheproofHKDFSHA256(t *testing.T) {
 					want, dep = false, "(departure: outside the stack HKDF's range, refused with errKDFRange)"
 				}
 			}
-			c.check(t, v.id(), got, want, dep)
+			c.Check(t, v.id(), got, want, dep)
 		}
 	}
-	c.report(t, f.NumberOfTests)
+	c.Report(t, f.NumberOfTests)
 }
 
 // TestConformanceWycheproofMLKEM768: decapsulation from the stored 64-byte
@@ -235,8 +178,8 @@ func TestConformanceWycheproofMLKEM768(t *testing.T) {
 			} `json:"tests"`
 		} `json:"testGroups"`
 	}
-	readVectors(t, "wycheproof_mlkem_768.json", &f)
-	c := tally{set: "wycheproof ml-kem-768"}
+	conformance.Read(t, "wycheproof_mlkem_768.json", &f)
+	c := conformance.Tally{Set: "wycheproof ml-kem-768"}
 	for _, g := range f.TestGroups {
 		for _, v := range g.Tests {
 			seed, ct := unhex(t, v.Seed), unhex(t, v.C)
@@ -246,10 +189,10 @@ func TestConformanceWycheproofMLKEM768(t *testing.T) {
 				got = err == nil && bytes.Equal(ss, unhex(t, v.K)) &&
 					bytes.Equal(dk.EncapsulationKey().Bytes(), unhex(t, v.EK))
 			}
-			c.check(t, fmt.Sprintf("tcId %d %v", v.TcID, v.Flags), got, v.Result == "valid", "")
+			c.Check(t, fmt.Sprintf("tcId %d %v", v.TcID, v.Flags), got, v.Result == "valid", "")
 		}
 	}
-	c.report(t, f.NumberOfTests)
+	c.Report(t, f.NumberOfTests)
 }
 
 // TestConformanceCCTVMLKEMModulus: C2SP CCTV's encapsulation keys with one
@@ -257,13 +200,13 @@ func TestConformanceWycheproofMLKEM768(t *testing.T) {
 // kemEncapsulationKey (FIPS 203 §7.2's modulus check), as a bundle's KEM
 // prekey would be.
 func TestConformanceCCTVMLKEMModulus(t *testing.T) {
-	zr, err := gzip.NewReader(bytes.NewReader(conformanceFile(t, "cctv_mlkem768_modulus.txt.gz")))
+	zr, err := gzip.NewReader(bytes.NewReader(conformance.File(t, "cctv_mlkem768_modulus.txt.gz")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sc := bufio.NewScanner(zr)
 	sc.Buffer(make([]byte, 0, 4096), 1<<16)
-	c := tally{set: "cctv ml-kem-768 modulus"}
+	c := conformance.Tally{Set: "cctv ml-kem-768 modulus"}
 	n := 0
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -272,7 +215,7 @@ func TestConformanceCCTVMLKEMModulus(t *testing.T) {
 		}
 		n++
 		_, err := kemEncapsulationKey(unhex(t, line))
-		c.check(t, fmt.Sprintf("key %d", n), err == nil, false, "")
+		c.Check(t, fmt.Sprintf("key %d", n), err == nil, false, "")
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
@@ -280,5 +223,5 @@ func TestConformanceCCTVMLKEMModulus(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no keys read")
 	}
-	c.report(t, n)
+	c.Report(t, n)
 }

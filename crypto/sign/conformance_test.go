@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
 
+	"github.com/syncmesh/syncmesh/crypto/internal/conformance"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -25,57 +24,6 @@ import (
 // how many gave the verdict expected of this project; where that verdict
 // departs from the one upstream gives, the departure is stated beside the
 // vector below. `make conformance` prints the reports.
-
-// tally counts one vector set's verdicts.
-type tally struct {
-	set                  string
-	run, met, departures int
-}
-
-// check records one vector: the verdict the project gave (got) against the
-// one expected of it (want); departure says why want is not upstream's
-// verdict ("" when it is).
-func (c *tally) check(t *testing.T, id string, got, want bool, departure string) {
-	t.Helper()
-	c.run++
-	if departure != "" {
-		c.departures++
-	}
-	if got != want {
-		t.Errorf("%s %s: verdict %v, expected %v %s", c.set, id, verdict(got), verdict(want), departure)
-		return
-	}
-	c.met++
-}
-
-func verdict(accept bool) string {
-	if accept {
-		return "accept"
-	}
-	return "reject"
-}
-
-// report logs the set's line (make conformance greps "conformance:") and
-// fails when fewer vectors ran than the data holds.
-func (c *tally) report(t *testing.T, wantRun int) {
-	t.Helper()
-	t.Logf("conformance: %-30s %4d vectors run, %4d expected verdicts met, %3d stated departures from upstream's verdict",
-		c.set, c.run, c.met, c.departures)
-	if c.run != wantRun {
-		t.Errorf("%s: %d vectors run, the data holds %d", c.set, c.run, wantRun)
-	}
-}
-
-func readVectors(t *testing.T, name string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "conformance", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-}
 
 func unhex(t *testing.T, s string) []byte {
 	t.Helper()
@@ -128,8 +76,8 @@ func TestConformanceWycheproofEd25519(t *testing.T) {
 			} `json:"tests"`
 		} `json:"testGroups"`
 	}
-	readVectors(t, "wycheproof_ed25519.json", &f)
-	c := tally{set: "wycheproof ed25519"}
+	conformance.Read(t, "wycheproof_ed25519.json", &f)
+	c := conformance.Tally{Set: "wycheproof ed25519"}
 	for _, g := range f.TestGroups {
 		pub := unhex(t, g.PublicKey.PK)
 		for _, v := range g.Tests {
@@ -139,10 +87,10 @@ func TestConformanceWycheproofEd25519(t *testing.T) {
 			if dep != "" {
 				want = !want
 			}
-			c.check(t, fmt.Sprintf("tcId %d (%s %v)", v.TcID, v.Comment, v.Flags), got, want, dep)
+			c.Check(t, fmt.Sprintf("tcId %d (%s %v)", v.TcID, v.Comment, v.Flags), got, want, dep)
 		}
 	}
-	c.report(t, f.NumberOfTests)
+	c.Report(t, f.NumberOfTests)
 }
 
 // TestConformanceCCTVEd25519: C2SP CCTV's edge cases of A and R. ZIP-215
@@ -160,15 +108,15 @@ func TestConformanceCCTVEd25519(t *testing.T) {
 		Msg    string   `json:"msg"`
 		Flags  []string `json:"flags"`
 	}
-	readVectors(t, "cctv_ed25519vectors.json", &vs)
-	c := tally{set: "cctv ed25519 (zip215)"}
+	conformance.Read(t, "cctv_ed25519vectors.json", &vs)
+	c := conformance.Tally{Set: "cctv ed25519 (zip215)"}
 	for _, v := range vs {
 		flag := func(f string) bool { return strings.Contains(" "+strings.Join(v.Flags, " ")+" ", " "+f+" ") }
 		pub, sig, msg := unhex(t, v.Key), unhex(t, v.Sig), []byte(v.Msg)
 		zip215 := !flag("reencoded_k") || flag("low_order_A")
 		id := fmt.Sprintf("#%d %v", v.Number, v.Flags)
 		if zip215Verdict(pub, msg, sig) != zip215 {
-			t.Errorf("cctv ed25519 %s: the ZIP-215 verifier says %v", id, verdict(!zip215))
+			t.Errorf("cctv ed25519 %s: the ZIP-215 verifier says %v", id, conformance.Verdict(!zip215))
 		}
 		got, keyErr := projectVerdict(pub, msg, sig)
 		want, dep := zip215, ""
@@ -178,9 +126,9 @@ func TestConformanceCCTVEd25519(t *testing.T) {
 				t.Errorf("cctv ed25519 %s: keyring error %v, want ErrSmallOrderKey", id, keyErr)
 			}
 		}
-		c.check(t, id, got, want, dep)
+		c.Check(t, id, got, want, dep)
 	}
-	c.report(t, len(vs))
+	c.Report(t, len(vs))
 }
 
 // speccheckZIP215 is the row "Zebra" (ZIP-215) of ed25519-speccheck's
@@ -206,16 +154,16 @@ func TestConformanceSpeccheck(t *testing.T) {
 		PubKey    string `json:"pub_key"`
 		Signature string `json:"signature"`
 	}
-	readVectors(t, "speccheck_cases.json", &vs)
+	conformance.Read(t, "speccheck_cases.json", &vs)
 	if len(vs) != len(speccheckZIP215) {
 		t.Fatalf("%d cases, the results table has %d", len(vs), len(speccheckZIP215))
 	}
-	c := tally{set: "ed25519-speccheck"}
+	c := conformance.Tally{Set: "ed25519-speccheck"}
 	for i, v := range vs {
 		pub, msg, sig := unhex(t, v.PubKey), unhex(t, v.Message), unhex(t, v.Signature)
 		id := fmt.Sprintf("case %d", i)
 		if zip215Verdict(pub, msg, sig) != speccheckZIP215[i] {
-			t.Errorf("speccheck %s: the ZIP-215 verifier says %v", id, verdict(!speccheckZIP215[i]))
+			t.Errorf("speccheck %s: the ZIP-215 verifier says %v", id, conformance.Verdict(!speccheckZIP215[i]))
 		}
 		got, keyErr := projectVerdict(pub, msg, sig)
 		want, dep := speccheckZIP215[i], speccheckDepartures[i]
@@ -227,9 +175,9 @@ func TestConformanceSpeccheck(t *testing.T) {
 		} else if keyErr != nil {
 			t.Errorf("speccheck %s: keyring refused the key: %v", id, keyErr)
 		}
-		c.check(t, id, got, want, dep)
+		c.Check(t, id, got, want, dep)
 	}
-	c.report(t, len(vs))
+	c.Report(t, len(vs))
 }
 
 // TestConformanceRFC8032: the Ed25519 test vectors of RFC 8032 §7.1
@@ -245,8 +193,8 @@ func TestConformanceRFC8032(t *testing.T) {
 		Message   string `json:"message"`
 		Signature string `json:"signature"`
 	}
-	readVectors(t, "rfc8032.json", &vs)
-	c := tally{set: "rfc8032 7.1"}
+	conformance.Read(t, "rfc8032.json", &vs)
+	c := conformance.Tally{Set: "rfc8032 7.1"}
 	for _, v := range vs {
 		priv := ed25519.NewKeyFromSeed(unhex(t, v.Secret))
 		pub, msg, sig := unhex(t, v.Public), unhex(t, v.Message), unhex(t, v.Signature)
@@ -274,9 +222,9 @@ func TestConformanceRFC8032(t *testing.T) {
 				t.Errorf("%s: accepted with the message changed", v.Name)
 			}
 		}
-		c.check(t, v.Name, got, true, "")
+		c.Check(t, v.Name, got, true, "")
 	}
-	c.report(t, len(vs))
+	c.Report(t, len(vs))
 }
 
 // coseDepartures: the cose-wg COSE_Sign1 examples upstream calls valid
@@ -303,7 +251,7 @@ func TestConformanceCOSESign1(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no COSE examples: %v", err)
 	}
-	c := tally{set: "cose-wg COSE_Sign1"}
+	c := conformance.Tally{Set: "cose-wg COSE_Sign1"}
 	for _, path := range files {
 		name := filepath.Base(path)
 		var ex struct {
@@ -324,7 +272,7 @@ func TestConformanceCOSESign1(t *testing.T) {
 				CBOR string `json:"cbor"`
 			} `json:"output"`
 		}
-		readVectors(t, filepath.Join("cose", name), &ex)
+		conformance.Read(t, filepath.Join("cose", name), &ex)
 		raw := unhex(t, ex.Output.CBOR)
 		upstreamValid := !strings.HasPrefix(name, "sign-fail-")
 		// A keyring holding the example's key where the project can hold
@@ -347,7 +295,7 @@ func TestConformanceCOSESign1(t *testing.T) {
 		if dep != "" {
 			want = false
 		}
-		c.check(t, name, verr == nil, want, dep)
+		c.Check(t, name, verr == nil, want, dep)
 
 		if ex.Input.Sign0.Key.Crv == "Ed25519" {
 			env := parseCOSEForTest(t, raw)
@@ -360,7 +308,7 @@ func TestConformanceCOSESign1(t *testing.T) {
 			}
 		}
 	}
-	c.report(t, len(files))
+	c.Report(t, len(files))
 }
 
 // parseCOSEForTest splits a tagged COSE_Sign1 into its parts without the
