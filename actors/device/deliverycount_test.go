@@ -19,27 +19,11 @@ func TestDeliveryCountPersistsAcrossRetriesAndRestarts(t *testing.T) {
 		t.Run(store, func(t *testing.T) {
 			ms := newMesh(t)
 			a := ms.add(aliceAddr, nil)
-			var mu sync.Mutex
-			var got []int
-			tweak := func(c *device.Config) {
-				c.Handler = func(_ context.Context, m device.ReceivedMessage) {
-					mu.Lock()
-					got = append(got, m.Deliveries)
-					mu.Unlock()
-				}
-			}
-			var b *dev
-			if store == "bolt" {
-				b = ms.addBolt(bobAddr, tweak)
-			} else {
-				b = ms.add(bobAddr, tweak)
-			}
+			b, h := bobCountingDeliveries(ms, store)
 			seen := func(n int) string {
 				t.Helper()
-				waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == n }, fmt.Sprintf("%d hand-offs", n))
-				mu.Lock()
-				defer mu.Unlock()
-				return fmt.Sprint(got)
+				waitFor(t, func() bool { return h.count() == n }, fmt.Sprintf("%d hand-offs", n))
+				return h.String()
 			}
 			stored := func() int {
 				t.Helper()
@@ -97,33 +81,43 @@ func TestReceiveDuringOpenRedeliveryIsCountedOnce(t *testing.T) {
 			defer open()
 			ms := newMesh(t)
 			a := ms.add(aliceAddr, nil)
-			var mu sync.Mutex
-			var got []int
-			tweak := func(c *device.Config) {
-				c.Handler = func(_ context.Context, m device.ReceivedMessage) {
-					mu.Lock()
-					got = append(got, m.Deliveries)
-					mu.Unlock()
-				}
-			}
-			var b *dev
-			if store == "bolt" {
-				b = ms.addBolt(bobAddr, tweak)
-			} else {
-				b = ms.add(bobAddr, tweak)
-			}
+			b, h := bobCountingDeliveries(ms, store)
 			a.send(b, "one")
 			if r := b.pump(); len(r) != 1 || r[0].Message == nil || r[0].Message.Deliveries != 1 {
 				t.Fatalf("receive: %+v", r)
 			}
 			open() // the pass reads the store now, the message in it
-			waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 1 }, "a hand-off")
-			mu.Lock()
-			handed := fmt.Sprint(got)
-			mu.Unlock()
-			if p := b.pendingAll(); handed != "[1]" || len(p) != 1 || p[0].Deliveries != 1 {
-				t.Fatalf("handed %s, stored %+v; want [1] and 1", handed, p)
+			waitFor(t, func() bool { return h.count() >= 1 }, "a hand-off")
+			if p := b.pendingAll(); h.String() != "[1]" || len(p) != 1 || p[0].Deliveries != 1 {
+				t.Fatalf("handed %s, stored %+v; want [1] and 1", h, p)
 			}
 		})
 	}
+}
+
+// handed records the delivery count of every hand-off to bob's handler.
+type handed struct {
+	mu  sync.Mutex
+	got []int
+}
+
+func (h *handed) count() int { h.mu.Lock(); defer h.mu.Unlock(); return len(h.got) }
+
+func (h *handed) String() string { h.mu.Lock(); defer h.mu.Unlock(); return fmt.Sprint(h.got) }
+
+// bobCountingDeliveries adds bob on store ("memory" or "bolt") with a
+// handler that records each hand-off's delivery count.
+func bobCountingDeliveries(ms *mesh, store string) (*dev, *handed) {
+	h := &handed{}
+	tweak := func(c *device.Config) {
+		c.Handler = func(_ context.Context, m device.ReceivedMessage) {
+			h.mu.Lock()
+			h.got = append(h.got, m.Deliveries)
+			h.mu.Unlock()
+		}
+	}
+	if store == "bolt" {
+		return ms.addBolt(bobAddr, tweak), h
+	}
+	return ms.add(bobAddr, tweak), h
 }
