@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
+	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -205,4 +206,27 @@ func (i *interceptedTransport) reconcileCall(ctx context.Context, from, peer str
 		return rt.reconcileCall(ctx, from, peer, kind, body)
 	}
 	return i.fn(ctx, kind, req, next)
+}
+
+// ServeReconcile answers one reconciliation request a peer (from, as the
+// transport authenticated it) sent to this node.
+type ServeReconcile func(ctx context.Context, from string, kind byte, body []byte) ([]byte, error)
+
+// InterceptServedReconcile returns n as a push receiver (for Remote.Serve
+// or Network.Register) whose answers to reconciliation requests are made
+// by fn, which may let n answer (next), change the answer, or answer
+// itself: for soaks and fault injection that play a hostile responder
+// over a real transport. Pushes, the peer check of the stream guard and
+// everything else stay n's own.
+func InterceptServedReconcile(n *Node, fn func(ctx context.Context, from string, kind byte, body []byte, next ServeReconcile) ([]byte, error)) replicate.Receiver {
+	return &interceptedNode{Node: n, fn: fn}
+}
+
+type interceptedNode struct {
+	*Node
+	fn func(ctx context.Context, from string, kind byte, body []byte, next ServeReconcile) ([]byte, error)
+}
+
+func (i *interceptedNode) handleReconcile(ctx context.Context, from string, kind byte, req []byte) ([]byte, error) {
+	return i.fn(ctx, from, kind, req, i.Node.handleReconcile)
 }
