@@ -160,7 +160,7 @@ func copyOrRestore(kind string, p *proc, procs []*proc, copyDir string, el time.
 		p.extra = append(p.extra, "-nosend")
 		if err := waitFor(2*time.Minute, func() bool { return nothingPendingWith(p, procs) }); err != nil {
 			printStatus(procs)
-		return fmt.Errorf("before the copy of %s: %w", p.name, err)
+			return fmt.Errorf("before the copy of %s: %w", p.name, err)
 		}
 		p.markStopped(true)
 		p.kill()

@@ -298,7 +298,7 @@ func command(ctx context.Context, e *nodeEnv, ld *load, c string, enc *json.Enco
 
 func nodeStatus(ctx context.Context, e *nodeEnv, ld *load) status {
 	st := status{Kind: "status", Node: e.o.name, Writes: int(ld.writes.Load()), WriteFails: int(ld.fails.Load()), Sent: int(ld.sent.Load()),
-		Loading: ld.write.Load() || ld.send.Load(), Notices: ld.notices.Load(), Missed: ld.missed.Load()}
+		Loading: ld.write.Load() || (e.o.messaging && ld.send.Load()), Notices: ld.notices.Load(), Missed: ld.missed.Load()}
 	if p := ld.lastErr.Load(); p != nil {
 		st.Err = *p
 	}
