@@ -390,3 +390,37 @@ func keyBytes(k []messages.ReconcileKey) []byte {
 	}
 	return b
 }
+
+// TestInterceptServedReconcile: the hook soaks use to play a hostile
+// responder over a real transport sees every request of a session with
+// the caller's name; forwarded, the session repairs as without it;
+// answered by the hook, its answer is what the caller gets.
+func TestInterceptServedReconcile(t *testing.T) {
+	a, b, net := reconPair(t, true)
+	for i := 0; i < 3; i++ {
+		a.write(i)
+	}
+	calls, answer := 0, false
+	var from string
+	net.Register("a", InterceptServedReconcile(a.Node, func(ctx context.Context, f string, kind byte, body []byte, next ServeReconcile) ([]byte, error) {
+		calls++
+		from = f
+		if answer && kind == ReconcileRangeRequest {
+			return messages.EncodeReconcile(&messages.Reconcile{}) // "nothing differs"
+		}
+		return next(ctx, f, kind, body)
+	}))
+	rep, err := b.Reconcile(b.ctx, "a")
+	if err != nil || rep.Missing != 3 || rep.Outcomes[messages.Applied] != 3 || calls != rep.Rounds+1 || from != "b" {
+		t.Fatalf("forwarded: %+v, %d calls from %q, %v", rep, calls, from, err)
+	}
+	a.write(3)
+	answer = true
+	rep, err = b.Reconcile(b.ctx, "a")
+	if err != nil || rep.Missing != 0 {
+		t.Fatalf("answered by the hook: %+v, %v; want nothing missing", rep, err)
+	}
+	if _, ok := b.get(3); ok {
+		t.Fatal("b holds row 3: the node answered, not the hook")
+	}
+}
