@@ -47,7 +47,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -479,12 +478,4 @@ func pct(v []float64, q float64) float64 {
 	slices.Sort(s)
 	i := int(q*float64(len(s))+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
-}
-
-func names(procs []*proc) string {
-	var out []string
-	for _, p := range procs {
-		out = append(out, p.name)
-	}
-	return strings.Join(out, ",")
 }
