@@ -158,6 +158,7 @@ func copyOrRestore(kind string, p *proc, procs []*proc, copyDir string, el time.
 		}
 		p.send("send off")
 		p.extra = append(p.extra, "-nosend")
+		time.Sleep(1500 * time.Millisecond) // status lines from before the commands
 		if err := waitFor(2*time.Minute, func() bool { return nothingPendingWith(p, procs) }); err != nil {
 			printStatus(procs)
 			return fmt.Errorf("before the copy of %s: %w", p.name, err)
@@ -174,6 +175,7 @@ func copyOrRestore(kind string, p *proc, procs []*proc, copyDir string, el time.
 	for _, q := range procs {
 		q.send("write off")
 	}
+	time.Sleep(1500 * time.Millisecond) // status lines from before the commands
 	if err := waitFor(2*time.Minute, func() bool {
 		st, ok := p.status()
 		return ok && !st.Loading && st.Backlog == 0
@@ -207,18 +209,19 @@ func copyOrRestore(kind string, p *proc, procs []*proc, copyDir string, el time.
 }
 
 // nothingPendingWith reports that p has no message pending either way
-// and no other node has one pending to p... approximated by every node's
-// pending counts: all are zero or only concern others (the status has no
-// per-recipient counts, so this waits for p's own to be zero and for the
-// others' sent-pending to drain at least once).
+// and no other node has one pending to p (the others were told to
+// exclude p first).
 func nothingPendingWith(p *proc, procs []*proc) bool {
 	st, ok := p.status()
 	if !ok || st.PendingSent != 0 || st.PendingRecv != 0 {
 		return false
 	}
 	for _, q := range procs {
+		if q == p {
+			continue
+		}
 		qs, ok := q.status()
-		if !ok || qs.PendingSent != 0 {
+		if !ok || qs.PendingExcluded != 0 {
 			return false
 		}
 	}

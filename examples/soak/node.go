@@ -42,6 +42,9 @@ type status struct {
 	// received messages waiting for the application's commit.
 	PendingSent int `json:"pending_sent"`
 	PendingRecv int `json:"pending_recv"`
+	// PendingExcluded: sent messages waiting for their ACK from a node
+	// this one was told not to send to.
+	PendingExcluded int `json:"pending_excluded"`
 	// Backlog is the sum over peers of this node's log entries past the
 	// peer's cursor plus the events it re-offers.
 	Backlog uint64 `json:"backlog"`
@@ -319,6 +322,12 @@ func nodeStatus(ctx context.Context, e *nodeEnv, ld *load) status {
 			st.PendingSent = len(p.Messages)
 		}
 		st.PendingRecv, _ = e.n.PendingReceivedMessageCount(ctx, nil)
+		for name := range *ld.exclude.Load() {
+			to := runtime.DeviceAddress{User: name, Device: 1}
+			if p, err := e.n.PendingSentMessages(ctx, 0, device.MaxPageSize, &to); err == nil {
+				st.PendingExcluded += len(p.Messages)
+			}
+		}
 	}
 	st.RSS = rss()
 	if fi, err := os.Stat(filepath.Join(e.o.dir, e.o.name, "node.db")); err == nil {
