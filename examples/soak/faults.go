@@ -197,6 +197,8 @@ func copyOrRestore(kind string, p *proc, procs []*proc, copyDir string, el time.
 	if err := p.start(); err != nil {
 		return err
 	}
+	// Later restarts are of the node's own directory, not a restore.
+	p.extra = filterFlag(p.extra, "-restored", false)
 	for _, q := range procs {
 		q.send("write on")
 		if q != p {
