@@ -55,8 +55,9 @@ const (
 	KOutbound = "out"
 	// KFinalEvents is the final read of a group's events.
 	KFinalEvents = "final-events"
-	// KFinalMessage is the final state of message K: State is "pending",
-	// "committed", "discarded", "absent", or "" with Err set.
+	// KFinalMessage is the final state of message K: State is "pending"
+	// (at the recipient), "committed", "discarded", "sent-only" (held by
+	// the sender alone), "absent", or "" with Err set.
 	KFinalMessage = "final-msg"
 )
 
@@ -405,7 +406,7 @@ func checkFinal(ops []Op, res *Result) {
 			}
 		case KSend:
 			f, ok := finalMsg[key(op)]
-			if !ok || f.Err != "" || f.State == "absent" || f.State == "" {
+			if !ok || f.Err != "" || (f.State != "pending" && f.State != "committed" && f.State != "discarded") {
 				res.Lost = append(res.Lost, "send "+key(op))
 			}
 		case KFinalize:
