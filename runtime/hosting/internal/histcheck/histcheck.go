@@ -30,6 +30,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,6 +123,10 @@ type Result struct {
 	Partitions, Unknown int
 	// Violations names each unit history that is not linearizable.
 	Violations []string
+	// Explained describes each violation: the operations around the
+	// earliest call at which the unit's history stops being
+	// linearizable.
+	Explained []string
 	// Lost lists acknowledged operations the final reads do not show.
 	Lost []string
 	// Twice lists effects applied more than once.
@@ -183,8 +188,18 @@ func checkLinearizable(ops []Op, timeout time.Duration, res *Result) {
 		switch op.Kind {
 		case KApply, KEvents:
 			groups[op.Unit] = append(groups[op.Unit], p)
-		case KSend, KFinalize, KInbound, KOutbound:
+		case KInbound, KOutbound:
 			pairs[op.Unit] = append(pairs[op.Unit], p)
+		case KSend, KFinalize:
+			steps := []string{stepStore, stepArrive}
+			if op.Kind == KFinalize {
+				steps = []string{stepFinal, stepAck}
+			}
+			for _, st := range steps {
+				in.kind = st
+				p.Input = in
+				pairs[op.Unit] = append(pairs[op.Unit], p)
+			}
 		}
 	}
 	run := func(m porcupine.Model, hist map[string][]porcupine.Operation) {
@@ -193,6 +208,7 @@ func checkLinearizable(ops []Op, timeout time.Duration, res *Result) {
 			switch porcupine.CheckOperationsTimeout(m, hist[u], timeout) {
 			case porcupine.Illegal:
 				res.Violations = append(res.Violations, u)
+				res.Explained = append(res.Explained, u+": "+explain(m, hist[u], timeout))
 			case porcupine.Unknown:
 				res.Unknown++
 			}
@@ -200,6 +216,33 @@ func checkLinearizable(ops []Op, timeout time.Duration, res *Result) {
 	}
 	run(GroupModel(), groups)
 	run(PairModel(), pairs)
+}
+
+// explain finds, by bisection over the calls, the shortest prefix of
+// hist (the operations called up to some time) that is not linearizable
+// and describes its last operations.
+func explain(m porcupine.Model, hist []porcupine.Operation, timeout time.Duration) string {
+	ops := slices.Clone(hist)
+	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	lo, hi := 1, len(ops) // ops[:hi] is not linearizable
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if porcupine.CheckOperationsTimeout(m, ops[:mid], timeout) == porcupine.Illegal {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "not linearizable from operation %d of %d on:", hi, len(ops))
+	for _, op := range ops[max(0, hi-6):hi] {
+		ret := "never"
+		if op.Return != infinity {
+			ret = strconv.FormatInt(op.Return-ops[0].Call, 10)
+		}
+		fmt.Fprintf(&b, " [%s call %d return %s]", describe(op.Input, op.Output), op.Call-ops[0].Call, ret)
+	}
+	return b.String()
 }
 
 type input struct {
@@ -271,93 +314,78 @@ const (
 	msgAcked     = '4' // finalized and acknowledged: held by neither
 )
 
+// The steps of PairModel: a send is two (the sender stores the message,
+// then hands it off: it arrives), a finalize is two (the recipient
+// finalizes it, then its ACK reaches the sender), each pair recorded with
+// the interval of the one client operation, because each step happens on
+// a different unit at its own time within it.
+const (
+	stepStore  = "store"
+	stepArrive = "arrive"
+	stepFinal  = "final"
+	stepAck    = "ack"
+)
+
+// pairSteps are the steps of a send or finalize, in order, each with
+// the state it needs and the state it leads to.
+var pairSteps = map[string][2]byte{
+	stepStore:  {msgNone, msgSent},
+	stepArrive: {msgSent, msgArrived},
+	stepFinal:  {msgArrived, msgFinalized},
+	stepAck:    {msgFinalized, msgAcked},
+}
+
 // PairModel is the messages between a sender and a recipient device: the
 // state is one byte per message number (msgNone … msgAcked). A message
-// only moves forward. An acknowledged send has arrived; an acknowledged
-// finalize (commit or discard) finalized it and handed its ACK to the
-// sender. A read of the recipient's pending messages lists exactly the
-// arrived ones (one in flight may be seen to arrive); a read of the
-// sender's pending sent messages lists exactly the sent, arrived and
-// not yet acknowledged ones (an ACK still in flight may be seen to land).
+// only moves forward, one step at a time: an acknowledged send was stored
+// by the sender and arrived at the recipient, an acknowledged finalize
+// (commit or discard) finalized it and its ACK reached the sender; a step
+// of an operation without an acknowledgement may or may not have
+// happened. A read of the recipient's pending messages lists exactly the
+// arrived ones; a read of the sender's pending sent messages lists
+// exactly the stored and not yet acknowledged ones.
 func PairModel() porcupine.Model {
 	m := porcupine.NondeterministicModel{
 		Init: func() []interface{} { return []interface{}{""} },
 		Step: func(st, in, _ interface{}) []interface{} {
 			s, op := st.(string), in.(input)
-			c := at(s, op.k)
-			switch op.kind {
-			case KSend:
-				if c > msgArrived {
-					return []interface{}{s} // a repeat after it arrived: no change
-				}
-				if op.ok {
-					return []interface{}{set(s, op.k, msgArrived)}
-				}
-				return []interface{}{s, set(s, op.k, msgSent), set(s, op.k, msgArrived)}
-			case KFinalize:
+			if step, ok := pairSteps[op.kind]; ok {
+				c := at(s, op.k)
 				switch {
-				case op.ok && c >= msgArrived:
-					return []interface{}{set(s, op.k, msgAcked)}
+				case c == step[0] && op.ok:
+					return []interface{}{set(s, op.k, step[1])}
+				case c == step[0]:
+					return []interface{}{s, set(s, op.k, step[1])}
+				case c > step[0]:
+					return []interface{}{s} // done already (a repeat)
 				case op.ok:
-					return nil // finalized a message that never arrived
-				case c == msgArrived:
-					return []interface{}{s, set(s, op.k, msgFinalized), set(s, op.k, msgAcked)}
-				case c == msgFinalized:
-					return []interface{}{s, set(s, op.k, msgAcked)}
+					return nil // the step before it never happened
 				}
 				return []interface{}{s}
-			case KInbound, KOutbound:
-				listed := map[int]bool{}
-				for _, k := range op.ids {
-					listed[k] = true
-				}
-				out := s
-				for k := 0; k < max(len(s), maxOf(op.ids)+1); k++ {
-					next, ok := readStep(op.kind, at(s, k), listed[k])
-					if !ok {
-						return nil
-					}
-					if next != at(s, k) {
-						out = set(out, k, next)
-					}
-				}
-				return []interface{}{out}
 			}
-			return nil
+			if op.kind != KInbound && op.kind != KOutbound {
+				return nil
+			}
+			listed := map[int]bool{}
+			for _, k := range op.ids {
+				listed[k] = true
+			}
+			for k := 0; k < max(len(s), maxOf(op.ids)+1); k++ {
+				c := at(s, k)
+				held := c == msgArrived
+				if op.kind == KOutbound {
+					held = c >= msgSent && c <= msgFinalized
+				}
+				if held != listed[k] {
+					return nil
+				}
+			}
+			return []interface{}{s}
 		},
 		Equal:             func(a, b interface{}) bool { return trim(a.(string)) == trim(b.(string)) },
 		DescribeOperation: describe,
 	}
 	return m.ToModel()
-}
-
-// readStep is what a read that lists (or not) a message in state c says:
-// the message's state after the read, or false if the read is impossible.
-func readStep(kind string, c byte, listed bool) (byte, bool) {
-	if kind == KInbound {
-		switch {
-		case listed && c <= msgArrived:
-			return msgArrived, true // arrived (perhaps while its send was in flight)
-		case listed:
-			return 0, false // finalized, pending again: applied twice
-		case c == msgArrived:
-			return 0, false // arrived and gone without a finalize: lost
-		}
-		return c, true
-	}
-	switch {
-	case listed && c == msgNone:
-		return msgSent, true // held by the sender while its send is in flight
-	case listed && c == msgAcked:
-		return 0, false // acknowledged, pending again
-	case listed:
-		return c, true
-	case c == msgSent || c == msgArrived:
-		return 0, false // the sender dropped a message no one finalized
-	case c == msgFinalized:
-		return msgAcked, true // its ACK landed
-	}
-	return c, true
 }
 
 func trim(s string) string { return strings.TrimRight(s, "0") }

@@ -89,6 +89,13 @@ func TestPairHistories(t *testing.T) {
 			ok(KSend, p, 0, 1, 2), {Kind: KFinalize, Unit: p, K: 0, Call: 3}, ok(KInbound, p, 0, 4, 5), ok(KOutbound, p, 0, 6, 7, 0),
 			ok(KOutbound, p, 0, 8, 9), finalMsg(p, 0, "committed"),
 		}},
+		{name: "finalized at the recipient before its ACK reached the sender", ops: []Op{
+			ok(KSend, p, 0, 1, 2), fin(0, 3, 10), ok(KInbound, p, 0, 4, 5), ok(KOutbound, p, 0, 6, 11, 0), ok(KOutbound, p, 0, 12, 13),
+			finalMsg(p, 0, "committed"),
+		}},
+		{name: "pending at the sender after the finalize returned", violation: true, ops: []Op{
+			ok(KSend, p, 0, 1, 2), fin(0, 3, 4), ok(KOutbound, p, 0, 5, 6, 0), finalMsg(p, 0, "committed"),
+		}},
 		{name: "arrived message vanishes", violation: true, ops: []Op{
 			ok(KSend, p, 0, 1, 2), ok(KInbound, p, 0, 3, 4), finalMsg(p, 0, "pending"),
 		}},
