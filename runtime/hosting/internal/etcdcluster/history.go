@@ -479,7 +479,10 @@ func (h *historyClient) final(ctx context.Context, groups []string, devices []me
 		var in, out []int
 		op := histcheck.Op{Call: time.Now().UnixNano()}
 		errIn := read(ctx, &op, func() (err error) { in, _, err = h.pendingOf(ctx, &op, hosting.OpPending, to, from, i); return err })
-		errOut := read(ctx, &op, func() (err error) { out, _, err = h.pendingOf(ctx, &op, hosting.OpPendingSent, from, to, i); return err })
+		errOut := read(ctx, &op, func() (err error) {
+			out, _, err = h.pendingOf(ctx, &op, hosting.OpPendingSent, from, to, i)
+			return err
+		})
 		h.mu.Lock()
 		n := h.sent[pair]
 		h.mu.Unlock()

@@ -58,10 +58,10 @@ type opts struct {
 	// proxy address advertised instead of it, the loopback address every
 	// dial leaves from (so the proxy knows who dials), the replication
 	// factor, the client's number and the length of its run.
-	port                 int
-	advertise, src       string
-	replicas, client     int
-	finalTimeout         time.Duration
+	port             int
+	advertise, src   string
+	replicas, client int
+	finalTimeout     time.Duration
 }
 
 func main() {
