@@ -199,27 +199,35 @@ func serving(t *testing.T, path string, window time.Duration) map[string][]strin
 	return out
 }
 
-// busiest is the member serving the most units lately (nil: none
-// served any).
-func (fc *faultCluster) busiest(hc *historyClient, exclude *faultNode) (*faultNode, []string) {
+// busiest is the member serving the most units lately, preferring one
+// not in avoid (so successive faults hit different members).
+func (fc *faultCluster) busiest(hc *historyClient, avoid ...*faultNode) (*faultNode, []string) {
+	if n, units := fc.busiestOf(hc, avoid); n != nil {
+		return n, units
+	}
+	n, units := fc.busiestOf(hc, nil)
+	if n == nil {
+		fc.t.Fatalf("no member served anything lately; client stderr:\n%s", hc.n.c.stderrText())
+	}
+	return n, units
+}
+
+func (fc *faultCluster) busiestOf(hc *historyClient, avoid []*faultNode) (*faultNode, []string) {
 	var best *faultNode
 	var units []string
-	for try := 0; try < 30 && best == nil; try++ {
+	for try := 0; try < 10 && best == nil; try++ {
 		if try > 0 {
 			time.Sleep(500 * time.Millisecond)
 		}
 		for m, us := range serving(fc.t, hc.out, 5*time.Second) {
 			n := fc.byAddr[m]
-			if n == nil || n == exclude {
+			if n == nil || slices.Contains(avoid, n) {
 				continue
 			}
 			if best == nil || len(us) > len(units) {
 				best, units = n, us
 			}
 		}
-	}
-	if best == nil {
-		fc.t.Fatalf("no member served anything lately; client stderr:\n%s", hc.n.c.stderrText())
 	}
 	sort.Strings(units)
 	return best, units
@@ -305,8 +313,9 @@ func TestClusterFaultsEtcd(t *testing.T) {
 	a := fc.startClient("a", 3, 6)
 	time.Sleep(3 * time.Second)
 	var kills []kill
+	var lastCut *faultNode
 	for round := 0; round < faultRounds; round++ {
-		victim, units := fc.busiest(a, nil)
+		victim, units := fc.busiest(a, lastCut)
 		k := kill{at: time.Now(), member: victim.addr, units: units}
 		fc.sigkill(victim)
 		kills = append(kills, k)
@@ -315,7 +324,7 @@ func TestClusterFaultsEtcd(t *testing.T) {
 		fc.startMember(victim)
 		time.Sleep(2 * time.Second)
 
-		paused, units := fc.busiest(a, nil)
+		paused, units := fc.busiest(a, victim)
 		if err := syscall.Kill(paused.c.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +335,8 @@ func TestClusterFaultsEtcd(t *testing.T) {
 		}
 		time.Sleep(3 * time.Second)
 
-		cut, units := fc.busiest(a, nil)
+		cut, units := fc.busiest(a, victim, paused)
+		lastCut = cut
 		fc.proxy.Isolate(cut.name)
 		t.Logf("round %d: partition: %s (serving %v) cut off from every process and etcd for %v", round, cut.name, units, 2*etcdTTL+4*time.Second)
 		time.Sleep(2*etcdTTL + 4*time.Second)
@@ -362,7 +372,7 @@ func TestClusterFaultsEtcd(t *testing.T) {
 	// Phase 2: SIGKILL, data directory deleted, restarted empty.
 	b := fc.startClient("b", 3, 6)
 	time.Sleep(3 * time.Second)
-	victim, units := fc.busiest(b, nil)
+	victim, units := fc.busiest(b)
 	fc.sigkill(victim)
 	removed := fc.deleteData(victim, units)
 	t.Logf("phase 2: SIGKILL %s serving %v, deleted %v, restarting it empty", victim.name, units, removed)

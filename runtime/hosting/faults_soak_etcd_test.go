@@ -1,0 +1,7 @@
+//go:build soak
+
+package hosting_test
+
+// The soak build (make soak) runs the fault harness for many rounds: the
+// take-over percentiles then come from dozens of SIGKILLs.
+func init() { faultRounds = 12 }
