@@ -74,7 +74,8 @@ lint:
 ## soak: long randomized runs: the property tests with many more cases
 ## (SOAK_CHECKS, default 20000), the 5-node mesh simulation over many
 ## seeds (SIM_SEEDS, default 300; reproduce one with SIM_SEED=<seed>),
-## anything behind the soak build tag, and the examples/mesh -join 20000
+## anything behind the soak build tag (the hosting fault harness, 12
+## rounds of faults, with its take-over percentiles), and the examples/mesh -join 20000
 ## soak (JOIN_RUNS runs, default 20).
 SOAK_CHECKS ?= 20000
 SIM_SEEDS ?= 300
@@ -83,6 +84,7 @@ soak:
 	$(GO) test -count=1 -timeout 90m -tags soak -run 'Property|Convergence|Canonical|Match' \
 		./actors/materialize ./runtime ./messages ./persistence/bolt -rapid.checks=$(SOAK_CHECKS)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 90m -run 'TestSimulatedMeshConverges' ./runtime
+	$(GO) test -count=1 -timeout 60m -tags soak -run 'TestClusterFaults' -v ./runtime/hosting
 	GO=$(GO) bash .ci/mesh-join-soak.sh $(JOIN_RUNS) 20000
 
 ## soak-join: only the examples/mesh -join 20000 soak (JOIN_RUNS runs, default
