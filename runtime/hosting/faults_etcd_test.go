@@ -352,6 +352,12 @@ func TestClusterFaultsEtcd(t *testing.T) {
 	if !res.Clean() || len(res.Missing) > 0 {
 		t.Errorf("phase 1: violations %v\nlost %v\ntwice %v\ndeposed %v\nfinal reads failed %v", res.Explained, first(res.Lost), res.Twice, first(res.Deposed), res.Missing)
 	}
+	if len(res.Resent) > 0 {
+		// Not a failure (see histcheck.Result.Resent): a late duplicate
+		// send, delivered at least once, re-created an acknowledged
+		// message at its sender; the recipient did not take it again.
+		t.Logf("phase 1: acknowledged messages pending again at their sender (late duplicate sends): %v", first(res.Resent))
+	}
 	acked := 0
 	for _, op := range ops {
 		if op.OK && (op.Kind == histcheck.KApply || op.Kind == histcheck.KSend || op.Kind == histcheck.KFinalize) {

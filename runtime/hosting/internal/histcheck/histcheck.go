@@ -134,6 +134,12 @@ type Result struct {
 	// Deposed lists replies served by an activation after a later one
 	// began, and epochs answered by more than one incarnation.
 	Deposed []string
+	// Resent lists messages seen pending at their sender again after
+	// their finalize (commit or discard, its ACK handed to the sender)
+	// was acknowledged: a late duplicate of the send re-created them.
+	// Not counted by Clean (the recipient does not take them again: that
+	// would be a violation), but reported.
+	Resent []string
 	// Missing lists final reads that failed (their units' acknowledged
 	// operations are counted in Lost too).
 	Missing []string
@@ -146,8 +152,8 @@ func (r Result) Clean() bool {
 
 // String summarizes the result on one line.
 func (r Result) String() string {
-	return fmt.Sprintf("%d ops, %d unit histories: %d not linearizable, %d unknown (check timed out), %d acknowledged lost, %d applied twice, %d deposed replies",
-		r.Ops, r.Partitions, len(r.Violations), r.Unknown, len(r.Lost), len(r.Twice), len(r.Deposed))
+	return fmt.Sprintf("%d ops, %d unit histories: %d not linearizable, %d unknown (check timed out), %d acknowledged lost, %d applied twice, %d deposed replies; %d acknowledged messages pending again at their sender",
+		r.Ops, r.Partitions, len(r.Violations), r.Unknown, len(r.Lost), len(r.Twice), len(r.Deposed), len(r.Resent))
 }
 
 // Check checks ops; timeout bounds the linearizability check of one
@@ -162,6 +168,7 @@ func Check(ops []Op, timeout time.Duration) Result {
 		}
 	}
 	res.Deposed = Deposed(ops)
+	res.Resent = resent(ops)
 	return res
 }
 
@@ -375,6 +382,15 @@ func PairModel() porcupine.Model {
 				held := c == msgArrived
 				if op.kind == KOutbound {
 					held = c >= msgSent && c <= msgFinalized
+					if c == msgAcked && listed[k] {
+						// Pending again at its sender after its ACK: a
+						// late duplicate of its send re-created it (at
+						// least once delivery of requests). Reported
+						// apart (Result.Resent), not a linearizability
+						// violation: the recipient does not take it again
+						// (an inbound read listing it is one).
+						continue
+					}
 				}
 				if held != listed[k] {
 					return nil
@@ -453,6 +469,34 @@ func checkFinal(ops []Op, res *Result) {
 			res.Twice = append(res.Twice, "message "+key(f)+" both pending and finalized")
 		}
 	}
+}
+
+// resent lists the messages a read of their sender's pending sent
+// messages listed after their finalize was acknowledged.
+func resent(ops []Op) []string {
+	done := map[string]int64{} // pair#k → when its finalize returned
+	key := func(u string, k int) string { return fmt.Sprintf("%s#%d", u, k) }
+	for _, op := range ops {
+		if op.Kind == KFinalize && op.OK {
+			done[key(op.Unit, op.K)] = op.Return
+		}
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, op := range ops {
+		if op.Kind != KOutbound || !op.OK {
+			continue
+		}
+		for _, k := range op.IDs {
+			kk := key(op.Unit, k)
+			if ret, ok := done[kk]; ok && ret < op.Call && !seen[kk] {
+				seen[kk] = true
+				out = append(out, fmt.Sprintf("%s: finalized and acknowledged, pending at the sender %v later", kk, time.Duration(op.Call-ret).Round(time.Millisecond)))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Deposed checks the activation information of every reply: each epoch

@@ -93,8 +93,8 @@ func TestPairHistories(t *testing.T) {
 			ok(KSend, p, 0, 1, 2), fin(0, 3, 10), ok(KInbound, p, 0, 4, 5), ok(KOutbound, p, 0, 6, 11, 0), ok(KOutbound, p, 0, 12, 13),
 			finalMsg(p, 0, "committed"),
 		}},
-		{name: "pending at the sender after the finalize returned", violation: true, ops: []Op{
-			ok(KSend, p, 0, 1, 2), fin(0, 3, 4), ok(KOutbound, p, 0, 5, 6, 0), finalMsg(p, 0, "committed"),
+		{name: "pending at the sender before its send was called", violation: true, ops: []Op{
+			ok(KOutbound, p, 0, 1, 2, 0), ok(KSend, p, 0, 3, 4), finalMsg(p, 0, "pending"),
 		}},
 		{name: "arrived message vanishes", violation: true, ops: []Op{
 			ok(KSend, p, 0, 1, 2), ok(KInbound, p, 0, 3, 4), finalMsg(p, 0, "pending"),
@@ -102,8 +102,8 @@ func TestPairHistories(t *testing.T) {
 		{name: "finalized message pending again", violation: true, ops: []Op{
 			ok(KSend, p, 0, 1, 2), fin(0, 3, 4), ok(KInbound, p, 0, 5, 6, 0), finalMsg(p, 0, "committed"),
 		}},
-		{name: "acknowledged message back at the sender", violation: true, ops: []Op{
-			ok(KSend, p, 0, 1, 2), fin(0, 3, 4), ok(KOutbound, p, 0, 5, 6, 0), finalMsg(p, 0, "committed"),
+		{name: "acknowledged message back at the recipient", violation: true, ops: []Op{
+			ok(KSend, p, 0, 1, 2), fin(0, 3, 4), ok(KInbound, p, 0, 5, 6, 0), finalMsg(p, 0, "committed"),
 		}},
 		{name: "acknowledged send lost", lost: true, ops: []Op{
 			ok(KSend, p, 0, 1, 2), finalMsg(p, 0, "absent"),
@@ -118,6 +118,25 @@ func TestPairHistories(t *testing.T) {
 				t.Fatalf("%s: %+v", r, r)
 			}
 		})
+	}
+}
+
+// TestResent: a message pending again at its sender after its finalize
+// was acknowledged (a late duplicate send re-created it) is reported in
+// Resent, and is not a violation while the recipient does not take it
+// again.
+func TestResent(t *testing.T) {
+	const p = "a>b"
+	r := check(t, []Op{
+		ok(KSend, p, 0, 1, 2), ok(KFinalize, p, 0, 3, 4), ok(KOutbound, p, 0, 5, 6, 0), ok(KOutbound, p, 0, 7, 8),
+		ok(KInbound, p, 0, 9, 10), finalMsg(p, 0, "committed"),
+	})
+	if !r.Clean() || len(r.Resent) != 1 || !strings.HasPrefix(r.Resent[0], "a>b#0: ") {
+		t.Fatalf("%s: %+v", r, r)
+	}
+	r = check(t, []Op{ok(KSend, p, 0, 1, 2), ok(KFinalize, p, 0, 3, 4), ok(KOutbound, p, 0, 0, 5, 0), finalMsg(p, 0, "committed")})
+	if len(r.Resent) != 0 {
+		t.Fatalf("a read called before the finalize returned: %v", r.Resent)
 	}
 }
 
