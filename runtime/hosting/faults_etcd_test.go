@@ -313,9 +313,10 @@ func TestClusterFaultsEtcd(t *testing.T) {
 	a := fc.startClient("a", 3, 6)
 	time.Sleep(3 * time.Second)
 	var kills []kill
-	var lastCut *faultNode
+	var lastKill, lastCut *faultNode
 	for round := 0; round < faultRounds; round++ {
-		victim, units := fc.busiest(a, lastCut)
+		victim, units := fc.busiest(a, lastKill, lastCut)
+		lastKill = victim
 		k := kill{at: time.Now(), member: victim.addr, units: units}
 		fc.sigkill(victim)
 		kills = append(kills, k)
