@@ -303,9 +303,43 @@ func (h *historyClient) readEvents(ctx context.Context, op *histcheck.Op, g stri
 	}
 }
 
+// readRow reads the row event number k of group g writes: [k] when it
+// exists.
+func (h *historyClient) readRow(ctx context.Context, op *histcheck.Op, g string, k int) ([]int, error) {
+	key, err := messages.NewValue(int64(k))
+	if err != nil {
+		return nil, err
+	}
+	rep, err := h.do(ctx, op, hosting.KindGroup, g, &hosting.Request{Op: hosting.OpGet, Schema: scenario.Table.Schema,
+		TableName: scenario.Table.Table, RowKey: messages.Columns{"id": key}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if rep.Found && len(rep.Rows) == 1 && rep.Rows[0].Exists {
+		return []int{k}, nil
+	}
+	return nil, nil
+}
+
 func (h *historyClient) readGroupLoop(ctx context.Context, client int, g string) {
 	defer h.wg.Done()
 	for n := 0; !h.stopped(); n++ {
+		if n%3 == 2 {
+			// A row read: of the event being applied now (or the one
+			// before), so reads race with the applies they observe.
+			h.mu.Lock()
+			k := len(h.events[g]) - 1 - n%2
+			h.mu.Unlock()
+			op := histcheck.Op{Kind: histcheck.KRow, Unit: g, Client: client, K: max(k, 0), Call: time.Now().UnixNano()}
+			ids, err := h.readRow(ctx, &op, g, op.K)
+			op.IDs = ids
+			h.record(op, err)
+			if errors.Is(err, hosting.ErrNotProvisioned) {
+				return
+			}
+			h.pause(30 * time.Millisecond)
+			continue
+		}
 		op := histcheck.Op{Kind: histcheck.KEvents, Unit: g, Client: client, Call: time.Now().UnixNano()}
 		ids, dups, err := h.readEvents(ctx, &op, g)
 		if h.fp == fpStaleRead && err == nil {

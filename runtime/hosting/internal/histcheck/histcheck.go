@@ -44,6 +44,9 @@ const (
 	// KEvents reads a group's events (IDs: the numbers K of the events
 	// this client applied that the read listed).
 	KEvents = "events"
+	// KRow reads the row a group's event number K writes (IDs: [K] when
+	// the row exists, empty otherwise).
+	KRow = "row"
 	// KSend sends message K from Pair's sender to its recipient.
 	KSend = "send"
 	// KFinalize commits (Discard false) or discards message K at the
@@ -188,12 +191,12 @@ func checkLinearizable(ops []Op, timeout time.Duration, res *Result) {
 			ret = infinity
 		}
 		in := input{kind: op.Kind, k: op.K, ids: op.IDs, ok: op.OK}
-		if (op.Kind == KEvents || op.Kind == KInbound || op.Kind == KOutbound) && !op.OK {
+		if (op.Kind == KEvents || op.Kind == KRow || op.Kind == KInbound || op.Kind == KOutbound) && !op.OK {
 			continue // a read without a result tells nothing
 		}
 		p := porcupine.Operation{ClientId: op.Client, Input: in, Call: op.Call, Output: op.OK, Return: ret}
 		switch op.Kind {
-		case KApply, KEvents:
+		case KApply, KEvents, KRow:
 			groups[op.Unit] = append(groups[op.Unit], p)
 		case KInbound, KOutbound:
 			pairs[op.Unit] = append(pairs[op.Unit], p)
@@ -280,7 +283,8 @@ func at(state string, k int) byte {
 // GroupModel is a group's events: the state is one byte per event number
 // of the client ('1': retained). An acknowledged apply retains its event;
 // an apply without an acknowledgement may or may not have; a read lists
-// exactly the retained events.
+// exactly the retained events; a row read finds the row an event writes
+// exactly when the event is retained.
 func GroupModel() porcupine.Model {
 	m := porcupine.NondeterministicModel{
 		Init: func() []interface{} { return []interface{}{""} },
@@ -301,6 +305,11 @@ func GroupModel() porcupine.Model {
 					if (at(s, k) == '1') != want[k] {
 						return nil
 					}
+				}
+				return []interface{}{s}
+			case KRow:
+				if (at(s, op.k) == '1') != slices.Contains(op.ids, op.k) {
+					return nil
 				}
 				return []interface{}{s}
 			}

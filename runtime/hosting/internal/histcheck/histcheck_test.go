@@ -50,6 +50,15 @@ func TestGroupHistories(t *testing.T) {
 		{name: "event disappears", violation: true, ops: []Op{
 			ok(KApply, "g", 0, 1, 2), ok(KEvents, "g", 0, 3, 4, 0), ok(KEvents, "g", 0, 5, 6), finalEvents("g", 0),
 		}},
+		{name: "row reads", ops: []Op{
+			ok(KRow, "g", 0, 1, 2), ok(KApply, "g", 0, 3, 4), ok(KRow, "g", 0, 5, 6, 0), ok(KRow, "g", 1, 7, 8), finalEvents("g", 0),
+		}},
+		{name: "row missing after its apply was acknowledged", violation: true, ops: []Op{
+			ok(KApply, "g", 0, 1, 2), ok(KRow, "g", 0, 3, 4), finalEvents("g", 0),
+		}},
+		{name: "row present before its apply was called", violation: true, ops: []Op{
+			ok(KRow, "g", 0, 1, 2, 0), ok(KApply, "g", 0, 3, 4), finalEvents("g", 0),
+		}},
 		{name: "acknowledged apply lost at the end", lost: true, ops: []Op{
 			ok(KApply, "g", 0, 1, 2), ok(KApply, "g", 1, 3, 4), finalEvents("g", 0),
 		}},
