@@ -13,6 +13,14 @@
 //	  on "stop" (stdin) it ends the load, checks that every acknowledged
 //	  event and every committed message is still there, and prints
 //	  {"ev":"report",...}.
+//	-mode history: the fault harness's client (TestClusterFaultsEtcd), a
+//	  router-only member: group applies, event and row reads, sends,
+//	  commits, discards and pending reads between devices, each recorded
+//	  as a histcheck.Op line in -out; on "stop" the final reads. Failpoints
+//	  planted for the checker to catch: SYNCMESH_FAILPOINT (history.go).
+//	  Members of the harness listen on -port, advertise the proxy's
+//	  -advertise and dial from -src; -replicas (SYNCMESH_REPLICAS) sets the
+//	  units' replication factor where hosting has one (faults.go).
 //
 // It is a separate program, built without -race, because several
 // protoactor remotes in one process trip -race inside protoactor's remote
