@@ -507,61 +507,74 @@ func (h *historyClient) final(ctx context.Context, groups []string, devices []me
 		})
 		h.recordFinal(op, err)
 	}
+	// One pair at a time would take minutes after a long run (one
+	// processed read per message): the pairs are read in parallel.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for i := range devices {
-		from, to := devices[i], devices[(i+1)%len(devices)]
-		pair := histcheck.Pair(hosting.DeviceIdentity(from), hosting.DeviceIdentity(to))
-		var in, out []int
-		op := histcheck.Op{Call: time.Now().UnixNano()}
-		errIn := read(ctx, &op, func() (err error) { in, _, err = h.pendingOf(ctx, &op, hosting.OpPending, to, from, i); return err })
-		errOut := read(ctx, &op, func() (err error) {
-			out, _, err = h.pendingOf(ctx, &op, hosting.OpPendingSent, from, to, i)
-			return err
-		})
-		h.mu.Lock()
-		n := h.sent[pair]
-		h.mu.Unlock()
-		for k := 0; k < n; k++ {
-			op := histcheck.Op{Kind: histcheck.KFinalMessage, Unit: pair, K: k, Call: time.Now().UnixNano()}
-			id := h.msgID(i, k)
-			var processed string
-			err := errors.Join(errIn, errOut)
-			if err == nil {
-				err = read(ctx, &op, func() error {
-					sender := from
-					rep, err := h.do(ctx, &op, hosting.KindDevice, hosting.DeviceIdentity(to), &hosting.Request{Op: hosting.OpProcessed, Peer: &sender, ID: id[:]}, nil)
-					if err != nil {
-						return err
-					}
-					processed = ""
-					if rep.Found && len(rep.Messages) == 1 {
-						switch persistence.Finalization(rep.Messages[0].Status) {
-						case persistence.FinalizationCommitted:
-							processed = "committed"
-						case persistence.FinalizationDiscarded:
-							processed = "discarded"
-						default:
-							processed = fmt.Sprintf("finalization %d", rep.Messages[0].Status)
-						}
-					}
-					return nil
-				})
-			}
-			switch {
-			case err != nil:
-			case processed != "":
-				op.State = processed
-				if contains(in, k) {
-					op.Dups = 1 // finalized and pending at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.finalPair(ctx, read, i, devices)
+		}()
+	}
+}
+
+// finalPair records the final state of every message of pair i.
+func (h *historyClient) finalPair(ctx context.Context, read func(context.Context, *histcheck.Op, func() error) error, i int, devices []messages.DeviceAddress) {
+	from, to := devices[i], devices[(i+1)%len(devices)]
+	pair := histcheck.Pair(hosting.DeviceIdentity(from), hosting.DeviceIdentity(to))
+	var in, out []int
+	op := histcheck.Op{Call: time.Now().UnixNano()}
+	errIn := read(ctx, &op, func() (err error) { in, _, err = h.pendingOf(ctx, &op, hosting.OpPending, to, from, i); return err })
+	errOut := read(ctx, &op, func() (err error) {
+		out, _, err = h.pendingOf(ctx, &op, hosting.OpPendingSent, from, to, i)
+		return err
+	})
+	h.mu.Lock()
+	n := h.sent[pair]
+	h.mu.Unlock()
+	for k := 0; k < n; k++ {
+		op := histcheck.Op{Kind: histcheck.KFinalMessage, Unit: pair, K: k, Call: time.Now().UnixNano()}
+		id := h.msgID(i, k)
+		var processed string
+		err := errors.Join(errIn, errOut)
+		if err == nil {
+			err = read(ctx, &op, func() error {
+				sender := from
+				rep, err := h.do(ctx, &op, hosting.KindDevice, hosting.DeviceIdentity(to), &hosting.Request{Op: hosting.OpProcessed, Peer: &sender, ID: id[:]}, nil)
+				if err != nil {
+					return err
 				}
-			case contains(in, k):
-				op.State = "pending"
-			case contains(out, k):
-				op.State = "sent-only"
-			default:
-				op.State = "absent"
-			}
-			h.recordFinal(op, err)
+				processed = ""
+				if rep.Found && len(rep.Messages) == 1 {
+					switch persistence.Finalization(rep.Messages[0].Status) {
+					case persistence.FinalizationCommitted:
+						processed = "committed"
+					case persistence.FinalizationDiscarded:
+						processed = "discarded"
+					default:
+						processed = fmt.Sprintf("finalization %d", rep.Messages[0].Status)
+					}
+				}
+				return nil
+			})
 		}
+		switch {
+		case err != nil:
+		case processed != "":
+			op.State = processed
+			if contains(in, k) {
+				op.Dups = 1 // finalized and pending at once
+			}
+		case contains(in, k):
+			op.State = "pending"
+		case contains(out, k):
+			op.State = "sent-only"
+		default:
+			op.State = "absent"
+		}
+		h.recordFinal(op, err)
 	}
 }
 
