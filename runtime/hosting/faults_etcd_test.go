@@ -165,7 +165,7 @@ func (fc *faultCluster) stop(hc *historyClient) []histcheck.Op {
 	if _, err := io.WriteString(hc.n.c.stdin, "stop\n"); err != nil {
 		t.Fatal(err)
 	}
-	hc.n.c.wait(t, "report", 5*time.Minute)
+	hc.n.c.wait(t, "report", 15*time.Minute)
 	ops, err := histcheck.ReadFile(hc.out)
 	if err != nil {
 		t.Fatal(err)

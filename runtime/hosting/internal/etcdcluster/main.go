@@ -94,7 +94,7 @@ func main() {
 	flag.StringVar(&o.src, "src", "", "loopback address every member-to-member dial leaves from")
 	flag.IntVar(&o.replicas, "replicas", replicasFromEnv(), "replication factor of the units (SYNCMESH_REPLICAS; 0 or 1: one copy, today's hosting)")
 	flag.IntVar(&o.client, "client", 0, "history: this client's number")
-	flag.DurationVar(&o.finalTimeout, "final-timeout", 2*time.Minute, "history: how long the final reads may take")
+	flag.DurationVar(&o.finalTimeout, "final-timeout", 10*time.Minute, "history: how long the final reads may take")
 	flag.Parse()
 	o.etcd = strings.Split(etcd, ",")
 	var err error
