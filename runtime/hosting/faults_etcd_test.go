@@ -1,7 +1,9 @@
 package hosting_test
 
 import (
+	"bytes"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -135,7 +137,9 @@ func (fc *faultCluster) startMember(n *faultNode) {
 type historyClient struct {
 	n     *faultNode
 	out   string
-	where map[string]string // unit → member address at the start
+	where map[string]string          // unit → member address at the start
+	off   int64                      // serving: how far the history was read
+	last  map[string]histcheck.Reply // serving: each unit's latest reply
 }
 
 // startClient starts a history client (a router-only member) with the
@@ -174,24 +178,41 @@ func (fc *faultCluster) stop(hc *historyClient) []histcheck.Op {
 }
 
 // serving returns, from the history so far, the units each member
-// answered for last (within the last window).
-func serving(t *testing.T, path string, window time.Duration) map[string][]string {
+// answered for last (within the last window). It reads only what was
+// appended since its last call (a soak's history grows to 100 MB).
+func (hc *historyClient) serving(t *testing.T, window time.Duration) map[string][]string {
 	t.Helper()
-	ops, err := histcheck.ReadFile(path)
+	f, err := os.Open(hc.out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := map[string]histcheck.Reply{}
-	for _, op := range ops {
+	defer f.Close()
+	if _, err := f.Seek(hc.off, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := bytes.LastIndexByte(b, '\n') + 1 // complete lines only
+	hc.off += int64(end)
+	if hc.last == nil {
+		hc.last = map[string]histcheck.Reply{}
+	}
+	for _, line := range bytes.Split(b[:end], []byte("\n")) {
+		var op histcheck.Op
+		if len(line) == 0 || json.Unmarshal(line, &op) != nil {
+			continue
+		}
 		for _, r := range op.Replies {
-			if r.Served > last[r.Target].Served {
-				last[r.Target] = r
+			if r.Served > hc.last[r.Target].Served {
+				hc.last[r.Target] = r
 			}
 		}
 	}
 	out := map[string][]string{}
 	since := time.Now().Add(-window).UnixNano()
-	for u, r := range last {
+	for u, r := range hc.last {
 		if r.Served >= since {
 			out[r.Member] = append(out[r.Member], u)
 		}
@@ -219,7 +240,7 @@ func (fc *faultCluster) busiestOf(hc *historyClient, avoid []*faultNode) (*fault
 		if try > 0 {
 			time.Sleep(500 * time.Millisecond)
 		}
-		for m, us := range serving(fc.t, hc.out, 5*time.Second) {
+		for m, us := range hc.serving(fc.t, 5*time.Second) {
 			n := fc.byAddr[m]
 			if n == nil || slices.Contains(avoid, n) {
 				continue
