@@ -158,8 +158,8 @@ func (fc *faultCluster) startClient(tag string, groups, devices int, env ...stri
 	args := append(fc.args(n, "history"), "-tag", tag, "-client", strconv.Itoa(i), "-out", out,
 		"-members", strconv.Itoa(len(fc.members)), "-routers", "1", "-groups", strconv.Itoa(groups), "-devices", strconv.Itoa(devices))
 	n.c = startChildEnv(t, fc.exe, n.name, env, args...)
-	ready := n.c.wait(t, "ready", 120*time.Second)
-	return &historyClient{n: n, out: out, where: ready.Where}
+	n.c.wait(t, "ready", 120*time.Second)
+	return &historyClient{n: n, out: out}
 }
 
 // stop ends the client's load, waits for its final reads and returns
