@@ -234,10 +234,14 @@ func checkLinearizable(ops []Op, timeout time.Duration, res *Result) {
 func explain(m porcupine.Model, hist []porcupine.Operation, timeout time.Duration) string {
 	ops := slices.Clone(hist)
 	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	// Bounded: proving a prefix illegal can take long on a big history;
+	// past the budget the prefix found so far is reported.
+	step := min(timeout, 10*time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	lo, hi := 1, len(ops) // ops[:hi] is not linearizable
-	for lo < hi {
+	for lo < hi && time.Now().Before(deadline) {
 		mid := (lo + hi) / 2
-		if porcupine.CheckOperationsTimeout(m, ops[:mid], timeout) == porcupine.Illegal {
+		if porcupine.CheckOperationsTimeout(m, ops[:mid], step) == porcupine.Illegal {
 			hi = mid
 		} else {
 			lo = mid + 1
