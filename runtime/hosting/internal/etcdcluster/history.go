@@ -269,13 +269,18 @@ func (h *historyClient) applyLoop(ctx context.Context, client int, g string) {
 	}
 }
 
+// eventsPage is the page size of the history client's event reads.
+const eventsPage = 2000
+
 // readEvents reads the group's retained events: the numbers of this
 // client's events and how many were listed twice.
 func (h *historyClient) readEvents(ctx context.Context, op *histcheck.Op, g string) (ids []int, dups int, err error) {
 	seen := map[int]bool{}
 	var seq uint64
 	for {
-		rep, err := h.do(ctx, op, hosting.KindGroup, g, &hosting.Request{Op: hosting.OpEvents, Seq: seq}, nil)
+		// Pages of eventsPage ids: a full page of hosting.MaxEventIDs
+		// does not decode (the codec's array bound is lower).
+		rep, err := h.do(ctx, op, hosting.KindGroup, g, &hosting.Request{Op: hosting.OpEvents, Seq: seq, Limit: eventsPage}, nil)
 		if err != nil {
 			return nil, 0, err
 		}
