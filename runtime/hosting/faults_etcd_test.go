@@ -135,11 +135,10 @@ func (fc *faultCluster) startMember(n *faultNode) {
 
 // historyClient is one recording client process.
 type historyClient struct {
-	n     *faultNode
-	out   string
-	where map[string]string          // unit → member address at the start
-	off   int64                      // serving: how far the history was read
-	last  map[string]histcheck.Reply // serving: each unit's latest reply
+	n    *faultNode
+	out  string
+	off  int64                      // serving: how far the history was read
+	last map[string]histcheck.Reply // serving: each unit's latest reply
 }
 
 // startClient starts a history client (a router-only member) with the
