@@ -124,6 +124,8 @@ type Result struct {
 	// Partitions is the number of unit histories checked; Unknown those
 	// whose check timed out (neither passed nor failed).
 	Partitions, Unknown int
+	// UnknownUnits names the unit histories whose check timed out.
+	UnknownUnits []string
 	// Violations names each unit history that is not linearizable.
 	Violations []string
 	// Explained describes each violation: the operations around the
@@ -221,6 +223,7 @@ func checkLinearizable(ops []Op, timeout time.Duration, res *Result) {
 				res.Explained = append(res.Explained, u+": "+explain(m, hist[u], timeout))
 			case porcupine.Unknown:
 				res.Unknown++
+				res.UnknownUnits = append(res.UnknownUnits, u)
 			}
 		}
 	}
