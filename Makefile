@@ -74,10 +74,11 @@ lint:
 ## soak: long randomized runs: the property tests with many more cases
 ## (SOAK_CHECKS, default 20000), the 5-node mesh simulation over many
 ## seeds (SIM_SEEDS, default 300; reproduce one with SIM_SEED=<seed>),
-## anything behind the soak build tag, the examples/mesh -join 20000
-## soak (JOIN_RUNS runs, default 20), and the multi-process soaks of
-## examples/soak: the hostile run (HOSTILE_SOAK per run, control and
-## attack) and the load-and-faults run (FAULTS_SOAK, 5-minute windows).
+## anything behind the soak build tag (the hosting fault harness, 12
+## rounds of faults, with its take-over percentiles), the examples/mesh
+## -join 20000 soak (JOIN_RUNS runs, default 20), and the multi-process
+## soaks of examples/soak: the hostile run (HOSTILE_SOAK per run, control
+## and attack) and the load-and-faults run (FAULTS_SOAK, 5-minute windows).
 SOAK_CHECKS ?= 20000
 SIM_SEEDS ?= 300
 JOIN_RUNS ?= 20
@@ -87,6 +88,7 @@ soak:
 	$(GO) test -count=1 -timeout 90m -tags soak -run 'Property|Convergence|Canonical|Match' \
 		./actors/materialize ./runtime ./messages ./persistence/bolt -rapid.checks=$(SOAK_CHECKS)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 90m -run 'TestSimulatedMeshConverges' ./runtime
+	$(GO) test -count=1 -timeout 60m -tags soak -run 'TestClusterFaults' -v ./runtime/hosting
 	GO=$(GO) bash .ci/mesh-join-soak.sh $(JOIN_RUNS) 20000
 	$(GO) run ./examples/soak -scenario hostile -duration $(HOSTILE_SOAK) -phase 30s
 	$(GO) run ./examples/soak -scenario faults -duration $(FAULTS_SOAK) -window 5m

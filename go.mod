@@ -4,10 +4,12 @@ go 1.26.0
 
 require (
 	filippo.io/edwards25519 v1.2.0
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	github.com/fxamacker/cbor/v2 v2.10.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/veraison/go-cose v1.3.0
+	github.com/x448/float16 v0.8.4
 	github.com/zeebo/blake3 v0.2.4
 	go.etcd.io/bbolt v1.5.0
 	go.etcd.io/etcd/api/v3 v3.5.10
@@ -42,7 +44,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/twmb/murmur3 v1.1.8 // indirect
-	github.com/x448/float16 v0.8.4 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.5.10 // indirect
 	go.opentelemetry.io/otel v1.21.0 // indirect
 	go.opentelemetry.io/otel/exporters/prometheus v0.44.0 // indirect

@@ -68,8 +68,17 @@ type child struct {
 
 func startChild(t *testing.T, exe, name string, args ...string) *child {
 	t.Helper()
+	return startChildEnv(t, exe, name, nil, args...)
+}
+
+// startChildEnv is startChild with env added to the child's environment.
+func startChildEnv(t *testing.T, exe, name string, env []string, args ...string) *child {
+	t.Helper()
 	c := &child{name: name, events: make(chan childEvent, 64), exited: make(chan struct{})}
 	c.cmd = exec.Command(exe, args...)
+	if env != nil {
+		c.cmd.Env = append(os.Environ(), env...)
+	}
 	c.errw = &syncWriter{w: &c.stderr}
 	c.cmd.Stderr = c.errw
 	out, err := c.cmd.StdoutPipe()

@@ -13,6 +13,14 @@
 //	  on "stop" (stdin) it ends the load, checks that every acknowledged
 //	  event and every committed message is still there, and prints
 //	  {"ev":"report",...}.
+//	-mode history: the fault harness's client (TestClusterFaultsEtcd), a
+//	  router-only member: group applies, event and row reads, sends,
+//	  commits, discards and pending reads between devices, each recorded
+//	  as a histcheck.Op line in -out; on "stop" the final reads. Failpoints
+//	  planted for the checker to catch: SYNCMESH_FAILPOINT (history.go).
+//	  Members of the harness listen on -port, advertise the proxy's
+//	  -advertise and dial from -src; -replicas (SYNCMESH_REPLICAS) sets the
+//	  units' replication factor where hosting has one (faults.go).
 //
 // It is a separate program, built without -race, because several
 // protoactor remotes in one process trip -race inside protoactor's remote
@@ -54,6 +62,14 @@ type opts struct {
 	groups, devices      int
 	quota                int
 	verbose              bool
+	// The fault harness (TestClusterFaultsEtcd): a fixed remote port, the
+	// proxy address advertised instead of it, the loopback address every
+	// dial leaves from (so the proxy knows who dials), the replication
+	// factor, the client's number and the length of its run.
+	port             int
+	advertise, src   string
+	replicas, client int
+	finalTimeout     time.Duration
 }
 
 func main() {
@@ -73,6 +89,12 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "debug logs on stderr")
 	flag.StringVar(&o.certs, "certs", "", "directory of the member certificates (sspctl tls layout); empty: plaintext")
 	flag.StringVar(&o.name, "name", "", "this member's certificate name")
+	flag.IntVar(&o.port, "port", 0, "remote port (0: any free port)")
+	flag.StringVar(&o.advertise, "advertise", "", "host:port other members dial (the fault proxy's route to this process)")
+	flag.StringVar(&o.src, "src", "", "loopback address every member-to-member dial leaves from")
+	flag.IntVar(&o.replicas, "replicas", replicasFromEnv(), "replication factor of the units (SYNCMESH_REPLICAS; 0 or 1: one copy, today's hosting)")
+	flag.IntVar(&o.client, "client", 0, "history: this client's number")
+	flag.DurationVar(&o.finalTimeout, "final-timeout", 10*time.Minute, "history: how long the final reads may take")
 	flag.Parse()
 	o.etcd = strings.Split(etcd, ",")
 	var err error
@@ -83,6 +105,8 @@ func main() {
 		err = driver(o)
 	case "tenants":
 		err = tenants(o)
+	case "history":
+		err = history(o)
 	default:
 		err = fmt.Errorf("unknown mode %q", o.mode)
 	}
@@ -145,6 +169,17 @@ func open(o opts, noUnits bool) (*hosting.Cluster, *etcdmember.Provider, error) 
 	cc.Provider = prov
 	cc.NoUnits = noUnits
 	cc.RequestTimeout = 5 * time.Second
+	if o.port != 0 {
+		cc.Port = o.port
+	}
+	cc.AdvertisedHost = o.advertise
+	if o.src != "" {
+		cc.RemoteOptions = append(cc.RemoteOptions, dialFrom(o.src, cc.ClientTLS))
+	}
+	if err := setReplicas(&cc, o.replicas); err != nil {
+		_ = prov.Close()
+		return nil, nil, err
+	}
 	cc.OnMembership = func(m hosting.MembershipChange) {
 		ev := Event{Ev: "joined", Member: m.Member, ID: m.ID, At: time.Now().UnixNano()}
 		switch {
