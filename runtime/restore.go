@@ -73,6 +73,17 @@ type RestoreStatus struct {
 	// Config.Restored), so peers take this node's log as new and its
 	// cursors toward them start at genesis.
 	LogRotated bool
+	// DeliverySuspected: the delivery plane's mark (delivery.mark beside
+	// node.db, deliverymark.go) says the store's sessions are older than
+	// sessions this device already used (a restore of node.db), or the
+	// file was missing beside a store that wrote sessions, or damaged.
+	// The device then re-initiated each session before its first send.
+	// DeliveryReason says why; DeliveryStoreMark and DeliveryFileMark are
+	// the store's session write count and the file's, read at Open.
+	DeliverySuspected bool
+	DeliveryReason    string
+	DeliveryStoreMark uint64
+	DeliveryFileMark  uint64
 }
 
 // restoreState is the node's restore bookkeeping.

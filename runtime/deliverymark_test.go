@@ -1,0 +1,265 @@
+package runtime
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncmesh/syncmesh/messages"
+)
+
+// noticeLog collects a node's notices of the kinds a restore test checks.
+type noticeLog struct {
+	mu             sync.Mutex
+	undecryptable  []messages.UndecryptableEnvelope
+	repairs        []messages.SessionRepaired
+	restoreNotices []messages.RestoreDetected
+}
+
+func (l *noticeLog) watch(n *Node) func() {
+	return n.Subscribe(func(x messages.Notice) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch v := x.(type) {
+		case messages.UndecryptableEnvelope:
+			l.undecryptable = append(l.undecryptable, v)
+		case messages.SessionRepaired:
+			l.repairs = append(l.repairs, v)
+		case messages.RestoreDetected:
+			l.restoreNotices = append(l.restoreNotices, v)
+		}
+	})
+}
+
+func (l *noticeLog) counts() (undecryptable int, repairs []messages.SessionRepaired) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.undecryptable), append([]messages.SessionRepaired(nil), l.repairs...)
+}
+
+// receiveCommit waits for one message at n and commits it.
+func receiveCommit(t *testing.T, n *testNode, want string) ReceivedMessage {
+	t.Helper()
+	select {
+	case m := <-n.Messages():
+		if string(m.Plaintext) != want {
+			t.Fatalf("delivered %q, want %q", m.Plaintext, want)
+		}
+		if res, err := n.CommitMessage(context.Background(), m); err != nil || res.Status != Committed {
+			t.Fatalf("commit %q: %+v %v", want, res, err)
+		}
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%q never delivered", want)
+	}
+	return ReceivedMessage{}
+}
+
+// TestDeliveryOnlyRestoreIsDetectedAndReinitiatesBeforeSending: alice's
+// node.db is restored from a copy taken before she exchanged two more
+// messages with bob; no sync-plane write happened in between, so the
+// clock mark did not move and says nothing. The delivery mark does:
+// alice's Open reports the restore (RestoreStatus.DeliverySuspected,
+// syncmesh_restore_detected_total{plane="delivery",evidence="mark"}),
+// and her next message goes out on a fresh session, so bob never sees an
+// envelope he cannot decrypt and never has to repair. Without the mark
+// her stale session reused chain positions bob had consumed: bob refused
+// them as replays until his repair.
+func TestDeliveryOnlyRestoreIsDetectedAndReinitiatesBeforeSending(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	dir := t.TempDir()
+	aAddr, bAddr := DeviceAddress{User: "alice", Device: 1}, DeviceAddress{User: "bob", Device: 1}
+	openAlice := func() *testNode {
+		a := openTestNode(t, Config{Name: "alice", Dir: dir, NoSync: true, SyncInterval: -1,
+			Device: &DeviceConfig{Address: aAddr, Transport: net.DeviceTransport("alice", aAddr)}})
+		net.Register(a.Name(), a.Node)
+		net.RegisterDevice(a.Name(), a.Node)
+		return a
+	}
+	bob := openTestNode(t, Config{Name: "bob", SyncInterval: -1, Device: &DeviceConfig{Address: bAddr,
+		Transport: net.DeviceTransport("bob", bAddr), Buffer: 16}})
+	net.Register(bob.Name(), bob.Node)
+	net.RegisterDevice(bob.Name(), bob.Node)
+	var bobLog noticeLog
+	defer bobLog.watch(bob.Node)()
+
+	alice := openAlice()
+	send := func(body string) {
+		t.Helper()
+		if _, err := alice.Send(ctx, bAddr, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		receiveCommit(t, bob, body)
+		if err := net.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("before the copy")
+	if err := alice.Close(); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(t.TempDir(), "node.db")
+	copyFile(t, filepath.Join(dir, "node.db"), backup)
+
+	alice = openAlice()
+	if st := alice.RestoreStatus(); st.DeliverySuspected || st.Suspected {
+		t.Fatalf("a plain restart looks restored: %+v", st)
+	}
+	send("after the copy 1")
+	send("after the copy 2")
+	if err := alice.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, backup, filepath.Join(dir, "node.db"))
+	if _, err := os.Stat(filepath.Join(dir, clockMarkName)); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+
+	alice = openAlice()
+	st := alice.RestoreStatus()
+	if !st.DeliverySuspected || st.DeliveryFileMark <= st.DeliveryStoreMark {
+		t.Fatalf("the restored node.db is not detected on the delivery plane: %+v", st)
+	}
+	if st.Suspected {
+		t.Fatalf("setup: the clock mark saw the restore (the test is about the delivery mark alone): %+v", st)
+	}
+	if got := labeledCounter(t, alice, "syncmesh_restore_detected_total", map[string]string{"plane": "delivery", "evidence": "mark"}); got != 1 {
+		t.Fatalf("syncmesh_restore_detected_total{delivery,mark} = %v, want 1", got)
+	}
+	before, _ := bobLog.counts()
+	send("after the restore")
+	undecryptable, repairs := bobLog.counts()
+	if undecryptable != before {
+		t.Fatalf("bob could not decrypt %d envelopes of the restored alice (repairs at bob: %+v)", undecryptable-before, repairs)
+	}
+	for _, r := range repairs {
+		if r.Step == "started" {
+			t.Fatalf("bob had to repair the session: %+v", repairs)
+		}
+	}
+	if p, _ := alice.PendingSentMessages(ctx, 0, 10, nil); len(p.Messages) != 0 {
+		t.Fatalf("alice still has %d pending sent", len(p.Messages))
+	}
+	// The store was brought up to the mark: the next Open is a plain one.
+	if err := alice.Close(); err != nil {
+		t.Fatal(err)
+	}
+	alice = openAlice()
+	if st := alice.RestoreStatus(); st.DeliverySuspected {
+		t.Fatalf("the restore is reported again on the next Open: %+v", st)
+	}
+}
+
+// TestDeliveryMarkMissingOrDamagedCountsAsRestore: a store that wrote
+// sessions opened without its delivery mark (a copy opened as a new
+// directory) or with a damaged one is treated as restored; a fresh
+// directory is not.
+func TestDeliveryMarkMissingOrDamagedCountsAsRestore(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		damage func(path string)
+		reason string
+	}{
+		{"missing", func(p string) { _ = os.Remove(p) }, "delivery mark file missing beside a store with sessions"},
+		{"damaged", func(p string) { _ = os.WriteFile(p, []byte("smdeliv1 not a mark"), 0o600) }, "delivery mark file damaged"},
+		{"other magic", func(p string) { b := encodeDeliveryMark(5); b[0] ^= 1; _ = os.WriteFile(p, b, 0o600) }, "delivery mark file damaged"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			net := NewNetwork(1)
+			dir := t.TempDir()
+			aAddr, bAddr := DeviceAddress{User: "alice", Device: 1}, DeviceAddress{User: "bob", Device: 1}
+			open := func() *testNode {
+				a := openTestNode(t, Config{Name: "alice", Dir: dir, NoSync: true, SyncInterval: -1,
+					Device: &DeviceConfig{Address: aAddr, Transport: net.DeviceTransport("alice", aAddr)}})
+				net.Register(a.Name(), a.Node)
+				net.RegisterDevice(a.Name(), a.Node)
+				return a
+			}
+			bob := openTestNode(t, Config{Name: "bob", SyncInterval: -1, Device: &DeviceConfig{Address: bAddr,
+				Transport: net.DeviceTransport("bob", bAddr), Buffer: 16}})
+			net.Register(bob.Name(), bob.Node)
+			net.RegisterDevice(bob.Name(), bob.Node)
+			alice := open()
+			if st := alice.RestoreStatus(); st.DeliverySuspected {
+				t.Fatalf("a fresh directory looks restored: %+v", st)
+			}
+			if _, err := alice.Send(ctx, bAddr, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			receiveCommit(t, bob, "x")
+			if err := alice.Close(); err != nil {
+				t.Fatal(err)
+			}
+			tc.damage(filepath.Join(dir, deliveryMarkName))
+			alice = open()
+			if st := alice.RestoreStatus(); !st.DeliverySuspected || st.DeliveryReason != tc.reason {
+				t.Fatalf("status %+v, want suspected with reason %q", st, tc.reason)
+			}
+		})
+	}
+}
+
+func TestDeliveryMarkEncoding(t *testing.T) {
+	for _, v := range []uint64{0, 1, 1 << 40, ^uint64(0)} {
+		got, err := decodeDeliveryMark(encodeDeliveryMark(v))
+		if err != nil || got != v {
+			t.Fatalf("round trip %d: %d %v", v, got, err)
+		}
+	}
+	b := encodeDeliveryMark(7)
+	for i := range b {
+		c := append([]byte(nil), b...)
+		c[i] ^= 0x40
+		if _, err := decodeDeliveryMark(c); err == nil {
+			t.Fatalf("a flipped byte %d decodes", i)
+		}
+	}
+	if _, err := decodeDeliveryMark(b[:len(b)-1]); err == nil {
+		t.Fatal("a short mark decodes")
+	}
+}
+
+func FuzzDecodeDeliveryMark(f *testing.F) {
+	f.Add(encodeDeliveryMark(3))
+	f.Add([]byte("smdeliv1"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := decodeDeliveryMark(b)
+		if err == nil && string(encodeDeliveryMark(v)) != string(b) {
+			t.Fatalf("%x decodes to %d, which encodes otherwise", b, v)
+		}
+	})
+}
+
+// labeledCounter sums the counters called name whose labels include want.
+func labeledCounter(t *testing.T, n *testNode, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := n.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if got[k] != v {
+					continue metrics
+				}
+			}
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
