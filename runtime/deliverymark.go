@@ -142,10 +142,6 @@ func (n *Node) restoreDetectedCounter() (*prometheus.CounterVec, error) {
 // file when the file is ahead, and returns the store wrapped so that
 // every commit moves the file. restored reports the verdict.
 func (n *Node) openDeliveryMark(ctx context.Context, store persistence.DeliveryStore) (persistence.DeliveryStore, bool, error) {
-	detected, err := n.restoreDetectedCounter()
-	if err != nil {
-		return nil, false, fmt.Errorf("runtime: metrics: %w", err)
-	}
 	if n.cfg.InMemory {
 		return store, false, nil
 	}
@@ -203,7 +199,7 @@ func (n *Node) openDeliveryMark(ctx context.Context, store persistence.DeliveryS
 	n.restore.status.DeliveryStoreMark, n.restore.status.DeliveryFileMark = storeMark, fileMark
 	n.restore.mu.Unlock()
 	if restored {
-		detected.WithLabelValues("delivery", "mark").Inc()
+		n.restore.detected.WithLabelValues("delivery", "mark").Inc()
 		n.log.Warn("store looks restored on the delivery plane: every session is re-initiated before its next send and pending messages are sent again",
 			"reason", reason, "store_mark", storeMark, "file_mark", fileMark)
 		n.publish(messages.RestoreDetected{Plane: "delivery", Evidence: "mark",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -262,4 +263,164 @@ func labeledCounter(t *testing.T, n *testNode, name string, want map[string]stri
 		}
 	}
 	return total
+}
+
+// copyDir copies every regular file of src into dst (a whole node
+// directory, marks included: a backup).
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			copyFile(t, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()))
+		}
+	}
+}
+
+// TestWholeDirectoryRestoreFoundByPeerEvidence: a's whole directory —
+// node.db, clock.mark, changes.mark and delivery.mark together — is
+// restored from a backup taken before it wrote rows 10–14 (synced to b)
+// and exchanged messages with b, and it is opened without
+// Config.Restored: no mark can tell. Its first reconciliation with b
+// returns its own events that the copy lacks, which is the evidence:
+// RestoreStatus.Suspected with the peer reason, a RestoreDetected notice,
+// syncmesh_restore_detected_total{plane="sync",evidence="peer"}; its
+// next message to b goes out on a fresh session (b never sees an
+// envelope it cannot decrypt); its writes are above every HLC it had
+// released; and the next Open gives its log a new id (and only that one).
+func TestWholeDirectoryRestoreFoundByPeerEvidence(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	dir := t.TempDir()
+	aAddr, bAddr := DeviceAddress{User: "a", Device: 1}, DeviceAddress{User: "b", Device: 1}
+	var a *testNode
+	var aLog *noticeLog
+	open := func(w *wall) {
+		t.Helper()
+		n, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Name: "a", Wall: w.Now, NoSync: true, SyncInterval: -1, ReconcileInterval: -1,
+			Device: &DeviceConfig{Address: aAddr, Transport: net.DeviceTransport("a", aAddr)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Close() })
+		a = &testNode{Node: n, t: t, wall: w, ctx: ctx}
+		aLog = &noticeLog{}
+		t.Cleanup(aLog.watch(n))
+		net.Register("a", n)
+		net.RegisterDevice("a", n)
+	}
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1, ReconcileInterval: -1,
+		Device: &DeviceConfig{Address: bAddr, Transport: net.DeviceTransport("b", bAddr), Buffer: 16}})
+	b.define(defT)
+	net.Register("b", b.Node)
+	net.RegisterDevice("b", b.Node)
+	var bLog noticeLog
+	defer bLog.watch(b.Node)()
+	w := newWall()
+	open(w)
+	a.define(defT)
+	trustNode(t, a.Node, b.Node)
+	trustNode(t, b.Node, a.Node)
+	site := a.Identity().Site
+	if err := b.AddPeer("a", net.Transport("b"), "", PeerSite(site)); err != nil {
+		t.Fatal(err)
+	}
+	link := func() {
+		t.Helper()
+		if err := a.AddPeer("b", net.Transport("a"), "", PeerSite(b.Identity().Site)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(body string) {
+		t.Helper()
+		if _, err := a.Send(ctx, bAddr, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		receiveCommit(t, b, body)
+		if err := net.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link()
+	a.write(1)
+	send("before the copy")
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	backup := t.TempDir()
+	copyDir(t, dir, backup)
+	open(w)
+	link()
+	for i := 10; i < 15; i++ {
+		a.write(i)
+	}
+	send("after the copy 1")
+	send("after the copy 2")
+	a.syncNow("b")
+	var highest messages.HLC
+	for h := range ownHLCs(t, b.Node, site) {
+		highest = max(highest, h)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, backup, dir)
+
+	open(newWall()) // the wall clock set back to the backup's time
+	if st := a.RestoreStatus(); st.Suspected || st.DeliverySuspected {
+		t.Fatalf("setup: the whole-directory copy was told at Open: %+v", st)
+	}
+	link()
+	a.reconcile("b")
+	st := a.RestoreStatus()
+	if !st.Suspected || !strings.Contains(st.Reason, "peer holds events of this node") {
+		t.Fatalf("a reconciliation returned a's own lost events and the restore is not reported: %+v", st)
+	}
+	if got := labeledCounter(t, a, "syncmesh_restore_detected_total", map[string]string{"plane": "sync", "evidence": "peer"}); got != 1 {
+		t.Fatalf("syncmesh_restore_detected_total{sync,peer} = %v, want 1", got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		aLog.mu.Lock()
+		n := len(aLog.restoreNotices)
+		aLog.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d RestoreDetected notices, want 1", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := 20; i < 23; i++ {
+		out, err := a.Upsert(ctx, "app", "t", map[string]any{"id": i}, map[string]any{"a": i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.HLC <= highest {
+			t.Fatalf("write %d issued HLC %v, not above the released %v", i, out.HLC, highest)
+		}
+	}
+	before, _ := bLog.counts()
+	send("after the restore")
+	if undecryptable, repairs := bLog.counts(); undecryptable != before {
+		t.Fatalf("b could not decrypt %d envelopes of the restored a (repairs at b: %+v)", undecryptable-before, repairs)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	open(newWall())
+	if st := a.RestoreStatus(); !st.Suspected || !st.LogRotated {
+		t.Fatalf("the Open after the evidence did not rotate the log: %+v", st)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	open(newWall())
+	if st := a.RestoreStatus(); st.Suspected || st.LogRotated {
+		t.Fatalf("the evidence is acted on again at a later Open: %+v", st)
+	}
 }

@@ -228,6 +228,13 @@ func (n *Node) openDevice(ctx context.Context) error {
 	if err != nil {
 		return err // the store closes with the node's storage (closeStore)
 	}
+	n.restore.mu.Lock()
+	n.restore.device = n.device
+	evidentSince := n.restore.evident && !restored
+	n.restore.mu.Unlock()
+	if evidentSince {
+		n.device.MarkRestored() // restore.go noteOwnEvents: evidence found while the device opened
+	}
 	close(n.deliveries.ready)
 	return nil
 }
