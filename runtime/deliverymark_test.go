@@ -276,6 +276,9 @@ func copyDir(t *testing.T, src, dst string) {
 	for _, e := range ents {
 		if e.Type().IsRegular() {
 			copyFile(t, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()))
+			if err := os.Chmod(filepath.Join(dst, e.Name()), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
