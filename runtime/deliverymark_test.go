@@ -427,3 +427,72 @@ func TestWholeDirectoryRestoreFoundByPeerEvidence(t *testing.T) {
 		t.Fatalf("the evidence is acted on again at a later Open: %+v", st)
 	}
 }
+
+// TestOwnEventsBackFromAPeerAreNoEvidenceWhenHeld: a node that gets its
+// own events back from a peer while its store holds them (duplicates)
+// sees no restore, across a restart too.
+func TestOwnEventsBackFromAPeerAreNoEvidenceWhenHeld(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	dir := t.TempDir()
+	open := func() *testNode {
+		a := openTestNode(t, Config{Name: "a", Dir: dir, NoSync: true, SyncInterval: -1, ReconcileInterval: -1})
+		net.Register("a", a.Node)
+		return a
+	}
+	a := open()
+	a.define(defT)
+	b := openTestNode(t, Config{Name: "b", SyncInterval: -1, ReconcileInterval: -1})
+	b.define(defT)
+	net.Register("b", b.Node)
+	trustNode(t, a.Node, b.Node)
+	trustNode(t, b.Node, a.Node)
+	link := func() {
+		if err := a.AddPeer("b", net.Transport("a"), "", PeerSite(b.Identity().Site)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.AddPeer("a", net.Transport("b"), "", PeerSite(a.Identity().Site)); err != nil {
+		t.Fatal(err)
+	}
+	link()
+	for i := 0; i < 5; i++ {
+		a.write(i)
+	}
+	a.syncNow("b")
+	a.reconcile("b")
+	if _, err := b.SyncNow(ctx, "a", ""); err != nil {
+		t.Fatal(err)
+	}
+	// Its own events handed back as received (what a relay does): all
+	// duplicates.
+	log, err := a.Log(ctx, 0, 100)
+	if err != nil || len(log) != 5 {
+		t.Fatalf("a's log: %d events, %v", len(log), err)
+	}
+	var raws [][]byte
+	for _, e := range log {
+		raws = append(raws, e.Raw)
+	}
+	outs, err := a.ApplySignedBatch(ctx, raws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range outs {
+		if o.Kind != messages.Duplicate {
+			t.Fatalf("setup: own event back: %+v", o)
+		}
+	}
+	if st := a.RestoreStatus(); st.Suspected {
+		t.Fatalf("own events back from a peer, all held: %+v", st)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a = open()
+	link()
+	a.reconcile("b")
+	if st := a.RestoreStatus(); st.Suspected || st.LogRotated {
+		t.Fatalf("after a restart: %+v", st)
+	}
+}
