@@ -13,7 +13,9 @@ run:
 ## test: vet, then every test under the race detector (CI calls this),
 ## then the sync plane's packages again with the invariant checks compiled
 ## in (-tags invariants: actors/internal/invariants), and the runtime's
-## sync-plane tests (DDL, held groups, convergence, restarts) with them.
+## sync-plane tests (DDL, held groups, convergence, restarts) with them,
+## and the short node-level restore-and-clone soak (-tags syncmesh_aeadtrace:
+## every AES-GCM key and nonce the ratchet seals under is recorded).
 ## runtime/hosting's TestClusterCrashEtcd needs an etcd binary: see etcd.
 INVARIANT_PKGS ?= ./actors/clock ./actors/syncgroup ./actors/apply ./actors/replicate
 INVARIANT_RUNTIME ?= AddColumn|Convergence|Held|Define|Horizon|Trust|Rehydrate|Purge|Equivoc|Chokepoint|Restart
@@ -22,6 +24,7 @@ test: etcd
 	$(GO) test -race -count=1 -timeout 30m $(TESTFLAGS) ./...
 	$(GO) test -race -count=1 -timeout 10m -tags invariants $(TESTFLAGS) $(INVARIANT_PKGS)
 	$(GO) test -race -count=1 -timeout 10m -tags invariants -run '$(INVARIANT_RUNTIME)' $(TESTFLAGS) ./runtime
+	$(GO) test -race -count=1 -timeout 10m -tags syncmesh_aeadtrace -run 'TestNodeRestoreAndCloneSoak' $(TESTFLAGS) ./runtime
 
 ## conformance: the public test-vector sets (Wycheproof, C2SP CCTV,
 ## ed25519-speccheck, RFC 8032, BLAKE3, cose-wg, RFC 8949 Appendix A) stored
@@ -75,13 +78,16 @@ lint:
 ## (SOAK_CHECKS, default 20000), the 5-node mesh simulation over many
 ## seeds (SIM_SEEDS, default 300; reproduce one with SIM_SEED=<seed>),
 ## anything behind the soak build tag (the hosting fault harness, 12
-## rounds of faults, with its take-over percentiles), the examples/mesh
+## rounds of faults, with its take-over percentiles), the node-level
+## restore-and-clone soak (SOAK_RESTORE_ROUNDS rounds, default 400;
+## reproduce one with SOAK_RESTORE_SEED=<seed>), the examples/mesh
 ## -join 20000 soak (JOIN_RUNS runs, default 20), and the multi-process
 ## soaks of examples/soak: the hostile run (HOSTILE_SOAK per run, control
 ## and attack) and the load-and-faults run (FAULTS_SOAK, 5-minute windows).
 SOAK_CHECKS ?= 20000
 SIM_SEEDS ?= 300
 JOIN_RUNS ?= 20
+SOAK_RESTORE_ROUNDS ?= 400
 HOSTILE_SOAK ?= 4m
 FAULTS_SOAK ?= 32m
 soak:
@@ -89,6 +95,7 @@ soak:
 		./actors/materialize ./runtime ./messages ./persistence/bolt -rapid.checks=$(SOAK_CHECKS)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 90m -run 'TestSimulatedMeshConverges' ./runtime
 	$(GO) test -count=1 -timeout 60m -tags soak -run 'TestClusterFaults' -v ./runtime/hosting
+	SOAK_RESTORE_ROUNDS=$(SOAK_RESTORE_ROUNDS) $(GO) test -count=1 -timeout 90m -tags syncmesh_aeadtrace -run 'TestNodeRestoreAndCloneSoak' -v ./runtime
 	GO=$(GO) bash .ci/mesh-join-soak.sh $(JOIN_RUNS) 20000
 	$(GO) run ./examples/soak -scenario hostile -duration $(HOSTILE_SOAK) -phase 30s
 	$(GO) run ./examples/soak -scenario faults -duration $(FAULTS_SOAK) -window 5m

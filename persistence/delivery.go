@@ -58,6 +58,14 @@ type DeliveryReader interface {
 	// SkippedKeyCount returns the number of skipped keys stored for peer,
 	// or for every peer of the device together when peer is nil.
 	SkippedKeyCount(peer *messages.DeviceAddress) (int, error)
+	// SessionWrites returns the number of session record writes
+	// (PutSession, DeleteSession) ever committed to this store, or the
+	// floor RaiseSessionWrites set, whichever is higher: it only grows.
+	// A restore mark kept outside the store compares it with a copy of
+	// it: a store whose count is below the mark's is older than sessions
+	// this device already used (a restored copy). 0 for a store without
+	// any (also one written by a build that did not count).
+	SessionWrites() (uint64, error)
 	// InboundReader reads the commit-boundary records (inbound.go).
 	InboundReader
 }
@@ -91,6 +99,9 @@ type DeliveryTx interface {
 	EvictSkippedKeys(limit int) ([]SkippedEviction, error)
 	// PutPin pins (or re-pins) identity for peer.
 	PutPin(peer messages.DeviceAddress, identity messages.IdentityKey) error
+	// RaiseSessionWrites raises SessionWrites to floor when it is below
+	// (after a restore, so that the copy is not reported again).
+	RaiseSessionWrites(floor uint64) error
 	// InboundWriter writes the commit-boundary records (inbound.go).
 	InboundWriter
 }

@@ -100,8 +100,8 @@ func (n *Node) startDelivery(ctx context.Context, scope apply.Scope) error {
 	}
 	n.sync, err = replicate.NewService(n.system, replicate.Deps{
 		Store: n.store, Self: n.signer.Site(), Name: n.name, LogID: logID, CursorEpoch: epoch,
-		Apply:     n.apply.ApplyBatch,
-		ApplyWith: n.apply.ApplyWith,
+		Apply:     n.applyReceived,
+		ApplyWith: n.applyReceivedWith,
 		InScope:   scope.Contains,
 		Own:       n.own,
 		WallMS:    n.clock.WallMS,

@@ -168,6 +168,10 @@ func (n *Node) openDevice(ctx context.Context) error {
 		store = memory.NewDelivery()
 	}
 	n.dstore = store
+	store, deliveryRestored, err := n.openDeliveryMark(ctx, store) // deliverymark.go
+	if err != nil {
+		return err
+	}
 	timed := timedDelivery{DeliveryStore: store, update: n.txLatency.WithLabelValues("delivery", "update"), view: n.txLatency.WithLabelValues("delivery", "view")}
 	handler := dc.Handler
 	n.deliveries.opened, n.deliveries.ready = n.cfg.Wall(), make(chan struct{})
@@ -188,12 +192,12 @@ func (n *Node) openDevice(ctx context.Context) error {
 		retry = DefaultRetry
 	}
 	// A store the restore check suspects (clock mark file above node.db's,
-	// or missing) or the operator declared restored may hold sessions
-	// behind their peers': the device re-initiates before sending.
+	// or missing; the delivery mark above the store's session writes) or
+	// the operator declared restored may hold sessions behind their
+	// peers': the device re-initiates before sending.
 	n.restore.mu.Lock()
-	restored := n.restore.status.Suspected || n.cfg.Restored
+	restored := n.restore.status.Suspected || n.cfg.Restored || deliveryRestored
 	n.restore.mu.Unlock()
-	var err error
 	n.device, err = device.Open(ctx, n.system, device.Config{
 		Restored: restored,
 		Store:    timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
@@ -223,6 +227,13 @@ func (n *Node) openDevice(ctx context.Context) error {
 	})
 	if err != nil {
 		return err // the store closes with the node's storage (closeStore)
+	}
+	n.restore.mu.Lock()
+	n.restore.device = n.device
+	evidentSince := n.restore.evident && !restored
+	n.restore.mu.Unlock()
+	if evidentSince {
+		n.device.MarkRestored() // restore.go noteOwnEvents: evidence found while the device opened
 	}
 	close(n.deliveries.ready)
 	return nil

@@ -218,7 +218,7 @@ func (n *Node) loadClock(ctx context.Context) error {
 		return err
 	}
 	var err error
-	if n.clock, err = n.openClock(hw); err != nil {
+	if n.clock, err = n.openClock(ctx, hw); err != nil {
 		return err
 	}
 	if err := n.registerHeldMetric(); err != nil {

@@ -1035,7 +1035,7 @@ func (n *Node) fetchMissing(ctx context.Context, rt reconcileTransport, peer str
 	if len(evs.Events) == 0 {
 		return nil
 	}
-	outs, err := n.apply.ApplyBatch(ctx, evs.Events)
+	outs, err := n.applyReceived(ctx, evs.Events) // restore.go: own events the store lost are evidence of a restore
 	if err != nil {
 		return err
 	}

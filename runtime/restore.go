@@ -19,6 +19,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/clock"
+	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/actors/promreg"
 	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/messages"
@@ -73,6 +74,17 @@ type RestoreStatus struct {
 	// Config.Restored), so peers take this node's log as new and its
 	// cursors toward them start at genesis.
 	LogRotated bool
+	// DeliverySuspected: the delivery plane's mark (delivery.mark beside
+	// node.db, deliverymark.go) says the store's sessions are older than
+	// sessions this device already used (a restore of node.db), or the
+	// file was missing beside a store that wrote sessions, or damaged.
+	// The device then re-initiated each session before its first send.
+	// DeliveryReason says why; DeliveryStoreMark and DeliveryFileMark are
+	// the store's session write count and the file's, read at Open.
+	DeliverySuspected bool
+	DeliveryReason    string
+	DeliveryStoreMark uint64
+	DeliveryFileMark  uint64
 }
 
 // restoreState is the node's restore bookkeeping.
@@ -83,6 +95,16 @@ type restoreState struct {
 	// compared: synced tables a peer answered and held events in, since
 	// Open (restoreReconciled); bounded by the synced tables.
 	compared map[reconcile.Group]bool
+	// floor is the clock's floor at Open (the higher mark); evident is
+	// set once peers' events gave evidence of a restore (noteOwnEvents).
+	floor   messages.HLC
+	evident bool
+	// device is the node's device once it is open (nil before, and
+	// without one): noteOwnEvents tells it; openDevice tells it of
+	// evidence found before it opened.
+	device *device.Device
+	// detected counts restores found (syncmesh_restore_detected_total).
+	detected *prometheus.CounterVec
 }
 
 // RestoreStatus reports the restore check of the last Open.
@@ -104,7 +126,7 @@ func (n *Node) clockMarkPath() string { return filepath.Join(n.cfg.Dir, clockMar
 // openClock builds the node's clock above the higher of node.db's mark
 // (storeMark) and the clock mark file's, records whether the Open looks
 // like a restore, and holds the clock when Config.Restored says so.
-func (n *Node) openClock(storeMark messages.HLC) (*clock.Clock, error) {
+func (n *Node) openClock(ctx context.Context, storeMark messages.HLC) (*clock.Clock, error) {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "syncmesh_restore_writes_held_since_timestamp_seconds",
 		Help: "When local writes began to wait for the first reconciliation after an Open with Config.Restored (Unix seconds); 0 when they do not wait."})
 	g, err := promreg.Register(n.registerer, g)
@@ -112,6 +134,9 @@ func (n *Node) openClock(storeMark messages.HLC) (*clock.Clock, error) {
 		return nil, fmt.Errorf("runtime: metrics: %w", err)
 	}
 	n.restore.held = g
+	if n.restore.detected, err = n.restoreDetectedCounter(); err != nil { // deliverymark.go
+		return nil, fmt.Errorf("runtime: metrics: %w", err)
+	}
 	st := RestoreStatus{StoreMark: storeMark}
 	floor := storeMark
 	if !n.cfg.InMemory {
@@ -143,8 +168,20 @@ func (n *Node) openClock(storeMark messages.HLC) (*clock.Clock, error) {
 		n.log.Warn("store looks restored: the clock resumes above the clock mark file; reconcile with peers to take back this node's events",
 			"reason", st.Reason, "store_mark", storeMark, "file_mark", st.FileMark)
 	}
+	evident, err := n.restoreEvidentMark(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if evident && !st.Suspected {
+		// The last run found a peer holding this node's events that its
+		// store lacked (noteOwnEvents): this Open completes the recovery
+		// a running node cannot do, a new log id (rotateLogAfterRestore).
+		st.Suspected, st.Reason = true, "a peer held events of this node that its store lacked (found in the last run)"
+		n.log.Warn("store was found restored in the last run: the log gets a new id", "reason", st.Reason)
+	}
 	n.restore.mu.Lock()
 	n.restore.status = st
+	n.restore.floor = floor
 	n.restore.mu.Unlock()
 	c := clock.New(n.cfg.Wall, floor, n.persistMarks, clock.DefaultLease)
 	if err := n.watchClockBehind(c, floor); err != nil {
@@ -456,6 +493,9 @@ func (n *Node) rotateLogAfterRestore(ctx context.Context) error {
 		if err := tx.PutMeta(metaLogID, id); err != nil {
 			return err
 		}
+		if err := tx.PutMeta(metaRestoreEvident, []byte{}); err != nil {
+			return err
+		}
 		return tx.PutMeta(metaCursorEpoch, []byte(hex.EncodeToString(id)))
 	}); err != nil {
 		return fmt.Errorf("runtime: rotate the log id: %w", err)
@@ -476,4 +516,96 @@ func (n *Node) loadCursorEpoch(ctx context.Context) (string, error) {
 		return err
 	})
 	return epoch, err
+}
+
+// metaRestoreEvident is set (non-empty) when a running node found a peer
+// holding its own events that its store lacked (noteOwnEvents); the next
+// Open treats itself as a restore (a new log id) and clears it.
+const metaRestoreEvident = "restore_evident"
+
+func (n *Node) restoreEvidentMark(ctx context.Context) (bool, error) {
+	var set bool
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		v, ok, err := tx.Meta(metaRestoreEvident)
+		set = ok && len(v) > 0
+		return err
+	})
+	return set, err
+}
+
+// noteOwnEvents looks at the outcomes of events received from peers (a
+// push, a reconciliation's fetch, ApplySigned) for evidence that this
+// node's store is an older copy restored as a whole directory — the
+// clock mark and changes.mark with it, so no mark could tell at Open.
+// An event signed by this node that is new to its store (applied or
+// held, not a duplicate) is such evidence: every event this run signed
+// was stored before any peer could hold it, so a peer can only return
+// one the store lost. SSP/1 §13.5: the chokepoint already observed its
+// HLC, so the clock issues above it from now on; this reports it
+// (RestoreStatus.Suspected, a RestoreDetected notice,
+// syncmesh_restore_detected_total{plane="sync",evidence="peer"}, a WARN
+// log), tells the device its sessions may be behind its peers'
+// (re-initiation before the next send, pending messages sent again), and
+// leaves a mark in node.db so that the next Open gives the log a new id.
+// A node already known to be restored (a suspected Open, or
+// Config.Restored) expects its own events back and reports nothing.
+func (n *Node) noteOwnEvents(outs []messages.Outcome) {
+	self := n.signer.Site()
+	var hit *messages.Outcome
+	for i := range outs {
+		o := &outs[i]
+		if o.Site == self && (o.Kind == messages.Applied || o.Kind == messages.Held) {
+			hit = o
+			break
+		}
+	}
+	if hit == nil {
+		return
+	}
+	n.restore.mu.Lock()
+	if n.restore.evident || n.restore.status.Suspected || n.cfg.Restored {
+		n.restore.mu.Unlock()
+		return
+	}
+	n.restore.evident = true
+	floor := n.restore.floor
+	n.restore.status.Suspected = true
+	n.restore.status.Reason = "a peer holds events of this node that its store lacks (restored as a whole directory?)"
+	n.restore.mu.Unlock()
+	above := hit.HLC > floor
+	n.log.Warn("store found restored: a peer holds events of this node that its store lacks; the clock is past them, sessions are re-initiated, and the next Open gives the log a new id",
+		"event_hlc", hit.HLC, "clock_floor_at_open", floor, "above_floor", above, "table", hit.Schema+"."+hit.Table)
+	n.restore.detected.WithLabelValues("sync", "peer").Inc()
+	n.publish(messages.RestoreDetected{Plane: "sync", Evidence: "peer",
+		Detail: fmt.Sprintf("own event %s.%s at HLC %d received from a peer (clock floor at Open %d)", hit.Schema, hit.Table, hit.HLC, floor)})
+	if err := n.store.Update(context.Background(), func(tx persistence.SyncTx) error {
+		return tx.PutMeta(metaRestoreEvident, []byte{1})
+	}); err != nil {
+		n.log.Warn("restore: recording the evidence for the next Open failed", "err", err)
+	}
+	n.restore.mu.Lock()
+	dev := n.restore.device
+	n.restore.mu.Unlock()
+	if dev != nil {
+		dev.MarkRestored()
+	}
+}
+
+// applyReceived is the chokepoint's ApplyBatch for events received from
+// peers, looked at by noteOwnEvents.
+func (n *Node) applyReceived(ctx context.Context, raws [][]byte) ([]messages.Outcome, error) {
+	outs, err := n.apply.ApplyBatch(ctx, raws)
+	if err == nil {
+		n.noteOwnEvents(outs)
+	}
+	return outs, err
+}
+
+// applyReceivedWith is applyReceived for ApplyWith.
+func (n *Node) applyReceivedWith(ctx context.Context, raws [][]byte, record func(tx persistence.SyncTx, outs []messages.Outcome) (func(), error)) ([]messages.Outcome, error) {
+	outs, err := n.apply.ApplyWith(ctx, raws, record)
+	if err == nil {
+		n.noteOwnEvents(outs)
+	}
+	return outs, err
 }

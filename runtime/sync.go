@@ -197,7 +197,11 @@ func (n *Node) ApplySigned(ctx context.Context, raw []byte) (messages.Outcome, e
 	if n.isClosed() {
 		return messages.Outcome{}, ErrClosed
 	}
-	return n.apply.Apply(ctx, raw)
+	out, err := n.apply.Apply(ctx, raw)
+	if err == nil {
+		n.noteOwnEvents([]messages.Outcome{out}) // restore.go
+	}
+	return out, err
 }
 
 // ApplySignedBatch applies many signed events, verifying signatures in
@@ -207,7 +211,7 @@ func (n *Node) ApplySignedBatch(ctx context.Context, raws [][]byte) ([]messages.
 	if n.isClosed() {
 		return nil, ErrClosed
 	}
-	return n.apply.ApplyBatch(ctx, raws)
+	return n.applyReceived(ctx, raws) // restore.go
 }
 
 func (n *Node) table(ctx context.Context, schema, table string) (def TableDef, err error) {

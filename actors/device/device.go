@@ -685,6 +685,27 @@ func (d *Device) repaired(peer messages.DeviceAddress, step string, resent int, 
 	}
 }
 
+// MarkRestored tells a running device that its store is an older copy
+// (what Config.Restored tells it at Open): evidence found since — a peer
+// holds events of this node that its store lacks — says its sessions may
+// be behind its peers'. Each session is re-initiated before its next send
+// and every pending sent message goes out again, each on its fresh
+// session.
+func (d *Device) MarkRestored() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.loops.Add(1) // under mu: Close's Wait comes after closed is set
+	d.mu.Unlock()
+	d.sessions.MarkRestored()
+	go func() {
+		defer d.loops.Done()
+		d.resendAll(d.ctx, nil)
+	}()
+}
+
 // resendAll sends every message pending to peer (nil: to every peer)
 // again, under the current session: after the peer replaced the session, what went out on the old
 // one may never decrypt there (a reset or restored peer). It returns how

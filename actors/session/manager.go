@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -292,8 +293,10 @@ type Manager struct {
 	// repairs rate-limits session repairs per peer (repair.go).
 	repairs repairLimiter
 	// freshened holds the peers re-initiated since Open under
-	// Config.Restored (repair.go).
+	// Config.Restored, or since the last MarkRestored (repair.go).
 	freshened peerSet
+	// restored is Config.Restored, or set later by MarkRestored.
+	restored atomic.Bool
 	// abandoned remembers the body digests of abandoned outbound ids
 	// (Abandon, SendMessage: ErrLogicalIDReused).
 	abandoned abandonedIDs
@@ -348,6 +351,7 @@ func NewManager(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Manag
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, sys: sys, peers: make(map[messages.DeviceAddress]*peerEntry), closing: make(chan struct{}), self: cfg.Local}
+	m.restored.Store(cfg.Restored)
 	m.budgets.rate, m.budgets.burst = cfg.FailedDecryptRate, cfg.FailedDecryptBurst
 	m.ordered, _ = cfg.Transport.(OrderedTransport)
 	// ready reports whether the stored identity and prekeys are usable as
@@ -905,6 +909,17 @@ func (m *Manager) AcceptIdentity(ctx context.Context, peer messages.DeviceAddres
 		return &acceptReq{ctx: ctx, identity: identity, reply: func(err error) { reply(struct{}{}, err) }}
 	})
 	return err
+}
+
+// MarkRestored tells the manager, while it runs, what Config.Restored
+// tells it at start: evidence found since (a peer holds events of this
+// node that its store lacks) says the store is an older copy, so every
+// stored session may be behind its peer's. The next encryption to each
+// peer starts a fresh initiation (RepairRestored), also for peers
+// re-initiated before.
+func (m *Manager) MarkRestored() {
+	m.freshened.clear()
+	m.restored.Store(true)
 }
 
 // ResetSession deletes the session with peer (the pin is kept), so the

@@ -499,7 +499,7 @@ func (a *peerActor) encrypt(ctx context.Context, plaintext []byte) (encrypted, e
 	cfg := &a.m.cfg // a copy of Config would escape to the heap with the closures
 	rec := a.rec
 	var out encrypted
-	if cfg.Restored && !rec.IsEmpty() && a.pin != nil && !a.m.freshened.has(a.peer) {
+	if a.m.restored.Load() && !rec.IsEmpty() && a.pin != nil && !a.m.freshened.has(a.peer) {
 		// The stored session may be behind the peer's (a restored
 		// store): start a fresh one rather than send on it.
 		out, err := a.encryptFresh(ctx, plaintext)

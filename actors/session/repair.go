@@ -68,6 +68,12 @@ func (p *peerSet) has(peer messages.DeviceAddress) bool {
 	return ok
 }
 
+func (p *peerSet) clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.m = nil
+}
+
 func (p *peerSet) add(peer messages.DeviceAddress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

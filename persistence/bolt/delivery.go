@@ -442,7 +442,31 @@ func (t *deliveryTx) PutSession(peer messages.DeviceAddress, record []byte) erro
 	if err := checkPeer(peer); err != nil {
 		return err
 	}
-	return t.putSealed("session "+peer.String(), bucketDeliverySessions, addrKey(peer), persistence.RecordSession, sessionIdentity(peer), record)
+	if err := t.putSealed("session "+peer.String(), bucketDeliverySessions, addrKey(peer), persistence.RecordSession, sessionIdentity(peer), record); err != nil {
+		return err
+	}
+	_, err := t.addCounter(inMetaSessionWrites, 1)
+	return err
+}
+
+func (t *deliveryTx) SessionWrites() (uint64, error) {
+	if err := t.check(false); err != nil {
+		return 0, err
+	}
+	return t.counter(inMetaSessionWrites)
+}
+
+func (t *deliveryTx) RaiseSessionWrites(floor uint64) error {
+	v, err := t.addCounter(inMetaSessionWrites, 0)
+	if err != nil || v >= floor {
+		return err
+	}
+	c, err := t.cachedCounter(inMetaSessionWrites)
+	if err != nil {
+		return err
+	}
+	c.v, c.dirty = floor, true
+	return nil
 }
 
 func (t *deliveryTx) DeleteSession(peer messages.DeviceAddress) error {
@@ -457,6 +481,9 @@ func (t *deliveryTx) DeleteSession(peer messages.DeviceAddress) error {
 		return err
 	}
 	if err := sessions.Delete(addrKey(peer)); err != nil {
+		return err
+	}
+	if _, err := t.addCounter(inMetaSessionWrites, 1); err != nil {
 		return err
 	}
 	_, err = t.deleteSkipped(peer, -1)

@@ -34,6 +34,10 @@ var (
 	inMetaProcessedCount = []byte("in_processed_count")
 	inMetaOutSeq         = []byte("out_pending_seq")
 	inMetaOutCount       = []byte("out_pending_count")
+	// inMetaSessionWrites counts session record writes (SessionWrites).
+	// A key added to an existing bucket: absent reads as 0, and builds
+	// that do not know it leave it alone.
+	inMetaSessionWrites = []byte("session_writes")
 )
 
 // inboundBuckets lists the layout-4 buckets.

@@ -25,6 +25,8 @@ type deliveryData struct {
 	in       *inboundState                                // commit-boundary records (inbound.go); replaced, never mutated
 	skipped  map[messages.DeviceAddress]map[uint64][]byte // skipped keys (skipped.go)
 	nSkipped int                                          // all peers' skipped keys
+	// sessionWrites is persistence.DeliveryReader.SessionWrites.
+	sessionWrites uint64
 }
 
 // DeliveryStore is an in-memory persistence.DeliveryStore, without
@@ -106,6 +108,9 @@ func (s *DeliveryStore) Update(ctx context.Context, fn func(tx persistence.Deliv
 		s.d.pins[a] = k
 	}
 	tx.commitSkipped()
+	if tx.sessionWrites > s.d.sessionWrites {
+		s.d.sessionWrites = tx.sessionWrites
+	}
 	if tx.in != nil {
 		s.d.in = tx.in
 	}
@@ -140,6 +145,8 @@ type deliveryTxn struct {
 	// skippedCleared marks peers whose committed keys are all deleted.
 	skipped        map[messages.DeviceAddress]map[uint64][]byte
 	skippedCleared map[messages.DeviceAddress]bool
+	// sessionWrites is the staged SessionWrites (0: unchanged).
+	sessionWrites uint64
 }
 
 var errDeliveryReadOnly = errors.New("memory: write in a read-only delivery transaction")
@@ -270,6 +277,27 @@ func (t *deliveryTxn) PutSession(peer messages.DeviceAddress, record []byte) err
 		t.sessions = make(map[messages.DeviceAddress][]byte)
 	}
 	t.sessions[peer] = append([]byte{}, record...)
+	t.sessionWrites = t.writes() + 1
+	return nil
+}
+
+// writes is SessionWrites as this transaction sees it.
+func (t *deliveryTxn) writes() uint64 { return max(t.sessionWrites, t.d.sessionWrites) }
+
+func (t *deliveryTxn) SessionWrites() (uint64, error) {
+	if err := t.check(false); err != nil {
+		return 0, err
+	}
+	return t.writes(), nil
+}
+
+func (t *deliveryTxn) RaiseSessionWrites(floor uint64) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if floor > t.writes() {
+		t.sessionWrites = floor
+	}
 	return nil
 }
 
@@ -284,6 +312,7 @@ func (t *deliveryTxn) DeleteSession(peer messages.DeviceAddress) error {
 		t.sessions = make(map[messages.DeviceAddress][]byte)
 	}
 	t.sessions[peer] = nil
+	t.sessionWrites = t.writes() + 1
 	t.clearSkipped(peer)
 	return nil
 }

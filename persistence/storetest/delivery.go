@@ -48,6 +48,7 @@ func RunDeliveryStore(t *testing.T, open DeliveryOpenFunc) {
 		{"SkippedKeysPerPeerInOrderWithCounts", testDeliverySkippedKeys},
 		{"SkippedKeyEntryLimitAtAndPastTheEdge", testDeliverySkippedEntryLimit},
 		{"SkippedKeysEvictedFromTheLargestHolderAtAndPastTheCap", testDeliverySkippedEviction},
+		{"SessionWritesCountsCommittedWritesOnlyAndOnlyGrows", testDeliverySessionWrites},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
@@ -529,4 +530,74 @@ func testDeliveryConcurrent(t *testing.T, open DeliveryOpenFunc) {
 		}
 		return nil
 	})
+}
+
+// testDeliverySessionWrites checks the session write count a restore
+// mark compares with: every committed PutSession and DeleteSession counts
+// one, a failed Update counts nothing, RaiseSessionWrites only raises,
+// and the count survives a reopen.
+func testDeliverySessionWrites(t *testing.T, open DeliveryOpenFunc) {
+	s, reopen := open(t)
+	a, b := addr("alice", 1), addr("bob", 2)
+	count := func() uint64 {
+		t.Helper()
+		var n uint64
+		dView(t, s, func(r persistence.DeliveryReader) error {
+			var err error
+			n, err = r.SessionWrites()
+			return err
+		})
+		return n
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("empty store: SessionWrites %d, want 0", n)
+	}
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		must(t, tx.PutSession(a, []byte("r1")))
+		must(t, tx.PutSession(a, []byte("r2")))
+		must(t, tx.PutSession(b, []byte("r3")))
+		n, err := tx.SessionWrites()
+		if err != nil || n != 3 {
+			t.Fatalf("inside the update: SessionWrites %d, %v; want 3", n, err)
+		}
+		return nil
+	})
+	if n := count(); n != 3 {
+		t.Fatalf("after three puts: %d, want 3", n)
+	}
+	boom := errors.New("boom")
+	if err := s.Update(context.Background(), func(tx persistence.DeliveryTx) error {
+		must(t, tx.PutSession(a, []byte("r4")))
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("failed update: %v", err)
+	}
+	if n := count(); n != 3 {
+		t.Fatalf("a failed update counted: %d, want 3", n)
+	}
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error { return tx.DeleteSession(b) })
+	if n := count(); n != 4 {
+		t.Fatalf("after a delete: %d, want 4", n)
+	}
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		must(t, tx.RaiseSessionWrites(2))
+		return nil
+	})
+	if n := count(); n != 4 {
+		t.Fatalf("a raise to a lower floor lowered it: %d, want 4", n)
+	}
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		must(t, tx.RaiseSessionWrites(100))
+		return tx.PutSession(a, []byte("r5"))
+	})
+	if n := count(); n != 101 {
+		t.Fatalf("raise to 100 then a put: %d, want 101", n)
+	}
+	if reopen == nil {
+		return
+	}
+	s = reopen()
+	if n := count(); n != 101 {
+		t.Fatalf("after reopen: %d, want 101", n)
+	}
 }
