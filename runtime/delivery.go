@@ -14,7 +14,26 @@ import (
 // Transport carries this node's pushes to its peers (SSP/1 §14): an
 // in-process Network for tests and embedding, or a Remote over
 // protoactor-go's gRPC remote.
-type Transport = replicate.Transport
+type Transport interface {
+	// Push offers p to peer and returns the peer's result. An error means
+	// the push may or may not have been applied: the sender's cursor does
+	// not move and the same batch is offered next cycle (SSP/1 §14.1).
+	Push(ctx context.Context, peer string, p *messages.SyncPush) (*messages.PushResult, error)
+}
+
+// Receiver is a node's side of a transport: it applies a push and
+// answers with the result (SSP/1 §14.1). A Node is one.
+type Receiver interface {
+	HandlePush(ctx context.Context, p *messages.SyncPush) (*messages.PushResult, error)
+}
+
+// Transport and Receiver are the replication layer's, method for method.
+var (
+	_ replicate.Transport = Transport(nil)
+	_ Transport           = replicate.Transport(nil)
+	_ replicate.Receiver  = Receiver(nil)
+	_ Receiver            = replicate.Receiver(nil)
+)
 
 // CycleReport describes one completed push cycle toward a peer.
 type CycleReport = replicate.CycleReport

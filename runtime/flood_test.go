@@ -66,7 +66,9 @@ func floodDoesNotStopAlice(t *testing.T) {
 		t.Fatal(err)
 	}
 	mallory := DeviceAddress{User: "mallory", Device: 1}
-	rem.AddDevice(mallory, m.addr)
+	if err := rem.AddDevice(bob, mallory, m.addr); err != nil {
+		t.Fatal(err)
+	}
 	forged, err := wire.EnvelopeOf(&wire.DeviceEnvelope{From: mallory, To: bob.DeviceAddress(), Envelope: forgedInitiation(t, ctx, bob, mallory)})
 	if err != nil {
 		t.Fatal(err)

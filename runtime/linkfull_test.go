@@ -194,11 +194,11 @@ func TestBurstPastTheLinkQueueIsRetriedAndVisibleOverRemote(t *testing.T) {
 		}
 		t.Cleanup(func() { got.wg.Wait(); _ = n.Close() })
 		rem.Host(n)
-		rem.AddDevice(addr, rem.Address())
 		return n
 	}
 	alice := open("alice", nil)
 	bob = open("bob", got.handler(func() *Node { return bob }))
+	addDevicePeers(t, rem, alice, bob)
 	var noticed sync.WaitGroup
 	noticed.Add(1)
 	var once sync.Once

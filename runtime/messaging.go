@@ -44,14 +44,91 @@ type (
 	DiscardReason = device.DiscardReason
 	// ProcessedMessage is the local record of a finalized message.
 	ProcessedMessage = device.ProcessedMessage
-	// DeviceTransport fetches peers' prekey bundles and carries envelopes.
-	DeviceTransport = session.Transport
-	// OrderedDeviceTransport is a DeviceTransport whose hand-off only
-	// queues (Enqueue never waits for the receiver): the device then hands
-	// each peer's envelopes over in ratchet-chain order, as soon as they
-	// are durable. The Network's and the remote's transports are.
-	OrderedDeviceTransport = session.OrderedTransport
 )
+
+// DeviceTransport fetches peers' prekey bundles and carries envelopes.
+type DeviceTransport interface {
+	// FetchBundle returns a fresh prekey bundle published by peer.
+	FetchBundle(ctx context.Context, peer DeviceAddress) (*messages.PrekeyBundle, error)
+	// Send hands envelope to the transport for delivery to peer. It is
+	// called once the writes that produced the envelope are durable, on
+	// the caller's goroutine, so a transport may deliver synchronously.
+	Send(ctx context.Context, peer DeviceAddress, envelope []byte) error
+}
+
+// OrderedDeviceTransport is a DeviceTransport whose hand-off only queues
+// (Enqueue never waits for the receiver): the device then hands each
+// peer's envelopes over in ratchet-chain order, as soon as they are
+// durable. The Network's and the remote's transports are. A transport
+// whose Send waits for the receiver must not implement it.
+type OrderedDeviceTransport interface {
+	DeviceTransport
+	// Enqueue queues envelope for peer behind every envelope enqueued for
+	// peer before it, and returns at once. It takes ownership of
+	// envelope. An error means it was not queued (as a failed Send: the
+	// message stays pending). It must not block.
+	Enqueue(peer DeviceAddress, envelope []byte) error
+}
+
+// The runtime's transport interfaces are the session layer's, method for
+// method: a value of either satisfies the other.
+var (
+	_ session.Transport        = DeviceTransport(nil)
+	_ session.OrderedTransport = OrderedDeviceTransport(nil)
+	_ DeviceTransport          = session.Transport(nil)
+	_ OrderedDeviceTransport   = session.OrderedTransport(nil)
+)
+
+// SessionConfig tunes the session layer of a node's device (DeviceConfig.
+// Session). A zero field keeps the layer's default.
+type SessionConfig struct {
+	// Ratchet bounds per-session state; zero: ratchet.DefaultConfig.
+	Ratchet ratchet.Config
+	// Prekeys is the prekey schedule used when the store is created and
+	// applied to an existing store at start; zero:
+	// ratchet.DefaultPrekeyConfig (rotation 7 days, grace 30 days).
+	Prekeys ratchet.PrekeyConfig
+	// RefreshInterval is how often the prekey schedule is applied
+	// (rotation, expiry, one-time replenishment); 0: the default
+	// (hourly), negative: never.
+	RefreshInterval time.Duration
+	// IdleTimeout passivates a peer's session state that received no
+	// message for this long; 0: the default.
+	IdleTimeout time.Duration
+	// MaxUnpinnedPeers caps the peers live at once for envelopes from
+	// addresses with no stored pin or session (first contacts); past it
+	// such an envelope is refused and nothing is kept (its sender
+	// retries). 0: the default.
+	MaxUnpinnedPeers int
+	// MaxSkippedKeysPerDevice caps the skipped message keys stored for
+	// all peers together; past it the peers holding the most keys lose
+	// their oldest first. 0: the default; negative: no device-wide cap.
+	MaxSkippedKeysPerDevice int
+}
+
+// apply sets the non-zero fields of c on the session layer's config.
+func (c *SessionConfig) apply(sc *session.Config) {
+	var zeroRatchet ratchet.Config
+	var zeroPrekeys ratchet.PrekeyConfig
+	if c.Ratchet != zeroRatchet {
+		sc.Ratchet = c.Ratchet
+	}
+	if c.Prekeys != zeroPrekeys {
+		sc.Prekeys = c.Prekeys
+	}
+	if c.RefreshInterval != 0 {
+		sc.RefreshInterval = c.RefreshInterval
+	}
+	if c.IdleTimeout != 0 {
+		sc.IdleTimeout = c.IdleTimeout
+	}
+	if c.MaxUnpinnedPeers != 0 {
+		sc.MaxUnpinnedPeers = c.MaxUnpinnedPeers
+	}
+	if c.MaxSkippedKeysPerDevice != 0 {
+		sc.MaxSkippedKeysPerDevice = c.MaxSkippedKeysPerDevice
+	}
+}
 
 // Receive and commit outcomes (ReceiveResult.Kind, CommitResult.Status).
 const (
@@ -132,8 +209,9 @@ type DeviceConfig struct {
 	OnRetryExhausted func(SentMessage)
 	// Prune is the opt-in prune schedule (nothing prunes otherwise).
 	Prune PruneSchedule
-	// Session tweaks the session layer (ratchet limits, prekey schedule).
-	Session func(*session.Config)
+	// Session tunes the session layer (ratchet limits, prekey schedule);
+	// nil: its defaults.
+	Session *SessionConfig
 	// StaleAfter is how long a message may stay pending (received and not
 	// committed or discarded, sent and not acknowledged) before it is
 	// reported: a StalePendingMessage notice and
@@ -201,7 +279,7 @@ func (n *Node) openDevice(ctx context.Context) error {
 	n.device, err = device.Open(ctx, n.system, device.Config{
 		Restored: restored,
 		Store:    timed, Transport: transport, Address: dc.Address, Now: n.cfg.Wall, Logger: n.log, Registerer: n.registerer,
-		Session: dc.Session, MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, RedeliverAfter: dc.RedeliverAfter, Handler: handler, Buffer: dc.Buffer,
+		Session: sessionTuning(dc.Session), MaxPendingPerSender: dc.MaxPendingPerSender, MaxPending: dc.MaxPending, MaxQueued: dc.MaxQueued, RedeliverAfter: dc.RedeliverAfter, Handler: handler, Buffer: dc.Buffer,
 		Retry: retry, OnRetryExhausted: dc.OnRetryExhausted, Prune: dc.Prune, Mailboxes: n.mailboxes,
 		OnUndecryptable: func(from DeviceAddress, reason string, err error) {
 			n.publish(messages.UndecryptableEnvelope{From: from, Reason: reason, Err: err.Error()})
@@ -482,14 +560,46 @@ func (n *Node) Messages() <-chan ReceivedMessage {
 	return closedMessages
 }
 
-// Sessions returns the device's session manager (identity pinning,
-// session resets); nil without a device.
-func (n *Node) Sessions() *session.Manager {
-	if n.device == nil {
-		return nil
+// AcceptIdentity pins identity for the peer device (the application
+// accepted a changed identity, e.g. after comparing safety numbers). A
+// stored session with another identity is deleted, so the next send
+// fetches a new bundle and the next initiation from identity is accepted.
+// ErrNoDevice without a device.
+func (n *Node) AcceptIdentity(ctx context.Context, peer DeviceAddress, identity ratchet.IdentityPublic) error {
+	d, err := n.dev()
+	if err != nil {
+		return err
 	}
-	return n.device.Sessions()
+	return d.Sessions().AcceptIdentity(ctx, peer, identity)
+}
+
+// ResetSession deletes the session with the peer device (its pinned
+// identity is kept), so the next send starts a new session from a fresh
+// bundle. ErrNoDevice without a device.
+func (n *Node) ResetSession(ctx context.Context, peer DeviceAddress) error {
+	d, err := n.dev()
+	if err != nil {
+		return err
+	}
+	return d.Sessions().ResetSession(ctx, peer)
+}
+
+// LiveSessions returns how many peers' session state is loaded (not
+// passivated); 0 without a device.
+func (n *Node) LiveSessions() int {
+	if n.device == nil {
+		return 0
+	}
+	return n.device.Sessions().LiveSessions()
 }
 
 // MaxAgeRetention is a RetentionPolicy keeping processed entries for d.
 func MaxAgeRetention(d time.Duration) RetentionPolicy { return RetentionPolicy{MaxAge: d} }
+
+// sessionTuning is the session layer's hook for c (nil: none).
+func sessionTuning(c *SessionConfig) func(*session.Config) {
+	if c == nil {
+		return nil
+	}
+	return c.apply
+}

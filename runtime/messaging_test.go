@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/syncmesh/syncmesh/crypto/ratchet"
 )
 
 // twoDevices opens alice and bob with both planes on one Network.
@@ -83,8 +85,15 @@ func TestNodeWithoutDeviceRefusesDeliveryCalls(t *testing.T) {
 	if _, err := n.Send(context.Background(), DeviceAddress{User: "x", Device: 1}, nil); !errors.Is(err, ErrNoDevice) {
 		t.Fatalf("Send without a device: %v", err)
 	}
-	if n.Sessions() != nil {
+	if n.LiveSessions() != 0 {
 		t.Fatal("device accessors on a node without a device")
+	}
+	peer := DeviceAddress{User: "x", Device: 1}
+	if err := n.ResetSession(context.Background(), peer); !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("ResetSession without a device: %v", err)
+	}
+	if err := n.AcceptIdentity(context.Background(), peer, ratchet.IdentityPublic{}); !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("AcceptIdentity without a device: %v", err)
 	}
 	// Messages is never nil: a range over it ends.
 	for range n.Messages() {

@@ -62,7 +62,7 @@ func NewNetwork(seed uint64) *Network {
 
 // Register makes r reachable as name (replacing a previous receiver, as a
 // restarted node does).
-func (n *Network) Register(name string, r replicate.Receiver) {
+func (n *Network) Register(name string, r Receiver) {
 	n.mu.Lock()
 	n.nodes[name] = r
 	n.mu.Unlock()

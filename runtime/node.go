@@ -224,8 +224,38 @@ func (n *Node) loadClock(ctx context.Context) error {
 	if err := n.registerHeldMetric(); err != nil {
 		return err
 	}
-	n.own = replicate.NewOwnWrites(n.clock.Last())
+	floor, err := n.ownFloor(ctx, n.clock.Last())
+	if err != nil {
+		return fmt.Errorf("runtime: load state: %w", err)
+	}
+	n.own = replicate.NewOwnWrites(floor)
 	return nil
+}
+
+// ownFloor is where the own groups' watermark resumes at Open (SSP/1
+// §14.2): the newest own event in the log. The clock resumes from its
+// persisted high-water mark, up to a lease (clock.DefaultLease) above the
+// last value it issued; stating the own watermark at the mark claimed
+// nothing false (nothing was issued above the mark), but it sat up to a
+// lease in the future, where no peer's watermark of the group can reach
+// (a receiver caps a raise at its own HLC), so an idle, converged mesh
+// read as that far behind. The newest own event lies within a lease below
+// the mark, and a lower floor only claims less; when the log holds none
+// there, every own event lies below mark − lease, which is claimed.
+func (n *Node) ownFloor(ctx context.Context, mark messages.HLC) (messages.HLC, error) {
+	lease := messages.HLC(uint64(clock.DefaultLease.Milliseconds()) << 16)
+	if mark <= lease {
+		return mark, nil
+	}
+	floor := mark - lease
+	self := n.signer.Site()
+	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
+		return tx.SiteEventIDs(self, floor, mark, func(h messages.HLC, _ persistence.EventID) (bool, error) {
+			floor = max(floor, h)
+			return true, nil
+		})
+	})
+	return floor, err
 }
 
 // startActors starts (or joins, with Config.System) the actor system and

@@ -450,7 +450,7 @@ func (r *Remote) RemovePeer(peer string) {
 // Serve makes recv handle the pushes this node receives. Until Serve is
 // called, pushes are answered with a rejection. Calling it again replaces
 // the receiver for later pushes.
-func (r *Remote) Serve(recv replicate.Receiver) {
+func (r *Remote) Serve(recv Receiver) {
 	if recv == nil {
 		r.recv.Store(nil)
 		return

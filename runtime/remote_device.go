@@ -27,10 +27,14 @@ import (
 
 // remoteDevices is the device-plane state of a Remote.
 type remoteDevices struct {
-	mu     sync.RWMutex
-	peers  map[messages.DeviceAddress]string // remote devices → host:port
-	local  map[messages.DeviceAddress]*Node  // devices served here
-	queues map[linkKey]*envelopeLink         // inbound, in order per (from, to); a drained link is removed
+	mu sync.RWMutex
+	// peers are the device peers of each device served here (local
+	// device → its peer device → host:port of the remote hosting that
+	// peer): both where the local device's envelopes to it go and the
+	// only devices whose envelopes that local device accepts.
+	peers  map[messages.DeviceAddress]map[messages.DeviceAddress]string
+	local  map[messages.DeviceAddress]*Node // devices served here
+	queues map[linkKey]*envelopeLink        // inbound, in order per (from, to); a drained link is removed
 
 	refused        atomic.Uint64 // envelopes refused by the binding (admitDevice)
 	bundlesRefused atomic.Uint64 // bundle requests past their requester's budget
@@ -74,32 +78,51 @@ func (r *Remote) liveStreamsFrom(cn string) int {
 	return r.dev.streams[cn]
 }
 
-// AddDevice makes the device addr reachable at address (host:port of the
-// remote hosting it), replacing a previous address.
+// AddDevice makes the device addr a device peer of n's device, reachable
+// at address (host:port of the remote hosting it), replacing a previous
+// address. It returns ErrNoDevice if n has no device.
 //
-// It also binds addr to that host: an envelope whose From is
-// addr is accepted only over a connection authenticated (TLS) as the peer
-// configured with AddPeer at the same address — the sync plane's binding,
-// so a device shares the certificate of the cluster member that hosts it.
-// An envelope from a device not configured here, or over any other
-// connection, is refused at the stream guard before it reaches a device
-// (counted in RefusedEnvelopes) and no state is kept for it. Without TLS
-// (RemoteConfig.Plaintext) nothing is authenticated: From must still be
-// a configured device.
+// Device trust is per served node, as the sync plane's peer set is
+// (Node.AddPeer): an envelope from addr is accepted only for the device
+// of a node that added addr. A remote serving several nodes (Host) keeps
+// each node's device peers apart: a device added for node x is refused
+// when it sends to node y's device on the same remote, unless y added it
+// too.
 //
-// A device moving to another cluster member: call AddDevice(addr,
+// It also binds addr to that host: an envelope whose From is addr is
+// accepted only over a connection authenticated (TLS) as the peer
+// configured with AddPeer at the same address — the sync plane's
+// binding, so a device shares the certificate of the cluster member that
+// hosts it. An envelope from a device the addressed node did not add, or
+// over any other connection, is refused at the stream guard before it
+// reaches a device (counted in RefusedEnvelopes) and no state is kept
+// for it. Without TLS (RemoteConfig.Plaintext) nothing is authenticated:
+// From must still be a device the addressed node added.
+//
+// A device moving to another cluster member: call AddDevice(n, addr,
 // newAddress) (and AddPeer for the new member if it is not configured
 // yet). From then on addr's envelopes are accepted only from the new
 // member; envelopes still in flight from the old one are refused, stay
 // pending at the sender, and reach this node again on its next resend
 // (DeviceConfig.Retry or Resend) over the new member.
-func (r *Remote) AddDevice(addr messages.DeviceAddress, address string) {
+func (r *Remote) AddDevice(n *Node, addr messages.DeviceAddress, address string) error {
+	if n == nil || n.DeviceAddress() == (messages.DeviceAddress{}) {
+		return ErrNoDevice
+	}
+	if err := addr.Validate(); err != nil {
+		return err
+	}
+	self := n.DeviceAddress()
 	r.dev.mu.Lock()
 	defer r.dev.mu.Unlock()
 	if r.dev.peers == nil {
-		r.dev.peers = map[messages.DeviceAddress]string{}
+		r.dev.peers = map[messages.DeviceAddress]map[messages.DeviceAddress]string{}
 	}
-	r.dev.peers[addr] = address
+	if r.dev.peers[self] == nil {
+		r.dev.peers[self] = map[messages.DeviceAddress]string{}
+	}
+	r.dev.peers[self][addr] = address
+	return nil
 }
 
 // ServeDevice makes this remote deliver envelopes and bundle requests for
@@ -133,9 +156,9 @@ func (t *remoteDeviceTransport) address(peer messages.DeviceAddress) (string, er
 	}
 	t.r.dev.mu.RLock()
 	defer t.r.dev.mu.RUnlock()
-	addr, ok := t.r.dev.peers[peer]
+	addr, ok := t.r.dev.peers[t.self][peer]
 	if !ok {
-		return "", fmt.Errorf("%w: unknown device %s", replicate.ErrUnreachable, peer)
+		return "", fmt.Errorf("%w: unknown device %s (not a device peer of %s)", replicate.ErrUnreachable, peer, t.self)
 	}
 	return addr, nil
 }
@@ -217,39 +240,44 @@ func (t *remoteDeviceTransport) Enqueue(peer messages.DeviceAddress, envelope []
 }
 
 // RefusedEnvelopes counts the device envelopes the stream guard refused:
-// a From that is not a device configured (AddDevice) at the connection's
-// authenticated peer.
+// a From that is not a device peer (AddDevice) of the addressed device's
+// node, or not one configured at the connection's authenticated peer.
 func (r *Remote) RefusedEnvelopes() uint64 { return r.dev.refused.Load() }
 
 // RefusedBundleRequests counts the bundle requests refused because their
 // requester was past its budget (LimitBundles).
 func (r *Remote) RefusedBundleRequests() uint64 { return r.dev.bundlesRefused.Load() }
 
-// envelopeFrom reads only the addresses of a device envelope's CBOR (the
+// envelopeAddrs reads only the addresses of a device envelope's CBOR (the
 // full decode happens once, in the endpoint reader).
-func envelopeFrom(b []byte) (from messages.DeviceAddress, err error) {
+func envelopeAddrs(b []byte) (from, to messages.DeviceAddress, err error) {
 	var e struct {
 		_    struct{} `cbor:",toarray"`
 		From messages.DeviceAddress
-		To   cbor.RawMessage
+		To   messages.DeviceAddress
 		Env  cbor.RawMessage
 	}
 	if err := cbor.Unmarshal(b, &e); err != nil {
-		return from, err
+		return from, to, err
 	}
-	return e.From, e.From.Validate()
+	if err := e.From.Validate(); err != nil {
+		return from, to, err
+	}
+	return e.From, e.To, e.To.Validate()
 }
 
 // authorizeDevice decides whether an envelope claiming to be from from,
-// over a stream authenticated by cert, may reach a device here: from must
-// be a configured device (AddDevice) and, with TLS, cert must be that of
-// the peer configured (AddPeer) at the device's address.
-func (r *Remote) authorizeDevice(from messages.DeviceAddress, cert *x509.Certificate) error {
+// addressed to the local device to, over a stream authenticated by cert,
+// may reach to: from must be a device peer of to's node (AddDevice for
+// that node; SSP/1 §14: a node answers its own peers) and, with TLS, cert
+// must be that of the peer configured (AddPeer) at the address that node
+// gave for from.
+func (r *Remote) authorizeDevice(from, to messages.DeviceAddress, cert *x509.Certificate) error {
 	r.dev.mu.RLock()
-	address, ok := r.dev.peers[from]
+	address, ok := r.dev.peers[to][from]
 	r.dev.mu.RUnlock()
 	if !ok {
-		return fmt.Errorf("%w: %s is not a configured device", replicate.ErrUnknownSender, truncateName(from.String()))
+		return fmt.Errorf("%w: %s is not a device peer of %s", replicate.ErrUnknownSender, truncateName(from.String()), truncateName(to.String()))
 	}
 	if r.cfg.TLS == nil {
 		return nil
@@ -269,8 +297,9 @@ func (r *Remote) authorizeDevice(from messages.DeviceAddress, cert *x509.Certifi
 }
 
 // admitDevice runs in the stream guard for the delivery plane's frames: a
-// device envelope passes only from a device bound to the connection's
-// authenticated peer (authorizeDevice); a bundle request only within its
+// device envelope passes only from a device peer of the addressed
+// device's node, bound to the connection's authenticated peer
+// (authorizeDevice); a bundle request only within its
 // requester's budget (LimitBundles; a refused one is answered with a
 // rejection when the answer goes to the authenticated peer). It reports
 // whether the frame goes on to the sync actor.
@@ -296,12 +325,12 @@ func (r *Remote) admitDevice(env envelopeView, b *remote.MessageBatch, e *remote
 		}
 		return false
 	}
-	from, err := envelopeFrom(env.Cbor)
+	from, to, err := envelopeAddrs(env.Cbor)
 	if err != nil {
 		// Undecodable: the endpoint reader surfaces it and drops it.
 		return true
 	}
-	if err := r.authorizeDevice(from, cert); err != nil {
+	if err := r.authorizeDevice(from, to, cert); err != nil {
 		r.dev.refused.Add(1)
 		r.log.Debug("envelope refused by the stream guard", "error", err)
 		return false

@@ -118,13 +118,13 @@ func remoteDevicePair(t *testing.T, ca *remoteCA, dir string, tap *capturingTran
 		}
 		t.Cleanup(func() { _ = n.Close() })
 		rem.Host(n)
-		rem.AddDevice(addr, rem.Address())
 		return n
 	}
 	aAddr := DeviceAddress{User: "alice", Device: 1}
 	tap.DeviceTransport = rem.DeviceTransport(aAddr)
 	alice = open("alice", tap)
 	bob = open("bob", nil)
+	addDevicePeers(t, rem, alice, bob)
 	return rem, alice, bob
 }
 

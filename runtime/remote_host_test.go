@@ -34,10 +34,10 @@ func TestRemoteHostsSeveralNodesOnOneSystem(t *testing.T) {
 		}
 		rem.Host(n)
 		rem.AddPeer(name, rem.Address())
-		rem.AddDevice(addr, rem.Address())
 		return n
 	}
 	a, b, c := open("a"), open("b"), open("c")
+	addDevicePeers(t, rem, a, b, c)
 	for _, n := range []*Node{a, b} {
 		trustNode(t, n, c)
 		if err := c.AddPeer(n.Name(), rem, "remote"); err != nil {

@@ -8,8 +8,8 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// PeerOption configures a peer in AddPeer and AcceptPeer.
-type PeerOption func(*replicate.PeerOptions)
+// PeerOption configures a peer in AddPeer and AcceptPeer (PeerSite).
+type PeerOption struct{ apply func(*replicate.PeerOptions) }
 
 // PeerSite binds a peer name to the site id of the node behind it. Only
 // a bound peer's watermark claims count, and only those about its own
@@ -18,13 +18,15 @@ type PeerOption func(*replicate.PeerOptions)
 // docs/replication.md). Without a binding the peer's events still apply;
 // its claims are refused and counted. A name once bound stays bound.
 func PeerSite(site messages.SiteID) PeerOption {
-	return func(o *replicate.PeerOptions) { o.Site, o.BindSite = site, true }
+	return PeerOption{func(o *replicate.PeerOptions) { o.Site, o.BindSite = site, true }}
 }
 
 func peerOptions(opts []PeerOption) replicate.PeerOptions {
 	var o replicate.PeerOptions
 	for _, f := range opts {
-		f(&o)
+		if f.apply != nil {
+			f.apply(&o)
+		}
 	}
 	return o
 }

@@ -24,7 +24,7 @@ func TestAttackSpoofedAddressesLeaveBoundedState(t *testing.T) {
 	// Idle peer actors passivate only after an hour here: what goes away
 	// goes away because it holds nothing, not because time passed.
 	_, bob := twoDevices(t, net, func(c *DeviceConfig) {
-		c.Session = func(sc *session.Config) { sc.IdleTimeout = time.Hour }
+		c.Session = &SessionConfig{IdleTimeout: time.Hour}
 	})
 	for i := 0; i < spoofed; i++ {
 		from := DeviceAddress{User: fmt.Sprintf("spoof%05d", i), Device: 1}

@@ -28,10 +28,11 @@ type OwnWrites struct {
 	issued   messages.HLC                            // highest HLC Begin issued, or the floor
 }
 
-// NewOwnWrites returns a tracker with nothing in flight. floor must be at
-// or above every HLC the clock issued before (the clock's persisted high
-// water at open): after a restart nothing is in flight, and the clock
-// issues only values above it.
+// NewOwnWrites returns a tracker with nothing in flight; Safe starts at
+// floor. Every own event at or below floor must be durable (after a
+// restart nothing is in flight: the newest own event in the log, or any
+// lower value, which only claims less), and the clock must issue only
+// values above it (it resumes above its persisted high water).
 func NewOwnWrites(floor messages.HLC) *OwnWrites {
 	return &OwnWrites{inflight: map[persistence.GroupKey][]messages.HLC{}, issued: floor}
 }
@@ -86,7 +87,8 @@ func (o *OwnWrites) End(g persistence.GroupKey, h messages.HLC, durable bool) {
 
 // Safe returns the highest HLC h such that every own event of g at or
 // below h is durable; ok is false when nothing can be stated. It never
-// decreases, across restarts included.
+// decreases while the node runs (across a restart it resumes at
+// NewOwnWrites' floor).
 func (o *OwnWrites) Safe(g persistence.GroupKey) (h messages.HLC, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -123,7 +123,9 @@ func runDevice(o options) error {
 			if err := n.Remote().AddPeer(name, a); err != nil {
 				return err
 			}
-			n.Remote().AddDevice(addr(name), a)
+			if err := n.Remote().AddDevice(n, addr(name), a); err != nil {
+				return err
+			}
 		}
 	}
 	out := &emitter{enc: json.NewEncoder(os.Stdout)}

@@ -116,7 +116,9 @@ func runChild(o options) error {
 		var site messages.SiteID
 		copy(site[:], m.Site)
 		rem.AddPeer(m.Name, m.Address)
-		rem.AddDevice(runtime.DeviceAddress{User: m.Name, Device: 1}, m.Address)
+		if err := rem.AddDevice(n, runtime.DeviceAddress{User: m.Name, Device: 1}, m.Address); err != nil {
+			return err
+		}
 		if err := n.AddPeer(m.Name, rem, "remote", runtime.PeerSite(site)); err != nil {
 			return err
 		}
