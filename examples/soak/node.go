@@ -163,7 +163,10 @@ func openNode(o options) (*nodeEnv, error) {
 			return nil, err
 		}
 		if o.messaging {
-			rem.AddDevice(runtime.DeviceAddress{User: m.Name, Device: 1}, m.Address)
+			if err := rem.AddDevice(e.n, runtime.DeviceAddress{User: m.Name, Device: 1}, m.Address); err != nil {
+				e.n.Close()
+				return nil, err
+			}
 		}
 		if err := e.n.AddPeer(m.Name, rem, "remote", runtime.PeerSite(site)); err != nil {
 			e.n.Close()
