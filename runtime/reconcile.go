@@ -167,7 +167,7 @@ type reconState struct {
 	// older: peers that refused version 3, when.
 	v2Only bool
 	older  map[string]time.Time
-	index  keyIndex               // the groups' keys (reconcile_index.go)
+	index  keyIndex // the groups' keys (reconcile_index.go)
 }
 
 // DefaultReconcileInterval is the schedule of background reconciliation
