@@ -134,6 +134,14 @@ func charge(src Source, w *work, n int) error {
 	return nil
 }
 
+// sumFrom is SumFrom; tests lower it (on both sides: it is part of the
+// protocol) to reach range sums with small sets.
+var sumFrom = SumFrom
+
+// expandWeight is ExpandWeight; tests that lower sumFrom lower it too
+// (the weight is only the node's own accounting).
+var expandWeight = ExpandWeight
+
 // work is an initiator session's work budget (WorkPerKey, WorkBase).
 type work struct{ spent, allowed int }
 
@@ -334,9 +342,9 @@ func (l *lazySet) get() (View, error) {
 // keys were hashed and charged): hashing them is a second pass, within
 // WorkPerKey's margin. hashed reports whether the keys were hashed.
 func (l *lazySet) fingerprint(v View, lower, upper []byte, sub bool) (fp [messages.FingerprintSize]byte, hashed bool, err error) {
-	if l.sums && v.Count(lower, upper) > SumFrom*v.Sites(lower, upper) {
+	if l.sums && v.Count(lower, upper) > sumFrom*v.Sites(lower, upper) {
 		n, sum, cost := v.RangeSum(lower, upper)
-		if err := charge(l.src, l.w, ExpandWeight*cost); err != nil {
+		if err := charge(l.src, l.w, expandWeight*cost); err != nil {
 			return fp, false, err
 		}
 		return SumFingerprint(n, &sum), false, nil
