@@ -35,8 +35,9 @@ import (
 // sums when a leaf splits or merges (once per LeafKeys/2 changes to it).
 // An Index is not safe for concurrent use.
 type Index struct {
-	runs []*siteRun // ascending by site
-	n    int
+	runs    []*siteRun // ascending by site
+	n       int
+	version uint64 // changed by every change: a view's memo is of one version
 }
 
 // LeafKeys is the smallest number of keys of a full leaf.
@@ -240,6 +241,7 @@ func (x *Index) findRun(site []byte) (int, bool) {
 func (x *Index) Insert(k Key) bool {
 	ri, ok := x.findRun(k[:16])
 	if !ok {
+		x.version++
 		x.runs = slices.Insert(x.runs, ri, newRun([]Key{k}))
 		x.n++
 		return true
@@ -251,6 +253,7 @@ func (x *Index) Insert(k Key) bool {
 	if found {
 		return false
 	}
+	x.version++
 	r.leaves[i] = slices.Insert(leaf, j, k)
 	for p := i + 1; p < len(r.start); p++ {
 		r.start[p]++
@@ -313,6 +316,7 @@ func (x *Index) Remove(k Key) bool {
 	if !found {
 		return false
 	}
+	x.version++
 	var e lthash.Element
 	e.Expand(k[:])
 	r.update(i, &e, true)
@@ -353,6 +357,7 @@ func (r *siteRun) merge(i int) {
 // RemoveBelow deletes every key with an HLC below h (an eviction: a
 // prefix of each run) and returns how many it deleted.
 func (x *Index) RemoveBelow(h messages.HLC) int {
+	x.version++
 	removed := 0
 	kept := x.runs[:0]
 	for _, r := range x.runs {
@@ -435,6 +440,43 @@ func (x *Index) View(min messages.HLC) View { return &indexView{x: x, min: min} 
 type indexView struct {
 	x   *Index
 	min messages.HLC
+	// memo keeps the last prefix sums this view computed: the ranges of
+	// one round share their cuts (a range's end is the next one's start,
+	// and every site's first cut is the bound), so each is expanded once.
+	memo map[prefixAt]lthash.Sum
+}
+
+type prefixAt struct {
+	r       *siteRun
+	rank    int
+	version uint64
+}
+
+// maxMemo bounds a view's memo (2 KiB a prefix).
+const maxMemo = 64
+
+// sum is r.sum through the view's memo of prefixes.
+func (v *indexView) sum(r *siteRun, lo, hi int) (lthash.Sum, int) {
+	if hi-lo <= LeafKeys {
+		return r.sum(lo, hi)
+	}
+	s, a := v.prefix(r, hi)
+	l, b := v.prefix(r, lo)
+	s.Subtract(&l)
+	return s, a + b
+}
+
+func (v *indexView) prefix(r *siteRun, p int) (lthash.Sum, int) {
+	k := prefixAt{r, p, v.x.version}
+	if s, ok := v.memo[k]; ok {
+		return s, 0
+	}
+	s, c := r.prefix(p)
+	if v.memo == nil || len(v.memo) == maxMemo {
+		v.memo = make(map[prefixAt]lthash.Sum, maxMemo)
+	}
+	v.memo[k] = s
+	return s, c
 }
 
 func (v *indexView) Len() int { return v.Count(nil, nil) }
@@ -474,7 +516,7 @@ func (v *indexView) RangeSum(lower, upper []byte) (uint64, lthash.Sum, int) {
 	var n uint64
 	cost := 0
 	v.x.segments(v.min, lower, upper, func(r *siteRun, lo, hi int) bool {
-		s, c := r.sum(lo, hi)
+		s, c := v.sum(r, lo, hi)
 		total.Combine(&s)
 		n += uint64(hi - lo)
 		cost += c + 1

@@ -164,6 +164,7 @@ func reconcileReport(p reconcileParams) error {
 	line(0, zero, 0)
 
 	var extraOf [][]byte // the d = 1 000 events, held by both nodes at the end
+	var d1000 float64    // the d = 1 000 session's CPU, ms
 	next := 0            // index of the next extra event (epoch 1: new events of the same rows)
 	for _, d := range []int{10, 1000} {
 		extra, err := makeEventsRange(peers, next, next+d, 1)
@@ -193,6 +194,9 @@ func reconcileReport(p reconcileParams) error {
 			return fmt.Errorf("d = %d: found %d missing, fetched %d", d, t.rep.Missing, t.rep.Fetched)
 		}
 		line(d, []trial{t}, float64(size)/float64(d))
+		if d == 1000 {
+			d1000 = float64(t.cpu.Microseconds()) / 1000
+		}
 		again, err := run()
 		if err != nil {
 			return err
@@ -202,7 +206,7 @@ func reconcileReport(p reconcileParams) error {
 		}
 	}
 	fmt.Printf("   (d = 0 CPU target: ≤ 100 ms per side; the CPU column is both sides in this process, median: an upper bound on each side)\n")
-	return hostileReconcile(ctx, a, net, extraOf, p.Trials)
+	return hostileReconcile(ctx, a, net, extraOf, p.Trials, d1000)
 }
 
 func loadAvg() string {
@@ -223,15 +227,17 @@ func loadAvg() string {
 //   - one hostile range request (a new bound and a fingerprint that never
 //     agrees, 46 bytes) against b, beside an honest d = 0 session; served
 //     while the peer has budget (a new peer name per trial), and refused
-//     past it;
+//     past it; in version 3 (fingerprints from range sums) and, for
+//     comparison, version 2 (SHA-256 passes over the keys);
 //   - a session of a against a hostile responder answering every round
 //     with fingerprints that never agree, beside an honest d = 0 session;
 //   - bytes out per byte in when a peer fetches the same known keys again
 //     and again, until its byte budget refuses it.
-func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network, known [][]byte, trials int) error {
+func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network, known [][]byte, trials int, d1000 float64) error {
 	fmt.Printf("\n== reconciliation under a hostile peer (CPU: this process, both nodes; min/median/max over %d interleaved trials)\n", max(trials, 1))
 	group := messages.ReconcileGroup{Schema: "bench", Table: "t"}
 	rng := mrand.New(mrand.NewPCG(7, 11))
+	sumRanges := true
 	hostileReq := func(bound uint64) []byte {
 		var fp [messages.FingerprintSize]byte
 		for i := range fp {
@@ -239,10 +245,10 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		}
 		g := group
 		g.Bound, g.Ranges = messages.HLC(bound), []messages.ReconcileRange{{Mode: messages.RangeFingerprint, FP: fp}}
-		b, _ := messages.EncodeReconcile(&messages.Reconcile{Groups: []messages.ReconcileGroup{g}})
+		b, _ := messages.EncodeReconcile(&messages.Reconcile{SumRanges: sumRanges, Groups: []messages.ReconcileGroup{g}})
 		return b
 	}
-	const perTrial = 5
+	const perTrial = 20
 	honest := func(k int) (float64, error) {
 		cpu0 := reconCPU()
 		for range k {
@@ -252,14 +258,29 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		}
 		return float64((reconCPU() - cpu0).Microseconds()) / 1000 / float64(k), nil
 	}
-	var served, refused, honestMS []float64
+	var served, servedV2, refused, honestMS []float64
 	reqBytes := 0
 	for trial := range max(trials, 1) {
+		// Version 2 first (a peer of its own: its budget is its own).
+		callV2, err := runtime.ReconcileRequester(net.Transport(fmt.Sprintf("v%d", trial)), fmt.Sprintf("v%d", trial), "b")
+		if err != nil {
+			return err
+		}
+		sumRanges = false
+		cpu0 := reconCPU()
+		const perTrialV2 = 3
+		for i := range perTrialV2 {
+			if _, err := callV2(ctx, runtime.ReconcileRangeRequest, hostileReq(uint64(trial*perTrial+i+1))); err != nil {
+				return fmt.Errorf("hostile version-2 request %d served: %w", i, err)
+			}
+		}
+		servedV2 = append(servedV2, float64((reconCPU()-cpu0).Microseconds())/1000/perTrialV2)
+		sumRanges = true
 		call, err := runtime.ReconcileRequester(net.Transport(fmt.Sprintf("m%d", trial)), fmt.Sprintf("m%d", trial), "b")
 		if err != nil {
 			return err
 		}
-		cpu0 := reconCPU()
+		cpu0 = reconCPU()
 		for i := range perTrial {
 			req := hostileReq(uint64(trial*perTrial + i + 1))
 			reqBytes = len(req)
@@ -274,7 +295,7 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 			if errors.Is(err, runtime.ErrReconcileLimited) {
 				break
 			}
-			if err != nil || i > 10000 {
+			if err != nil || i > 1000000 {
 				return fmt.Errorf("spending the budget: %v after %d requests", err, i)
 			}
 		}
@@ -296,7 +317,8 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		slices.Sort(v)
 		return fmt.Sprintf("%.3f/%.3f/%.3f", v[0], v[len(v)/2], v[len(v)-1])
 	}
-	fmt.Printf("   one hostile range request (%d bytes, new bound), served:  %s ms CPU\n", reqBytes, mmm(served))
+	fmt.Printf("   one hostile range request (%d bytes, new bound), served:  %s ms CPU (target ≤ 1 ms at n = 1 000 000)\n", reqBytes, mmm(served))
+	fmt.Printf("   the same in version 2 (SHA-256 passes), served:            %s ms CPU\n", mmm(servedV2))
 	fmt.Printf("   the same past the peer's work budget (refused):          %s ms CPU\n", mmm(refused))
 	fmt.Printf("   an honest d = 0 session (both sides):                      %s ms CPU\n", mmm(honestMS))
 
@@ -309,7 +331,7 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		if err != nil {
 			return nil, err
 		}
-		out := &messages.Reconcile{}
+		out := &messages.Reconcile{SumRanges: in.SumRanges}
 		for _, g := range in.Groups {
 			var fp [messages.FingerprintSize]byte
 			for i := range fp {
@@ -339,8 +361,13 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		}
 		honest2 = append(honest2, ms)
 	}
-	fmt.Printf("   session against a hostile responder (random fingerprints): %s ms CPU, %d rounds, %d bytes received (cut at its work budget)\n", mmm(hostileMS), rounds, bytesIn)
+	fmt.Printf("   session against a hostile responder (random fingerprints): %s ms CPU, %d rounds, %d bytes received (cut at its work budget or its rounds)\n", mmm(hostileMS), rounds, bytesIn)
 	fmt.Printf("   an honest d = 0 session, interleaved:                       %s ms CPU\n", mmm(honest2))
+	if d1000 > 0 {
+		med := slices.Clone(hostileMS)
+		slices.Sort(med)
+		fmt.Printf("   hostile responder's session / honest d = 1 000 session:     %.2f× (target ≤ 2×)\n", med[len(med)/2]/d1000)
+	}
 
 	// Fetching the same known keys again and again.
 	keys := make([]messages.ReconcileKey, 0, len(known))
