@@ -49,7 +49,7 @@ type indexSource struct {
 func (s *indexSource) Ceiling() messages.HLC { return messages.HLC(^uint64(0)) }
 func (s *indexSource) Charge(n int) error    { s.charged += n; return nil }
 
-func (s *indexSource) Horizon(g Group) (messages.HLC, bool, error) { return s.m.Horizon(g) }
+func (s *indexSource) Horizon(g Group) (messages.HLC, bool, error)  { return s.m.Horizon(g) }
 func (s *indexSource) Keys(g Group, min messages.HLC) (View, error) { return s.x.View(min), nil }
 func (s *indexSource) Sum(g Group, min messages.HLC) (uint64, lthash.Sum, error) {
 	n, sum, _ := s.x.View(min).RangeSum(nil, nil)
