@@ -66,7 +66,6 @@ func genBound(t *rapid.T, keys []Key, label string) []byte {
 func TestPropertyIndexEqualsTheScan(t *testing.T) {
 	exp := map[Key]*lthash.Element{}
 	rapid.Check(t, func(t *rapid.T) {
-		x := NewIndex(nil)
 		var held []Key
 		next := map[byte]messages.HLC{}
 		n := rapid.IntRange(0, 3*LeafKeys).Draw(t, "initial")
@@ -76,7 +75,7 @@ func TestPropertyIndexEqualsTheScan(t *testing.T) {
 			held = append(held, key(site, next[site], uint64(i)))
 		}
 		held = NewSet(held).Keys()
-		x = NewIndex(slices.Clone(held))
+		x := NewIndex(slices.Clone(held))
 		ops := rapid.IntRange(1, 60).Draw(t, "ops")
 		id := uint64(1 << 20)
 		for op := 0; op < ops; op++ {
