@@ -10,10 +10,15 @@ import (
 // build speaks; another version is rejected with ErrUnsupportedVersion.
 // A Reconcile round that carries a RangeSum is version ReconcileSumVersion
 // (a build that only speaks version 1 refuses it with a typed error);
-// every other message, and a round without one, is version 1.
+// every other message, and a round without one, is version 1. A round
+// whose fingerprints all come from range sums (Reconcile.SumRanges) is
+// version ReconcileRangeSumVersion, whatever its modes: a build that
+// speaks only versions 1 and 2 refuses it with a typed error, and the
+// initiator falls back to version 2 for that peer.
 const (
-	ReconcileVersion    = 1
-	ReconcileSumVersion = 2
+	ReconcileVersion         = 1
+	ReconcileSumVersion      = 2
+	ReconcileRangeSumVersion = 3
 )
 
 // Sizes and limits of the reconciliation messages. The encoder checks the
@@ -107,6 +112,11 @@ type ReconcileGroup struct {
 // message is finished (or not synced by the sender).
 type Reconcile struct {
 	Groups []ReconcileGroup
+	// SumRanges (version 3): every RangeFingerprint carries the
+	// fingerprint of its range's count and LtHash16 sum, as RangeSum does
+	// for a whole group, instead of the SHA-256 of the range's keys. A
+	// responder answers in the version it was asked in.
+	SumRanges bool
 }
 
 // FetchGroup asks for the events of one table by key.
@@ -332,8 +342,11 @@ func EncodeReconcile(m *Reconcile) ([]byte, error) {
 		return nil, err
 	}
 	w := wireReconcile{V: ReconcileVersion, Groups: make([]wireGroup, len(m.Groups))}
+	if m.SumRanges {
+		w.V = ReconcileRangeSumVersion
+	}
 	for gi, g := range m.Groups {
-		if g.Ranges[0].Mode == RangeSum {
+		if g.Ranges[0].Mode == RangeSum && w.V < ReconcileSumVersion {
 			w.V = ReconcileSumVersion
 		}
 		wg := wireGroup{Schema: g.Schema, Table: g.Table, Bound: g.Bound, Ranges: make([]wireRange, len(g.Ranges))}
@@ -373,14 +386,14 @@ func DecodeReconcile(data []byte) (*Reconcile, error) {
 	if err := Unmarshal("reconcile", data, &w, MaxReconcileBytes); err != nil {
 		return nil, err
 	}
-	if w.V != ReconcileVersion && w.V != ReconcileSumVersion {
+	if w.V != ReconcileVersion && w.V != ReconcileSumVersion && w.V != ReconcileRangeSumVersion {
 		return nil, decodeErr("reconcile", ErrUnsupportedVersion, fmt.Errorf("version %d", w.V))
 	}
 	if len(w.Groups) > MaxReconcileGroups {
 		return nil, invalid("%d groups, limit %d", len(w.Groups), MaxReconcileGroups)
 	}
 	sums := false
-	m := &Reconcile{Groups: make([]ReconcileGroup, len(w.Groups))}
+	m := &Reconcile{Groups: make([]ReconcileGroup, len(w.Groups)), SumRanges: w.V == ReconcileRangeSumVersion}
 	for gi, wg := range w.Groups {
 		g := ReconcileGroup{Schema: wg.Schema, Table: wg.Table, Bound: wg.Bound, Ranges: make([]ReconcileRange, len(wg.Ranges))}
 		var prevUpper []byte
@@ -418,8 +431,9 @@ func DecodeReconcile(data []byte) (*Reconcile, error) {
 		}
 		m.Groups[gi] = g
 	}
-	if sums != (w.V == ReconcileSumVersion) {
-		// A version-1 round cannot carry a sum; a version-2 one does.
+	if w.V != ReconcileRangeSumVersion && sums != (w.V == ReconcileSumVersion) {
+		// A version-1 round cannot carry a sum; a version-2 one does; a
+		// version-3 one may.
 		return nil, decodeErr("reconcile", ErrUnsupportedVersion, fmt.Errorf("version %d with range sums %v", w.V, sums))
 	}
 	if err := m.Validate(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +150,6 @@ type reconState struct {
 	via      Transport       // attached transport: reaches accepted peers (nil: none)
 
 	last    map[string]reconcile.Status // per added peer: the last session this node started
-	resp    []respCache                 // responder sets, a few peers
 	gen     uint64                      // keyring generation: bumped when drops are forgotten
 	auto    bool                        // triggers and schedule on (Config.ReconcileInterval >= 0)
 	stopped bool                        // Close began: no new background run (wg.Add never races wg.Wait)
@@ -162,7 +163,11 @@ type reconState struct {
 	awaiting, caught map[string]bool
 
 	meters map[string]*reconMeter // per peer, as a responder (reconcile_limits.go)
-	index  keyIndex               // the groups' keys (reconcile_index.go)
+	// v2Only plays a build that speaks only versions 1 and 2 (tests);
+	// older: peers that refused version 3, when.
+	v2Only bool
+	older  map[string]time.Time
+	index  keyIndex // the groups' keys (reconcile_index.go)
 }
 
 // DefaultReconcileInterval is the schedule of background reconciliation
@@ -594,7 +599,6 @@ func (r *reconState) forgetDrops() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.dropped = nil
-	r.resp = nil // cached sets hold dropped keys
 	r.gen++
 }
 
@@ -639,36 +643,9 @@ type nodeSource struct {
 	n     *Node
 	peer  string
 	scope apply.Scope
-	// responder: sets may come from (and go to) the node's responder
-	// cache; the initiator keeps its own per session in sets.
+	// responder: the peer's requests are metered (reconcile_limits.go).
 	responder bool
-	sets      map[setKey]*reconcile.Set
 }
-
-// setKey names one loaded set: a group from a bound.
-type setKey struct {
-	g   reconcile.Group
-	min messages.HLC
-}
-
-// respCache is the responder's last loaded set per peer: a session's
-// rounds each ask for the whole set, and loading it reads every retained
-// event of the table. It is valid while the store's last sequence is
-// unchanged (no event appended since), for a short while, and bounded to
-// a few peers. A stale set costs an extra round or fetch, never a wrong
-// answer: every fetched event is verified and hashed to its key.
-type respCache struct {
-	peer    string
-	key     setKey
-	lastSeq uint64
-	at      time.Time
-	set     *reconcile.Set
-}
-
-const (
-	respCacheTTL   = time.Minute
-	respCachePeers = 4
-)
 
 func (s *nodeSource) Horizon(g reconcile.Group) (h messages.HLC, ok bool, err error) {
 	if !s.scope.Contains(g.Schema, g.Table) {
@@ -685,25 +662,16 @@ func (s *nodeSource) Horizon(g reconcile.Group) (h messages.HLC, ok bool, err er
 	return h, ok, err
 }
 
-func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, error) {
-	sk := setKey{g, min}
-	if set := s.sets[sk]; set != nil {
-		return set, nil
-	}
-	var keys []reconcile.Key
-	var last uint64
+// Keys returns a view of g's keys from min up: the in-memory index
+// (reconcile_index.go), brought up to date from the log, plus the peer's
+// dropped keys the store does not hold. A responder is charged the events
+// read to bring the index up to date (none while it is current): what a
+// request costs is the ranges it asks about, charged by the core.
+func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (reconcile.View, error) {
+	var v reconcile.View
+	dropped := s.n.recon.droppedIn(s.peer, g, min)
 	err := s.n.store.View(s.ctx, func(tx persistence.SyncReader) error {
-		var err error
-		if last, err = tx.LastSeq(); err != nil {
-			return err
-		}
 		t := persistence.TableKey{Schema: g.Schema, Table: g.Table}
-		if s.responder {
-			if set := s.n.recon.cached(s.peer, sk, last); set != nil {
-				s.sets = map[setKey]*reconcile.Set{sk: set}
-				return nil
-			}
-		}
 		h, err := tx.Horizon(t)
 		if err != nil {
 			return err
@@ -713,70 +681,68 @@ func (s *nodeSource) Keys(g reconcile.Group, min messages.HLC) (*reconcile.Set, 
 			return err
 		}
 		if s.responder {
-			// Loading passes over the keys: meter it before, as a
-			// pass over the group (its size, from the per-site
-			// records, sets the peer's budget).
+			// The group's size (from the per-site records) sets the
+			// peer's budget.
 			s.n.recon.meter(s.peer).observe(all.Count)
-			if err := s.Charge(int(all.Count)); err != nil {
-				return err
-			}
 		}
-		held, err := s.n.recon.index.keys(tx, g, h, all.Count)
+		var read uint64
+		v, read, err = s.n.recon.index.view(tx, g, h, max(h, min), all.Count)
 		if err != nil {
 			return err
 		}
-		keys = from(held, min)
+		if s.responder && read > 0 {
+			if err := s.Charge(int(read)); err != nil {
+				return err
+			}
+		}
+		var extra []reconcile.Key
+		for _, k := range dropped {
+			if _, held, err := tx.Event(k.Site(), k.HLC(), k.ID()); err != nil {
+				return err
+			} else if !held { // a set lists each key once
+				extra = append(extra, k)
+			}
+		}
+		if len(extra) > 0 {
+			v = &withDropped{v: v, extra: reconcile.NewSet(extra).Keys()}
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if set := s.sets[sk]; set != nil {
-		return set, nil
-	}
-	keys = append(keys, s.n.recon.droppedIn(s.peer, g, min)...)
-	set := reconcile.NewSet(keys)
-	if s.sets == nil {
-		s.sets = map[setKey]*reconcile.Set{}
-	}
-	s.sets[sk] = set
-	if s.responder {
-		s.n.recon.keep(respCache{peer: s.peer, key: sk, lastSeq: last, at: time.Now(), set: set})
-	}
-	return set, nil
+	return v, nil
 }
 
-// Sum returns the count and LtHash16 of the keys Keys lists: the store's
-// range sum (per-site records kept in the transactions that change the
-// events, so no event is read) plus the peer's dropped keys the store does
-// not hold.
+// Sum returns the count and LtHash16 of the keys Keys lists. From the
+// horizon it is the store's range sum (per-site records kept in the
+// transactions that change the events, so no event is read) plus the
+// peer's dropped keys the store does not hold; from a bound above the
+// horizon, the index's range sum (O(sites · log n), charged as its
+// expansions).
 func (s *nodeSource) Sum(g reconcile.Group, min messages.HLC) (uint64, lthash.Sum, error) {
-	var total persistence.RangeSum
+	var (
+		total persistence.RangeSum
+		above bool
+	)
 	dropped := s.n.recon.droppedIn(s.peer, g, min)
 	err := s.n.store.View(s.ctx, func(tx persistence.SyncReader) error {
 		t := persistence.TableKey{Schema: g.Schema, Table: g.Table}
+		h, err := tx.Horizon(t)
+		if err != nil {
+			return err
+		}
+		if min > h {
+			above = true
+			return nil
+		}
 		if s.responder {
-			// A sum from a bound above the horizon reads the retained
-			// events below the bound: meter it as a pass over the
-			// group (whose size, from the per-site records, sets the
-			// peer's budget).
-			h, err := tx.Horizon(t)
-			if err != nil {
-				return err
-			}
 			all, err := tx.TableEventSum(t, h)
 			if err != nil {
 				return err
 			}
-			m := s.n.recon.meter(s.peer)
-			m.observe(all.Count)
-			if min > h {
-				if err := s.Charge(int(all.Count)); err != nil {
-					return err
-				}
-			}
+			s.n.recon.meter(s.peer).observe(all.Count)
 		}
-		var err error
 		if total, err = tx.TableEventSum(t, min); err != nil {
 			return err
 		}
@@ -791,37 +757,20 @@ func (s *nodeSource) Sum(g reconcile.Group, min messages.HLC) (uint64, lthash.Su
 		}
 		return nil
 	})
-	return total.Count, total.Sum, err
-}
-
-// cached returns the responder's cached set of peer for k, if the store
-// has not grown since it was loaded.
-func (r *reconState) cached(peer string, k setKey, lastSeq uint64) *reconcile.Set {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.resp {
-		if c.peer == peer && c.key == k && c.lastSeq == lastSeq && time.Since(c.at) < respCacheTTL {
-			return c.set
+	if err != nil || !above {
+		return total.Count, total.Sum, err
+	}
+	v, err := s.Keys(g, min)
+	if err != nil {
+		return 0, lthash.Sum{}, err
+	}
+	n, sum, cost := v.RangeSum(nil, nil)
+	if s.responder {
+		if err := s.Charge(reconcile.ExpandWeight * cost); err != nil {
+			return 0, lthash.Sum{}, err
 		}
 	}
-	return nil
-}
-
-// keep caches a responder set, replacing peer's previous one (or the
-// oldest entry past respCachePeers).
-func (r *reconState) keep(c respCache) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i, o := range r.resp {
-		if o.peer == c.peer {
-			r.resp[i] = c
-			return
-		}
-	}
-	if len(r.resp) == respCachePeers {
-		r.resp = r.resp[1:]
-	}
-	r.resp = append(r.resp, c)
+	return n, sum, nil
 }
 
 // syncedGroups lists the tables this node defines and syncs.
@@ -922,36 +871,12 @@ func (n *Node) reconcile(ctx context.Context, rt reconcileTransport, peer string
 		return rep, nil, err
 	}
 	src := &nodeSource{ctx: ctx, n: n, peer: peer, scope: n.reconScope()}
-	sess, msg, err := reconcile.NewSession(src, groups)
+	answered := map[reconcile.Group]bool{}
+	sess, err := n.reconcileRounds(ctx, rt, peer, src, groups, &rep, func(g messages.ReconcileGroup) {
+		answered[reconcile.Group{Schema: g.Schema, Table: g.Table}] = true
+	})
 	if err != nil {
 		return rep, nil, err
-	}
-	answered := map[reconcile.Group]bool{}
-	for msg != nil {
-		req, err := messages.EncodeReconcile(msg)
-		if err != nil {
-			return rep, nil, err
-		}
-		rep.Rounds++
-		rep.BytesSent += len(req)
-		raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindRange, req)
-		if err != nil {
-			return rep, nil, err
-		}
-		rep.BytesReceived += len(raw)
-		in, err := messages.DecodeReconcile(raw)
-		if err != nil {
-			return rep, nil, peerErr(peer, err)
-		}
-		for _, g := range in.Groups {
-			answered[reconcile.Group{Schema: g.Schema, Table: g.Table}] = true
-		}
-		if msg, err = sess.Step(in); err != nil {
-			if errors.Is(err, reconcile.ErrProtocol) || errors.Is(err, reconcile.ErrTooManyRounds) {
-				return rep, nil, peerErr(peer, err)
-			}
-			return rep, nil, err
-		}
 	}
 	rep.Truncated = sess.Truncated()
 	var fs fetchSession
@@ -1081,6 +1006,101 @@ func matchFetched(g reconcile.Group, keys []reconcile.Key, events [][]byte) ([]r
 	return got, nil
 }
 
+// reconcileRounds runs the range rounds of one session with peer over
+// groups and returns the finished session; answered is called with each
+// group of each answer. It speaks version 3 (fingerprints of large ranges
+// from range sums) unless peer refused it lately: a peer that answers the
+// first version-3 round with an unsupported version (a build that speaks
+// only versions 1 and 2) gets the session again in version 2, and
+// version 2 for an hour after.
+func (n *Node) reconcileRounds(ctx context.Context, rt reconcileTransport, peer string, src *nodeSource, groups []reconcile.Group, rep *ReconcileReport, answered func(messages.ReconcileGroup)) (*reconcile.Session, error) {
+	version := n.recon.peerVersion(peer)
+	sess, msg, err := reconcile.NewSessionVersion(src, slices.Clone(groups), version)
+	if err != nil {
+		return nil, err
+	}
+	for msg != nil {
+		req, err := messages.EncodeReconcile(msg)
+		if err != nil {
+			return nil, err
+		}
+		rep.Rounds++
+		rep.BytesSent += len(req)
+		raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindRange, req)
+		if err != nil && sess.Rounds() == 1 && version >= messages.ReconcileRangeSumVersion && versionRefused(err) {
+			n.log.Info("reconcile: peer does not speak version 3, falling back to 2", "peer", peer)
+			n.recon.olderPeer(peer)
+			version = messages.ReconcileSumVersion
+			if sess, msg, err = reconcile.NewSessionVersion(src, slices.Clone(groups), version); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		rep.BytesReceived += len(raw)
+		in, err := messages.DecodeReconcile(raw)
+		if err != nil {
+			return nil, peerErr(peer, err)
+		}
+		for _, g := range in.Groups {
+			answered(g)
+		}
+		if msg, err = sess.Step(in); err != nil {
+			if errors.Is(err, reconcile.ErrProtocol) || errors.Is(err, reconcile.ErrTooManyRounds) {
+				return nil, peerErr(peer, err)
+			}
+			return nil, err
+		}
+	}
+	return sess, nil
+}
+
+// versionRefused reports whether a peer refused a request for its
+// version: in process the decoder's typed error; over the remote an
+// invalid request, whose reason is the peer's error text.
+func versionRefused(err error) bool {
+	return errors.Is(err, messages.ErrUnsupportedVersion) ||
+		(errors.Is(err, ErrReconcileRefused) && strings.Contains(err.Error(), messages.ErrUnsupportedVersion.Error()))
+}
+
+// olderVersionFor is how long a peer that refused version 3 is spoken to
+// in version 2 before version 3 is tried again (it may have been
+// upgraded).
+const olderVersionFor = time.Hour
+
+// peerVersion returns the reconciliation version to speak to peer.
+func (r *reconState) peerVersion(peer string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if at, ok := r.older[peer]; ok && time.Since(at) < olderVersionFor {
+		return messages.ReconcileSumVersion
+	}
+	if r.v2Only {
+		return messages.ReconcileSumVersion
+	}
+	return messages.ReconcileRangeSumVersion
+}
+
+// playsV2 reports the v2Only test knob.
+func (r *reconState) playsV2() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.v2Only
+}
+
+// olderPeer records that peer refused version 3 (an added or accepted
+// peer: bounded by configuration).
+func (r *reconState) olderPeer(peer string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.older == nil {
+		r.older = map[string]time.Time{}
+	}
+	r.older[peer] = time.Now()
+}
+
 // handleReconcile answers a peer's reconciliation request. from is the
 // transport's attribution of the caller. A malformed or oversized request
 // is a typed error for that caller only and changes nothing.
@@ -1096,6 +1116,10 @@ func (n *Node) handleReconcile(ctx context.Context, from string, kind byte, req 
 	switch kind {
 	case reconcileKindRange:
 		in, err := messages.DecodeReconcile(req)
+		if err == nil && in.SumRanges && n.recon.playsV2() {
+			// Tests: a build that speaks only versions 1 and 2.
+			in, err = nil, fmt.Errorf("%w: version %d", messages.ErrUnsupportedVersion, messages.ReconcileRangeSumVersion)
+		}
 		if err != nil {
 			return nil, peerErr(from, err)
 		}
@@ -1159,7 +1183,7 @@ func answerAgreed(src *nodeSource, in, out *messages.Reconcile) (*messages.Recon
 		merged = append(merged, messages.ReconcileGroup{Schema: ig.Schema, Table: ig.Table, Bound: ig.Bound,
 			Ranges: []messages.ReconcileRange{{Mode: messages.RangeSkip}}})
 	}
-	return &messages.Reconcile{Groups: merged}, nil
+	return &messages.Reconcile{Groups: merged, SumRanges: in.SumRanges}, nil
 }
 
 // serveFetch reads the signed events a fetch asks for, only from tables

@@ -412,3 +412,66 @@ func TestParkedInReadsTheStateAndTheTopFrame(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedVersionPeersConverge: a (version 3), b (a build that speaks
+// only versions 1 and 2) and c (version 3) each hold events the others
+// lack. Every pair reconciles, in both directions: a and c fall back to
+// version 2 with b (b refuses their first version-3 round with an
+// unsupported version and is spoken to in version 2 from then on), speak
+// version 3 with each other, and all three converge.
+func TestMixedVersionPeersConverge(t *testing.T) {
+	net := NewNetwork(1)
+	nodes := map[string]*testNode{}
+	for _, name := range []string{"a", "b", "c"} {
+		n := openTestNode(t, Config{Name: name, SyncInterval: -1, ReconcileInterval: -1})
+		n.define(defT)
+		net.Register(name, n.Node)
+		nodes[name] = n
+	}
+	nodes["b"].recon.mu.Lock()
+	nodes["b"].recon.v2Only = true
+	nodes["b"].recon.mu.Unlock()
+	for x, nx := range nodes {
+		for y, ny := range nodes {
+			if x != y {
+				trustNode(t, nx.Node, ny.Node)
+				if err := nx.AddPeer(y, net.Transport(x), ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for i, name := range []string{"a", "b", "c"} {
+		for j := 0; j < 60; j++ {
+			nodes[name].write(1000*i + j)
+		}
+	}
+	for _, p := range [][2]string{{"a", "b"}, {"b", "a"}, {"c", "b"}, {"b", "c"}, {"a", "c"}, {"c", "a"}} {
+		if rep := nodes[p[0]].reconcile(p[1]); rep.Missing == 0 && rep.PeerLacks == 0 && p[0] != "c" {
+			t.Fatalf("%s→%s found nothing: %+v", p[0], p[1], rep)
+		}
+	}
+	sa := state(t, nodes["a"].Node)
+	for _, name := range []string{"b", "c"} {
+		if s := state(t, nodes[name].Node); s != sa {
+			t.Fatalf("%s differs from a:\n%s\n%s", name, s, sa)
+		}
+	}
+	if c := rowCount(t, nodes["a"]); c != 180 {
+		t.Fatalf("a holds %d rows, want 180", c)
+	}
+	for _, name := range []string{"a", "c"} {
+		if v := nodes[name].recon.peerVersion("b"); v != messages.ReconcileSumVersion {
+			t.Errorf("%s speaks version %d to b, want %d after its refusal", name, v, messages.ReconcileSumVersion)
+		}
+	}
+	if v := nodes["a"].recon.peerVersion("c"); v != messages.ReconcileRangeSumVersion {
+		t.Errorf("a speaks version %d to c, want %d", v, messages.ReconcileRangeSumVersion)
+	}
+	// Converged: one round trip each way, whatever the version.
+	for _, p := range [][2]string{{"a", "b"}, {"b", "a"}, {"a", "c"}} {
+		if rep := nodes[p[0]].reconcile(p[1]); rep.Rounds != 1 || rep.Missing != 0 {
+			t.Errorf("%s→%s after convergence: %+v", p[0], p[1], rep)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/syncmesh/syncmesh/actors/reconcile"
@@ -168,35 +167,11 @@ func (n *Node) lowerHorizon(ctx context.Context, schema, table string, rep *Rehy
 // that does not sync the table leaves it out).
 func (n *Node) rehydrateSession(ctx context.Context, rt reconcileTransport, peer string, g reconcile.Group, rep *ReconcileReport) (need []reconcile.Key, bound messages.HLC, truncated, answered bool, err error) {
 	src := &nodeSource{ctx: ctx, n: n, peer: peer, scope: n.reconScope()}
-	sess, msg, err := reconcile.NewSession(src, []reconcile.Group{g})
+	sess, err := n.reconcileRounds(ctx, rt, peer, src, []reconcile.Group{g}, rep, func(ig messages.ReconcileGroup) {
+		answered = answered || (ig.Schema == g.Schema && ig.Table == g.Table)
+	})
 	if err != nil {
 		return nil, 0, false, false, err
-	}
-	for msg != nil {
-		req, err := messages.EncodeReconcile(msg)
-		if err != nil {
-			return nil, 0, false, false, err
-		}
-		rep.Rounds++
-		rep.BytesSent += len(req)
-		raw, err := rt.reconcileCall(ctx, n.name, peer, reconcileKindRange, req)
-		if err != nil {
-			return nil, 0, false, false, err
-		}
-		rep.BytesReceived += len(raw)
-		in, err := messages.DecodeReconcile(raw)
-		if err != nil {
-			return nil, 0, false, false, peerErr(peer, err)
-		}
-		for _, ig := range in.Groups {
-			answered = answered || (ig.Schema == g.Schema && ig.Table == g.Table)
-		}
-		if msg, err = sess.Step(in); err != nil {
-			if errors.Is(err, reconcile.ErrProtocol) || errors.Is(err, reconcile.ErrTooManyRounds) {
-				return nil, 0, false, false, peerErr(peer, err)
-			}
-			return nil, 0, false, false, err
-		}
 	}
 	bound, _ = sess.Bound(g)
 	for _, f := range sess.Found() {

@@ -40,7 +40,7 @@ func TestHostileResponderRaisingTheBoundIsCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	for round := 1; ; round++ {
-		ans := &messages.Reconcile{Groups: []messages.ReconcileGroup{{Schema: "s", Table: "t", Bound: messages.HLC(round),
+		ans := &messages.Reconcile{SumRanges: true, Groups: []messages.ReconcileGroup{{Schema: "s", Table: "t", Bound: messages.HLC(round),
 			Ranges: []messages.ReconcileRange{{Mode: messages.RangeFingerprint}}}}}
 		_, err := s.Step(ans)
 		if err == nil {
@@ -74,7 +74,7 @@ func TestBoundAboveTheClockIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ans := &messages.Reconcile{Groups: []messages.ReconcileGroup{{Schema: "s", Table: "t", Bound: 5001,
+	ans := &messages.Reconcile{SumRanges: true, Groups: []messages.ReconcileGroup{{Schema: "s", Table: "t", Bound: 5001,
 		Ranges: []messages.ReconcileRange{{Mode: messages.RangeFingerprint}}}}}
 	if _, err := s.Step(ans); !errors.Is(err, ErrProtocol) {
 		t.Errorf("initiator, bound above the ceiling: %v, want ErrProtocol", err)
@@ -89,7 +89,7 @@ func TestBoundAboveTheClockIsRefused(t *testing.T) {
 // set.
 func TestRandomFingerprintsCostBoundedWork(t *testing.T) {
 	a, g := hostileSet(5000)
-	s, _, err := NewSession(a, []Group{g})
+	s, _, err := NewSessionVersion(a, []Group{g}, messages.ReconcileSumVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,11 +126,47 @@ func TestPeerNamedKeysOutsideTheirRangeAreRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ans := &messages.Reconcile{Groups: []messages.ReconcileGroup{{Schema: "s", Table: "t", Bound: 500, Ranges: []messages.ReconcileRange{
+		ans := &messages.Reconcile{SumRanges: true, Groups: []messages.ReconcileGroup{{Schema: "s", Table: "t", Bound: 500, Ranges: []messages.ReconcileRange{
 			{Mode: messages.RangeIDList, Upper: []byte{9}, Keys: []Key{k}},
 			{Mode: messages.RangeSkip}}}}}
 		if _, err := s.Step(ans); !errors.Is(err, ErrProtocol) {
 			t.Errorf("%s: %v, want ErrProtocol; %d groups found keys to fetch", name, err, len(s.Found()))
 		}
 	}
+}
+
+// TestRandomFingerprintsCostBoundedWorkWithRangeSums: in version 3 a
+// fingerprint of a large range comes from range sums, so a responder
+// answering every round with a fingerprint that never agrees costs each
+// round a few leaves of expansions, not a pass over the set. The session
+// still ends (at MaxRounds, or at the work budget), and the work it was
+// charged stays within the budget of WorkPerKey passes.
+func TestRandomFingerprintsCostBoundedWorkWithRangeSums(t *testing.T) {
+	a, g := hostileSet(5000)
+	src := &limited{memSource: a, ceil: 1 << 40}
+	s, _, err := NewSession(src, []Group{g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rounds := 0
+	for {
+		var fp [messages.FingerprintSize]byte
+		for i := range fp {
+			fp[i] = byte(rng.Uint32())
+		}
+		ans := &messages.Reconcile{SumRanges: true, Groups: []messages.ReconcileGroup{{Schema: "s", Table: "t",
+			Ranges: []messages.ReconcileRange{{Mode: messages.RangeFingerprint, FP: fp}}}}}
+		rounds++
+		if _, err = s.Step(ans); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrProtocol) && !errors.Is(err, ErrTooManyRounds) {
+		t.Fatalf("after %d rounds: %v, want ErrProtocol or ErrTooManyRounds", rounds, err)
+	}
+	if budget := WorkPerKey*5000 + WorkBase; src.charged > budget+ExpandWeight*3*2*LeafKeys {
+		t.Fatalf("%d rounds charged %d keys of work, budget %d", rounds, src.charged, budget)
+	}
+	t.Logf("%d rounds, %d keys of work charged (%v)", rounds, src.charged, err)
 }

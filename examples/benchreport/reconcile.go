@@ -164,6 +164,7 @@ func reconcileReport(p reconcileParams) error {
 	line(0, zero, 0)
 
 	var extraOf [][]byte // the d = 1 000 events, held by both nodes at the end
+	var d1000 float64    // the d = 1 000 session's CPU, ms
 	next := 0            // index of the next extra event (epoch 1: new events of the same rows)
 	for _, d := range []int{10, 1000} {
 		extra, err := makeEventsRange(peers, next, next+d, 1)
@@ -193,6 +194,9 @@ func reconcileReport(p reconcileParams) error {
 			return fmt.Errorf("d = %d: found %d missing, fetched %d", d, t.rep.Missing, t.rep.Fetched)
 		}
 		line(d, []trial{t}, float64(size)/float64(d))
+		if d == 1000 {
+			d1000 = float64(t.cpu.Microseconds()) / 1000
+		}
 		again, err := run()
 		if err != nil {
 			return err
@@ -202,7 +206,7 @@ func reconcileReport(p reconcileParams) error {
 		}
 	}
 	fmt.Printf("   (d = 0 CPU target: ≤ 100 ms per side; the CPU column is both sides in this process, median: an upper bound on each side)\n")
-	return hostileReconcile(ctx, a, net, extraOf, p.Trials)
+	return hostileReconcile(ctx, a, net, extraOf, p.Trials, d1000)
 }
 
 func loadAvg() string {
@@ -223,15 +227,17 @@ func loadAvg() string {
 //   - one hostile range request (a new bound and a fingerprint that never
 //     agrees, 46 bytes) against b, beside an honest d = 0 session; served
 //     while the peer has budget (a new peer name per trial), and refused
-//     past it;
+//     past it; in version 3 (fingerprints from range sums) and, for
+//     comparison, version 2 (SHA-256 passes over the keys);
 //   - a session of a against a hostile responder answering every round
 //     with fingerprints that never agree, beside an honest d = 0 session;
 //   - bytes out per byte in when a peer fetches the same known keys again
 //     and again, until its byte budget refuses it.
-func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network, known [][]byte, trials int) error {
+func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network, known [][]byte, trials int, d1000 float64) error {
 	fmt.Printf("\n== reconciliation under a hostile peer (CPU: this process, both nodes; min/median/max over %d interleaved trials)\n", max(trials, 1))
 	group := messages.ReconcileGroup{Schema: "bench", Table: "t"}
 	rng := mrand.New(mrand.NewPCG(7, 11))
+	sumRanges := true
 	hostileReq := func(bound uint64) []byte {
 		var fp [messages.FingerprintSize]byte
 		for i := range fp {
@@ -239,10 +245,10 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		}
 		g := group
 		g.Bound, g.Ranges = messages.HLC(bound), []messages.ReconcileRange{{Mode: messages.RangeFingerprint, FP: fp}}
-		b, _ := messages.EncodeReconcile(&messages.Reconcile{Groups: []messages.ReconcileGroup{g}})
+		b, _ := messages.EncodeReconcile(&messages.Reconcile{SumRanges: sumRanges, Groups: []messages.ReconcileGroup{g}})
 		return b
 	}
-	const perTrial = 5
+	const perTrial = 20
 	honest := func(k int) (float64, error) {
 		cpu0 := reconCPU()
 		for range k {
@@ -252,14 +258,30 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		}
 		return float64((reconCPU() - cpu0).Microseconds()) / 1000 / float64(k), nil
 	}
-	var served, refused, honestMS []float64
+	var served, servedV2, refused, honestMS []float64
+	var refusedOf []int // of zeroBatch requests past the budget, how many were refused
 	reqBytes := 0
 	for trial := range max(trials, 1) {
+		// Version 2 first (a peer of its own: its budget is its own).
+		callV2, err := runtime.ReconcileRequester(net.Transport(fmt.Sprintf("v%d", trial)), fmt.Sprintf("v%d", trial), "b")
+		if err != nil {
+			return err
+		}
+		sumRanges = false
+		cpu0 := reconCPU()
+		const perTrialV2 = 3
+		for i := range perTrialV2 {
+			if _, err := callV2(ctx, runtime.ReconcileRangeRequest, hostileReq(uint64(trial*perTrial+i+1))); err != nil {
+				return fmt.Errorf("hostile version-2 request %d served: %w", i, err)
+			}
+		}
+		servedV2 = append(servedV2, float64((reconCPU()-cpu0).Microseconds())/1000/perTrialV2)
+		sumRanges = true
 		call, err := runtime.ReconcileRequester(net.Transport(fmt.Sprintf("m%d", trial)), fmt.Sprintf("m%d", trial), "b")
 		if err != nil {
 			return err
 		}
-		cpu0 := reconCPU()
+		cpu0 = reconCPU()
 		for i := range perTrial {
 			req := hostileReq(uint64(trial*perTrial + i + 1))
 			reqBytes = len(req)
@@ -274,17 +296,30 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 			if errors.Is(err, runtime.ErrReconcileLimited) {
 				break
 			}
-			if err != nil || i > 10000 {
+			if err != nil || i > 1000000 {
 				return fmt.Errorf("spending the budget: %v after %d requests", err, i)
 			}
 		}
-		cpu0 = reconCPU()
+		// The budget refills over a minute: a request may be served again
+		// once enough has refilled; only the refused ones are measured.
+		var refusedCPU time.Duration
+		nRefused := 0
 		for i := range zeroBatch {
-			if _, err := call(ctx, runtime.ReconcileRangeRequest, hostileReq(uint64(20000+i))); !errors.Is(err, runtime.ErrReconcileLimited) {
+			cpu0 = reconCPU()
+			_, err := call(ctx, runtime.ReconcileRangeRequest, hostileReq(uint64(20000+i)))
+			switch {
+			case errors.Is(err, runtime.ErrReconcileLimited):
+				refusedCPU += reconCPU() - cpu0
+				nRefused++
+			case err != nil:
 				return fmt.Errorf("past the budget: %v", err)
 			}
 		}
-		refused = append(refused, float64((reconCPU()-cpu0).Microseconds())/1000/zeroBatch)
+		if nRefused == 0 {
+			return fmt.Errorf("past the budget: none of %d requests refused", zeroBatch)
+		}
+		refused = append(refused, float64(refusedCPU.Microseconds())/1000/float64(nRefused))
+		refusedOf = append(refusedOf, nRefused)
 		ms, err := honest(zeroBatch)
 		if err != nil {
 			return err
@@ -296,8 +331,9 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		slices.Sort(v)
 		return fmt.Sprintf("%.3f/%.3f/%.3f", v[0], v[len(v)/2], v[len(v)-1])
 	}
-	fmt.Printf("   one hostile range request (%d bytes, new bound), served:  %s ms CPU\n", reqBytes, mmm(served))
-	fmt.Printf("   the same past the peer's work budget (refused):          %s ms CPU\n", mmm(refused))
+	fmt.Printf("   one hostile range request (%d bytes, new bound), served:  %s ms CPU (target ≤ 1 ms at n = 1 000 000)\n", reqBytes, mmm(served))
+	fmt.Printf("   the same in version 2 (SHA-256 passes), served:            %s ms CPU\n", mmm(servedV2))
+	fmt.Printf("   the same past the peer's work budget (refused):          %s ms CPU (refused %v of %d per trial; the rest served as the budget refilled)\n", mmm(refused), refusedOf, zeroBatch)
 	fmt.Printf("   an honest d = 0 session (both sides):                      %s ms CPU\n", mmm(honestMS))
 
 	// A hostile responder: every round, a fingerprint that never agrees.
@@ -309,7 +345,7 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		if err != nil {
 			return nil, err
 		}
-		out := &messages.Reconcile{}
+		out := &messages.Reconcile{SumRanges: in.SumRanges}
 		for _, g := range in.Groups {
 			var fp [messages.FingerprintSize]byte
 			for i := range fp {
@@ -339,8 +375,13 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		}
 		honest2 = append(honest2, ms)
 	}
-	fmt.Printf("   session against a hostile responder (random fingerprints): %s ms CPU, %d rounds, %d bytes received (cut at its work budget)\n", mmm(hostileMS), rounds, bytesIn)
+	fmt.Printf("   session against a hostile responder (random fingerprints): %s ms CPU, %d rounds, %d bytes received (cut at its work budget or its rounds)\n", mmm(hostileMS), rounds, bytesIn)
 	fmt.Printf("   an honest d = 0 session, interleaved:                       %s ms CPU\n", mmm(honest2))
+	if d1000 > 0 {
+		med := slices.Clone(hostileMS)
+		slices.Sort(med)
+		fmt.Printf("   hostile responder's session / honest d = 1 000 session:     %.2f× (target ≤ 2×)\n", med[len(med)/2]/d1000)
+	}
 
 	// Fetching the same known keys again and again.
 	keys := make([]messages.ReconcileKey, 0, len(known))
@@ -363,7 +404,9 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 	}
 	in, out, served2 := 0, 0, 0
 	t0 := time.Now()
-	for served2 < 100000 {
+	// Capped at a minute: on a loaded machine fetches can come no faster
+	// than the budget refills (4 MiB/s), and are then all served.
+	for served2 < 100000 && time.Since(t0) < time.Minute {
 		raw, err := call(ctx, runtime.ReconcileFetchRequest, body)
 		in += len(body)
 		if errors.Is(err, runtime.ErrReconcileLimited) {
@@ -375,7 +418,8 @@ func hostileReconcile(ctx context.Context, a *runtime.Node, net *runtime.Network
 		out += len(raw)
 		served2++
 	}
-	fmt.Printf("   refetching the same %d known keys: %d fetches served in %v, %d bytes out for %d in (%.0f× per fetch served), then refused (budget: %d MiB at once, %d MiB/s after)\n",
-		len(keys), served2, time.Since(t0).Round(time.Millisecond), out, in, float64(out)/float64(max(in, 1)), 64, 4)
+	el := time.Since(t0)
+	fmt.Printf("   refetching the same %d known keys: %d fetches served in %v, %d bytes out for %d in (%.1f× per fetch served; %.1f MiB/s out), then refused or stopped at a minute (budget: %d MiB at once, %d MiB/s after)\n",
+		len(keys), served2, el.Round(time.Millisecond), out, in, float64(out)/float64(max(in, 1)), float64(out)/(1<<20)/el.Seconds(), 64, 4)
 	return nil
 }
