@@ -52,7 +52,7 @@ func testRowsNaturalOrder(t *testing.T, open OpenFunc) {
 	def := idxDef()
 	// In natural order.
 	want := []messages.Columns{
-		idxKey("", -1 << 40), idxKey("", 0),
+		idxKey("", -1<<40), idxKey("", 0),
 		idxKey("Z", 5), idxKey("a", -300), idxKey("a", -2), idxKey("a", 7), idxKey("a", 10), idxKey("a", 1<<40), idxKey("a", 2.5e20),
 		idxKey("a\x00", 0), idxKey("aa", -1), idxKey("b", 0), idxKey("zzz", 0), idxKey("é", 0),
 	}
