@@ -47,7 +47,8 @@ func RowStorageKey(dst []byte, def TableDef, key messages.Columns) []byte {
 	return ordkey.AppendRowKey(dst, def.KeyColumns, key)
 }
 
-// IndexValue appends the ordered encoding of what a reader sees in
+// IndexValue appends the ordered encoding (ordkey.AppendIndexValue: cut
+// at ordkey.MaxIndexValue bytes) of what a reader sees in
 // column col of row (SSP/1 §13.6): a key column's value; a value column's
 // written value, whatever its type (a received value of another type than
 // the declared one is indexed by its own kind, deterministically), null
@@ -55,12 +56,12 @@ func RowStorageKey(dst []byte, def TableDef, key messages.Columns) []byte {
 func IndexValue(dst []byte, def TableDef, row Row, col string) []byte {
 	if slices.Contains(def.KeyColumns, col) {
 		if v, ok := row.Key[col]; ok {
-			return ordkey.AppendValue(dst, v)
+			return ordkey.AppendIndexValue(dst, v)
 		}
 		return ordkey.AppendAbsent(dst)
 	}
 	if c, ok := row.Cells[col]; ok {
-		return ordkey.AppendValue(dst, c.Value)
+		return ordkey.AppendIndexValue(dst, c.Value)
 	}
 	if !row.Tomb.IsZero() {
 		return ordkey.AppendValue(dst, messages.Null)

@@ -117,7 +117,7 @@ func planQuery(def TableDef, q Query) (queryPlan, error) {
 		if err != nil {
 			return p, err
 		}
-		p.eq = ordkey.AppendValue(p.eq, enc)
+		p.eq = p.appendValue(p.eq, enc)
 	}
 	if !ranged {
 		return p, nil
@@ -155,7 +155,7 @@ func planQuery(def TableDef, q Query) (queryPlan, error) {
 		if err != nil {
 			return p, err
 		}
-		*b.out = ordkey.AppendValue(slices.Clone(p.eq), enc)
+		*b.out = p.appendValue(slices.Clone(p.eq), enc)
 	}
 	return p, nil
 }
@@ -188,6 +188,15 @@ func (p queryPlan) value(col string, v any, eq bool) (messages.Value, error) {
 		return nil, err
 	}
 	return enc, nil
+}
+
+// appendValue encodes a query value as the order stores it: an index
+// cuts long values (ordkey.AppendIndexValue), the key does not.
+func (p queryPlan) appendValue(dst []byte, v messages.Value) []byte {
+	if p.index != "" {
+		return ordkey.AppendIndexValue(dst, v)
+	}
+	return ordkey.AppendValue(dst, v)
 }
 
 // start is the first entry a range read seeks to.

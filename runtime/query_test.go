@@ -1,10 +1,14 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/syncmesh/syncmesh/messages"
 )
 
 var defQ = TableDef{Schema: "app", Table: "q", KeyColumns: []string{"k"}, Columns: []string{"owner", "n", "title"},
@@ -226,4 +230,43 @@ func openStoreNode(t *testing.T, store string) *testNode {
 		return openTestNode(t, Config{Dir: t.TempDir()})
 	}
 	return openTestNode(t, Config{})
+}
+
+// A received value larger than a bbolt key in an indexed column is
+// indexed (cut, see Query) instead of failing the apply of its batch.
+func TestQueryLongIndexedValueIsIndexed(t *testing.T) {
+	for _, store := range []string{"memory", "bolt"} {
+		t.Run(store, func(t *testing.T) {
+			p := newPeer(t, 1)
+			cfg := Config{}
+			if store == "bolt" {
+				cfg.Dir = t.TempDir()
+			}
+			n := openP(t, cfg, defP1, []*peer{p})
+			defer n.Close()
+			base := newWall().MS()
+			long := strings.Repeat("x", 40000)
+			e1 := p.event(&messages.Event{HLC: hlcAt(base, 1), Schema: "app", Table: "p", Key: messages.Columns{"g": messages.MustValue("a"), "id": messages.MustValue(1)}, Payload: messages.Columns{"owner": messages.MustValue(long)}})
+			e2 := p.event(&messages.Event{HLC: hlcAt(base, 2), Schema: "app", Table: "p", Key: messages.Columns{"g": messages.MustValue("a"), "id": messages.MustValue(2)}, Payload: messages.Columns{"owner": messages.MustValue("ok")}})
+			outs, err := n.ApplySignedBatch(context.Background(), [][]byte{e1, e2})
+			if err != nil || len(outs) != 2 || outs[0].Kind != messages.Applied || outs[1].Kind != messages.Applied {
+				t.Fatalf("apply: %v, %v", outs, err)
+			}
+			got := 0
+			for r, err := range n.Query(context.Background(), Query{Schema: "app", Table: "p", Index: "by_owner", Eq: []any{long}}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				var id int
+				_ = r.Key["id"].Decode(&id)
+				if id != 1 {
+					t.Fatalf("row %d for the long owner", id)
+				}
+				got++
+			}
+			if got != 1 {
+				t.Fatalf("%d rows for the long owner, want 1", got)
+			}
+		})
+	}
 }

@@ -243,6 +243,39 @@ func AppendEscaped(dst, p []byte) []byte {
 // Terminate appends the terminator of an escaped string.
 func Terminate(dst []byte) []byte { return append(dst, 0, 1) }
 
+// MaxIndexValue is the most bytes AppendIndexValue writes for one value.
+const MaxIndexValue = 1024
+
+// AppendIndexValue is AppendValue for a secondary index, whose entries
+// are bbolt keys (at most 32 KiB) while a value may be larger: an
+// encoding longer than MaxIndexValue is cut there (never inside an
+// escape pair) and closed by the truncation terminator 0x00 0x02. So an
+// index orders values by their first MaxIndexValue encoded bytes: longer
+// values that share them compare equal there (their rows then follow
+// the key order), just after the value that is exactly that prefix and
+// before any value that continues it. A value no larger is encoded as
+// AppendValue does.
+func AppendIndexValue(dst []byte, v messages.Value) []byte {
+	at := len(dst)
+	dst = AppendValue(dst, v)
+	if len(dst)-at <= MaxIndexValue {
+		return dst
+	}
+	enc := dst[at:]
+	cut := 1
+	for cut < len(enc) {
+		step := 1
+		if enc[cut] == 0 {
+			step = 2
+		}
+		if cut+step > MaxIndexValue-2 {
+			break
+		}
+		cut += step
+	}
+	return append(dst[:at+cut], 0, 2)
+}
+
 // Skip returns what follows the one encoded value at the front of b.
 func Skip(b []byte) ([]byte, error) {
 	if len(b) == 0 {
@@ -271,7 +304,7 @@ func Skip(b []byte) ([]byte, error) {
 				continue
 			}
 			switch b[i+1] {
-			case 1:
+			case 1, 2:
 				return b[i+2:], nil
 			case 0xff:
 				i++

@@ -248,3 +248,27 @@ func FuzzOrdkey(f *testing.F) {
 		}
 	})
 }
+
+// A long value is cut to MaxIndexValue bytes, never inside an escape
+// pair, and Skip finds its end; the cut encodings keep the order of
+// their prefixes.
+func TestIndexValueIsCut(t *testing.T) {
+	long := func(fill byte, n int) messages.Value { return messages.MustValue(bytes.Repeat([]byte{fill}, n)) }
+	for _, v := range []messages.Value{long('x', 40000), long(0, 40000), messages.MustValue("a" + string(bytes.Repeat([]byte{0}, 5000)))} {
+		e := AppendIndexValue(nil, v)
+		if len(e) > MaxIndexValue {
+			t.Fatalf("cut encoding of %d bytes", len(e))
+		}
+		if rest, err := Skip(append(e, 7)); err != nil || !bytes.Equal(rest, []byte{7}) {
+			t.Fatalf("Skip of a cut value: %x, %v", rest, err)
+		}
+	}
+	short := AppendIndexValue(nil, messages.MustValue("x"))
+	if !bytes.Equal(short, AppendValue(nil, messages.MustValue("x"))) {
+		t.Fatal("a short value is not encoded as AppendValue does")
+	}
+	a, b := AppendIndexValue(nil, long('x', 40000)), AppendIndexValue(nil, long('y', 40000))
+	if bytes.Compare(a, b) >= 0 || bytes.Compare(AppendIndexValue(nil, long('x', 1000)), a) >= 0 {
+		t.Fatal("cut values out of order")
+	}
+}
