@@ -71,6 +71,9 @@ type Row struct {
 	Tomb      messages.Clock
 	// Cells has one entry per value column of the table.
 	Cells map[string]Cell
+	// Cursor is the row's position in the order of the Query that
+	// returned it (Query.After resumes after it); nil from other reads.
+	Cursor Cursor
 }
 
 // Value decodes column col into out. It reports the column's state; out
@@ -258,13 +261,17 @@ func (n *Node) Get(ctx context.Context, schema, table string, key map[string]any
 
 // ScanOptions tune Scan.
 type ScanOptions struct {
-	// After resumes after this encoded row key (Row.Key.Encode()).
+	// After resumes after the row of this encoded key (Row.Key.Encode()),
+	// in Scan's order.
 	After []byte
 	// IncludeDeleted also visits tombstoned rows.
 	IncludeDeleted bool
 }
 
-// Scan visits a table's rows in encoded-key order until fn returns false.
+// Scan visits a table's rows in the natural order of their keys (the
+// order of Query by the key: key columns in the table's order, integers
+// and floats numerically, text and bytes bytewise) until fn returns
+// false.
 func (n *Node) Scan(ctx context.Context, schema, table string, opts ScanOptions, fn func(Row) bool) error {
 	return n.store.View(ctx, func(tx persistence.SyncReader) error {
 		t, def, err := requireTable(tx, schema, table)
