@@ -260,7 +260,10 @@ type ScanOptions struct {
 	IncludeDeleted bool
 }
 
-// Scan visits a table's rows in encoded-key order until fn returns false.
+// Scan visits a table's rows in key order until fn returns false, in one
+// read transaction.
+//
+// Deprecated: use Rows, which returns an iter.Seq2 like every listing.
 func (n *Node) Scan(ctx context.Context, schema, table string, opts ScanOptions, fn func(Row) bool) error {
 	return n.store.View(ctx, func(tx persistence.SyncReader) error {
 		t, def, err := requireTable(tx, schema, table)
@@ -364,6 +367,9 @@ type LogEntry struct {
 // order: the node's own events and those it received, which is what a
 // peer needs to catch up (a node offers every retained event, SSP/1 §14).
 // limit ≤ 0 means 1 000.
+//
+// Deprecated: use LogEntries, which returns an iter.Seq2 like every
+// listing.
 func (n *Node) Log(ctx context.Context, after uint64, limit int) ([]LogEntry, error) {
 	if limit <= 0 {
 		limit = 1000
