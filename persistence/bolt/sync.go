@@ -442,6 +442,9 @@ func decodeTable(v []byte) (persistence.TableDef, error) {
 		}
 		d.Types[c] = messages.ColumnType(t)
 	}
+	for _, x := range rec.Indexes {
+		d.Indexes = append(d.Indexes, persistence.IndexDef{Name: x.Name, Columns: x.Columns})
+	}
 	return d, nil
 }
 
@@ -839,6 +842,9 @@ func (t *syncTx) PutTable(def persistence.TableDef) error {
 			rec.Types = map[string]uint8{}
 		}
 		rec.Types[c] = uint8(t)
+	}
+	for _, x := range def.Indexes {
+		rec.Indexes = append(rec.Indexes, indexRecord{Name: x.Name, Columns: x.Columns})
 	}
 	v, err := messages.Marshal(&rec)
 	if err != nil {

@@ -229,6 +229,7 @@ func cloneDef(d persistence.TableDef) persistence.TableDef {
 	d.KeyColumns = slices.Clone(d.KeyColumns)
 	d.Columns = slices.Clone(d.Columns)
 	d.Types = maps.Clone(d.Types)
+	d.Indexes = persistence.CloneIndexes(d.Indexes)
 	return d
 }
 
