@@ -13,26 +13,8 @@ import (
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
-// MaxLiveRows bounds the answer of a live query: what a live query holds
-// in memory is the key and a 32-byte digest of each row of its answer,
-// and one refresh's events, so this bounds it whatever the table holds.
-const MaxLiveRows = 10_000
-
-// ErrInvalidLiveQuery: a LiveQuery without a table or with a limit out
-// of range (1..MaxLiveRows, or 0 for MaxLiveRows).
+// ErrInvalidLiveQuery: a live query whose Query names no table.
 var ErrInvalidLiveQuery = errors.New("runtime: invalid live query")
-
-// LiveQuery is a query kept live by Node.Live: its answer is the first
-// Limit existing rows of the table, in key order, that Match accepts.
-type LiveQuery struct {
-	Schema, Table string
-	// Match selects the rows of the answer; nil accepts every row. It is
-	// called inside a read transaction and must not call the node.
-	Match func(Row) bool
-	// Limit bounds the answer (0: MaxLiveRows). Rows past it are not in
-	// the answer: when a row leaves, the next one enters.
-	Limit int
-}
 
 // LiveKind says what a LiveEvent tells.
 type LiveKind uint8
@@ -75,10 +57,10 @@ type LiveEvent struct {
 	// the same Seq. After a LiveSettled, LivePosition{After: Seq, Held:
 	// the rows held} resumes the query.
 	Seq uint64
-	// Row is the row as it is now: for LiveEnter and LiveUpdate the row
-	// in the answer; for LiveLeave the row's current state (Exists false
-	// when it was deleted; only Schema, Table and Key when it has no
-	// state at all). Zero for LiveSettled.
+	// Row is, for LiveEnter and LiveUpdate, the row as it is in the
+	// answer now (with its Row.Cursor); for LiveLeave, the row that left:
+	// its Schema, Table and Key only (it may be deleted, no longer
+	// match, or be past the limit). Zero for LiveSettled.
 	Row Row
 }
 
@@ -93,66 +75,58 @@ type LivePosition struct {
 }
 
 // Live keeps q's answer live: it yields the rows that enter, change in
-// and leave the answer, each refresh ended by a LiveSettled, until ctx
-// ends, the node closes or the consumer stops.
+// and leave the answer of Query(q), each refresh ended by a LiveSettled,
+// until ctx ends, the node closes or the consumer stops.
 //
-// A refresh runs the query in one read transaction and compares its
-// answer with the answer delivered before, so after every LiveSettled
-// the rows held by a consumer that applied the events are exactly the
-// query's answer at that point. The first refresh runs at once; the next
-// ones whenever a change of the table (see Change) committed after the
-// last one. Changes that land together, or while the consumer was busy,
-// are delivered as one refresh: a live query reports answers, not every
-// intermediate write, so a slow consumer costs one query per refresh it
-// reads, never a buffer.
+// A refresh runs the query and compares its answer with the answer
+// delivered before, so after every LiveSettled the rows held by a
+// consumer that applied the events are exactly the query's answer as of
+// that refresh. The first refresh runs at once; the next ones whenever a
+// change of the table (see Change) committed after the last one. Changes
+// that land together, or while the consumer was busy, are delivered as
+// one refresh: a live query reports answers, not every intermediate
+// write, so a slow consumer costs one query per refresh it reads, never a
+// buffer.
 //
-// Memory is bounded by the answer (MaxLiveRows): a key and a digest per
-// row, plus one refresh's events. Without an index a refresh reads the
-// table up to the limit.
+// Memory is bounded by the query's limit (at most MaxQueryLimit rows): a
+// key and a 32-byte digest per row of the answer, plus one refresh's
+// events. A refresh costs what Query(q) costs.
 //
 // Resuming after a restart, with the position of the last LiveSettled
 // and the rows held, continues without loss: the first refresh compares
 // the answer with what is held, so a change committed while the consumer
 // was away is delivered once, whatever the change log retained meanwhile
-// (a trimmed log, a restored store) — unlike Watch, a live query never
+// (a trimmed log, a restored store); unlike Watch, a live query never
 // needs a re-read.
 //
-// The iteration ends after yielding a non-nil error: ErrInvalidLiveQuery,
+// A table not defined yet has an empty answer (events held for it
+// materialize when it is defined, and those are changes). The iteration
+// ends after yielding a non-nil error: ErrInvalidLiveQuery, what Query
+// yields for a bad query (ErrUnknownIndex, ErrBadQuery, *TypeError),
 // ctx.Err(), ErrClosed or a storage error.
-func (n *Node) Live(ctx context.Context, q LiveQuery, from LivePosition) iter.Seq2[LiveEvent, error] {
-	limit := q.Limit
-	if limit == 0 {
-		limit = MaxLiveRows
-	}
-	t := persistence.TableKey{Schema: q.Schema, Table: q.Table}
-	answer := func(tx persistence.SyncReader, def TableDef) ([]Row, error) {
-		var out []Row
-		return out, tx.Rows(t, nil, func(_ []byte, pr persistence.Row) (bool, error) {
-			if !pr.Exists {
-				return true, ctx.Err()
-			}
-			r := viewRow(def, pr)
-			if q.Match == nil || q.Match(r) {
-				out = append(out, r)
-			}
-			return len(out) < limit, ctx.Err()
-		})
-	}
-	if q.Schema == "" || q.Table == "" || limit < 1 || limit > MaxLiveRows {
+func (n *Node) Live(ctx context.Context, q Query, from LivePosition) iter.Seq2[LiveEvent, error] {
+	if q.Schema == "" || q.Table == "" {
 		return func(yield func(LiveEvent, error) bool) {
-			yield(LiveEvent{}, fmt.Errorf("%w: table %q.%q, limit %d (1..%d)", ErrInvalidLiveQuery, q.Schema, q.Table, q.Limit, MaxLiveRows))
+			yield(LiveEvent{}, fmt.Errorf("%w: table %q.%q", ErrInvalidLiveQuery, q.Schema, q.Table))
 		}
 	}
-	return n.live(ctx, t, from, answer)
+	t := persistence.TableKey{Schema: q.Schema, Table: q.Table}
+	return n.live(ctx, t, from, func(ctx context.Context) ([]Row, error) {
+		rows, err := n.queryRows(ctx, q)
+		if errors.Is(err, ErrUnknownTable) {
+			return nil, nil
+		}
+		return rows, err
+	})
 }
 
 // heldRow is what a live query keeps of a row of the answer delivered.
 type heldRow struct {
-	key    Row // Schema, Table and Key only
+	key    Row // liveKey
 	digest [32]byte
 }
 
-// rowDigest summarizes what a reader of the row can see: by the change
+// liveDigest summarizes what a reader of the row can see: by the change
 // rule (see Change) a change of the row changes it.
 func liveDigest(r Row) [32]byte {
 	h := sha256.New()
@@ -176,6 +150,12 @@ func liveDigest(r Row) [32]byte {
 	sort.Strings(names)
 	for _, name := range names {
 		c := r.Cells[name]
+		if c.State == Unmaterialized || (c.State == Cleared && c.Clock == r.Tomb) {
+			// A column added to the table changes no row: a new column
+			// reads as never written, or as cleared by the row's delete,
+			// whose clock (Tomb) is summarized already.
+			continue
+		}
 		b = binary.AppendUvarint(b, uint64(len(name)))
 		b = append(b, name...)
 		b = append(b, byte(c.State))
@@ -192,13 +172,19 @@ func liveDigest(r Row) [32]byte {
 }
 
 // live runs the refresh loop of a live query over table t; answer reads
-// the answer in the refresh's read transaction (def is the table's
-// definition; an undefined table has an empty answer).
-func (n *Node) live(ctx context.Context, t persistence.TableKey, from LivePosition, answer func(persistence.SyncReader, TableDef) ([]Row, error)) iter.Seq2[LiveEvent, error] {
+// the answer.
+//
+// A refresh first reads, in one read transaction, the newest change
+// sequence and whether the table changed since the last refresh, then
+// reads the answer: the answer is at least as new as that sequence, and a
+// change that lands between the two reads is read again by the next
+// refresh, where it finds the rows already held and yields nothing for
+// them.
+func (n *Node) live(ctx context.Context, t persistence.TableKey, from LivePosition, answer func(context.Context) ([]Row, error)) iter.Seq2[LiveEvent, error] {
 	return func(yield func(LiveEvent, error) bool) {
 		held := make(map[string]heldRow, len(from.Held))
 		for _, r := range from.Held {
-			held[string(r.Key.Encode())] = heldRow{key: Row{Schema: r.Schema, Table: r.Table, Key: r.Key}, digest: liveDigest(r)}
+			held[string(r.Key.Encode())] = heldRow{key: liveKey(r), digest: liveDigest(r)}
 		}
 		after, first := from.After, true
 		for {
@@ -209,65 +195,20 @@ func (n *Node) live(ctx context.Context, t persistence.TableKey, from LivePositi
 			// Taken before the read: a change committed after the read
 			// has closed this channel already.
 			wake := n.changes.wait(t)
-			var events []LiveEvent
 			var last uint64
-			next := held
+			changed := first
 			err := n.store.View(ctx, func(tx persistence.SyncReader) error {
 				var err error
-				if _, last, err = tx.ChangeBounds(); err != nil {
+				if _, last, err = tx.ChangeBounds(); err != nil || changed {
 					return err
 				}
-				if !first {
-					changed, err := tableChangedAfter(tx, t, after)
-					if err != nil || !changed {
-						return err
-					}
-				}
-				def, ok, err := tx.Table(t)
-				if err != nil {
-					return err
-				}
-				var rows []Row
-				if ok {
-					if rows, err = answer(tx, def); err != nil {
-						return err
-					}
-				}
-				next = make(map[string]heldRow, len(rows))
-				for _, r := range rows {
-					k := string(r.Key.Encode())
-					d := liveDigest(r)
-					next[k] = heldRow{key: Row{Schema: r.Schema, Table: r.Table, Key: r.Key}, digest: d}
-					if h, was := held[k]; !was {
-						events = append(events, LiveEvent{Kind: LiveEnter, Row: r})
-					} else if h.digest != d {
-						events = append(events, LiveEvent{Kind: LiveUpdate, Row: r})
-					}
-				}
-				var leaves []LiveEvent
-				for k, h := range held {
-					if _, still := next[k]; still {
-						continue
-					}
-					r := h.key
-					if ok {
-						pr, found, err := tx.Row(t, []byte(k))
-						if err != nil {
-							return err
-						}
-						if found {
-							r = viewRow(def, pr)
-						}
-					}
-					leaves = append(leaves, LiveEvent{Kind: LiveLeave, Row: r})
-				}
-				// Leaves first, in key order: a consumer applying the
-				// events never holds more than the limit.
-				sort.Slice(leaves, func(i, j int) bool { return string(leaves[i].Row.Key.Encode()) < string(leaves[j].Row.Key.Encode()) })
-				events = append(leaves, events...)
-				events = append(events, LiveEvent{Kind: LiveSettled})
-				return nil
+				changed, err = tableChangedAfter(tx, t, after)
+				return err
 			})
+			var events []LiveEvent
+			if err == nil && changed {
+				events, held, err = liveDiff(ctx, held, answer)
+			}
 			if err != nil {
 				if n.isClosed() {
 					err = ErrClosed
@@ -275,11 +216,10 @@ func (n *Node) live(ctx context.Context, t persistence.TableKey, from LivePositi
 				yield(LiveEvent{}, err)
 				return
 			}
-			held, first = next, false
-			// Refreshed or not, the read saw the table up to last: the
-			// next read starts there, so a quiet table's query never
-			// walks other tables' changes twice.
-			after = last
+			// Refreshed or not, the table was read up to last: the next
+			// read starts there, so a quiet table's query never walks
+			// other tables' changes twice.
+			after, first = last, false
 			for _, e := range events {
 				e.Seq = last
 				if !yield(e, nil) {
@@ -297,6 +237,43 @@ func (n *Node) live(ctx context.Context, t persistence.TableKey, from LivePositi
 			}
 		}
 	}
+}
+
+// liveKey is the identity of a row: its table and key.
+func liveKey(r Row) Row { return Row{Schema: r.Schema, Table: r.Table, Key: r.Key} }
+
+// liveDiff reads the answer and compares it with held: the events of the
+// refresh (leaves first, in key order, so a consumer applying them never
+// holds more rows than the limit; then enters and updates in the
+// answer's order; then LiveSettled) and what to hold next.
+func liveDiff(ctx context.Context, held map[string]heldRow, answer func(context.Context) ([]Row, error)) ([]LiveEvent, map[string]heldRow, error) {
+	rows, err := answer(ctx)
+	if err != nil {
+		return nil, held, err
+	}
+	next := make(map[string]heldRow, len(rows))
+	var events []LiveEvent
+	for _, r := range rows {
+		k := string(r.Key.Encode())
+		d := liveDigest(r)
+		next[k] = heldRow{key: liveKey(r), digest: d}
+		if h, was := held[k]; !was {
+			events = append(events, LiveEvent{Kind: LiveEnter, Row: r})
+		} else if h.digest != d {
+			events = append(events, LiveEvent{Kind: LiveUpdate, Row: r})
+		}
+	}
+	var leaves []LiveEvent
+	for k, h := range held {
+		if _, still := next[k]; !still {
+			leaves = append(leaves, LiveEvent{Kind: LiveLeave, Row: h.key})
+		}
+	}
+	sort.Slice(leaves, func(i, j int) bool {
+		return string(leaves[i].Row.Key.Encode()) < string(leaves[j].Row.Key.Encode())
+	})
+	events = append(leaves, events...)
+	return append(events, LiveEvent{Kind: LiveSettled}), next, nil
 }
 
 // tableChangedAfter reports whether table t may have changed after
