@@ -127,9 +127,19 @@ type SyncReader interface {
 
 	// Row returns a materialized row; ok is false when the row has no state.
 	Row(t TableKey, rowKey []byte) (row Row, ok bool, err error)
-	// Rows calls fn for the table's rows in row-key byte order, starting
-	// after the given key (nil: from the start), until fn returns false.
+	// Rows calls fn for the table's rows in the natural order of their
+	// keys (RowStorageKey: key columns in the table's order, each value
+	// by persistence/ordkey), starting after the row whose encoded key is
+	// after (nil: from the start), until fn returns false. rowKey is the
+	// row's encoded key (messages.Columns.Encode).
 	Rows(t TableKey, after []byte, fn func(rowKey []byte, row Row) (bool, error)) error
+	// IndexRange calls fn, in order, for the entries of the table's index
+	// called index from the first at or after from (nil: the first), with
+	// their rows, until fn returns false. An index entry is IndexEntry's
+	// (existing rows only); index "" is the rows themselves, every row,
+	// each entry its RowStorageKey. An index the table does not declare
+	// is ErrNotFound.
+	IndexRange(t TableKey, index string, from []byte, fn func(entry []byte, row Row) (bool, error)) error
 
 	// Horizon returns a table's eviction horizon (0 when none was set).
 	Horizon(t TableKey) (messages.HLC, error)
@@ -166,8 +176,14 @@ type SyncTx interface {
 	// strictly below h (reclamation below an eviction horizon) and returns
 	// how many it removed.
 	DeleteEventsBelow(t TableKey, h messages.HLC) (int, error)
-	// PutRow stores a row's state (replacing the previous one).
+	// PutRow stores a row's state (replacing the previous one) and moves
+	// its entries in the table's indexes (IndexEntry) in the same
+	// transaction.
 	PutRow(row Row) error
+	// IndexRow puts row's entry in the table's index called index (an
+	// index built from the rows after it was declared); a tombstoned row
+	// has none. Putting it again changes nothing.
+	IndexRow(t TableKey, index string, row Row) error
 	// SetHorizon stores a table's eviction horizon.
 	SetHorizon(t TableKey, h messages.HLC) error
 	// HoldEvent records that the event at seq waits in group g for its table.

@@ -149,6 +149,7 @@ func (n *Node) openPhases(ctx context.Context) []phase {
 		// leaves groups held for a table that now exists: release them.
 		{"release", func() error { return n.releaseDefined(ctx, "") }},
 		{"rebuild", func() error { return n.rebuildColumns(ctx) }}, // tables.go: an AddColumn a crash interrupted
+		{"indexes", func() error { return n.buildIndexes(ctx) }},   // indexbuild.go: an index build a crash interrupted
 		{"remote", n.startRemote},
 		{"device", func() error { return n.startDevice(ctx) }},
 		{"http", n.startMetricsHTTP},

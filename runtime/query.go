@@ -224,19 +224,6 @@ func (p queryPlan) match(k []byte) (in, done bool) {
 	return true, false
 }
 
-// entry returns row's entry in the plan's order (ok false: none, a
-// tombstoned row).
-func (p queryPlan) entry(row persistence.Row) ([]byte, bool) {
-	if !row.Exists {
-		return nil, false
-	}
-	if p.index == "" {
-		return persistence.RowStorageKey(nil, p.def, row.Key), true
-	}
-	x, _ := p.def.Index(p.index)
-	return persistence.IndexEntry(nil, p.def, x, row)
-}
-
 // Query returns the rows q selects, in its order, at most q.Limit of
 // them, each with its Row.Cursor: set q.After to the last one's to read
 // on. A bad query yields one error and no row: ErrUnknownTable,
@@ -284,28 +271,31 @@ func (n *Node) queryRows(ctx context.Context, q Query) ([]Row, error) {
 		if err != nil {
 			return err
 		}
-		type hit struct {
-			k   []byte
-			row persistence.Row
-		}
-		var hits []hit
-		if err := tx.Rows(t, nil, func(_ []byte, pr persistence.Row) (bool, error) {
-			if k, ok := p.entry(pr); ok {
-				if in, _ := p.match(k); in {
-					hits = append(hits, hit{k, pr})
-				}
+		if p.index != "" {
+			if b, err := building(tx, q.Schema, q.Table, p.index); err != nil {
+				return err
+			} else if b {
+				return fmt.Errorf("%w: %q of %s.%s", ErrIndexBuilding, p.index, q.Schema, q.Table)
 			}
-			return true, ctx.Err()
-		}); err != nil {
-			return err
 		}
-		slices.SortFunc(hits, func(a, b hit) int { return bytes.Compare(a.k, b.k) })
-		for _, h := range hits[:min(len(hits), p.limit)] {
-			r := viewRow(def, h.row)
-			r.Cursor = Cursor(h.k)
+		// One ordered range read from the first entry that can match;
+		// it stops at the first entry past the range or at the limit.
+		return tx.IndexRange(t, p.index, p.start(), func(e []byte, pr persistence.Row) (bool, error) {
+			if err := ctx.Err(); err != nil {
+				return false, err
+			}
+			in, done := p.match(e)
+			if done {
+				return false, nil
+			}
+			if !in || !pr.Exists {
+				return true, nil
+			}
+			r := viewRow(def, pr)
+			r.Cursor = Cursor(bytes.Clone(e))
 			out = append(out, r)
-		}
-		return nil
+			return len(out) < p.limit, nil
+		})
 	})
 	return out, err
 }

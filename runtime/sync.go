@@ -257,14 +257,17 @@ func (n *Node) Get(ctx context.Context, schema, table string, key map[string]any
 
 // ScanOptions tune Scan.
 type ScanOptions struct {
-	// After resumes after this encoded row key (Row.Key.Encode()).
+	// After resumes after the row of this encoded key (Row.Key.Encode()),
+	// in Scan's order.
 	After []byte
 	// IncludeDeleted also visits tombstoned rows.
 	IncludeDeleted bool
 }
 
-// Scan visits a table's rows in key order until fn returns false, in one
-// read transaction.
+// Scan visits a table's rows in the natural order of their keys (the
+// order of Query by the key: key columns in the table's order, integers
+// and floats numerically, text and bytes bytewise) until fn returns
+// false, in one read transaction.
 //
 // Deprecated: use Rows, which returns an iter.Seq2 like every listing.
 func (n *Node) Scan(ctx context.Context, schema, table string, opts ScanOptions, fn func(Row) bool) error {

@@ -358,20 +358,3 @@ func (n *Node) Horizon(ctx context.Context, schema, table string) (messages.HLC,
 	return h, err
 }
 
-// beginIndexes, inside a committer transaction, stores the table's
-// definition (re-read: the transaction may have changed it) with the
-// indexes added.
-func (n *Node) beginIndexes(tx persistence.SyncTx, def TableDef, add []IndexDef) error {
-	cur, ok, err := tx.Table(persistence.TableKey{Schema: def.Schema, Table: def.Table})
-	if err != nil {
-		return err
-	}
-	if !ok {
-		cur = def
-	}
-	cur.Indexes = append(persistence.CloneIndexes(cur.Indexes), persistence.CloneIndexes(add)...)
-	return tx.PutTable(cur)
-}
-
-// buildIndexes runs the pending index builds to their end.
-func (n *Node) buildIndexes(ctx context.Context) error { return nil }

@@ -40,8 +40,10 @@ import (
 // reconcile_sums.go). Version 13: skipped message keys stored one entry
 // each beside their session records, so a ratchet step writes only the
 // keys it changed, with counts per peer and per device for the
-// device-wide cap (splitSkippedV13, migrate_v13.go).
-const LayoutVersion = 13
+// device-wide cap (splitSkippedV13, migrate_v13.go). Version 14: rows
+// keyed in the natural order of their keys, and the secondary indexes'
+// bucket (naturalRowsV14, migrate_v14.go).
+const LayoutVersion = 14
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -52,12 +54,13 @@ var (
 	bucketSyncEventIDs = []byte("sync.event_ids")  // layouts 1–4: event id(32) → seq(8); replaced by bucketSyncEventKeys
 	bucketSyncRowIdx   = []byte("sync.row_events") // layouts 1–7: lp(schema)|lp(table)|lp(rowkey)|seq(8) → ∅; replaced by bucketSyncRowGens
 	bucketSyncTableIdx = []byte("sync.table_hlc")  // lp(schema)|lp(table)|hlc(8)|seq(8) → ∅
-	bucketSyncRows     = []byte("sync.rows")       // lp(schema)|lp(table)|rowkey → rowRecord
+	bucketSyncRows     = []byte("sync.rows")       // lp(schema)|lp(table)|ordered key|rowkey → rowRecord (layouts 1–13: lp(schema)|lp(table)|rowkey)
 	bucketSyncHorizons = []byte("sync.horizons")   // lp(schema)|lp(table) → hlc(8)
 	bucketSyncHeld     = []byte("sync.held")       // site(16)|lp(schema)|lp(table)|seq(8) → ∅
 	bucketSyncMeta     = []byte("sync.meta")       // key → value
 	bucketSyncSealed   = []byte("sync.sealed")     // record type(1)|key → sealed value
 	bucketSyncKeys     = []byte("sync.keys")       // kid → keyRecord
+	bucketSyncIndexes  = []byte("sync.indexes")    // layout 14: lp(schema)|lp(table)|lp(index)|entry → ∅ (indexes.go)
 )
 
 // Keys of bucketMeta.
@@ -91,6 +94,7 @@ var migrations = []migration{
 	{from: 10, to: 11, sealed: resealDeliveryV11},
 	{from: 11, to: 12, fn: migrateRangeSumsV12},
 	{from: 12, to: 13, sealed: splitSkippedV13},
+	{from: 13, to: 14, fn: naturalRowsV14},
 }
 
 // createV1 creates the initial layout.

@@ -56,6 +56,10 @@ func TestMigrateLayout5To6(t *testing.T) {
 		if _, err := tx.CreateBucket(bucketSyncRowGens); err != nil {
 			return err
 		}
+		if _, err := tx.CreateBucket(bucketSyncIndexes); err != nil { // layout 14's, likewise
+			return err
+		}
+		defer func() { _ = tx.DeleteBucket(bucketSyncIndexes) }()
 		defer func() { _ = tx.DeleteBucket(bucketSyncRowGens) }()
 		if _, err := tx.CreateBucket(bucketSyncRangeSums); err != nil { // layout 12's, likewise
 			return err

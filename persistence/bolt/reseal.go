@@ -56,6 +56,7 @@ var plaintextBuckets = [][]byte{
 	bucketSyncChanges,          // layout 10: the change log (row states, plaintext as bucketSyncRows is)
 	bucketSyncRangeSums,        // layout 12: counts and hashes of event keys (plaintext as bucketSyncEventKeys is)
 	bucketDeliverySkippedCount, // layout 13: skipped keys stored per peer (counts)
+	bucketSyncIndexes,          // layout 14: secondary index entries (plaintext as bucketSyncRows is)
 }
 
 // Reseal re-seals, under the current storage key, every sealed record the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
+	"github.com/syncmesh/syncmesh/persistence/ordkey"
 )
 
 // sequentialFill is the FillPercent of buckets whose keys are appended in
@@ -121,6 +122,11 @@ type syncTx struct {
 	done bool
 
 	meta, tables, events, ids, rowIdx, tableIdx, rows, horizons, held, smeta, sealed, keys *bbolt.Bucket
+	// rowIndexes is the secondary indexes' bucket (layout 14, indexes.go);
+	// defs caches the table definitions rows are keyed by (PutTable drops
+	// an entry).
+	rowIndexes *bbolt.Bucket
+	defs       map[persistence.TableKey]persistence.TableDef
 
 	lastSeq   uint64
 	seqLoaded bool
@@ -300,6 +306,7 @@ func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
 		{&t.ids, bucketSyncEventKeys}, {&t.rowIdx, bucketSyncRowGens}, {&t.tableIdx, bucketSyncTableIdx},
 		{&t.rows, bucketSyncRows}, {&t.horizons, bucketSyncHorizons}, {&t.held, bucketSyncHeld},
 		{&t.smeta, bucketSyncMeta}, {&t.sealed, bucketSyncSealed}, {&t.keys, bucketSyncKeys},
+		{&t.rowIndexes, bucketSyncIndexes},
 	} {
 		if *b.dst = btx.Bucket(b.name); *b.dst == nil {
 			return nil, fmt.Errorf("bolt: bucket %s missing: %w", b.name, persistence.ErrCorrupt)
@@ -634,16 +641,34 @@ func (t *syncTx) Row(k persistence.TableKey, rowKey []byte) (persistence.Row, bo
 }
 
 // rowRecord returns the stored record of row rowKey of k (nil: none),
-// the transaction's unflushed write first; t.keyBuf holds the row's key.
-func (t *syncTx) rowRecord(k persistence.TableKey, rowKey []byte) ([]byte, error) {
+// the transaction's unflushed write first; t.keyBuf holds the row's
+// storage key. key, when not nil, is rowKey's columns (no decoding).
+func (t *syncTx) rowRecord(k persistence.TableKey, rowKey []byte, key messages.Columns) ([]byte, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
-	t.keyBuf = append(tablePrefix(t.keyBuf[:0], k), rowKey...)
-	if v, ok := t.rowsOut[string(t.keyBuf)]; ok {
-		return v, nil
+	def, err := t.tableDef(k)
+	if err != nil {
+		return nil, err
 	}
-	return get(&t.rowsCur, t.rows, t.keyBuf), nil
+	t.keyBuf = tablePrefix(t.keyBuf[:0], k)
+	if key != nil {
+		t.keyBuf = ordkey.AppendRowKey(t.keyBuf, def.KeyColumns, key)
+	} else if len(def.KeyColumns) == 0 {
+		t.keyBuf = append(t.keyBuf, rowKey...)
+	} else if t.keyBuf, err = ordkey.RowKeyFromEncoded(t.keyBuf, def.KeyColumns, rowKey); err != nil {
+		return nil, nil // not a key PutRow stores: no such row
+	}
+	return t.storedRow(t.keyBuf), nil
+}
+
+// storedRow returns the record stored under the full rows-bucket key sk
+// (nil: none), the transaction's unflushed write first.
+func (t *syncTx) storedRow(sk []byte) []byte {
+	if v, ok := t.rowsOut[string(sk)]; ok {
+		return v
+	}
+	return get(&t.rowsCur, t.rows, sk)
 }
 
 // RowWithKey is Row for a caller that already holds the row's key columns
@@ -652,7 +677,7 @@ func (t *syncTx) rowRecord(k persistence.TableKey, rowKey []byte) ([]byte, error
 // key decodes rowKey as Row does. The caller vouches that
 // key.Encode() equals rowKey.
 func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error) {
-	v, err := t.rowRecord(k, rowKey)
+	v, err := t.rowRecord(k, rowKey, key)
 	if v == nil || err != nil {
 		return persistence.Row{}, false, err
 	}
@@ -671,7 +696,7 @@ func (t *syncTx) RowWithKey(k persistence.TableKey, rowKey []byte, key messages.
 // event, a new map and copy per read were the largest allocation of the
 // store's share of the apply path.
 func (t *syncTx) RowForUpdate(k persistence.TableKey, rowKey []byte, key messages.Columns) (persistence.Row, bool, error) {
-	v, err := t.rowRecord(k, rowKey)
+	v, err := t.rowRecord(k, rowKey, key)
 	if v == nil || err != nil {
 		return persistence.Row{}, false, err
 	}
@@ -692,10 +717,24 @@ func (t *syncTx) Rows(k persistence.TableKey, after []byte, fn func(rowKey []byt
 	if err := t.flushRows(); err != nil {
 		return err
 	}
+	def, err := t.tableDef(k)
+	if err != nil {
+		return err
+	}
 	prefix := tablePrefix(nil, k)
-	start := append(clone(prefix), after...)
+	start := clone(prefix)
+	if after != nil {
+		if len(def.KeyColumns) == 0 {
+			start = append(start, after...)
+		} else if start, err = ordkey.RowKeyFromEncoded(start, def.KeyColumns, after); err != nil {
+			return fmt.Errorf("bolt: rows after %x: %w", after, err)
+		}
+	}
 	return scan(t.rows, start, prefix, func(key, v []byte) (bool, error) {
-		rowKey := key[len(prefix):]
+		_, rowKey, err := ordkey.SplitRowKey(len(def.KeyColumns), key[len(prefix):])
+		if err != nil {
+			return false, corrupt("row key", err)
+		}
 		if after != nil && bytes.Equal(rowKey, after) {
 			return true, nil
 		}
@@ -850,6 +889,7 @@ func (t *syncTx) PutTable(def persistence.TableDef) error {
 	if err != nil {
 		return fmt.Errorf("bolt: put table: %w", err)
 	}
+	delete(t.defs, tableKeyOf(def.Schema, def.Table))
 	return t.tables.Put(tablePrefix(nil, tableKeyOf(def.Schema, def.Table)), v)
 }
 
@@ -977,18 +1017,39 @@ func (t *syncTx) PutRow(row persistence.Row) error {
 	if err := validRowKey(row.Key); err != nil {
 		return err
 	}
+	tk := tableKeyOf(row.Schema, row.Table)
+	def, err := t.tableDef(tk)
+	if err != nil {
+		return err
+	}
 	v := encodeRowTo(t.valueBuf(rowLen(&row)), &row)
-	t.keyBuf = row.Key.AppendEncode(tablePrefix(t.keyBuf[:0], tableKeyOf(row.Schema, row.Table)))
+	t.keyBuf = tablePrefix(t.keyBuf[:0], tk)
+	pl := len(t.keyBuf)
+	t.keyBuf = ordkey.AppendRowKey(t.keyBuf, def.KeyColumns, row.Key)
 	if len(t.keyBuf) > bbolt.MaxKeySize {
 		return fmt.Errorf("bolt: put row: %w", bolterrors.ErrKeyTooLarge) // as Put would, at once
 	}
+	var old []byte
 	if t.lent {
 		t.lent = false
-		if bytes.Equal(t.keyBuf, t.lentKey) && bytes.Equal(v, t.lentVal) {
-			// The row lent for this update, unchanged (an event that won
-			// no cell): what is stored already is these bytes, and a Put
-			// would only dirty its page for the commit to rewrite.
-			return nil
+		if bytes.Equal(t.keyBuf, t.lentKey) {
+			if bytes.Equal(v, t.lentVal) {
+				// The row lent for this update, unchanged (an event that
+				// won no cell): what is stored already is these bytes, and
+				// a Put would only dirty its page for the commit to
+				// rewrite.
+				return nil
+			}
+			old = t.lentVal
+		}
+	}
+	if len(def.Indexes) > 0 {
+		if old == nil {
+			old = t.storedRow(t.keyBuf)
+		}
+		// updateIndexes leaves t.keyBuf alone.
+		if err := t.updateIndexes(tk, def, t.keyBuf[:pl], t.keyBuf[pl:], old, &row); err != nil {
+			return err
 		}
 	}
 	if t.rowsOut == nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
+	"github.com/syncmesh/syncmesh/persistence/ordkey"
 )
 
 // errTxDone is returned by a transaction used after its fn returned.
@@ -29,6 +30,10 @@ var errTxDone = fmt.Errorf("memory: transaction used after it ended: %w", persis
 
 type rowID struct {
 	schema, table, key string
+}
+
+type indexID struct {
+	schema, table, index string
 }
 
 type smetaKey struct {
@@ -46,7 +51,8 @@ type state struct {
 	rowEvents   cowMap[rowID, []uint64]                // ascending seqs
 	tableEvents cowMap[persistence.TableKey, []uint64] // ascending seqs
 	rows        cowMap[rowID, *persistence.Row]        // deep copies, never mutated
-	rowKeys     cowMap[persistence.TableKey, []string] // sorted row keys of a table
+	rowKeys     cowMap[persistence.TableKey, []string] // sorted storage keys (persistence.RowStorageKey) of a table's rows
+	indexes     cowMap[indexID, []string]              // sorted entries (persistence.IndexEntry) of an index
 	horizons    cowMap[persistence.TableKey, messages.HLC]
 	held        cowMap[persistence.GroupKey, []uint64] // ascending seqs
 	meta        cowMap[string, []byte]
@@ -76,6 +82,7 @@ func (s *state) begin(gen uint64) {
 	s.tableEvents.begin(gen)
 	s.rows.begin(gen)
 	s.rowKeys.begin(gen)
+	s.indexes.begin(gen)
 	s.horizons.begin(gen)
 	s.held.begin(gen)
 	s.meta.begin(gen)
@@ -396,24 +403,91 @@ func (t *txn) Rows(k persistence.TableKey, after []byte, fn func(rowKey []byte, 
 	if err := t.check(false); err != nil {
 		return err
 	}
+	def, _, _ := t.Table(k)
 	keys, _ := t.st.rowKeys.get(k)
 	i := 0
 	if after != nil {
+		from := after
+		if len(def.KeyColumns) > 0 {
+			var err error
+			if from, err = ordkey.RowKeyFromEncoded(nil, def.KeyColumns, after); err != nil {
+				return fmt.Errorf("memory: rows after %x: %w", after, err)
+			}
+		}
 		var found bool
-		i, found = slices.BinarySearch(keys, string(after))
+		i, found = slices.BinarySearch(keys, string(from))
 		if found {
 			i++
 		}
 	}
-	for _, key := range keys[i:] {
-		r, ok := t.st.rows.get(rowID{k.Schema, k.Table, key})
+	for _, sk := range keys[i:] {
+		_, key, err := ordkey.SplitRowKey(len(def.KeyColumns), []byte(sk))
+		if err != nil {
+			return fmt.Errorf("memory: row key: %w: %w", persistence.ErrCorrupt, err)
+		}
+		r, ok := t.st.rows.get(rowID{k.Schema, k.Table, string(key)})
 		if !ok {
 			return fmt.Errorf("memory: row index points at a missing row: %w", persistence.ErrCorrupt)
 		}
-		more, err := fn([]byte(key), cloneRow(*r))
+		more, err := fn(key, cloneRow(*r))
 		if err != nil || !more {
 			return err
 		}
+	}
+	return nil
+}
+
+func (t *txn) IndexRange(k persistence.TableKey, index string, from []byte, fn func(entry []byte, row persistence.Row) (bool, error)) error {
+	if err := t.check(false); err != nil {
+		return err
+	}
+	def, _, _ := t.Table(k)
+	var entries []string
+	var x persistence.IndexDef
+	if index == "" {
+		entries, _ = t.st.rowKeys.get(k)
+	} else {
+		var ok bool
+		if x, ok = def.Index(index); !ok {
+			return fmt.Errorf("memory: index range: %q of %s.%s: %w", index, k.Schema, k.Table, persistence.ErrNotFound)
+		}
+		entries, _ = t.st.indexes.get(indexID{k.Schema, k.Table, index})
+	}
+	i, _ := slices.BinarySearch(entries, string(from))
+	for _, e := range entries[i:] {
+		sk, err := persistence.IndexRowKey(len(x.Columns), []byte(e))
+		if err != nil {
+			return fmt.Errorf("memory: index entry: %w: %w", persistence.ErrCorrupt, err)
+		}
+		_, key, err := ordkey.SplitRowKey(len(def.KeyColumns), sk)
+		if err != nil {
+			return fmt.Errorf("memory: index entry: %w: %w", persistence.ErrCorrupt, err)
+		}
+		r, ok := t.st.rows.get(rowID{k.Schema, k.Table, string(key)})
+		if !ok {
+			return fmt.Errorf("memory: index entry points at a missing row: %w", persistence.ErrCorrupt)
+		}
+		more, err := fn([]byte(e), cloneRow(*r))
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) IndexRow(k persistence.TableKey, index string, row persistence.Row) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	def, _, _ := t.Table(k)
+	x, ok := def.Index(index)
+	if !ok {
+		return fmt.Errorf("memory: index row: %q of %s.%s: %w", index, k.Schema, k.Table, persistence.ErrNotFound)
+	}
+	if e, ok := persistence.IndexEntry(nil, def, x, row); ok {
+		id := indexID{k.Schema, k.Table, index}
+		es, _ := t.st.indexes.get(id)
+		t.st.indexes.put(id, insertSorted(es, string(e)))
 	}
 	return nil
 }
@@ -570,10 +644,33 @@ func (t *txn) PutRow(row persistence.Row) error {
 	}
 	key := string(row.Key.Encode())
 	tk := persistence.TableKey{Schema: row.Schema, Table: row.Table}
+	def, _, _ := t.Table(tk)
 	rid := rowID{row.Schema, row.Table, key}
-	if _, ok := t.st.rows.get(rid); !ok {
+	old, had := t.st.rows.get(rid)
+	if !had {
 		ks, _ := t.st.rowKeys.get(tk)
-		t.st.rowKeys.put(tk, insertSorted(ks, key))
+		t.st.rowKeys.put(tk, insertSorted(ks, string(persistence.RowStorageKey(nil, def, row.Key))))
+	}
+	// The row's index entries move in the same transaction.
+	for _, x := range def.Indexes {
+		var a, b []byte
+		var hadOld, hasNew bool
+		if had {
+			a, hadOld = persistence.IndexEntry(nil, def, x, *old)
+		}
+		b, hasNew = persistence.IndexEntry(nil, def, x, row)
+		if hadOld && hasNew && bytes.Equal(a, b) {
+			continue
+		}
+		id := indexID{row.Schema, row.Table, x.Name}
+		es, _ := t.st.indexes.get(id)
+		if hadOld {
+			es = removeSorted(es, string(a))
+		}
+		if hasNew {
+			es = insertSorted(es, string(b))
+		}
+		t.st.indexes.put(id, es)
 	}
 	row = cloneRow(row)
 	t.st.rows.put(rid, &row)

@@ -65,6 +65,9 @@ func RunSyncStore(t *testing.T, open func(t *testing.T) (store persistence.SyncS
 		{"DeleteEventsBelowStrictlyBelow", testDeleteBelow},
 		{"RowRoundTripKeepsNeverWrittenAndNull", testRowRoundTrip},
 		{"RowsByteOrderAndResume", testRows},
+		{"RowsNaturalKeyOrder", testRowsNaturalOrder},
+		{"IndexesFollowTheRows", testIndexes},
+		{"IndexesProperty", testIndexesProperty},
 		{"PutRowRejectsBadKey", testPutRowBadKey},
 		{"EmptyMetaKeyAndKidRejected", testEmptyNames},
 		{"ReturnedAndPassedValuesAreCopies", testCopies},
@@ -862,6 +865,8 @@ func testRowRoundTrip(t *testing.T, open OpenFunc) {
 	view(t, s, func(r persistence.SyncReader) error { checkRow(t, r, row2); return nil })
 }
 
+// testRows: a table without a definition keys its rows by their CBOR
+// encoding alone (no key column order to follow).
 func testRows(t *testing.T, open OpenFunc) {
 	s, _ := open(t)
 	ids := []any{"b", "a", "ab", "", 3, 1, 300, "zz", []byte{0}, -1}
