@@ -320,7 +320,9 @@ func TestPropertyLiveResultEqualsQuery(t *testing.T) {
 			}
 			w := newWall()
 			open := func() *Node {
-				cfg := Config{MeshID: testMesh, Wall: w.Now, SyncInterval: -1, InMemory: dir == "", Dir: dir}
+				// NoSync: a crash is not what this test is about, and fsyncs
+				// would be most of its time.
+				cfg := Config{MeshID: testMesh, Wall: w.Now, SyncInterval: -1, InMemory: dir == "", Dir: dir, NoSync: true}
 				n, err := Open(context.Background(), cfg)
 				if err != nil {
 					t.Fatal(err)
