@@ -161,8 +161,8 @@ func planQuery(def TableDef, q Query) (queryPlan, error) {
 }
 
 // value encodes one query value of column col and checks its type. An
-// equal value of a key column is normalized as a key is (NormalizeKey),
-// so it names the rows Get would.
+// equal value of a key column is normalized as a key is (NormalizeKey)
+// when it can be, so it names the rows Get would.
 func (p queryPlan) value(col string, v any, eq bool) (messages.Value, error) {
 	var (
 		enc messages.Value
@@ -173,8 +173,10 @@ func (p queryPlan) value(col string, v any, eq bool) (messages.Value, error) {
 		enc = raw
 	} else {
 		if eq && v != nil && slices.Contains(p.def.KeyColumns, col) {
-			if v, err = normalizeKeyValue(v); err != nil {
-				return nil, fmt.Errorf("%w: column %q: %w", ErrBadQuery, col, err)
+			// A value a local key refuses (an empty string…) may still
+			// be in a received key: it is then looked for as given.
+			if nv, err := normalizeKeyValue(v); err == nil {
+				v = nv
 			}
 		}
 		enc, err = messages.NewValue(v)

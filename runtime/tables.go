@@ -357,4 +357,3 @@ func (n *Node) Horizon(ctx context.Context, schema, table string) (messages.HLC,
 	})
 	return h, err
 }
-

@@ -144,7 +144,9 @@ func genValue() *rapid.Generator[messages.Value] {
 			return binary.BigEndian.AppendUint64([]byte{0x3b}, v)
 		}),
 		rapid.Map(rapid.Int64Range(-(1<<54), 1<<54), func(v int64) messages.Value { return messages.MustValue(v) }),
-		rapid.Map(rapid.Float64(), func(v float64) messages.Value { return binary.BigEndian.AppendUint64([]byte{0xfb}, math.Float64bits(v)) }),
+		rapid.Map(rapid.Float64(), func(v float64) messages.Value {
+			return binary.BigEndian.AppendUint64([]byte{0xfb}, math.Float64bits(v))
+		}),
 		rapid.Map(rapid.Int64(), func(v int64) messages.Value { // floats near integers
 			return binary.BigEndian.AppendUint64([]byte{0xfb}, math.Float64bits(float64(v)))
 		}),
