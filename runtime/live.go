@@ -102,7 +102,8 @@ type LivePosition struct {
 // A table not defined yet has an empty answer (events held for it
 // materialize when it is defined, and those are changes). The iteration
 // ends after yielding a non-nil error: ErrInvalidLiveQuery, what Query
-// yields for a bad query (ErrUnknownIndex, ErrBadQuery, *TypeError),
+// yields for a bad query (ErrUnknownIndex, ErrBadQuery, *TypeError) or
+// an index whose build was interrupted (ErrIndexBuilding),
 // ctx.Err(), ErrClosed or a storage error.
 func (n *Node) Live(ctx context.Context, q Query, from LivePosition) iter.Seq2[LiveEvent, error] {
 	if q.Schema == "" || q.Table == "" {
