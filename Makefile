@@ -57,6 +57,7 @@ bench-1m:
 	$(GO) run ./examples/benchreport -only sync -preload 1000000 $(BENCHFLAGS)
 	$(GO) run ./examples/benchreport -only catchup -catchup-events 100000,1000000 -catchup-trials 1 $(BENCHFLAGS)
 	$(GO) run ./examples/benchreport -only reconcile -reconcile-events 1000000 $(BENCHFLAGS)
+	$(GO) run ./examples/benchreport -only queries -queries-rows 1000000 -queries-trials 3 $(BENCHFLAGS)
 
 ## fuzz: a short run of every fuzz target.
 fuzz:

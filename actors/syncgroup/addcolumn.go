@@ -35,7 +35,7 @@ type ColumnRebuild struct {
 	Table  string `cbor:"2,keyasint"`
 	Column string `cbor:"3,keyasint"`
 	// After is the last row key rebuilt (empty: none yet); rows are
-	// rebuilt in row-key order.
+	// rebuilt in the natural order of their keys (SyncReader.Rows).
 	After []byte `cbor:"4,keyasint,omitempty"`
 }
 
