@@ -54,6 +54,9 @@ type PendingReportPage struct {
 // (1..MaxPendingReportPage) of them. It never returns a body (the store
 // opens each frame of the page; nothing past the page is read). It
 // returns ErrNoDevice without a delivery plane.
+//
+// Deprecated: use PendingReceivedReports, which returns an iter.Seq2 like
+// every listing (this page form is what /admin/pending serves).
 func (n *Node) PendingReports(ctx context.Context, after uint64, limit int) (PendingReportPage, error) {
 	if n.isClosed() {
 		return PendingReportPage{}, ErrClosed

@@ -94,8 +94,19 @@
 //
 // # Reading rows
 //
-// Get reads one row, Scan visits a table in key order, Tables lists the
-// definitions. A Row carries the row's existence and tombstone clocks and
+// Query reads the rows of a table by its key or by an index
+// (TableDef.Indexes): equality on the leading columns, then a range or a
+// prefix, in the order of the key or index, with a limit and a cursor
+// (Row.Cursor) to resume. Live keeps a query's answer live: the rows that
+// enter, change in and leave it, each refresh ended by LiveSettled, and
+// resumable from a LivePosition after a restart. Get reads one row, Rows
+// lists a table in key order, Tables lists the definitions.
+//
+// Every listing returns an iter.Seq2[T, error] whose items carry the
+// position to resume after (Query, Rows, Watch, Live, LogEntries,
+// PendingSent, PendingReceived, PendingReceivedReports); it reads a page
+// or an answer per read transaction, so a slow consumer never holds one
+// open, and ends after the first error it yields. A Row carries the row's existence and tombstone clocks and
 // one Cell per value column. A Cell's State tells the three cases apart
 // that a plain value cannot (SSP/1 §13.6): Written (an upsert wrote it,
 // possibly an explicit null), Cleared (a delete set it to null) and

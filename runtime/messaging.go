@@ -430,6 +430,9 @@ func (n *Node) Abandon(ctx context.Context, to DeviceAddress, id MessageID) (boo
 
 // PendingSentMessages pages the sent messages still waiting for their
 // ACK, in send order, after the cursor after (0: from the first).
+//
+// Deprecated: use PendingSent, which returns an iter.Seq2 like every
+// listing.
 func (n *Node) PendingSentMessages(ctx context.Context, after uint64, limit int, to *DeviceAddress) (SentPage, error) {
 	d, err := n.dev()
 	if err != nil {
@@ -508,6 +511,9 @@ func (n *Node) DiscardMessage(ctx context.Context, m ReceivedMessage, reason Dis
 // PendingReceivedMessages pages the messages waiting for a commit or a
 // discard, in receive sequence order after the cursor after (limit at
 // most 100), only from sender when it is not nil.
+//
+// Deprecated: use PendingReceived, which returns an iter.Seq2 like every
+// listing.
 func (n *Node) PendingReceivedMessages(ctx context.Context, after uint64, limit int, sender *DeviceAddress) (PendingPage, error) {
 	d, err := n.dev()
 	if err != nil {

@@ -271,7 +271,9 @@ type ScanOptions struct {
 // Scan visits a table's rows in the natural order of their keys (the
 // order of Query by the key: key columns in the table's order, integers
 // and floats numerically, text and bytes bytewise) until fn returns
-// false.
+// false, in one read transaction.
+//
+// Deprecated: use Rows, which returns an iter.Seq2 like every listing.
 func (n *Node) Scan(ctx context.Context, schema, table string, opts ScanOptions, fn func(Row) bool) error {
 	return n.store.View(ctx, func(tx persistence.SyncReader) error {
 		t, def, err := requireTable(tx, schema, table)
@@ -375,6 +377,9 @@ type LogEntry struct {
 // order: the node's own events and those it received, which is what a
 // peer needs to catch up (a node offers every retained event, SSP/1 §14).
 // limit ≤ 0 means 1 000.
+//
+// Deprecated: use LogEntries, which returns an iter.Seq2 like every
+// listing.
 func (n *Node) Log(ctx context.Context, after uint64, limit int) ([]LogEntry, error) {
 	if limit <= 0 {
 		limit = 1000

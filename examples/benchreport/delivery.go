@@ -663,8 +663,8 @@ func smTrial(ctx context.Context, f smFlow, n int) (smResult, error) {
 		return smResult{}, fmt.Errorf("receiver: %d pending after the run (%v)", c, err)
 	}
 	for _, s := range senders {
-		if p, err := s.PendingSentMessages(ctx, 0, 1, nil); err != nil || len(p.Messages) != 0 {
-			return smResult{}, fmt.Errorf("%s: sent messages still pending after the run (%v)", s.DeviceAddress(), err)
+		if n, err := countPendingSent(ctx, s); err != nil || n != 0 {
+			return smResult{}, fmt.Errorf("%s: %d sent messages still pending after the run (%v)", s.DeviceAddress(), n, err)
 		}
 	}
 	return res, nil
@@ -798,4 +798,16 @@ func straceReport(js string, m int) error {
 		show(f.name, "the server", c)
 	}
 	return nil
+}
+
+// countPendingSent counts n's sent messages still waiting for their ACK.
+func countPendingSent(ctx context.Context, n *runtime.Node) (int, error) {
+	c := 0
+	for _, err := range n.PendingSent(ctx, 0, nil) {
+		if err != nil {
+			return c, err
+		}
+		c++
+	}
+	return c, nil
 }

@@ -249,8 +249,8 @@ func floodTrial(ctx context.Context, n int, flood, throttle bool, forgedN, bundl
 	if p := net.failed.Load(); p != nil {
 		return floodRun{}, *p
 	}
-	if pend, err := alice.PendingSentMessages(ctx, 0, 1, nil); err != nil || len(pend.Messages) != 0 {
-		return floodRun{}, fmt.Errorf("alice: sent messages still pending after the run (%v)", err)
+	if n, err := countPendingSent(ctx, alice); err != nil || n != 0 {
+		return floodRun{}, fmt.Errorf("alice: %d sent messages still pending after the run (%v)", n, err)
 	}
 	slices.Sort(lat)
 	return floodRun{P99: percentile(lat, 0.99), Median: percentile(lat, 0.5), Forged: int(decided.Load()), Bundles: int(served.Load()), FloodFinished: finished}, nil

@@ -454,12 +454,12 @@ func (h *host) checkDrained(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s, err := n.PendingSentMessages(ctx, 0, 1, nil)
+		sent, err := countPendingSent(ctx, n)
 		if err != nil {
 			return err
 		}
-		if c != 0 || len(s.Messages) != 0 {
-			return fmt.Errorf("device %d: %d pending received, %d+ pending sent after the exchange", i, c, len(s.Messages))
+		if c != 0 || sent != 0 {
+			return fmt.Errorf("device %d: %d pending received, %d+ pending sent after the exchange", i, c, sent)
 		}
 		return nil
 	})

@@ -89,8 +89,11 @@ func tablesTrial(ctx context.Context, rows, batch int, batched bool) (float64, e
 	rate := float64(rows) / time.Since(start).Seconds()
 	// Every row is there: a rate of writes that did not land is no rate.
 	got := 0
-	if err := n.Scan(ctx, todoTable.Schema, todoTable.Table, runtime.ScanOptions{}, func(runtime.Row) bool { got++; return true }); err != nil {
-		return 0, err
+	for _, err := range n.Rows(ctx, todoTable.Schema, todoTable.Table, runtime.ScanOptions{}) {
+		if err != nil {
+			return 0, err
+		}
+		got++
 	}
 	if got != rows {
 		return 0, fmt.Errorf("tables: %d rows written, %d read back", rows, got)

@@ -168,13 +168,12 @@ func runDevice(o options) error {
 					out.emit(event{Kind: "sent", ID: idString(sm.ID), Seq: sm.Sequence, Body: c.Body})
 				}
 			case "pending":
-				page, err := n.PendingSentMessages(ctx, 0, 100, nil)
-				if err != nil {
-					out.emit(event{Kind: "error", Err: err.Error()})
-					continue
-				}
 				ev := event{Kind: "pending", Pending: []pendingSent{}}
-				for _, m := range page.Messages {
+				for m, err := range n.PendingSent(ctx, 0, nil) {
+					if err != nil {
+						ev = event{Kind: "error", Err: err.Error()}
+						break
+					}
 					ev.Pending = append(ev.Pending, pendingSent{ID: idString(m.ID), Seq: m.Sequence, Attempts: m.Attempts, Body: string(m.Body)})
 				}
 				out.emit(ev)

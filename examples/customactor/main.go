@@ -269,7 +269,10 @@ func (d *demo) steps(ctx context.Context, out *outcome) error {
 	}
 	say("bob → alice: %d events offered (the second message's row was written twice), done %v", rep.Offered, rep.Done())
 	out.AliceRows = map[runtime.MessageID]string{}
-	err = d.alice.Scan(ctx, inboxSchema, inboxTable, runtime.ScanOptions{}, func(r runtime.Row) bool {
+	for r, err := range d.alice.Rows(ctx, inboxSchema, inboxTable, runtime.ScanOptions{}) {
+		if err != nil {
+			return err
+		}
 		var sender, id, body string
 		_ = r.Key["sender"].Decode(&sender)
 		_ = r.Key["id"].Decode(&id)
@@ -279,13 +282,12 @@ func (d *demo) steps(ctx context.Context, out *outcome) error {
 			out.AliceRows[mid] = body
 		}
 		say("alice: row inbox.messages (%s, %s…) body=%q", sender, id[:8], body)
-		return true
-	})
-	if err != nil {
-		return err
 	}
-	if err := d.bob.Scan(ctx, inboxSchema, inboxTable, runtime.ScanOptions{}, func(runtime.Row) bool { out.BobRows++; return true }); err != nil {
-		return err
+	for _, err := range d.bob.Rows(ctx, inboxSchema, inboxTable, runtime.ScanOptions{}) {
+		if err != nil {
+			return err
+		}
+		out.BobRows++
 	}
 	say("bob: %d rows in inbox.messages (the rewrite after the crash landed on the same row)", out.BobRows)
 	out.Offered, out.BobSite = rep.Offered, d.bob.Identity().Site
@@ -321,11 +323,12 @@ func (d *demo) steps(ctx context.Context, out *outcome) error {
 	if out.BobPending, err = d.bob.PendingReceivedMessageCount(ctx, nil); err != nil {
 		return err
 	}
-	sent, err := d.alice.PendingSentMessages(ctx, 0, 100, nil)
-	if err != nil {
-		return err
+	for _, err := range d.alice.PendingSent(ctx, 0, nil) {
+		if err != nil {
+			return err
+		}
+		out.AlicePendingSent++
 	}
-	out.AlicePendingSent = len(sent.Messages)
 	out.Processed = map[runtime.MessageID]runtime.ProcessedMessage{}
 	for _, id := range []runtime.MessageID{first.ID, second} {
 		p, ok, err := d.bob.ProcessedMessage(ctx, aliceAddr, id)
@@ -348,11 +351,10 @@ func (d *demo) waitAcked(ctx context.Context, id runtime.MessageID) error {
 		if err := d.net.Flush(ctx); err != nil {
 			return false, err
 		}
-		p, err := d.alice.PendingSentMessages(ctx, 0, 100, &bobAddr)
-		if err != nil {
-			return false, err
-		}
-		for _, m := range p.Messages {
+		for m, err := range d.alice.PendingSent(ctx, 0, &bobAddr) {
+			if err != nil {
+				return false, err
+			}
 			if m.ID == id {
 				return false, nil
 			}

@@ -173,9 +173,14 @@ func runChild(o options) error {
 		default:
 		}
 		st.Committed = int(committed.Load())
-		if p, err := n.PendingSentMessages(ctx, 0, 100, nil); err == nil {
-			st.PendingSent = len(p.Messages)
+		pending := 0
+		for _, err := range n.PendingSent(ctx, 0, nil) {
+			if err != nil {
+				break
+			}
+			pending++
 		}
+		st.PendingSent = pending
 		if err := enc.Encode(st); err != nil {
 			return err
 		}
@@ -242,7 +247,12 @@ func write(ctx context.Context, n *runtime.Node, o options) error {
 func report(ctx context.Context, n *runtime.Node, name string) (status, error) {
 	st := status{Node: name}
 	h := sha256.New()
-	err := n.Scan(ctx, "app", "items", runtime.ScanOptions{IncludeDeleted: true}, func(r runtime.Row) bool {
+	var err error
+	for r, rerr := range n.Rows(ctx, "app", "items", runtime.ScanOptions{IncludeDeleted: true}) {
+		if rerr != nil {
+			err = rerr
+			break
+		}
 		if r.Exists {
 			st.Rows++
 		}
@@ -251,8 +261,7 @@ func report(ctx context.Context, n *runtime.Node, name string) (status, error) {
 			cell := r.Cells[c]
 			fmt.Fprintf(h, "%s %v %x %v|", c, cell.State, []byte(cell.Value), cell.Clock)
 		}
-		return true
-	})
+	}
 	if err != nil {
 		return st, err
 	}

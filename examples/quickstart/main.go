@@ -207,17 +207,20 @@ func message(ctx context.Context, network *runtime.Network, alice, bob *node) er
 	if err := network.Flush(ctx); err != nil {
 		return err
 	}
-	left, err := alice.PendingSentMessages(ctx, 0, 10, nil)
-	if err != nil {
-		return err
+	left := 0
+	for _, err := range alice.PendingSent(ctx, 0, nil) {
+		if err != nil {
+			return err
+		}
+		left++
 	}
 	again, err := bob.CommitMessage(ctx, m)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("   bob: %s (ACK sent: %v); alice: %d messages still waiting for an ACK\n", res.Status, res.AckSent, len(left.Messages))
+	fmt.Printf("   bob: %s (ACK sent: %v); alice: %d messages still waiting for an ACK\n", res.Status, res.AckSent, left)
 	fmt.Printf("   committing again is harmless: %s\n", again.Status)
-	if len(left.Messages) != 0 || res.Status != runtime.Committed {
+	if left != 0 || res.Status != runtime.Committed {
 		return fmt.Errorf("the message was not acknowledged")
 	}
 	return nil
@@ -264,7 +267,11 @@ func keyString(k messages.Columns) string {
 
 func dump(ctx context.Context, n *node) string {
 	var b strings.Builder
-	_ = n.Scan(ctx, "app", "todos", runtime.ScanOptions{IncludeDeleted: true}, func(r runtime.Row) bool {
+	for r, err := range n.Rows(ctx, "app", "todos", runtime.ScanOptions{IncludeDeleted: true}) {
+		if err != nil {
+			fmt.Fprintf(&b, "   (read failed: %v)\n", err)
+			break
+		}
 		fmt.Fprintf(&b, "   todo %s exists=%v\n", keyString(r.Key), r.Exists)
 		cols := make([]string, 0, len(r.Cells))
 		for c := range r.Cells {
@@ -280,7 +287,6 @@ func dump(ctx context.Context, n *node) string {
 			}
 			fmt.Fprintf(&b, "     %-6s %-14s (%s)\n", c, v, cell.State)
 		}
-		return true
-	})
+	}
 	return b.String()
 }

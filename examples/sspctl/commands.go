@@ -585,21 +585,15 @@ func dump(ctx context.Context, n *runtime.Node, schema, table string, all bool) 
 		return nil, err
 	}
 	doc.Horizon = h.String()
-	var rowErr error
-	err = n.Scan(ctx, schema, table, runtime.ScanOptions{IncludeDeleted: all}, func(r runtime.Row) bool {
+	for r, err := range n.Rows(ctx, schema, table, runtime.ScanOptions{IncludeDeleted: all}) {
+		if err != nil {
+			return nil, err
+		}
 		dr, err := dumpOne(r)
 		if err != nil {
-			rowErr = err
-			return false
+			return nil, err
 		}
 		doc.Rows = append(doc.Rows, dr)
-		return true
-	})
-	if err == nil {
-		err = rowErr
-	}
-	if err != nil {
-		return nil, err
 	}
 	return doc, nil
 }

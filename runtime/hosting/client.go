@@ -3,6 +3,7 @@ package hosting
 import (
 	"context"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/syncmesh/syncmesh/messages"
@@ -145,6 +146,32 @@ func (c Client) Scan(ctx context.Context, group, schema, table string, after []b
 		return nil, false, err
 	}
 	return rep.Rows, rep.More, nil
+}
+
+// Rows returns the live rows of the group's table after the encoded key
+// after (nil: from the first), in the table's key order, one Scan of
+// MaxScanRows per request: the runtime.Node.Rows of a hosted group. A
+// row's position is its key: resume after the last one's Key.Encode().
+// The iteration ends after yielding a non-nil error.
+func (c Client) Rows(ctx context.Context, group, schema, table string, after []byte) iter.Seq2[Row, error] {
+	return func(yield func(Row, error) bool) {
+		for {
+			rows, more, err := c.Scan(ctx, group, schema, table, after, MaxScanRows)
+			if err != nil {
+				yield(Row{}, err)
+				return
+			}
+			for _, r := range rows {
+				if !yield(r, nil) {
+					return
+				}
+			}
+			if !more || len(rows) == 0 {
+				return
+			}
+			after = rows[len(rows)-1].Key.Encode()
+		}
+	}
 }
 
 // Changes returns the group's row changes of schema.table after the

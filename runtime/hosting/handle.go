@@ -186,15 +186,17 @@ func handleScan(ctx context.Context, n *runtime.Node, req *Request) (*Reply, err
 		limit = MaxScanRows
 	}
 	rep := &Reply{}
-	err := n.Scan(ctx, req.Schema, req.TableName, runtime.ScanOptions{After: req.After}, func(r runtime.Row) bool {
+	for r, err := range n.Rows(ctx, req.Schema, req.TableName, runtime.ScanOptions{After: req.After}) {
+		if err != nil {
+			return rep, err
+		}
 		if len(rep.Rows) == limit {
 			rep.More = true
-			return false
+			break
 		}
 		rep.Rows = append(rep.Rows, rowOf(r))
-		return true
-	})
-	return rep, err
+	}
+	return rep, nil
 }
 
 func handleEvents(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
@@ -202,15 +204,15 @@ func handleEvents(ctx context.Context, n *runtime.Node, req *Request) (*Reply, e
 	if limit <= 0 || limit > MaxEventIDs {
 		limit = MaxEventIDs
 	}
-	log, err := n.Log(ctx, req.Seq, limit+1)
-	if err != nil {
-		return nil, err
-	}
 	rep := &Reply{Next: req.Seq}
-	if len(log) > limit {
-		log, rep.More = log[:limit], true
-	}
-	for _, e := range log {
+	for e, err := range n.LogEntries(ctx, req.Seq) {
+		if err != nil {
+			return nil, err
+		}
+		if len(rep.IDs) == limit {
+			rep.More = true
+			break
+		}
 		rep.IDs = append(rep.IDs, e.ID[:])
 		rep.Next = e.Seq
 	}
@@ -219,19 +221,11 @@ func handleEvents(ctx context.Context, n *runtime.Node, req *Request) (*Reply, e
 
 func handleDigest(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
 	var ids [][]byte
-	var after uint64
-	for {
-		log, err := n.Log(ctx, after, 1000)
+	for e, err := range n.LogEntries(ctx, 0) {
 		if err != nil {
 			return nil, err
 		}
-		if len(log) == 0 {
-			break
-		}
-		for _, e := range log {
-			ids = append(ids, e.ID[:])
-			after = e.Seq
-		}
+		ids = append(ids, e.ID[:])
 	}
 	return &Reply{Count: uint64(len(ids)), Hash: digestOf(ids)}, nil
 }
@@ -352,25 +346,35 @@ func handleCommit(ctx context.Context, n *runtime.Node, req *Request) (*Reply, e
 }
 
 func handlePending(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
-	page, err := n.PendingReceivedMessages(ctx, req.Seq, pageLimit(req.Limit), req.Peer)
-	if err != nil {
-		return nil, err
-	}
-	rep := &Reply{Next: page.Next, More: page.More}
-	for _, m := range page.Messages {
+	limit := pageLimit(req.Limit)
+	rep := &Reply{Next: req.Seq}
+	for m, err := range n.PendingReceived(ctx, req.Seq, req.Peer) {
+		if err != nil {
+			return nil, err
+		}
+		if len(rep.Messages) == limit {
+			rep.More = true
+			break
+		}
 		rep.Messages = append(rep.Messages, Message{Peer: m.Sender, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Plaintext})
+		rep.Next = m.Sequence
 	}
 	return rep, nil
 }
 
 func handlePendingSent(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
-	page, err := n.PendingSentMessages(ctx, req.Seq, pageLimit(req.Limit), req.Peer)
-	if err != nil {
-		return nil, err
-	}
-	rep := &Reply{Next: page.Next, More: page.More}
-	for _, m := range page.Messages {
+	limit := pageLimit(req.Limit)
+	rep := &Reply{Next: req.Seq}
+	for m, err := range n.PendingSent(ctx, req.Seq, req.Peer) {
+		if err != nil {
+			return nil, err
+		}
+		if len(rep.Messages) == limit {
+			rep.More = true
+			break
+		}
 		rep.Messages = append(rep.Messages, Message{Peer: m.Recipient, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Body})
+		rep.Next = m.Sequence
 	}
 	return rep, nil
 }

@@ -128,6 +128,21 @@ func TestGroupApplyIsIdempotentAndReadable(t *testing.T) {
 	if err != nil || len(rest) != 3 || more {
 		t.Fatalf("scan page 2: %d %v %v", len(rest), more, err)
 	}
+	var listed []hosting.Row
+	for r, err := range c.Rows(ctx, "acme", "app", "notes", rows[0].Key.Encode()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed = append(listed, r)
+	}
+	if len(listed) != 4 || !bytes.Equal(listed[0].Key.Encode(), rows[1].Key.Encode()) || !bytes.Equal(listed[3].Key.Encode(), rest[2].Key.Encode()) {
+		t.Fatalf("rows after the first: %d, want the 4 the scans returned after it", len(listed))
+	}
+	for _, err := range c.Rows(ctx, "acme", "app", "missing", nil) {
+		if !errors.Is(err, runtime.ErrUnknownTable) {
+			t.Fatalf("rows of an unknown table: %v", err)
+		}
+	}
 	if _, _, err := c.Get(ctx, "acme", "app", "missing", map[string]any{"id": 1}); !errors.Is(err, runtime.ErrUnknownTable) {
 		t.Fatalf("unknown table: %v", err)
 	}

@@ -297,7 +297,10 @@ func (m *Mesh) State(ctx context.Context, i int) (string, error) {
 	var b strings.Builder
 	for _, d := range defs {
 		fmt.Fprintf(&b, "table %s.%s\n", d.Schema, d.Table)
-		err := n.Scan(ctx, d.Schema, d.Table, runtime.ScanOptions{IncludeDeleted: true}, func(r runtime.Row) bool {
+		for r, err := range n.Rows(ctx, d.Schema, d.Table, runtime.ScanOptions{IncludeDeleted: true}) {
+			if err != nil {
+				return "", err
+			}
 			fmt.Fprintf(&b, " row %x exists=%v existence=%v tomb=%v\n", r.Key.Encode(), r.Exists, r.Existence, r.Tomb)
 			cols := make([]string, 0, len(r.Cells))
 			for c := range r.Cells {
@@ -308,10 +311,6 @@ func (m *Mesh) State(ctx context.Context, i int) (string, error) {
 				cell := r.Cells[c]
 				fmt.Fprintf(&b, "  %s %v %x %v\n", c, cell.State, []byte(cell.Value), cell.Clock)
 			}
-			return true
-		})
-		if err != nil {
-			return "", err
 		}
 	}
 	return b.String(), nil

@@ -76,7 +76,14 @@ func TestDevicesExchangeAndCommitAcrossTheMesh(t *testing.T) {
 	if err := m.Network().Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := a.PendingSentMessages(ctx, 0, 10, nil); len(p.Messages) != 0 {
+	pending := 0
+	for _, err := range a.PendingSent(ctx, 0, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending++
+	}
+	if pending != 0 {
 		t.Fatal("the ACK did not clear the sender's pending message")
 	}
 }
