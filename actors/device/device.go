@@ -535,15 +535,16 @@ func (d *Device) Bundle(ctx context.Context) (*messages.PrekeyBundle, error) {
 // Config.Handler is nil (else nil). It is closed by Close.
 //
 // Application delivery (never after finalization): the channel holds at
-// most one copy of each message, and once a message was committed or
-// discarded no copy of it is put in the channel again. A message taken
-// from the channel and then committed is therefore never received from it
-// again. The one copy a channel can still hold after a finalization is
-// the one put in before it, when the application finalized the message
-// without taking it from the channel (it found it by
-// PendingReceivedMessages): a channel cannot be recalled, so such an
-// application must expect that copy (committing it again answers
-// ALREADY_COMMITTED or ALREADY_DISCARDED).
+// most one copy of each message; a copy of a message the application took
+// is put in only RedeliverAfter after the take (the application may have
+// lost it); and once a message was committed or discarded no copy of it
+// is put in again. So a message the application finalizes within
+// RedeliverAfter of taking it is never received from the channel again.
+// A channel cannot be recalled: the copy it may still hold when a message
+// is finalized — put in before, because the application held the message
+// longer than RedeliverAfter or finalized it without taking it (found by
+// PendingReceivedMessages) — is still received, and committing it again
+// answers ALREADY_COMMITTED or ALREADY_DISCARDED.
 func (d *Device) Messages() <-chan ReceivedMessage { return d.feed }
 
 // NewLogicalMessageID returns a new 16-byte logical message id: the Unix

@@ -1,10 +1,16 @@
 package device_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/syncmesh/syncmesh/actors/device"
+	"github.com/syncmesh/syncmesh/actors/session"
+	"github.com/syncmesh/syncmesh/crypto/ratchet"
+	"github.com/syncmesh/syncmesh/messages"
 )
 
 // TestNoHandOffAfterFinalizationThroughMessages: with Messages, a message
@@ -64,4 +70,123 @@ func TestNoHandOffAfterFinalizationThroughMessages(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestMessagesRedeliverAfterCountsFromTake: a copy arriving while the
+// message waits in the channel, and one arriving right after the
+// application took it (however long it waited), are not handed; one
+// arriving RedeliverAfter after the take is (at-least-once until the
+// commit).
+func TestMessagesRedeliverAfterCountsFromTake(t *testing.T) {
+	ms := newMesh(t)
+	a := ms.add(aliceAddr, nil)
+	b := ms.add(bobAddr, func(c *device.Config) { c.Buffer = 4 })
+	feed := b.d.Messages()
+	sm := a.send(b, "one")
+	b.pump()
+	waitFor(t, func() bool { return len(feed) == 1 }, "one in the channel")
+	ms.clock.Advance(time.Minute)
+	a.resend(b, sm.ID)
+	b.pump()
+	if m := <-feed; string(m.Plaintext) != "one" {
+		t.Fatalf("first hand-off %q", m.Plaintext)
+	}
+	a.resend(b, sm.ID)
+	b.pump()
+	a.send(b, "two")
+	b.pump()
+	if m := <-feed; string(m.Plaintext) != "two" {
+		t.Fatalf("handed %q (Deliveries %d): a copy was handed again although the application took the message just now", m.Plaintext, m.Deliveries)
+	}
+	ms.clock.Advance(time.Minute)
+	a.resend(b, sm.ID)
+	b.pump()
+	if m := <-feed; string(m.Plaintext) != "one" {
+		t.Fatalf("handed %q, want the copy of one after RedeliverAfter", m.Plaintext)
+	}
+}
+
+// TestMessagesNeverAfterCommitModel: random sends, sender retries, clock
+// moves and takes from a small Messages channel; the application commits
+// or discards what it takes before it takes the next. No message is ever
+// received again after its finalization returned, and every message is
+// received (and finalized) in the end.
+func TestMessagesNeverAfterCommitModel(t *testing.T) {
+	ms := newMesh(t)
+	a := ms.add(aliceAddr, nil)
+	checks := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		checks++
+		buffer := rapid.IntRange(1, 3).Draw(rt, "buffer")
+		b := ms.add(messages.DeviceAddress{User: fmt.Sprint("bob", checks), Device: 1}, func(c *device.Config) {
+			c.Buffer = buffer
+			c.Session = func(sc *session.Config) {
+				sc.RefreshInterval = -1
+				sc.Prekeys = ratchet.PrekeyConfig{RotationInterval: 7 * 24 * time.Hour, GracePeriod: 30 * 24 * time.Hour,
+					OneTimeBatch: 4, OneTimeThreshold: 1, MaxOneTime: 8}
+			}
+		})
+		defer func() { _ = b.d.Close() }()
+		feed := b.d.Messages()
+		var sent []messages.LogicalMessageID
+		finalized := map[messages.LogicalMessageID]bool{}
+		take := func(m device.ReceivedMessage) {
+			if finalized[m.ID] {
+				rt.Fatalf("%q received again (Deliveries %d) after its finalization returned", m.Plaintext, m.Deliveries)
+			}
+			var err error
+			if rapid.Bool().Draw(rt, "commit") {
+				_, err = b.d.CommitReceivedMessage(bg, aliceAddr, m.ID)
+			} else {
+				_, err = b.d.DiscardReceivedMessage(bg, aliceAddr, m.ID, device.DiscardReason(1))
+			}
+			if err != nil {
+				rt.Fatalf("finalize %q: %v", m.Plaintext, err)
+			}
+			finalized[m.ID] = true
+		}
+		steps := rapid.IntRange(1, 30).Draw(rt, "steps")
+		for i := 0; i < steps; i++ {
+			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+			case 0:
+				sent = append(sent, a.send(b, fmt.Sprint("m", len(sent))).ID)
+				b.pump()
+			case 1:
+				if len(sent) > 0 {
+					a.resend(b, sent[rapid.IntRange(0, len(sent)-1).Draw(rt, "which")])
+					b.pump()
+				}
+			case 2:
+				ms.clock.Advance(time.Duration(rapid.IntRange(0, 60).Draw(rt, "seconds")) * time.Second)
+			case 3:
+				select {
+				case m := <-feed:
+					take(m)
+				default:
+				}
+			}
+		}
+		// Every message sent reaches the application: its first receive
+		// was queued, and nothing else keeps it out of the channel.
+		for len(finalized) < len(sent) {
+			select {
+			case m := <-feed:
+				take(m)
+			case <-time.After(30 * time.Second):
+				rt.Fatalf("%d of %d messages finalized; the rest never reached the channel", len(finalized), len(sent))
+			}
+		}
+		// Copies of finalized messages, now and after RedeliverAfter, are
+		// not handed.
+		ms.clock.Advance(time.Minute)
+		for _, id := range sent {
+			a.resend(b, id)
+		}
+		b.pump()
+		last := a.send(b, "last")
+		b.pump()
+		if m := <-feed; m.ID != last.ID {
+			rt.Fatalf("%q received again (Deliveries %d) after its finalization returned", m.Plaintext, m.Deliveries)
+		}
+	})
 }
