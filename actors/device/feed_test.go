@@ -18,57 +18,89 @@ import (
 // arriving then is not put in the channel beside it, so once the
 // application took the message and its commit or discard returned, the
 // channel never hands it again (the next message is the next hand-off).
-// On both stores.
+// On both stores, with envelopes received by Receive and by ReceiveAsync.
 func TestNoHandOffAfterFinalizationThroughMessages(t *testing.T) {
 	for _, store := range []string{"memory", "bolt"} {
 		for _, finalize := range []string{"commit", "discard"} {
-			t.Run(store+"/"+finalize, func(t *testing.T) {
-				ms := newMesh(t)
-				a := ms.add(aliceAddr, nil)
-				tweak := func(c *device.Config) { c.Buffer = 16 }
-				var b *dev
-				if store == "bolt" {
-					b = ms.addBolt(bobAddr, tweak)
-				} else {
-					b = ms.add(bobAddr, tweak)
+			for _, async := range []bool{false, true} {
+				name := store + "/" + finalize
+				if async {
+					name += "/async"
 				}
-				feed := b.d.Messages()
-				sm := a.send(b, "one")
-				b.pump()
-				waitFor(t, func() bool { return len(feed) == 1 }, "one in the channel")
-				ms.clock.Advance(time.Minute)
-				a.resend(b, sm.ID)
-				if r := b.pump(); len(r) != 1 || r[0].Kind != device.Delivery {
-					t.Fatalf("copy: %+v", r)
-				}
-				a.send(b, "two")
-				b.pump()
-				waitFor(t, func() bool { return len(feed) >= 2 }, "two in the channel")
-				first := <-feed
-				var r device.CommitResult
-				var err error
-				if finalize == "commit" {
-					r, err = b.d.CommitReceivedMessage(bg, aliceAddr, first.ID)
-				} else {
-					r, err = b.d.DiscardReceivedMessage(bg, aliceAddr, first.ID, device.DiscardReason(1))
-				}
-				if err != nil || (r.Status != device.Committed && r.Status != device.Discarded) {
-					t.Fatalf("%s: %+v %v", finalize, r, err)
-				}
-				if next := <-feed; string(next.Plaintext) != "two" {
-					t.Fatalf("after the %s of %q returned %v the application was handed %q (Deliveries %d)", finalize, first.Plaintext, r.Status, next.Plaintext, next.Deliveries)
-				}
-				// A later copy of the finalized message is not handed either.
-				ms.clock.Advance(time.Minute)
-				a.resend(b, sm.ID)
-				b.pump()
-				a.send(b, "three")
-				b.pump()
-				if next := <-feed; string(next.Plaintext) != "three" {
-					t.Fatalf("after the %s the application was handed %q", finalize, next.Plaintext)
-				}
-			})
+				t.Run(name, func(t *testing.T) { noHandOffAfterFinalizationThroughMessages(t, store, finalize, async) })
+			}
 		}
+	}
+}
+
+// pumpAsync receives every envelope queued for v by ReceiveAsync and
+// waits for each answer.
+func (v *dev) pumpAsync() []device.ReceiveResult {
+	v.ms.tb.Helper()
+	var out []device.ReceiveResult
+	for _, e := range v.take() {
+		done := make(chan device.ReceiveResult, 1)
+		if err := v.d.ReceiveAsync(bg, e.From, e.Envelope, func(r device.ReceiveResult, err error) {
+			if err != nil {
+				v.ms.tb.Errorf("%s ReceiveAsync from %s: %v", v.addr, e.From, err)
+			}
+			done <- r
+		}); err != nil {
+			v.ms.tb.Fatalf("%s ReceiveAsync from %s: %v", v.addr, e.From, err)
+		}
+		out = append(out, <-done)
+	}
+	return out
+}
+
+func noHandOffAfterFinalizationThroughMessages(t *testing.T, store, finalize string, async bool) {
+	ms := newMesh(t)
+	a := ms.add(aliceAddr, nil)
+	tweak := func(c *device.Config) { c.Buffer = 16 }
+	var b *dev
+	if store == "bolt" {
+		b = ms.addBolt(bobAddr, tweak)
+	} else {
+		b = ms.add(bobAddr, tweak)
+	}
+	feed := b.d.Messages()
+	pump := b.pump
+	if async {
+		pump = b.pumpAsync
+	}
+	sm := a.send(b, "one")
+	pump()
+	waitFor(t, func() bool { return len(feed) == 1 }, "one in the channel")
+	ms.clock.Advance(time.Minute)
+	a.resend(b, sm.ID)
+	if r := pump(); len(r) != 1 || r[0].Kind != device.Delivery {
+		t.Fatalf("copy: %+v", r)
+	}
+	a.send(b, "two")
+	pump()
+	waitFor(t, func() bool { return len(feed) >= 2 }, "two in the channel")
+	first := <-feed
+	var r device.CommitResult
+	var err error
+	if finalize == "commit" {
+		r, err = b.d.CommitReceivedMessage(bg, aliceAddr, first.ID)
+	} else {
+		r, err = b.d.DiscardReceivedMessage(bg, aliceAddr, first.ID, device.DiscardReason(1))
+	}
+	if err != nil || (r.Status != device.Committed && r.Status != device.Discarded) {
+		t.Fatalf("%s: %+v %v", finalize, r, err)
+	}
+	if next := <-feed; string(next.Plaintext) != "two" {
+		t.Fatalf("after the %s of %q returned %v the application was handed %q (Deliveries %d)", finalize, first.Plaintext, r.Status, next.Plaintext, next.Deliveries)
+	}
+	// A later copy of the finalized message is not handed either.
+	ms.clock.Advance(time.Minute)
+	a.resend(b, sm.ID)
+	pump()
+	a.send(b, "three")
+	pump()
+	if next := <-feed; string(next.Plaintext) != "three" {
+		t.Fatalf("after the %s the application was handed %q", finalize, next.Plaintext)
 	}
 }
 
