@@ -182,7 +182,12 @@ type Config struct {
 	// pending), one at a time, in order, from a goroutine of the Device.
 	Handler func(ctx context.Context, m ReceivedMessage)
 	// Buffer > 0 enables Messages(): a channel of that capacity carrying
-	// the same deliveries as Handler (used only when Handler is nil).
+	// the same deliveries as Handler (used only when Handler is nil). The
+	// channel holds at most one copy of a message: a copy arriving while
+	// one is still in the channel is dropped, and RedeliverAfter counts
+	// from when the application took the message from the channel (as
+	// seen by the device: at the latest its next receive or hand-off), not
+	// from when it was put in.
 	Buffer int
 	// Retry is the opt-in outbound retry schedule (zero: off).
 	Retry RetryPolicy
@@ -340,7 +345,7 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		// (an idle device costs no goroutine); it starts at the end of
 		// Open with the messages still pending from before.
 		d.queue = newDeliveryQueue(cfg.MaxQueued, cfg.MaxQueuedBytes, func() { d.loops.Add(1); go d.dispatch(false) })
-		d.queue.now, d.queue.redeliverAfter = cfg.Now, cfg.RedeliverAfter
+		d.queue.now, d.queue.redeliverAfter, d.queue.feed = cfg.Now, cfg.RedeliverAfter, d.feed
 		if d.queue.redeliverAfter == 0 {
 			d.queue.redeliverAfter = DefaultRedeliverAfter
 		}
@@ -528,6 +533,18 @@ func (d *Device) Bundle(ctx context.Context) (*messages.PrekeyBundle, error) {
 
 // Messages returns the channel of deliveries when Config.Buffer > 0 and
 // Config.Handler is nil (else nil). It is closed by Close.
+//
+// Application delivery (never after finalization): the channel holds at
+// most one copy of each message; a copy of a message the application took
+// is put in only RedeliverAfter after the take (the application may have
+// lost it); and once a message was committed or discarded no copy of it
+// is put in again. So a message the application finalizes within
+// RedeliverAfter of taking it is never received from the channel again.
+// A channel cannot be recalled: the copy it may still hold when a message
+// is finalized — put in before, because the application held the message
+// longer than RedeliverAfter or finalized it without taking it (found by
+// PendingReceivedMessages) — is still received, and committing it again
+// answers ALREADY_COMMITTED or ALREADY_DISCARDED.
 func (d *Device) Messages() <-chan ReceivedMessage { return d.feed }
 
 // NewLogicalMessageID returns a new 16-byte logical message id: the Unix
@@ -1046,8 +1063,10 @@ func (d *Device) hand(ctx context.Context, m ReceivedMessage) bool {
 	}
 	select {
 	case d.feed <- m:
+		d.queue.fed(true)
 		return true
 	case <-ctx.Done():
+		d.queue.fed(false)
 		return false
 	}
 }
@@ -1137,6 +1156,17 @@ type deliveryQueue struct {
 	handed         recent
 	now            func() time.Time
 	redeliverAfter time.Duration
+
+	// The Messages channel (nil with a Handler): the keys put in it,
+	// oldest first, that the application has not been seen to take
+	// (inFeed, counted by key in inFeedN), and the key the dispatcher is
+	// putting in it now (sending). Only the dispatcher sends and only the
+	// application receives, so of the keys in inFeed all but the last
+	// len(feed) were taken.
+	feed    chan ReceivedMessage
+	inFeed  []queueKey
+	inFeedN map[queueKey]int
+	sending *queueKey
 }
 
 func newDeliveryQueue(maxItems, maxBytes int, start func()) *deliveryQueue {
@@ -1151,6 +1181,11 @@ func (q *deliveryQueue) push(m ReceivedMessage) {
 	}
 	k := queueKey{m.Sender, m.ID}
 	if _, ok := q.finalized.get(k); ok {
+		return
+	}
+	q.syncFeed()
+	if q.inChannel(k) {
+		// The application has not taken the copy in the channel yet.
 		return
 	}
 	if t, ok := q.handed.get(k); ok && q.redeliverAfter > 0 && q.clock().Sub(t) < q.redeliverAfter {
@@ -1241,8 +1276,69 @@ func (q *deliveryQueue) handing(m ReceivedMessage) bool {
 	if _, ok := q.finalized.get(k); ok {
 		return false
 	}
-	q.handed.put(k, q.clock())
+	if q.feed == nil {
+		// The handler is called now: that is the hand-off.
+		q.handed.put(k, q.clock())
+		return true
+	}
+	q.syncFeed()
+	if q.inChannel(k) {
+		// One copy in the channel at a time: the one there is received
+		// first, and a finalization cannot reach a second one.
+		return false
+	}
+	q.sending = &k
 	return true
+}
+
+// inChannel reports whether a copy of k is in the Messages channel or
+// being put in it (mu held).
+func (q *deliveryQueue) inChannel(k queueKey) bool {
+	return q.inFeedN[k] > 0 || (q.sending != nil && *q.sending == k)
+}
+
+// fed records that the dispatcher put the message handing allowed in the
+// Messages channel (sent), or gave up on it (the device is closing).
+func (q *deliveryQueue) fed(sent bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.sending
+	q.sending = nil
+	if k == nil || !sent {
+		return
+	}
+	if q.inFeedN == nil {
+		q.inFeedN = map[queueKey]int{}
+	}
+	q.inFeed = append(q.inFeed, *k)
+	q.inFeedN[*k]++
+	q.syncFeed()
+}
+
+// syncFeed forgets the keys the application took from the Messages
+// channel and starts their RedeliverAfter clock now (mu held). A key is
+// recorded only after its send completed, so len(feed) never counts a key
+// inFeed lacks except the one being recorded: the count of taken keys is
+// never too high.
+func (q *deliveryQueue) syncFeed() {
+	if q.feed == nil {
+		return
+	}
+	taken := len(q.inFeed) - len(q.feed)
+	if taken <= 0 {
+		return
+	}
+	now := q.clock()
+	for _, k := range q.inFeed[:taken] {
+		if q.inFeedN[k]--; q.inFeedN[k] <= 0 {
+			delete(q.inFeedN, k)
+		}
+		if _, ok := q.finalized.get(k); !ok {
+			q.handed.put(k, now)
+		}
+	}
+	clear(q.inFeed[:taken])
+	q.inFeed = q.inFeed[taken:]
 }
 
 // stopped records that the dispatcher gave up (the device is closing).
