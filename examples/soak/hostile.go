@@ -287,21 +287,16 @@ func (h *hostile) rangeRequest(ctx context.Context, a, victim string, above bool
 func (h *hostile) knownKeys(ctx context.Context) ([]messages.ReconcileKey, map[messages.EventID][]byte, error) {
 	var keys []messages.ReconcileKey
 	raws := map[messages.EventID][]byte{}
-	after := uint64(0)
-	for len(keys) < 4096 {
-		page, err := h.e.n.Log(ctx, after, 1000)
+	for le, err := range h.e.n.LogEntries(ctx, 0) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(page) == 0 {
+		if len(keys) >= 4096 {
 			break
 		}
-		for _, le := range page {
-			after = le.Seq
-			if le.Schema == "app" && le.Table == "items" && len(keys) < 4096 {
-				keys = append(keys, messages.NewReconcileKey(le.Site, le.HLC, le.ID))
-				raws[le.ID] = le.Raw
-			}
+		if le.Schema == "app" && le.Table == "items" {
+			keys = append(keys, messages.NewReconcileKey(le.Site, le.HLC, le.ID))
+			raws[le.ID] = le.Raw
 		}
 	}
 	slices.SortFunc(keys, func(a, b messages.ReconcileKey) int { return bytes.Compare(a[:], b[:]) })

@@ -321,15 +321,11 @@ func nodeStatus(ctx context.Context, e *nodeEnv, ld *load) status {
 		}
 	}
 	if e.o.messaging {
-		if p, err := e.n.PendingSentMessages(ctx, 0, device.MaxPageSize, nil); err == nil {
-			st.PendingSent = len(p.Messages)
-		}
+		st.PendingSent = countPendingSent(ctx, e.n, nil)
 		st.PendingRecv, _ = e.n.PendingReceivedMessageCount(ctx, nil)
 		for name := range *ld.exclude.Load() {
 			to := runtime.DeviceAddress{User: name, Device: 1}
-			if p, err := e.n.PendingSentMessages(ctx, 0, device.MaxPageSize, &to); err == nil {
-				st.PendingExcluded += len(p.Messages)
-			}
+			st.PendingExcluded += countPendingSent(ctx, e.n, &to)
 		}
 	}
 	st.RSS = rss()
@@ -360,7 +356,10 @@ func rss() int64 {
 func digest(ctx context.Context, n *runtime.Node) (int, string, error) {
 	h := sha256.New()
 	rows := 0
-	err := n.Scan(ctx, "app", "items", runtime.ScanOptions{IncludeDeleted: true}, func(r runtime.Row) bool {
+	for r, err := range n.Rows(ctx, "app", "items", runtime.ScanOptions{IncludeDeleted: true}) {
+		if err != nil {
+			return rows, "", err
+		}
 		if r.Exists {
 			rows++
 		}
@@ -369,9 +368,8 @@ func digest(ctx context.Context, n *runtime.Node) (int, string, error) {
 			cell := r.Cells[c]
 			fmt.Fprintf(h, "%s %v %x %v|", c, cell.State, []byte(cell.Value), cell.Clock)
 		}
-		return true
-	})
-	return rows, hex.EncodeToString(h.Sum(nil)), err
+	}
+	return rows, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // writeLoop writes wps rows a second to random shared keys; each
@@ -551,22 +549,14 @@ func finalReport(ctx context.Context, e *nodeEnv, ld *load) status {
 	st.Kind = "final"
 	ids := map[messages.EventID]bool{}
 	var sorted []messages.EventID
-	after := uint64(0)
-	for {
-		page, err := e.n.Log(ctx, after, 1000)
+	for le, err := range e.n.LogEntries(ctx, 0) {
 		if err != nil {
 			st.Err = err.Error()
 			return st
 		}
-		if len(page) == 0 {
-			break
-		}
-		for _, le := range page {
-			after = le.Seq
-			if le.Schema == items.Schema && le.Table == items.Table && !ids[le.ID] {
-				ids[le.ID] = true
-				sorted = append(sorted, le.ID)
-			}
+		if le.Schema == items.Schema && le.Table == items.Table && !ids[le.ID] {
+			ids[le.ID] = true
+			sorted = append(sorted, le.ID)
 		}
 	}
 	slices.SortFunc(sorted, func(a, b messages.EventID) int { return strings.Compare(string(a[:]), string(b[:])) })
@@ -643,4 +633,17 @@ func forLines(path string, fn func([]string)) {
 	for sc.Scan() {
 		fn(strings.Fields(sc.Text()))
 	}
+}
+
+// countPendingSent counts the messages pending at this sender (to one
+// recipient, or to all with to nil); an error counts what was read.
+func countPendingSent(ctx context.Context, n *runtime.Node, to *runtime.DeviceAddress) int {
+	c := 0
+	for _, err := range n.PendingSent(ctx, 0, to) {
+		if err != nil {
+			break
+		}
+		c++
+	}
+	return c
 }
