@@ -45,7 +45,10 @@ type Cursor []byte
 // (SSP/1 §13.6): its written value, null once a delete cleared it, and
 // an unmaterialized cell is below null and matches no bound but a missing
 // lower one. Values compare by kind and value: the integer 2 and the
-// float 2.0 are not equal (the float sorts first).
+// float 2.0 are not equal (the float sorts first). An index compares the
+// first ordkey.MaxIndexValue encoded bytes of a value: a query by an
+// index with a longer value or prefix is refused (ErrBadQuery) rather
+// than answered inexactly.
 type Query struct {
 	Schema, Table string
 	// Index names the index to read by; "" reads by the row key (the
@@ -117,6 +120,9 @@ func planQuery(def TableDef, q Query) (queryPlan, error) {
 		if err != nil {
 			return p, err
 		}
+		if err := p.exact(p.cols[i], enc); err != nil {
+			return p, err
+		}
 		p.eq = p.appendValue(p.eq, enc)
 	}
 	if !ranged {
@@ -141,6 +147,11 @@ func planQuery(def TableDef, q Query) (queryPlan, error) {
 		if t := def.TypeOf(col); t != TypeAny && t != want {
 			return p, &TypeError{Column: col, Want: t, Got: want.String()}
 		}
+		// A cut index value keeps at least MaxIndexValue-3 encoded bytes:
+		// a longer prefix could miss rows whose values were cut.
+		if p.index != "" && len(ordkey.AppendPrefix(nil, b, isBytes)) > ordkey.MaxIndexValue-3 {
+			return p, fmt.Errorf("%w: column %q: a prefix of %d bytes is longer than an index compares", ErrBadQuery, col, len(b))
+		}
 		p.prefix = ordkey.AppendPrefix(slices.Clone(p.eq), b, isBytes)
 		return p, nil
 	}
@@ -153,6 +164,9 @@ func planQuery(def TableDef, q Query) (queryPlan, error) {
 		}
 		enc, err := p.value(col, b.v, false)
 		if err != nil {
+			return p, err
+		}
+		if err := p.exact(col, enc); err != nil {
 			return p, err
 		}
 		*b.out = p.appendValue(slices.Clone(p.eq), enc)
@@ -188,6 +202,19 @@ func (p queryPlan) value(col string, v any, eq bool) (messages.Value, error) {
 		return nil, err
 	}
 	return enc, nil
+}
+
+// exact refuses a value an index would cut (ordkey.AppendIndexValue):
+// rows whose values share its first MaxIndexValue encoded bytes compare
+// equal in the index, so the answer would not be exact.
+func (p queryPlan) exact(col string, v messages.Value) error {
+	if p.index == "" {
+		return nil
+	}
+	if full := ordkey.AppendValue(nil, v); len(full) > ordkey.MaxIndexValue {
+		return fmt.Errorf("%w: column %q: a value of %d encoded bytes is longer than an index compares (%d)", ErrBadQuery, col, len(full), ordkey.MaxIndexValue)
+	}
+	return nil
 }
 
 // appendValue encodes a query value as the order stores it: an index

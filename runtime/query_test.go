@@ -252,8 +252,20 @@ func TestQueryLongIndexedValueIsIndexed(t *testing.T) {
 			if err != nil || len(outs) != 2 || outs[0].Kind != messages.Applied || outs[1].Kind != messages.Applied {
 				t.Fatalf("apply: %v, %v", outs, err)
 			}
+			// An index compares the first ordkey.MaxIndexValue bytes of a
+			// value: a longer query value would match every row sharing
+			// them, so it is refused rather than answered inexactly.
+			for _, q := range []Query{
+				{Schema: "app", Table: "p", Index: "by_owner", Eq: []any{long}},
+				{Schema: "app", Table: "p", Index: "by_owner", From: long},
+				{Schema: "app", Table: "p", Index: "by_owner", Prefix: long[:2000]},
+			} {
+				if _, _, err := n.QueryPage(context.Background(), q); !errors.Is(err, ErrBadQuery) {
+					t.Fatalf("query by a value longer than the index compares: %v, want ErrBadQuery", err)
+				}
+			}
 			got := 0
-			for r, err := range n.Query(context.Background(), Query{Schema: "app", Table: "p", Index: "by_owner", Eq: []any{long}}) {
+			for r, err := range n.Query(context.Background(), Query{Schema: "app", Table: "p", Index: "by_owner", Prefix: long[:500]}) {
 				if err != nil {
 					t.Fatal(err)
 				}
