@@ -37,7 +37,7 @@ type remoteDevices struct {
 	queues map[linkKey]*envelopeLink        // inbound, in order per (from, to); a drained link is removed
 
 	refused        atomic.Uint64 // envelopes refused by the binding (admitDevice)
-	bundlesRefused atomic.Uint64 // bundle requests past their requester's budget
+	bundlesRefused atomic.Uint64 // bundle requests refused: untrusted requester or past its budget
 	bundles        bundleLimiter
 
 	// linkHold, when set (tests: a receiver slower than its senders), is
@@ -244,9 +244,76 @@ func (t *remoteDeviceTransport) Enqueue(peer messages.DeviceAddress, envelope []
 // node, or not one configured at the connection's authenticated peer.
 func (r *Remote) RefusedEnvelopes() uint64 { return r.dev.refused.Load() }
 
-// RefusedBundleRequests counts the bundle requests refused because their
-// requester was past its budget (LimitBundles).
+// RefusedBundleRequests counts the bundle requests the stream guard
+// refused: from a requester the addressed device's node does not trust
+// (authorizeBundle), or past their requester's budget (LimitBundles).
 func (r *Remote) RefusedBundleRequests() uint64 { return r.dev.bundlesRefused.Load() }
+
+// remotePeerNamed is a configured peer's name and address.
+type remotePeerNamed struct{ name, addr string }
+
+// bundleRequestTo reads only the addressed device of a bundle request's
+// CBOR (the full decode happens once, in the endpoint reader).
+func bundleRequestTo(b []byte) (messages.DeviceAddress, error) {
+	var q struct {
+		_  struct{} `cbor:",toarray"`
+		To messages.DeviceAddress
+	}
+	if err := cbor.Unmarshal(b, &q); err != nil {
+		return q.To, err
+	}
+	return q.To, q.To.Validate()
+}
+
+// authorizeBundle decides whether a bundle request for the local device
+// to, over a stream authenticated by cert and answered at replyAddr, may
+// be served. Every bundle hands out one of to's one-time prekeys, so only
+// a requester to's node trusts is answered (SSP/1 §14: a node answers its
+// own peers): with TLS, cert must be that of a peer configured (AddPeer)
+// at the address of one of to's device peers (AddDevice for that node,
+// the binding authorizeDevice checks for envelopes), or of a peer of to's
+// node (Node.AddPeer, AcceptPeer). Without TLS nothing is authenticated:
+// replyAddr must be such an address. A request for a device not served
+// here passes (answerBundle rejects it; nothing is issued).
+func (r *Remote) authorizeBundle(to messages.DeviceAddress, cert *x509.Certificate, replyAddr string) error {
+	r.dev.mu.RLock()
+	n := r.dev.local[to]
+	addrs := make(map[string]bool, len(r.dev.peers[to]))
+	for _, a := range r.dev.peers[to] {
+		addrs[a] = true
+	}
+	r.dev.mu.RUnlock()
+	if n == nil {
+		return nil
+	}
+	// The configured peers this connection authenticates as (without
+	// TLS: those at the reply address), copied out so that the node's
+	// peer set is read without holding r.mu.
+	var as []remotePeerNamed
+	r.mu.RLock()
+	for name, p := range r.bound {
+		if (r.cfg.TLS == nil && p.addr == replyAddr) || (r.cfg.TLS != nil && p.matches(name, cert)) {
+			as = append(as, remotePeerNamed{name, p.addr})
+		}
+	}
+	r.mu.RUnlock()
+	for _, p := range as {
+		if addrs[p.addr] || n.acceptsPeer(p.name) {
+			return nil
+		}
+	}
+	if r.cfg.TLS == nil && addrs[replyAddr] {
+		return nil
+	}
+	who := "no certificate"
+	switch {
+	case r.cfg.TLS == nil:
+		who = "the reply address " + truncateName(replyAddr)
+	case cert != nil:
+		who = "the certificate of " + truncateName(cert.Subject.CommonName)
+	}
+	return fmt.Errorf("%w: bundle request for %s over a connection with %s, not a device peer or peer of its node", ErrUnknownSender, truncateName(to.String()), who)
+}
 
 // envelopeAddrs reads only the addresses of a device envelope's CBOR (the
 // full decode happens once, in the endpoint reader).
@@ -299,7 +366,8 @@ func (r *Remote) authorizeDevice(from, to messages.DeviceAddress, cert *x509.Cer
 // admitDevice runs in the stream guard for the delivery plane's frames: a
 // device envelope passes only from a device peer of the addressed
 // device's node, bound to the connection's authenticated peer
-// (authorizeDevice); a bundle request only within its
+// (authorizeDevice); a bundle request only from a requester the
+// addressed device's node trusts (authorizeBundle) and within its
 // requester's budget (LimitBundles; a refused one is answered with a
 // rejection when the answer goes to the authenticated peer). It reports
 // whether the frame goes on to the sync actor.
@@ -309,6 +377,21 @@ func (r *Remote) admitDevice(env envelopeView, b *remote.MessageBatch, e *remote
 		replyAddr = b.Senders[e.Sender-1].Address
 	}
 	if env.Type == wire.TypeBundleRequest {
+		if to, err := bundleRequestTo(env.Cbor); err == nil {
+			if err := r.authorizeBundle(to, cert, replyAddr); err != nil {
+				// Refused before the budget: an untrusted requester
+				// keeps no state here and consumes no prekey.
+				r.dev.bundlesRefused.Add(1)
+				r.log.Debug("bundle request refused by the stream guard", "error", err)
+				if e.Sender > 0 && (r.cfg.TLS == nil || r.replyAllowed(cert, replyAddr)) {
+					r.reply(b.Senders[e.Sender-1], &wire.Rejected{Reason: err.Error()})
+				}
+				return false
+			}
+		}
+		// Undecodable: the endpoint reader surfaces it and answers with
+		// a rejection (within the budget below).
+		//
 		// The requester: its TLS key, or (plaintext, nothing
 		// authenticated) the address it asks to be answered at.
 		key := "addr:" + replyAddr

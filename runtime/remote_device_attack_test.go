@@ -152,6 +152,11 @@ func attackRemoteThirdProcessCannotSendAsAlice(t *testing.T) {
 	if err := rem.AddPeer("m", m.addr); err != nil {
 		t.Fatal(err)
 	}
+	// bob trusts a device of m's own (m.1), not alice's: m's bundle
+	// request below is answered by bob, m's envelope as alice is not.
+	if err := rem.AddDevice(bob, DeviceAddress{User: "m", Device: 1}, m.addr); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := alice.Send(ctx, bob.DeviceAddress(), []byte("tapped: transfer 100 EUR")); err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +173,8 @@ func attackRemoteThirdProcessCannotSendAsAlice(t *testing.T) {
 	}
 	// A barrier on m's stream: once its request is answered, the envelope
 	// before it went through the guard and the sync actor (in order).
-	if rep := m.call(remoteCmd{Op: "bundles", Peer: rem.Address(), NoAddPeer: true, Device: bob.DeviceAddress(), N: 1}); !rep.OK {
-		t.Fatal(rep.Err)
+	if rep := m.call(remoteCmd{Op: "bundles", Peer: rem.Address(), NoAddPeer: true, Device: bob.DeviceAddress(), N: 1}); !rep.OK || rep.Bundles != 1 {
+		t.Fatalf("m's bundle request for bob: %d served (%s), want 1", rep.Bundles, rep.Err)
 	}
 	if n := rem.RefusedEnvelopes(); n != 1 {
 		t.Fatalf("the guard refused %d envelopes, want m's one", n)

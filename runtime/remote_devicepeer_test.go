@@ -121,9 +121,10 @@ func attackRemoteDevicePeerOfOneHostedNodeOnly(t *testing.T) {
 	if n := rem.RefusedEnvelopes(); n != 1 {
 		t.Fatalf("the guard refused %d envelopes, want the one from mallory.1 to bob", n)
 	}
-	// A barrier on m's stream, then nothing of mallory.1 on bob.
-	if rep := m.call(remoteCmd{Op: "bundles", Peer: rem.Address(), NoAddPeer: true, Device: bob.DeviceAddress(), N: 1}); !rep.OK {
-		t.Fatal(rep.Err)
+	// A barrier on m's stream (alice's bundle: bob answers no request of
+	// m's), then nothing of mallory.1 on bob.
+	if rep := m.call(remoteCmd{Op: "bundles", Peer: rem.Address(), NoAddPeer: true, Device: alice.DeviceAddress(), N: 1}); !rep.OK || rep.Bundles != 1 {
+		t.Fatalf("m's bundle request for alice: %d served (%s), want 1", rep.Bundles, rep.Err)
 	}
 	select {
 	case got := <-bob.Messages():
