@@ -36,19 +36,62 @@ var (
 )
 
 // CycleReport describes one completed push cycle toward a peer.
+//
+// Fields:
+//   - Offered int: how many events the push carried (re-offers included).
+//   - Skipped int: how many the peer's watermarks, or its answer to a
+//     probe ("have"), let the sender leave out.
+//   - Deferred int: how many events of the batch were left to another
+//     sender holding their site's lease at the peer (the push stopped
+//     before the first of them; they are offered again).
+//   - Probed bool: the cycle probed the peer first.
+//   - After, Through, Tail uint64: the log range the push covered; Tail
+//     was the local log's last sequence when it was read.
+//   - Retry int: how many events wait to be offered again (held or
+//     rejected).
+//   - Result *messages.PushResult: the peer's answer; nil when the push
+//     failed.
+//   - Err error: the push failure, nil on success.
 type CycleReport = replicate.CycleReport
 
 // PeerStatus is a sender's view of one peer: cursor, backlog, re-offers
 // and the peer's reported watermarks.
+//
+// Fields:
+//   - Peer, Path string: the peer's name and the transport path used.
+//   - Cursor, Tail uint64: every local log entry at or below Cursor was
+//     pushed; Tail is the local log's last sequence at the last cycle, so
+//     Tail − Cursor is the backlog still to offer.
+//   - Retry int: events waiting to be offered again.
+//   - Watermarks map[GroupKey]messages.HLC: the peer's applied watermarks
+//     as it last reported them (SSP/1 §14.2): how far behind it is, per
+//     group.
+//   - LastPush time.Time: when the last push completed.
+//   - LastErr error: the last push's failure, nil on success.
+//   - LastReconcile: the last reconciliation this node started with the
+//     peer (At: when it finished, zero when none yet; Took; Rounds;
+//     BytesSent, BytesReceived; Missing, Fetched; Err).
 type PeerStatus = replicate.PeerStatus
 
 // GroupWatermark is one applied watermark: everything from Group.Site for
 // the table at or below HLC has been applied here (SSP/1 §14.2).
+//
+// Fields:
+//   - Group GroupKey: the sync group (site, schema, table).
+//   - HLC messages.HLC: the watermark itself.
 type GroupWatermark = replicate.GroupWatermark
 
 // InboundStatus is what this node last heard from one sender: how far its
 // pushes reached into the sender's log (Through of Tail: a joining node's
 // catch-up progress) and how far this node demonstrably applied it.
+//
+// Fields:
+//   - From string: the sender's name.
+//   - Through, Tail uint64: the last sequence of the sender's log its
+//     pushes covered, and that log's last sequence when it pushed.
+//   - Applied uint64: how far this node demonstrably applied that log.
+//   - Gaps int: offered events that did not apply yet (held, rejected).
+//   - At time.Time: when this node last heard from the sender.
 type InboundStatus = replicate.InboundStatus
 
 // GroupKey names a sync group: (site_id, schema, table).

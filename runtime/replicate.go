@@ -57,6 +57,13 @@ func (n *Node) AcceptPeer(peer string, opts ...PeerOption) error {
 // or misconfigured peers tried): pushes refused before anything was kept,
 // watermark claims the progress rule refused, events rejected by a
 // signer's held quota.
+//
+// Fields:
+//   - RefusedPushes uint64: pushes refused before anything was kept
+//     (unknown sender, a From the transport did not authenticate).
+//   - RefusedClaims uint64: watermark claims refused by the progress rule.
+//   - HeldQuotaRejections uint64: events rejected by a signer's held
+//     quota.
 type ReplicationStats = replicate.ReceiveStats
 
 // ReplicationStats returns the refusal counters since the node opened.
