@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"time"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
 	"github.com/syncmesh/syncmesh/actors/replicate"
@@ -36,23 +37,32 @@ var (
 )
 
 // CycleReport describes one completed push cycle toward a peer.
-//
-// Fields:
-//   - Offered int: how many events the push carried (re-offers included).
-//   - Skipped int: how many the peer's watermarks, or its answer to a
-//     probe ("have"), let the sender leave out.
-//   - Deferred int: how many events of the batch were left to another
-//     sender holding their site's lease at the peer (the push stopped
-//     before the first of them; they are offered again).
-//   - Probed bool: the cycle probed the peer first.
-//   - After, Through, Tail uint64: the log range the push covered; Tail
-//     was the local log's last sequence when it was read.
-//   - Retry int: how many events wait to be offered again (held or
-//     rejected).
-//   - Result *messages.PushResult: the peer's answer; nil when the push
-//     failed.
-//   - Err error: the push failure, nil on success.
-type CycleReport = replicate.CycleReport
+type CycleReport struct {
+	// Offered is how many events the push carried (re-offers included).
+	Offered int
+	// Skipped is how many the peer's watermarks, or its answer to a probe
+	// ("have"), let the sender leave out.
+	Skipped int
+	// Deferred is how many events of the batch were left to another
+	// sender holding their site's lease at the peer (the push stopped
+	// before the first of them; they are offered again).
+	Deferred int
+	// Probed reports that the cycle probed the peer first.
+	Probed bool
+	// After and Through are the log range the push covered; Tail was the
+	// local log's last sequence when it was read.
+	After, Through, Tail uint64
+	// Retry is how many events wait to be offered again (held or rejected).
+	Retry int
+	// Result is the peer's answer; nil when the push failed.
+	Result *messages.PushResult
+	// Err is the push failure, nil on success.
+	Err error
+}
+
+// Done reports whether the cycle reached the tail with nothing left to
+// re-offer: the peer has been offered everything this node holds.
+func (r CycleReport) Done() bool { return replicate.CycleReport(r).Done() }
 
 // PeerStatus is a sender's view of one peer: cursor, backlog, re-offers
 // and the peer's reported watermarks.
@@ -75,24 +85,38 @@ type PeerStatus = replicate.PeerStatus
 
 // GroupWatermark is one applied watermark: everything from Group.Site for
 // the table at or below HLC has been applied here (SSP/1 §14.2).
-//
-// Fields:
-//   - Group GroupKey: the sync group (site, schema, table).
-//   - HLC messages.HLC: the watermark itself.
-type GroupWatermark = replicate.GroupWatermark
+type GroupWatermark struct {
+	// Group is the sync group (site, schema, table).
+	Group GroupKey
+	// HLC is the watermark itself.
+	HLC messages.HLC
+}
 
 // InboundStatus is what this node last heard from one sender: how far its
 // pushes reached into the sender's log (Through of Tail: a joining node's
 // catch-up progress) and how far this node demonstrably applied it.
-//
-// Fields:
-//   - From string: the sender's name.
-//   - Through, Tail uint64: the last sequence of the sender's log its
-//     pushes covered, and that log's last sequence when it pushed.
-//   - Applied uint64: how far this node demonstrably applied that log.
-//   - Gaps int: offered events that did not apply yet (held, rejected).
-//   - At time.Time: when this node last heard from the sender.
-type InboundStatus = replicate.InboundStatus
+type InboundStatus struct {
+	// From is the sender's name.
+	From string
+	// Through is the last sequence of the sender's log its pushes
+	// covered; Tail that log's last sequence when it pushed.
+	Through, Tail uint64
+	// Applied is how far this node demonstrably applied that log.
+	Applied uint64
+	// Gaps counts offered events that did not apply yet (held, rejected).
+	Gaps int
+	// At is when this node last heard from the sender.
+	At time.Time
+}
+
+// The runtime's status types are the replication layer's, field for
+// field: the conversions below are plain type conversions, and a field
+// added there without its twin here fails to compile.
+var (
+	_ = CycleReport(replicate.CycleReport{})
+	_ = GroupWatermark(replicate.GroupWatermark{})
+	_ = InboundStatus(replicate.InboundStatus{})
+)
 
 // GroupKey names a sync group: (site_id, schema, table).
 type GroupKey = persistence.GroupKey
@@ -229,7 +253,8 @@ func (n *Node) SyncNow(ctx context.Context, peer, path string) (CycleReport, err
 	if path == "" {
 		path = DefaultPath
 	}
-	return n.sync.SyncNow(ctx, peer, path)
+	rep, err := n.sync.SyncNow(ctx, peer, path)
+	return CycleReport(rep), err
 }
 
 // Peers returns the status of every peer this node pushes to: cursor,
@@ -251,7 +276,8 @@ func (n *Node) Watermarks(ctx context.Context) ([]GroupWatermark, error) {
 	if n.isClosed() {
 		return nil, ErrClosed
 	}
-	return n.sync.Watermarks(ctx)
+	wms, err := n.sync.Watermarks(ctx)
+	return convertSlice(wms, func(w replicate.GroupWatermark) GroupWatermark { return GroupWatermark(w) }), err
 }
 
 // Inbound returns, per sender that pushed to this node since it opened,
@@ -261,7 +287,21 @@ func (n *Node) Inbound(ctx context.Context) ([]InboundStatus, error) {
 	if n.isClosed() {
 		return nil, ErrClosed
 	}
-	return n.sync.Inbound(ctx)
+	in, err := n.sync.Inbound(ctx)
+	return convertSlice(in, func(s replicate.InboundStatus) InboundStatus { return InboundStatus(s) }), err
+}
+
+// convertSlice maps a slice of the replication layer's values to the
+// runtime's; nil stays nil.
+func convertSlice[S, T any](in []S, conv func(S) T) []T {
+	if in == nil {
+		return nil
+	}
+	out := make([]T, len(in))
+	for i, v := range in {
+		out[i] = conv(v)
+	}
+	return out
 }
 
 // LastSeq returns the local log's last sequence: how many events the node

@@ -121,22 +121,28 @@ type RetentionPolicy = device.RetentionPolicy
 type RetryPolicy = device.RetryPolicy
 
 // StalePending is a message pending past DeviceConfig.StaleAfter.
-//
-// Fields:
-//   - Sent bool: a sent message (Peer is its recipient); else a received
-//     one (Peer is its authenticated sender).
-//   - Peer DeviceAddress: the recipient or the sender.
-//   - ID MessageID: the message's logical id.
-//   - Since time.Time: when it was received or sent.
-//   - Reason string: why it is stale: "uncommitted" (received, still
-//     pending in the application), "unacknowledged" (sent, not
-//     acknowledged), "unanswered_initiation" (sent on a session this
-//     device initiated that the recipient never answered) or
-//     "peer_identity_changed" (the recipient's current bundle names
-//     another identity than the one pinned).
-//   - Reinitiated bool: the device reset the session and resent (retry
-//     on, unanswered initiation).
-type StalePending = device.StalePending
+type StalePending struct {
+	// Sent: a sent message (Peer is its recipient); else a received one
+	// (Peer is its authenticated sender).
+	Sent bool
+	Peer DeviceAddress
+	ID   MessageID
+	// Since is when it was received or sent.
+	Since time.Time
+	// Reason is why it is stale: "uncommitted" (received, still pending
+	// in the application), "unacknowledged" (sent, not acknowledged),
+	// "unanswered_initiation" (sent on a session this device initiated
+	// that the recipient never answered) or "peer_identity_changed" (the
+	// recipient's current bundle names another identity than the one
+	// pinned).
+	Reason string
+	// Reinitiated: the device reset the session and resent (Retry on, an
+	// unanswered initiation).
+	Reinitiated bool
+}
+
+// StalePending is the device layer's, field for field.
+var _ = StalePending(device.StalePending{})
 
 // PruneSchedule is the opt-in processed-ID prune schedule.
 //
@@ -437,7 +443,8 @@ func (n *Node) CheckPending(ctx context.Context) ([]StalePending, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.CheckPending(ctx)
+	st, err := d.CheckPending(ctx)
+	return convertSlice(st, func(s device.StalePending) StalePending { return StalePending(s) }), err
 }
 
 func (n *Node) dev() (*device.Device, error) {

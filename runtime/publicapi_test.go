@@ -25,9 +25,8 @@ import (
 var aliasedIntoActors = map[string]bool{
 	"ReceivedMessage": true, "ReceiveResult": true, "CommitResult": true, "PendingPage": true,
 	"SentMessage": true, "SentPage": true, "RetentionPolicy": true, "RetryPolicy": true,
-	"StalePending": true, "PruneSchedule": true,
-	"CycleReport": true, "PeerStatus": true, "GroupWatermark": true, "InboundStatus": true,
-	"IdleTimer": true, "IdleTick": true, "ReplicationStats": true, "CellState": true,
+	"PruneSchedule": true, "PeerStatus": true,
+	"IdleTimer": true, "IdleTick": true, "CellState": true,
 }
 
 // outcomeType is the type of the receive and commit outcomes (Delivery,
