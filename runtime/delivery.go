@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
+	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -66,22 +67,53 @@ func (r CycleReport) Done() bool { return replicate.CycleReport(r).Done() }
 
 // PeerStatus is a sender's view of one peer: cursor, backlog, re-offers
 // and the peer's reported watermarks.
-//
-// Fields:
-//   - Peer, Path string: the peer's name and the transport path used.
-//   - Cursor, Tail uint64: every local log entry at or below Cursor was
-//     pushed; Tail is the local log's last sequence at the last cycle, so
-//     Tail − Cursor is the backlog still to offer.
-//   - Retry int: events waiting to be offered again.
-//   - Watermarks map[GroupKey]messages.HLC: the peer's applied watermarks
-//     as it last reported them (SSP/1 §14.2): how far behind it is, per
-//     group.
-//   - LastPush time.Time: when the last push completed.
-//   - LastErr error: the last push's failure, nil on success.
-//   - LastReconcile: the last reconciliation this node started with the
-//     peer (At: when it finished, zero when none yet; Took; Rounds;
-//     BytesSent, BytesReceived; Missing, Fetched; Err).
-type PeerStatus = replicate.PeerStatus
+type PeerStatus struct {
+	// Peer and Path name the peer and the transport path used.
+	Peer, Path string
+	// Cursor: every local log entry at or below it was pushed. Tail is the
+	// local log's last sequence at the last cycle; Tail − Cursor is the
+	// backlog still to offer.
+	Cursor, Tail uint64
+	// Retry counts events waiting to be offered again.
+	Retry int
+	// Watermarks are the peer's applied watermarks as it last reported
+	// them (SSP/1 §14.2): how far behind it is, per group.
+	Watermarks map[GroupKey]messages.HLC
+	// LastPush is when the last push completed; LastErr its failure.
+	LastPush time.Time
+	LastErr  error
+	// LastReconcile is the last reconciliation this node started with
+	// the peer (zero At: none yet).
+	LastReconcile ReconcileStatus
+}
+
+// ReconcileStatus summarizes the last reconciliation a node started with
+// one peer (PeerStatus.LastReconcile). A zero At means none has run yet.
+type ReconcileStatus struct {
+	// At is when it finished; Took how long it ran.
+	At   time.Time
+	Took time.Duration
+	// Rounds are the range-message round trips; BytesSent and
+	// BytesReceived the encoded messages and fetch replies on the wire.
+	Rounds                   int
+	BytesSent, BytesReceived int
+	// Missing counts the events found held by the peer and lacking here;
+	// Fetched the events received for them (every one went through the
+	// apply chokepoint).
+	Missing, Fetched int
+	// Err is why it failed; nil on success.
+	Err error
+}
+
+// OK reports whether a reconciliation ran and succeeded.
+func (s ReconcileStatus) OK() bool { return reconcile.Status(s).OK() }
+
+// toPeerStatus converts the replication layer's view of a peer (its last
+// reconciliation is filled in by withLastReconcile).
+func toPeerStatus(p replicate.PeerStatus) PeerStatus {
+	return PeerStatus{Peer: p.Peer, Path: p.Path, Cursor: p.Cursor, Tail: p.Tail, Retry: p.Retry,
+		Watermarks: p.Watermarks, LastPush: p.LastPush, LastErr: p.LastErr, LastReconcile: ReconcileStatus(p.LastReconcile)}
+}
 
 // GroupWatermark is one applied watermark: everything from Group.Site for
 // the table at or below HLC has been applied here (SSP/1 §14.2).
@@ -116,6 +148,7 @@ var (
 	_ = CycleReport(replicate.CycleReport{})
 	_ = GroupWatermark(replicate.GroupWatermark{})
 	_ = InboundStatus(replicate.InboundStatus{})
+	_ = ReconcileStatus(reconcile.Status{})
 )
 
 // GroupKey names a sync group: (site_id, schema, table).
@@ -266,7 +299,7 @@ func (n *Node) Peers(ctx context.Context) ([]PeerStatus, error) {
 		return nil, ErrClosed
 	}
 	ps, err := n.sync.Peers(ctx)
-	return n.withLastReconcile(ps), err // reconcile.go
+	return n.withLastReconcile(convertSlice(ps, toPeerStatus)), err // reconcile.go
 }
 
 // Watermarks returns this node's applied watermarks (SSP/1 §14.2). They

@@ -25,8 +25,7 @@ import (
 var aliasedIntoActors = map[string]bool{
 	"ReceivedMessage": true, "ReceiveResult": true, "CommitResult": true, "PendingPage": true,
 	"SentMessage": true, "SentPage": true, "RetentionPolicy": true, "RetryPolicy": true,
-	"PruneSchedule": true, "PeerStatus": true,
-	"IdleTimer": true, "IdleTick": true, "CellState": true,
+	"PruneSchedule": true, "IdleTimer": true, "IdleTick": true, "CellState": true,
 }
 
 // outcomeType is the type of the receive and commit outcomes (Delivery,
