@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
@@ -141,7 +142,7 @@ func (n *Node) PeerReports(ctx context.Context) ([]PeerReport, error) {
 	out := make([]PeerReport, 0, len(peers))
 	for _, p := range peers {
 		r := PeerReport{Peer: p.Peer, Path: p.Path, Cursor: p.Cursor, Tail: max(p.Tail, last), RetryEvents: p.Retry, LastPush: p.LastPush,
-			LastReconcile: reconcileSummary(p.Peer, p.LastReconcile)}
+			LastReconcile: reconcileSummary(p.Peer, reconcile.Status(p.LastReconcile))}
 		if r.Tail > p.Cursor {
 			r.BacklogEvents = r.Tail - p.Cursor
 		}
@@ -259,7 +260,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux) {
 		in, err := n.Inbound(ctx)
 		out := make([]InboundReport, 0, len(in))
 		for _, i := range in {
-			out = append(out, InboundReport{From: i.From, Through: i.Through, Tail: i.Tail, Applied: i.Applied, Gaps: i.Gaps, At: i.At})
+			out = append(out, InboundReport(i))
 		}
 		return out, err
 	})

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"time"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
+	"github.com/syncmesh/syncmesh/actors/reconcile"
 	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -36,20 +38,118 @@ var (
 )
 
 // CycleReport describes one completed push cycle toward a peer.
-type CycleReport = replicate.CycleReport
+type CycleReport struct {
+	// Offered is how many events the push carried (re-offers included).
+	Offered int
+	// Skipped is how many the peer's watermarks, or its answer to a probe
+	// ("have"), let the sender leave out.
+	Skipped int
+	// Deferred is how many events of the batch were left to another
+	// sender holding their site's lease at the peer (the push stopped
+	// before the first of them; they are offered again).
+	Deferred int
+	// Probed reports that the cycle probed the peer first.
+	Probed bool
+	// After and Through are the log range the push covered; Tail was the
+	// local log's last sequence when it was read.
+	After, Through, Tail uint64
+	// Retry is how many events wait to be offered again (held or rejected).
+	Retry int
+	// Result is the peer's answer; nil when the push failed.
+	Result *messages.PushResult
+	// Err is the push failure, nil on success.
+	Err error
+}
+
+// Done reports whether the cycle reached the tail with nothing left to
+// re-offer: the peer has been offered everything this node holds.
+func (r CycleReport) Done() bool { return replicate.CycleReport(r).Done() }
 
 // PeerStatus is a sender's view of one peer: cursor, backlog, re-offers
 // and the peer's reported watermarks.
-type PeerStatus = replicate.PeerStatus
+type PeerStatus struct {
+	// Peer and Path name the peer and the transport path used.
+	Peer, Path string
+	// Cursor: every local log entry at or below it was pushed. Tail is the
+	// local log's last sequence at the last cycle; Tail − Cursor is the
+	// backlog still to offer.
+	Cursor, Tail uint64
+	// Retry counts events waiting to be offered again.
+	Retry int
+	// Watermarks are the peer's applied watermarks as it last reported
+	// them (SSP/1 §14.2): how far behind it is, per group.
+	Watermarks map[GroupKey]messages.HLC
+	// LastPush is when the last push completed; LastErr its failure.
+	LastPush time.Time
+	LastErr  error
+	// LastReconcile is the last reconciliation this node started with
+	// the peer (zero At: none yet).
+	LastReconcile ReconcileStatus
+}
+
+// ReconcileStatus summarizes the last reconciliation a node started with
+// one peer (PeerStatus.LastReconcile). A zero At means none has run yet.
+type ReconcileStatus struct {
+	// At is when it finished; Took how long it ran.
+	At   time.Time
+	Took time.Duration
+	// Rounds are the range-message round trips; BytesSent and
+	// BytesReceived the encoded messages and fetch replies on the wire.
+	Rounds                   int
+	BytesSent, BytesReceived int
+	// Missing counts the events found held by the peer and lacking here;
+	// Fetched the events received for them (every one went through the
+	// apply chokepoint).
+	Missing, Fetched int
+	// Err is why it failed; nil on success.
+	Err error
+}
+
+// OK reports whether a reconciliation ran and succeeded.
+func (s ReconcileStatus) OK() bool { return reconcile.Status(s).OK() }
+
+// toPeerStatus converts the replication layer's view of a peer (its last
+// reconciliation is filled in by withLastReconcile).
+func toPeerStatus(p replicate.PeerStatus) PeerStatus {
+	return PeerStatus{Peer: p.Peer, Path: p.Path, Cursor: p.Cursor, Tail: p.Tail, Retry: p.Retry,
+		Watermarks: p.Watermarks, LastPush: p.LastPush, LastErr: p.LastErr, LastReconcile: ReconcileStatus(p.LastReconcile)}
+}
 
 // GroupWatermark is one applied watermark: everything from Group.Site for
 // the table at or below HLC has been applied here (SSP/1 §14.2).
-type GroupWatermark = replicate.GroupWatermark
+type GroupWatermark struct {
+	// Group is the sync group (site, schema, table).
+	Group GroupKey
+	// HLC is the watermark itself.
+	HLC messages.HLC
+}
 
 // InboundStatus is what this node last heard from one sender: how far its
 // pushes reached into the sender's log (Through of Tail: a joining node's
 // catch-up progress) and how far this node demonstrably applied it.
-type InboundStatus = replicate.InboundStatus
+type InboundStatus struct {
+	// From is the sender's name.
+	From string
+	// Through is the last sequence of the sender's log its pushes
+	// covered; Tail that log's last sequence when it pushed.
+	Through, Tail uint64
+	// Applied is how far this node demonstrably applied that log.
+	Applied uint64
+	// Gaps counts offered events that did not apply yet (held, rejected).
+	Gaps int
+	// At is when this node last heard from the sender.
+	At time.Time
+}
+
+// The runtime's status types are the replication layer's, field for
+// field: the conversions below are plain type conversions, and a field
+// added there without its twin here fails to compile.
+var (
+	_ = CycleReport(replicate.CycleReport{})
+	_ = GroupWatermark(replicate.GroupWatermark{})
+	_ = InboundStatus(replicate.InboundStatus{})
+	_ = ReconcileStatus(reconcile.Status{})
+)
 
 // GroupKey names a sync group: (site_id, schema, table).
 type GroupKey = persistence.GroupKey
@@ -186,7 +286,8 @@ func (n *Node) SyncNow(ctx context.Context, peer, path string) (CycleReport, err
 	if path == "" {
 		path = DefaultPath
 	}
-	return n.sync.SyncNow(ctx, peer, path)
+	rep, err := n.sync.SyncNow(ctx, peer, path)
+	return CycleReport(rep), err
 }
 
 // Peers returns the status of every peer this node pushes to: cursor,
@@ -198,7 +299,7 @@ func (n *Node) Peers(ctx context.Context) ([]PeerStatus, error) {
 		return nil, ErrClosed
 	}
 	ps, err := n.sync.Peers(ctx)
-	return n.withLastReconcile(ps), err // reconcile.go
+	return n.withLastReconcile(convertSlice(ps, toPeerStatus)), err // reconcile.go
 }
 
 // Watermarks returns this node's applied watermarks (SSP/1 §14.2). They
@@ -208,7 +309,8 @@ func (n *Node) Watermarks(ctx context.Context) ([]GroupWatermark, error) {
 	if n.isClosed() {
 		return nil, ErrClosed
 	}
-	return n.sync.Watermarks(ctx)
+	wms, err := n.sync.Watermarks(ctx)
+	return convertSlice(wms, func(w replicate.GroupWatermark) GroupWatermark { return GroupWatermark(w) }), err
 }
 
 // Inbound returns, per sender that pushed to this node since it opened,
@@ -218,7 +320,21 @@ func (n *Node) Inbound(ctx context.Context) ([]InboundStatus, error) {
 	if n.isClosed() {
 		return nil, ErrClosed
 	}
-	return n.sync.Inbound(ctx)
+	in, err := n.sync.Inbound(ctx)
+	return convertSlice(in, func(s replicate.InboundStatus) InboundStatus { return InboundStatus(s) }), err
+}
+
+// convertSlice maps a slice of the replication layer's values to the
+// runtime's; nil stays nil.
+func convertSlice[S, T any](in []S, conv func(S) T) []T {
+	if in == nil {
+		return nil
+	}
+	out := make([]T, len(in))
+	for i, v := range in {
+		out[i] = conv(v)
+	}
+	return out
 }
 
 // LastSeq returns the local log's last sequence: how many events the node

@@ -20,31 +20,136 @@ type (
 	DeviceAddress = messages.DeviceAddress
 	// MessageID is a message's 16-byte logical id.
 	MessageID = messages.LogicalMessageID
-	// ReceivedMessage is a message pending the application's commit.
-	ReceivedMessage = device.ReceivedMessage
-	// ReceiveResult is what receiving one envelope did.
-	ReceiveResult = device.ReceiveResult
-	// CommitResult is the result of a commit or a discard.
-	CommitResult = device.CommitResult
-	// PendingPage is one page of pending received messages.
-	PendingPage = device.PendingPage
-	// SentMessage is a pending sent message (waiting for its ACK).
-	SentMessage = device.SentMessage
-	// SentPage is one page of pending sent messages.
-	SentPage = device.SentPage
-	// RetentionPolicy is the processed-ID retention of PruneProcessedMessages.
-	RetentionPolicy = device.RetentionPolicy
-	// RetryPolicy is the opt-in resend schedule of pending sent messages.
-	RetryPolicy = device.RetryPolicy
-	// StalePending is a message pending past DeviceConfig.StaleAfter.
-	StalePending = device.StalePending
-	// PruneSchedule is the opt-in processed-ID prune schedule.
-	PruneSchedule = device.PruneSchedule
 	// DiscardReason is the closed set of reasons a message is discarded.
 	DiscardReason = device.DiscardReason
 	// ProcessedMessage is the local record of a finalized message.
 	ProcessedMessage = device.ProcessedMessage
 )
+
+// ReceivedMessage is a message pending the application's commit.
+//
+// Fields:
+//   - Sender DeviceAddress: the authenticated sender.
+//   - ID MessageID: the message's logical id.
+//   - Sequence uint64: its place in the pending list (the cursor of
+//     PendingPage.Next).
+//   - ReceivedAt time.Time: when it was first received; the same on every
+//     redelivery.
+//   - Plaintext []byte: the decrypted body.
+//   - Deliveries int: the persisted count of hand-offs of the message to
+//     the application, this one included.
+type ReceivedMessage = device.ReceivedMessage
+
+// ReceiveResult is what receiving one envelope did.
+//
+// Fields:
+//   - Kind: Delivery (Message set: new or still pending),
+//     AlreadyCommitted, AlreadyDiscarded or Acknowledgement.
+//   - Sender DeviceAddress: the authenticated sender.
+//   - ID MessageID: the message's logical id.
+//   - Message *ReceivedMessage: the message when Kind is Delivery.
+//   - AckSent bool: the ACK was sent again (AlreadyCommitted,
+//     AlreadyDiscarded).
+//   - Cleared bool: an Acknowledgement cleared a pending sent message.
+//   - SessionReplaced bool: the envelope was a fresh initiation from the
+//     sender's pinned identity that replaced the current session; the
+//     messages pending to the sender were sent again on the new session.
+//   - Resent int: how many of them were sent again (the rest are retried
+//     by the retry schedule or a later Resend).
+type ReceiveResult = device.ReceiveResult
+
+// CommitResult is the result of a commit or a discard.
+//
+// Fields:
+//   - Sender DeviceAddress: the message's sender.
+//   - ID MessageID: the message's logical id.
+//   - Status: Committed, Discarded, AlreadyCommitted or AlreadyDiscarded.
+//   - AckSent bool: the ACK was handed to the transport (an ACK failure
+//     never undoes the commit).
+type CommitResult = device.CommitResult
+
+// PendingPage is one page of pending received messages.
+//
+// Fields:
+//   - Messages []ReceivedMessage: the page, in sequence order.
+//   - Next uint64: the cursor for the next page (the last sequence seen).
+//   - More bool: more messages may follow.
+type PendingPage = device.PendingPage
+
+// SentMessage is a pending sent message (waiting for its ACK).
+//
+// Fields:
+//   - Recipient DeviceAddress: where it goes.
+//   - ID MessageID: the message's logical id.
+//   - Sequence uint64: its place in the pending list (SentPage.Next).
+//   - CreatedAt time.Time: when it was sent first.
+//   - Attempts int: the tries so far, the first send included.
+//   - LastAttemptAt time.Time: when the last try was.
+//   - Body []byte: a copy of the plaintext the caller owns.
+type SentMessage = device.SentMessage
+
+// SentPage is one page of pending sent messages.
+//
+// Fields:
+//   - Messages []SentMessage: the page, in sequence order.
+//   - Next uint64: the cursor for the next page (the last sequence seen).
+//   - More bool: more messages may follow.
+type SentPage = device.SentPage
+
+// RetentionPolicy is the processed-ID retention of PruneProcessedMessages.
+//
+// Fields:
+//   - MaxAge time.Duration: processed ids older than this are pruned
+//     (MaxAge > 0).
+type RetentionPolicy = device.RetentionPolicy
+
+// RetryPolicy is the opt-in resend schedule of pending sent messages.
+//
+// Fields:
+//   - Interval time.Duration: how long after an attempt the first retry
+//     is due, and how often the schedule looks for due messages; 0: off.
+//   - Backoff float64: multiplies the delay after each attempt (≥ 1; 0: 2).
+//   - MaxInterval time.Duration: caps the delay (0: no cap).
+//   - MaxAttempts int: caps the tries, the first send included (0: no
+//     cap); every try counts, also one that failed before its encryption
+//     was stored. A message at the cap stays pending (only the ACK or
+//     Abandon removes it) and is reported once to
+//     DeviceConfig.OnRetryExhausted.
+//   - Jitter float64: (0..1) shortens each delay by up to that fraction,
+//     drawn per message and attempt, so the copies of a burst come due
+//     spread out; 0: no jitter.
+type RetryPolicy = device.RetryPolicy
+
+// StalePending is a message pending past DeviceConfig.StaleAfter.
+type StalePending struct {
+	// Sent: a sent message (Peer is its recipient); else a received one
+	// (Peer is its authenticated sender).
+	Sent bool
+	Peer DeviceAddress
+	ID   MessageID
+	// Since is when it was received or sent.
+	Since time.Time
+	// Reason is why it is stale: "uncommitted" (received, still pending
+	// in the application), "unacknowledged" (sent, not acknowledged),
+	// "unanswered_initiation" (sent on a session this device initiated
+	// that the recipient never answered) or "peer_identity_changed" (the
+	// recipient's current bundle names another identity than the one
+	// pinned).
+	Reason string
+	// Reinitiated: the device reset the session and resent (Retry on, an
+	// unanswered initiation).
+	Reinitiated bool
+}
+
+// StalePending is the device layer's, field for field.
+var _ = StalePending(device.StalePending{})
+
+// PruneSchedule is the opt-in processed-ID prune schedule.
+//
+// Fields:
+//   - Interval time.Duration: time between prunes; 0: off.
+//   - Policy RetentionPolicy: applied at each prune (MaxAge > 0).
+type PruneSchedule = device.PruneSchedule
 
 // DeviceTransport fetches peers' prekey bundles and carries envelopes.
 type DeviceTransport interface {
@@ -338,7 +443,8 @@ func (n *Node) CheckPending(ctx context.Context) ([]StalePending, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.CheckPending(ctx)
+	st, err := d.CheckPending(ctx)
+	return convertSlice(st, func(s device.StalePending) StalePending { return StalePending(s) }), err
 }
 
 func (n *Node) dev() (*device.Device, error) {

@@ -166,3 +166,44 @@ func TestDeliveryWithWallClockBehindTheMark(t *testing.T) {
 		t.Fatalf("after the ACK alice still has %d pending sent", len(p.Messages))
 	}
 }
+
+// CheckPending hands back the runtime's StalePending, each field carried
+// over from the device layer: a received message left uncommitted past
+// StaleAfter is reported once, with its sender, id and reason.
+func TestCheckPendingReportsStaleReceived(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	alice, bob := twoDevices(t, net, func(c *DeviceConfig) {
+		c.StaleAfter = 100 * time.Millisecond
+		c.StaleCheckInterval = -1 // only CheckPending looks
+	})
+	sent, err := alice.Send(ctx, bob.DeviceAddress(), []byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m ReceivedMessage
+	select {
+	case m = <-bob.Messages():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	if stale, err := bob.CheckPending(ctx); err != nil || len(stale) != 0 {
+		t.Fatalf("CheckPending before StaleAfter = %+v, %v: want nothing", stale, err)
+	}
+	bob.wall.Advance(time.Second) // the node's wall clock, past StaleAfter
+	stale, err := bob.CheckPending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) != 1 {
+		t.Fatalf("CheckPending = %+v, want the one uncommitted message", stale)
+	}
+	st := stale[0]
+	if st.Sent || st.Peer != alice.DeviceAddress() || st.ID != sent.ID || st.Reason != "uncommitted" ||
+		st.Reinitiated || st.Since.IsZero() || !st.Since.Equal(m.ReceivedAt) {
+		t.Fatalf("CheckPending = %+v, want received from %v id %x uncommitted since %v", st, alice.DeviceAddress(), sent.ID[:], m.ReceivedAt)
+	}
+	if again, err := bob.CheckPending(ctx); err != nil || len(again) != 0 {
+		t.Fatalf("second CheckPending = %+v, %v: want nothing new", again, err)
+	}
+}

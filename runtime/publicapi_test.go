@@ -3,12 +3,16 @@ package runtime
 import (
 	"bufio"
 	"bytes"
+	"go/ast"
 	"go/importer"
+	"go/parser"
 	"go/token"
 	"go/types"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -21,9 +25,7 @@ import (
 var aliasedIntoActors = map[string]bool{
 	"ReceivedMessage": true, "ReceiveResult": true, "CommitResult": true, "PendingPage": true,
 	"SentMessage": true, "SentPage": true, "RetentionPolicy": true, "RetryPolicy": true,
-	"StalePending": true, "PruneSchedule": true,
-	"CycleReport": true, "PeerStatus": true, "GroupWatermark": true, "InboundStatus": true,
-	"IdleTimer": true, "IdleTick": true, "ReplicationStats": true, "CellState": true,
+	"PruneSchedule": true, "IdleTimer": true, "IdleTick": true, "CellState": true,
 }
 
 // outcomeType is the type of the receive and commit outcomes (Delivery,
@@ -179,5 +181,111 @@ func TestPublicAPIMentionsNoInternalPackage(t *testing.T) {
 	// themselves are found.
 	if len(apiMentions(pkg, nil)) < len(aliasedIntoActors) {
 		t.Fatal("the walk does not find the listed aliases: it is broken")
+	}
+}
+
+// aliasDocs parses the non-test sources of runtime in dir and returns the
+// doc comment of each exported type alias: the spec's own comment, or the
+// declaration's when the declaration has that one spec.
+func aliasDocs(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.TYPE {
+				continue
+			}
+			for _, s := range gd.Specs {
+				ts := s.(*ast.TypeSpec)
+				if !ts.Assign.IsValid() || !ts.Name.IsExported() {
+					continue
+				}
+				doc := ts.Doc
+				if doc == nil && len(gd.Specs) == 1 {
+					doc = gd.Doc
+				}
+				docs[ts.Name.Name] = doc.Text()
+			}
+		}
+	}
+	return docs
+}
+
+// undocumentedFields returns the exported fields of st that doc does not
+// describe as a list item ("- Name ..." or "- A, Name, B ...", the way
+// the aliases' comments list their fields).
+func undocumentedFields(doc string, st *types.Struct) []string {
+	var missing []string
+	for i := 0; i < st.NumFields(); i++ {
+		f := st.Field(i)
+		if !f.Exported() {
+			continue
+		}
+		item := regexp.MustCompile(`(?m)^\s*-\s+(?:[A-Z]\w*,\s*)*` + regexp.QuoteMeta(f.Name()) + `\b`)
+		if !item.MatchString(doc) {
+			missing = append(missing, f.Name())
+		}
+	}
+	return missing
+}
+
+// Every exported alias of runtime into the actor layer (or an internal
+// package) lists the fields of what it stands for in its own godoc: go
+// doc shows an alias's comment, not the fields of its target.
+func TestPublicAPIAliasDocsListFields(t *testing.T) {
+	pkg := runtimeAPI(t)
+	docs := aliasDocs(t, ".")
+	checked := 0
+	for _, name := range pkg.Scope().Names() {
+		tn, ok := pkg.Scope().Lookup(name).(*types.TypeName)
+		if !ok || !tn.Exported() || !tn.IsAlias() {
+			continue
+		}
+		n, ok := types.Unalias(tn.Type()).(*types.Named)
+		if !ok || n.Obj().Pkg() == nil || !internalPath(n.Obj().Pkg().Path()) {
+			continue
+		}
+		doc, ok := docs[name]
+		if !ok || strings.TrimSpace(doc) == "" {
+			t.Errorf("%s (alias of %s) has no godoc", name, n.Obj().Pkg().Path()+"."+n.Obj().Name())
+			continue
+		}
+		checked++
+		st, ok := n.Underlying().(*types.Struct)
+		if !ok {
+			continue
+		}
+		if missing := undocumentedFields(doc, st); len(missing) > 0 {
+			t.Errorf("godoc of %s (alias of %s) does not list its fields %s", name,
+				n.Obj().Pkg().Path()+"."+n.Obj().Name(), strings.Join(missing, ", "))
+		}
+	}
+	if checked < len(aliasedIntoActors) {
+		t.Fatalf("checked %d aliases, fewer than the %d listed in aliasedIntoActors: the scan is broken", checked, len(aliasedIntoActors))
+	}
+	// The check can fail: a comment without the list misses every field.
+	st := types.NewStruct([]*types.Var{
+		types.NewField(token.NoPos, nil, "Through", types.Typ[types.Uint64], false),
+		types.NewField(token.NoPos, nil, "Tail", types.Typ[types.Uint64], false),
+		types.NewField(token.NoPos, nil, "hidden", types.Typ[types.Int], false),
+	}, nil)
+	if got := undocumentedFields("X says how far Through and Tail reach.\n", st); len(got) != 2 {
+		t.Fatalf("prose mentions counted as a field list: missing = %v", got)
+	}
+	if got := undocumentedFields("X.\n\nFields:\n  - Through, Tail uint64: the range.\n", st); len(got) != 0 {
+		t.Fatalf("a listed field is reported missing: %v", got)
 	}
 }

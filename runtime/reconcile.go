@@ -851,7 +851,7 @@ func (n *Node) withLastReconcile(ps []PeerStatus) []PeerStatus {
 	n.recon.mu.Lock()
 	defer n.recon.mu.Unlock()
 	for i := range ps {
-		ps[i].LastReconcile = n.recon.last[ps[i].Peer]
+		ps[i].LastReconcile = ReconcileStatus(n.recon.last[ps[i].Peer])
 	}
 	return ps
 }

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/syncmesh/syncmesh/actors/apply"
-	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -218,7 +217,7 @@ type ServeReconcile func(ctx context.Context, from string, kind byte, body []byt
 // itself: for soaks and fault injection that play a hostile responder
 // over a real transport. Pushes, the peer check of the stream guard and
 // everything else stay n's own.
-func InterceptServedReconcile(n *Node, fn func(ctx context.Context, from string, kind byte, body []byte, next ServeReconcile) ([]byte, error)) replicate.Receiver {
+func InterceptServedReconcile(n *Node, fn func(ctx context.Context, from string, kind byte, body []byte, next ServeReconcile) ([]byte, error)) Receiver {
 	return &interceptedNode{Node: n, fn: fn}
 }
 

@@ -54,13 +54,19 @@ func (n *Node) AcceptPeer(peer string, opts ...PeerOption) error {
 }
 
 // ReplicationStats are the sync plane's refusal counters (what hostile
-// or misconfigured peers tried): pushes refused before anything was kept,
-// watermark claims the progress rule refused, events rejected by a
-// signer's held quota.
-type ReplicationStats = replicate.ReceiveStats
+// or misconfigured peers tried).
+type ReplicationStats struct {
+	// RefusedPushes counts pushes refused before anything was kept
+	// (unknown sender, a From the transport did not authenticate).
+	RefusedPushes uint64
+	// RefusedClaims counts watermark claims refused by the progress rule.
+	RefusedClaims uint64
+	// HeldQuotaRejections counts events rejected by a signer's held quota.
+	HeldQuotaRejections uint64
+}
 
 // ReplicationStats returns the refusal counters since the node opened.
-func (n *Node) ReplicationStats() ReplicationStats { return n.sync.Stats() }
+func (n *Node) ReplicationStats() ReplicationStats { return ReplicationStats(n.sync.Stats()) }
 
 // PurgeHeld drops what is held for group g (SSP/1 §13.6: events waiting
 // for a table that is not defined here) — the held entries and the events

@@ -19,7 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/syncmesh/syncmesh/actors/device"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/runtime"
 	"github.com/syncmesh/syncmesh/runtime/meshtls"
@@ -522,13 +521,26 @@ func handleMessages(ctx context.Context, e *nodeEnv, log *appendLog) {
 				log.line(false, "E %d %s %x %v", time.Now().UnixMilli(), m.Sender.User, m.ID[:], strings.ReplaceAll(err.Error(), "\n", " "))
 				continue
 			}
-			log.line(false, "F %d %s %x %s", time.Now().UnixMilli(), m.Sender.User, m.ID[:], outcomeName(res.Status))
+			log.line(false, "F %d %s %x %s", time.Now().UnixMilli(), m.Sender.User, m.ID[:], outcomeName(res))
 		}
 	}
 }
 
-func outcomeName(s device.Outcome) string {
-	switch s {
+// countPendingSent counts the sent messages still waiting for their ACK
+// (to *to when to is not nil); a listing error ends the count.
+func countPendingSent(ctx context.Context, n *runtime.Node, to *runtime.DeviceAddress) int {
+	c := 0
+	for _, err := range n.PendingSent(ctx, 0, to) {
+		if err != nil {
+			break
+		}
+		c++
+	}
+	return c
+}
+
+func outcomeName(res runtime.CommitResult) string {
+	switch res.Status {
 	case runtime.Committed:
 		return "committed"
 	case runtime.Discarded:
@@ -538,7 +550,7 @@ func outcomeName(s device.Outcome) string {
 	case runtime.AlreadyDiscarded:
 		return "already-discarded"
 	}
-	return fmt.Sprint(s)
+	return fmt.Sprint(res.Status)
 }
 
 // finalReport checks this node against every child's records: its event
