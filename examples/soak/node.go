@@ -646,16 +646,3 @@ func forLines(path string, fn func([]string)) {
 		fn(strings.Fields(sc.Text()))
 	}
 }
-
-// countPendingSent counts the messages pending at this sender (to one
-// recipient, or to all with to nil); an error counts what was read.
-func countPendingSent(ctx context.Context, n *runtime.Node, to *runtime.DeviceAddress) int {
-	c := 0
-	for _, err := range n.PendingSent(ctx, 0, to) {
-		if err != nil {
-			break
-		}
-		c++
-	}
-	return c
-}
