@@ -33,20 +33,26 @@ const changeMarkName = "changes.mark"
 
 var changeMarkMagic = []byte("smchange")
 
-const changeMarkSize = 8 + 8 + 4
+func encodeChangeMark(m uint64) []byte { return encodeMarkFile(changeMarkMagic, m) }
 
-func encodeChangeMark(m uint64) []byte {
-	b := append(make([]byte, 0, changeMarkSize), changeMarkMagic...)
+func decodeChangeMark(b []byte) (uint64, error) { return decodeMarkFile(changeMarkMagic, "change", b) }
+
+// A mark file (changes.mark, delivery.mark) is magic(8) | mark(8, big
+// endian) | CRC-32 IEEE of the first 16 bytes (4).
+const markFileSize = 8 + 8 + 4
+
+func encodeMarkFile(magic []byte, m uint64) []byte {
+	b := append(make([]byte, 0, markFileSize), magic...)
 	b = binary.BigEndian.AppendUint64(b, m)
 	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
 }
 
-func decodeChangeMark(b []byte) (uint64, error) {
-	if len(b) != changeMarkSize {
-		return 0, fmt.Errorf("%d bytes, want %d", len(b), changeMarkSize)
+func decodeMarkFile(magic []byte, what string, b []byte) (uint64, error) {
+	if len(b) != markFileSize {
+		return 0, fmt.Errorf("%d bytes, want %d", len(b), markFileSize)
 	}
-	if !bytes.Equal(b[:len(changeMarkMagic)], changeMarkMagic) {
-		return 0, fmt.Errorf("not a change mark file")
+	if !bytes.Equal(b[:len(magic)], magic) {
+		return 0, fmt.Errorf("not a %s mark file", what)
 	}
 	if crc32.ChecksumIEEE(b[:16]) != binary.BigEndian.Uint32(b[16:]) {
 		return 0, fmt.Errorf("checksum mismatch")

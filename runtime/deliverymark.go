@@ -1,12 +1,9 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sync"
@@ -44,30 +41,14 @@ import (
 // taken; a damaged file (a torn write) counts as a restore, which only
 // costs a re-initiation per peer.
 
-const (
-	deliveryMarkName = "delivery.mark"
-	deliveryMarkSize = 8 + 8 + 4
-)
+const deliveryMarkName = "delivery.mark"
 
 var deliveryMarkMagic = []byte("smdeliv1")
 
-func encodeDeliveryMark(m uint64) []byte {
-	b := append(make([]byte, 0, deliveryMarkSize), deliveryMarkMagic...)
-	b = binary.BigEndian.AppendUint64(b, m)
-	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
-}
+func encodeDeliveryMark(m uint64) []byte { return encodeMarkFile(deliveryMarkMagic, m) }
 
 func decodeDeliveryMark(b []byte) (uint64, error) {
-	if len(b) != deliveryMarkSize {
-		return 0, fmt.Errorf("%d bytes, want %d", len(b), deliveryMarkSize)
-	}
-	if !bytes.Equal(b[:len(deliveryMarkMagic)], deliveryMarkMagic) {
-		return 0, fmt.Errorf("not a delivery mark file")
-	}
-	if crc32.ChecksumIEEE(b[:16]) != binary.BigEndian.Uint32(b[16:]) {
-		return 0, fmt.Errorf("checksum mismatch")
-	}
-	return binary.BigEndian.Uint64(b[8:16]), nil
+	return decodeMarkFile(deliveryMarkMagic, "delivery", b)
 }
 
 // deliveryMark is the open mark file.
