@@ -47,6 +47,16 @@ const (
 	maxValueSize = 64 << 10
 )
 
+// Bounds of the strict decoder that every writer must stay within too:
+// an array or map longer than these is refused by every reader, so a
+// message that carries a list of items pages it at no more than these.
+const (
+	// MaxArrayElements bounds the elements of one decoded array.
+	MaxArrayElements = maxArrayLen
+	// MaxMapPairs bounds the pairs of one decoded map.
+	MaxMapPairs = maxMapPairs
+)
+
 var (
 	encMode cbor.EncMode
 	decMode cbor.DecMode
@@ -100,4 +110,25 @@ func Unmarshal(what string, data []byte, v any, maxSize int) error {
 // the strict decoder accepts.
 func Wellformed(data []byte) error {
 	return decMode.Wellformed(data)
+}
+
+// CheckReadable is the writer's side of the decoder's bounds: it returns
+// an error matching ErrTooLarge when data, encoded by Marshal, nests
+// deeper or holds a longer array or map than the strict decoder accepts
+// (MaxArrayElements, MaxMapPairs), so a writer refuses what no reader
+// would take instead of sending it. what names the record in errors.
+func CheckReadable(what string, data []byte) error {
+	err := decMode.Wellformed(data)
+	if err == nil {
+		return nil
+	}
+	var (
+		arr   *cbor.MaxArrayElementsError
+		pairs *cbor.MaxMapPairsError
+		nest  *cbor.MaxNestedLevelError
+	)
+	if errors.As(err, &arr) || errors.As(err, &pairs) || errors.As(err, &nest) {
+		return fmt.Errorf("%w: %s past the decoder's bounds: %w", ErrTooLarge, what, err)
+	}
+	return decodeErr(what, ErrMalformed, err)
 }

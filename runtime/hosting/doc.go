@@ -53,6 +53,16 @@
 // "protoactor-go at the pinned version"), registered as TypeRequest and
 // TypeReply.
 //
+// A frame is what both sides accept: at most MaxFrame bytes and no list
+// or map longer than the strict decoder reads (messages.MaxArrayElements,
+// messages.MaxMapPairs). The writer checks both before sending, so a
+// request or reply past them is an error matching messages.ErrTooLarge
+// where it was made, never a frame its receiver fails to decode. The
+// reading operations page within them: a page holds at most its count
+// (MaxEventIDs, MaxScanRows, MaxChanges, MaxPendingPage) and ends, with
+// More set, before its items pass MaxPageBytes; Client.EventIDs, Rows,
+// Pending and PendingSent follow the pages to the end.
+//
 // # Placement implementations
 //
 // Placement is our seam over the cluster layer, so the layer can be

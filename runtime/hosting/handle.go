@@ -12,12 +12,17 @@ import (
 	"github.com/syncmesh/syncmesh/runtime"
 )
 
-// Page limits of the reading operations.
+// Page limits of the reading operations. Every page is a list in one
+// Reply, so none is longer than the decoder reads
+// (messages.MaxArrayElements), and a page also ends early, with More set,
+// before its items pass MaxPageBytes: a reply the host writes is one
+// DecodeReply reads.
 const (
 	// MaxScanRows bounds the rows of one OpScan reply.
 	MaxScanRows = 1000
-	// MaxEventIDs bounds the ids of one OpEvents reply.
-	MaxEventIDs = 10000
+	// MaxEventIDs bounds the ids of one OpEvents reply: the longest list
+	// DecodeReply accepts (Client.EventIDs pages through larger logs).
+	MaxEventIDs = messages.MaxArrayElements
 	// MaxPendingPage bounds the messages of one OpPending or OpPendingSent
 	// reply (the runtime's own page limit).
 	MaxPendingPage = 100
@@ -25,7 +30,34 @@ const (
 	MaxChanges = 1000
 	// MaxChangesWait bounds how long one OpChanges waits for a change.
 	MaxChangesWait = 10 * time.Second
+	// MaxPageBytes bounds the encoded items (rows, changes, messages) of
+	// one page: a page stops before the item that would pass it, so the
+	// reply stays within MaxFrame with room for its other fields. A page
+	// always holds at least one item; one item larger than a frame is
+	// refused with messages.ErrTooLarge when the reply is framed.
+	MaxPageBytes = MaxFrame - 1<<20
 )
+
+// pageByteLimit is MaxPageBytes; tests lower it to page small data.
+var pageByteLimit = MaxPageBytes
+
+// pageBytes charges the items of one page against MaxPageBytes.
+type pageBytes int
+
+// fits reports whether item, encoded, still fits the page after the n
+// items already in it (the first always does) and charges it if so.
+func (p *pageBytes) fits(n int, item any) bool {
+	b, err := messages.Marshal(item)
+	size := len(b)
+	if err != nil {
+		size = pageByteLimit // unencodable: alone on its page, where framing reports it
+	}
+	if n > 0 && int(*p)+size > pageByteLimit {
+		return false
+	}
+	*p += pageBytes(size)
+	return true
+}
 
 // changesLinger is how long OpChanges keeps collecting after a change
 // when no next one follows at once (the rest of a page comes without a
@@ -186,15 +218,17 @@ func handleScan(ctx context.Context, n *runtime.Node, req *Request) (*Reply, err
 		limit = MaxScanRows
 	}
 	rep := &Reply{}
+	var size pageBytes
 	for r, err := range n.Rows(ctx, req.Schema, req.TableName, runtime.ScanOptions{After: req.After}) {
 		if err != nil {
 			return rep, err
 		}
-		if len(rep.Rows) == limit {
+		row := rowOf(r)
+		if len(rep.Rows) == limit || !size.fits(len(rep.Rows), row) {
 			rep.More = true
 			break
 		}
-		rep.Rows = append(rep.Rows, rowOf(r))
+		rep.Rows = append(rep.Rows, row)
 	}
 	return rep, nil
 }
@@ -259,6 +293,7 @@ func handleChanges(ctx context.Context, n *runtime.Node, req *Request) (*Reply, 
 	}()
 	defer func() { cancel(); <-done }()
 	rep := &Reply{Next: req.Seq}
+	var size pageBytes
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for len(rep.Changes) < limit {
@@ -274,6 +309,12 @@ func handleChanges(ctx context.Context, n *runtime.Node, req *Request) (*Reply, 
 			w := Change{Seq: c.Seq, Key: c.Key, Exists: c.Exists, Cause: uint8(c.Cause), Cells: make(map[string]Cell, len(c.Cells))}
 			for col, v := range c.Cells {
 				w.Cells[col] = Cell{State: uint8(v.State), Value: []byte(v.Value)}
+			}
+			if !size.fits(len(rep.Changes), w) {
+				// The change is not consumed: the next page resumes
+				// after rep.Next and starts with it.
+				rep.More = true
+				return rep, nil
 			}
 			rep.Changes, rep.Next = append(rep.Changes, w), c.Seq
 			t.Reset(changesLinger)
@@ -348,15 +389,17 @@ func handleCommit(ctx context.Context, n *runtime.Node, req *Request) (*Reply, e
 func handlePending(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
 	limit := pageLimit(req.Limit)
 	rep := &Reply{Next: req.Seq}
+	var size pageBytes
 	for m, err := range n.PendingReceived(ctx, req.Seq, req.Peer) {
 		if err != nil {
 			return nil, err
 		}
-		if len(rep.Messages) == limit {
+		msg := Message{Peer: m.Sender, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Plaintext}
+		if len(rep.Messages) == limit || !size.fits(len(rep.Messages), msg) {
 			rep.More = true
 			break
 		}
-		rep.Messages = append(rep.Messages, Message{Peer: m.Sender, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Plaintext})
+		rep.Messages = append(rep.Messages, msg)
 		rep.Next = m.Sequence
 	}
 	return rep, nil
@@ -365,15 +408,17 @@ func handlePending(ctx context.Context, n *runtime.Node, req *Request) (*Reply, 
 func handlePendingSent(ctx context.Context, n *runtime.Node, req *Request) (*Reply, error) {
 	limit := pageLimit(req.Limit)
 	rep := &Reply{Next: req.Seq}
+	var size pageBytes
 	for m, err := range n.PendingSent(ctx, req.Seq, req.Peer) {
 		if err != nil {
 			return nil, err
 		}
-		if len(rep.Messages) == limit {
+		msg := Message{Peer: m.Recipient, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Body}
+		if len(rep.Messages) == limit || !size.fits(len(rep.Messages), msg) {
 			rep.More = true
 			break
 		}
-		rep.Messages = append(rep.Messages, Message{Peer: m.Recipient, ID: bytesOf(m.ID), Seq: m.Sequence, Body: m.Body})
+		rep.Messages = append(rep.Messages, msg)
 		rep.Next = m.Sequence
 	}
 	return rep, nil

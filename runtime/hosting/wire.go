@@ -346,8 +346,10 @@ func (r *Reply) Serialize() (remote.RootSerialized, error) {
 	return frame(TypeReply, "reply", r)
 }
 
-// frame encodes v into an Envelope of type typ, refusing more than
-// MaxFrame bytes.
+// frame encodes v into an Envelope of type typ, refusing what
+// DecodeRequest or DecodeReply would refuse: more than MaxFrame bytes, or
+// an array or map past the strict decoder's bounds (the writer checks the
+// reader's limits, so a frame sent is a frame read).
 func frame(typ, what string, v any) (remote.RootSerialized, error) {
 	b, err := messages.Marshal(v)
 	if err != nil {
@@ -355,6 +357,9 @@ func frame(typ, what string, v any) (remote.RootSerialized, error) {
 	}
 	if len(b) > MaxFrame {
 		return nil, fmt.Errorf("%w: %s of %d bytes, limit %d", messages.ErrTooLarge, what, len(b), MaxFrame)
+	}
+	if err := messages.CheckReadable("hosting "+what, b); err != nil {
+		return nil, err
 	}
 	return &wire.Envelope{Type: typ, Cbor: b}, nil
 }
