@@ -631,6 +631,12 @@ func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Reque
 	cp := *req
 	cp.Caller = c.ident
 	req = &cp
+	// A frame the codec refuses is refused here, typed: protoactor's
+	// endpoint writer would log it and send nothing, and the request
+	// would only time out, again and again.
+	if _, err := req.Serialize(); err != nil {
+		return nil, fmt.Errorf("%w: %s %q: %w", ErrBadRequest, kind, identity, err)
+	}
 	var last error
 	for n := 0; ; n++ {
 		select {
@@ -837,6 +843,9 @@ func (g *grain) Receive(ctx actor.Context) {
 			defer cancel()
 			rep := h.serve(rctx, u, m, func() error { return inc.check(kind, id) })
 			if sender != nil {
+				if sender.Address != sys.Address() {
+					rep = h.framed(rep)
+				}
 				sys.Root.Send(sender, rep)
 			}
 		}()

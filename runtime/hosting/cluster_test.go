@@ -112,3 +112,47 @@ func TestClusterMemberLoss(t *testing.T) {
 	}
 	t.Logf("report: %+v", rep)
 }
+
+// frameReport mirrors the JSON internal/clusterdemo prints with -frames.
+type frameReport struct {
+	Via, Host                      string
+	RequestBytes, Rows, ReplyBytes int
+	OversizeRefused, OversizeTook  string
+	OK                             bool
+	Error                          string
+}
+
+// TestClusterCarriesFullFrames: between two members, an apply request of
+// ~6 MiB and the scan reply carrying it back cross in one message each
+// (gRPC's default bound, 4 MiB, is below one MaxFrame), and an apply past
+// MaxFrame is refused at once with ErrBadRequest and
+// messages.ErrTooLarge instead of being dropped by the sending member
+// and timing out. The cluster runs in a child process, as in
+// TestClusterMemberLoss.
+func TestClusterCarriesFullFrames(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 2-member cluster in a child process")
+	}
+	exe := filepath.Join(t.TempDir(), "clusterdemo")
+	if out, err := exec.Command(goTool(), "build", "-o", exe, "github.com/syncmesh/syncmesh/runtime/hosting/internal/clusterdemo").CombinedOutput(); err != nil {
+		t.Fatalf("build clusterdemo: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-root", t.TempDir(), "-members", "2", "-timeout", "2m", "-frames")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("clusterdemo -frames:\n%s", stderr.String())
+	var rep frameReport
+	if jerr := json.Unmarshal(stdout.Bytes(), &rep); jerr != nil {
+		t.Fatalf("report: %v (run: %v)\n%s", jerr, err, stdout.String())
+	}
+	if err != nil || !rep.OK {
+		t.Fatalf("frames: %s (run: %v)", rep.Error, err)
+	}
+	if rep.Via == rep.Host || rep.RequestBytes <= 4<<20 || rep.ReplyBytes <= 4<<20 || rep.OversizeRefused == "" {
+		t.Fatalf("nothing crossed between members past 4 MiB: %+v", rep)
+	}
+	t.Logf("report: %+v", rep)
+}

@@ -61,7 +61,11 @@
 // reading operations page within them: a page holds at most its count
 // (MaxEventIDs, MaxScanRows, MaxChanges, MaxPendingPage) and ends, with
 // More set, before its items pass MaxPageBytes; Client.EventIDs, Rows,
-// Pending and PendingSent follow the pages to the end.
+// Pending and PendingSent follow the pages to the end. Between members,
+// a Cluster refuses such a request before sending it (ErrBadRequest) and
+// a grain answers CodeFailed for such a reply, instead of protoactor
+// dropping it unsent; a member reads gRPC messages of up to four frames
+// (one protoactor batch), far above gRPC's default of 4 MiB.
 //
 // # Placement implementations
 //

@@ -410,6 +410,16 @@ func (h *host) fail(err error) *Reply {
 	return &Reply{Member: h.member(), MemberID: h.memberID(), Code: codeOf(err), Error: err.Error()}
 }
 
+// framed returns rep, or a CodeFailed reply when rep is a frame the codec
+// refuses (one item larger than a page can carry): protoactor's endpoint
+// writer would log and drop it, and the caller would only time out.
+func (h *host) framed(rep *Reply) *Reply {
+	if _, err := rep.Serialize(); err != nil {
+		return h.fail(fmt.Errorf("%w: reply: %w", ErrFailed, err))
+	}
+	return rep
+}
+
 // epochFile holds a unit's last activation epoch (decimal), beside its
 // node's files.
 const epochFile = "hosting.epoch"

@@ -92,11 +92,20 @@ func certName(c tls.Certificate) (string, error) {
 	return name, nil
 }
 
+// maxMemberMessage bounds one gRPC message a member receives from
+// another: one protoactor batch of envelopes, so room for four full
+// frames (MaxFrame) and slack. gRPC's own default (4 MiB) is below one
+// frame: a request or reply the codec writes would be refused by its
+// receiver. A larger batch is refused by gRPC, which resets that
+// connection; its requests are retried.
+const maxMemberMessage = 4*MaxFrame + 1<<20
+
 // remoteSecurity returns the remote options of the member's transport:
-// TLS credentials both ways (or explicit plaintext) and the stream
-// interceptor attributing requests to their connection's certificate.
+// TLS credentials both ways (or explicit plaintext), the stream
+// interceptor attributing requests to their connection's certificate and
+// the inbound message bound (maxMemberMessage).
 func (c *ClusterConfig) remoteSecurity() []remote.ConfigOption {
-	server := []grpc.ServerOption{grpc.ChainStreamInterceptor(attributeStream)}
+	server := []grpc.ServerOption{grpc.ChainStreamInterceptor(attributeStream), grpc.MaxRecvMsgSize(maxMemberMessage)}
 	dial := insecure.NewCredentials()
 	if c.TLS != nil {
 		server = append(server, grpc.Creds(credentials.NewTLS(c.TLS.Clone())))

@@ -4,6 +4,10 @@
 // It prints the report as JSON on stdout and exits 0 when every guarantee
 // held, 1 otherwise.
 //
+// With -frames it runs instead the frame check (frames.go): requests
+// and replies of several MiB cross between members, and one past MaxFrame
+// is refused at once.
+//
 // It is a separate program because several protoactor remotes in one
 // process trip -race inside protoactor's remote (docs/architecture.md): the hosting
 // package's test builds it without -race and runs it (TestClusterMemberLoss).
@@ -33,14 +37,15 @@ func main() {
 	timeout := flag.Duration("timeout", 3*time.Minute, "overall deadline")
 	verbose := flag.Bool("v", false, "log protoactor and hosting at debug level on stderr")
 	idle := flag.Duration("idle", 0, "passivate grains idle this long (0: never)")
+	frames := flag.Bool("frames", false, "run the frame check instead of the member-loss scenario")
 	flag.Parse()
-	if err := run(*root, *members, *timeout, *idle, *verbose); err != nil {
+	if err := run(*root, *members, *timeout, *idle, *verbose, *frames); err != nil {
 		fmt.Fprintln(os.Stderr, "clusterdemo: FAIL:", err)
 		os.Exit(1)
 	}
 }
 
-func run(root string, n int, timeout, idle time.Duration, verbose bool) error {
+func run(root string, n int, timeout, idle time.Duration, verbose, frames bool) error {
 	if root == "" {
 		dir, err := os.MkdirTemp("", "clusterdemo-")
 		if err != nil {
@@ -117,6 +122,17 @@ func run(root string, n int, timeout, idle time.Duration, verbose bool) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	logf("%d members up in %v: %v", n, time.Since(t0), ms[0].Members())
+
+	if frames {
+		rep, err := checkFrames(ctx, ms, mesh, logf)
+		out, _ := json.MarshalIndent(struct {
+			frameReport
+			OK    bool
+			Error string `json:",omitempty"`
+		}{rep, err == nil, errString(err)}, "", "  ")
+		fmt.Println(string(out))
+		return err
+	}
 
 	env := scenario.Env{MeshID: mesh, Logf: logf, Stop: func(i int) error {
 		stopped[i] = true
