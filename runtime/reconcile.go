@@ -163,6 +163,10 @@ type reconState struct {
 	awaiting, caught map[string]bool
 
 	meters map[string]*reconMeter // per peer, as a responder (reconcile_limits.go)
+	// now is the meters' clock; nil: time.Now. Tests fix it, so a
+	// budget's refill is what they say, not what a loaded machine
+	// makes of their loop.
+	now func() time.Time
 	// v2Only plays a build that speaks only versions 1 and 2 (tests);
 	// older: peers that refused version 3, when.
 	v2Only bool

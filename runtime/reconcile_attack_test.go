@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,9 +190,18 @@ func TestAttackNewBoundEveryRequestIsMetered(t *testing.T) {
 // TestAttackRefetchingKnownKeysIsMetered: fetching the same known keys
 // again and again was served without limit (410× bytes out per byte in
 // for ~15 KB events). Bytes served to a peer are metered and a fetch past
-// the budget is refused.
+// the budget is refused. The meter's clock is the test's: one burst is
+// served, then nothing until the clock moves, then the refill rate's
+// worth for the time it moved (on a loaded machine a slow loop no longer
+// refills the budget as fast as it spends it).
 func TestAttackRefetchingKnownKeysIsMetered(t *testing.T) {
 	_, b, _ := reconPair(t, true)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	b.recon.mu.Lock()
+	b.recon.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	b.recon.meters = nil
+	b.recon.mu.Unlock()
 	big := strings.Repeat("x", 16<<10)
 	for i := 0; i < 50; i++ {
 		if _, err := b.Upsert(b.ctx, "app", "t", map[string]any{"id": i}, map[string]any{"a": big}); err != nil {
@@ -199,33 +209,51 @@ func TestAttackRefetchingKnownKeysIsMetered(t *testing.T) {
 		}
 	}
 	var keys []messages.ReconcileKey
+	event := 0 // bytes of the largest event
 	for _, ev := range storedEvents(t, b) {
 		keys = append(keys, messages.NewReconcileKey(ev.Site, ev.HLC, ev.ID))
+		event = max(event, len(ev.Raw))
 	}
 	body, err := messages.EncodeReconcileFetch(&messages.ReconcileFetch{Groups: []messages.FetchGroup{{Schema: "app", Table: "t", Keys: sortedReconKeys(keys)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const requests = 400
-	in, out := 0, 0
-	refused := false
-	for i := 0; i < requests; i++ {
-		raw, err := b.handleReconcile(b.ctx, "mallory", reconcileKindFetch, body)
-		if errors.Is(err, ErrReconcileBusy) {
-			refused = true
-			break
+	// fetch repeats the fetch until it is refused and returns the bytes
+	// served meanwhile.
+	fetch := func(what string, requests int) (in, out int) {
+		t.Helper()
+		for i := 0; i < requests; i++ {
+			raw, err := b.handleReconcile(b.ctx, "mallory", reconcileKindFetch, body)
+			if errors.Is(err, ErrReconcileBusy) {
+				return in, out
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			in += len(body)
+			out += len(raw)
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		in += len(body)
-		out += len(raw)
+		t.Fatalf("%s: %d fetches of the same %d known keys all served: %d bytes out for %d in (%.0f×); want a refusal past the peer's byte budget", what, requests, len(keys), out, in, float64(out)/float64(in))
+		return in, out
 	}
-	// One full reply's worth at once, then the refill rate (4 MiB/s)
-	// for the time the loop took.
+	// framing is what a reply adds to its events' bytes: a few bytes an
+	// event.
+	framing := func(out int) int { return out / event * 64 }
+	in, out := fetch("burst", 400)
 	t.Logf("%d bytes out for %d in (%.0f×) before the refusal", out, in, float64(out)/float64(in))
-	if !refused {
-		t.Fatalf("%d fetches of the same %d known keys all served: %d bytes out for %d in (%.0f×); want a refusal past the peer's byte budget", requests, len(keys), out, in, float64(out)/float64(in))
+	if out < fetchBytesBurst-event || out > fetchBytesBurst+framing(out) {
+		t.Fatalf("served %d bytes before the refusal, want the burst: %d", out, fetchBytesBurst)
+	}
+	// Refused while the clock stands still; one second later, one
+	// second's refill.
+	if _, err := b.handleReconcile(b.ctx, "mallory", reconcileKindFetch, body); !errors.Is(err, ErrReconcileLimited) {
+		t.Fatalf("fetch at once after the refusal: %v, want ErrReconcileLimited", err)
+	}
+	clock.Add(int64(time.Second))
+	_, out = fetch("refill", 20)
+	// (What was left below one event before is still there.)
+	if out < fetchBytesPerSec-event || out > fetchBytesPerSec+event+framing(out) {
+		t.Fatalf("served %d bytes one second after the refusal, want the refill: %d", out, fetchBytesPerSec)
 	}
 }
 

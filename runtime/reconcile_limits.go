@@ -53,6 +53,7 @@ type reconMeter struct {
 	mu    sync.Mutex // guards work, replaced when the budget grows
 	work  *rate.Limiter
 	bytes *rate.Limiter
+	now   func() time.Time
 }
 
 // meter returns peer's budget, creating it (bounded: maxReconcilePeers;
@@ -76,6 +77,10 @@ func (r *reconState) meter(peer string) *reconMeter {
 	m := &reconMeter{
 		work:  rate.NewLimiter(workRate(responderWorkBase), responderWorkBase),
 		bytes: rate.NewLimiter(rate.Limit(fetchBytesPerSec), fetchBytesBurst),
+		now:   r.now,
+	}
+	if m.now == nil {
+		m.now = time.Now
 	}
 	r.meters[peer] = m
 	return m
@@ -97,7 +102,7 @@ func (m *reconMeter) observe(n uint64) {
 	if b <= old {
 		return
 	}
-	now := time.Now()
+	now := m.now()
 	tokens := m.work.TokensAt(now) + float64(b-old)
 	w := rate.NewLimiter(workRate(b), b)
 	if spent := b - int(tokens); spent > 0 {
@@ -111,7 +116,7 @@ func (m *reconMeter) observe(n uint64) {
 func (m *reconMeter) allowWork(n int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.work.AllowN(time.Now(), min(n, m.work.Burst()))
+	return m.work.AllowN(m.now(), min(n, m.work.Burst()))
 }
 
 // Ceiling is the highest reconciliation bound this node accepts: its
@@ -141,7 +146,8 @@ func (s *nodeSource) Charge(n int) error {
 
 // chargeBytes meters n bytes of fetched events served to peer.
 func (r *reconState) chargeBytes(peer string, n int) bool {
-	return r.meter(peer).bytes.AllowN(time.Now(), n)
+	m := r.meter(peer)
+	return m.bytes.AllowN(m.now(), n)
 }
 
 // fault counts one thing a peer did wrong or over its budget.
