@@ -278,8 +278,7 @@ func (h *historyClient) readEvents(ctx context.Context, op *histcheck.Op, g stri
 	seen := map[int]bool{}
 	var seq uint64
 	for {
-		// Pages of eventsPage ids: a full page of hosting.MaxEventIDs
-		// does not decode (the codec's array bound is lower).
+		// Pages of eventsPage ids (within hosting.MaxEventIDs).
 		rep, err := h.do(ctx, op, hosting.KindGroup, g, &hosting.Request{Op: hosting.OpEvents, Seq: seq, Limit: eventsPage}, nil)
 		if err != nil {
 			return nil, 0, err
