@@ -235,8 +235,12 @@ func TestRemoteReceiveBuffersAreNotAliased(t *testing.T) {
 }
 
 func TestRemoteHostileFramesKeepTheStream(t *testing.T) {
-	a := startRemoteChild(t, "a", remoteChildSpec{Plaintext: true, RequestTimeout: 30 * time.Second})
-	b := startRemoteChild(t, "b", remoteChildSpec{Plaintext: true, RequestTimeout: 30 * time.Second})
+	// Nothing here is about time: a generous bound, because the oversize
+	// push (64 MiB) alone takes seconds of CPU under -race, and a loaded
+	// machine stretched it past a 30 s request timeout (the parent waits
+	// 2 minutes for a child's answer: below that).
+	a := startRemoteChild(t, "a", remoteChildSpec{Plaintext: true, RequestTimeout: 90 * time.Second})
+	b := startRemoteChild(t, "b", remoteChildSpec{Plaintext: true, RequestTimeout: 90 * time.Second})
 	valid := func(step string) {
 		t.Helper()
 		rep := b.call(remoteCmd{Op: "push", Peer: a.addr, Events: 3, EventBytes: 20})
@@ -502,7 +506,9 @@ func BenchmarkRemotePush(b *testing.B) {
 // 10 s pass, and returns the last value.
 func waitForLen[T any](t testing.TB, get func() []T, n int) []T {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// Generous: it costs only when the condition never holds, and a
+	// child's report can lag on a loaded machine.
+	deadline := time.Now().Add(time.Minute)
 	for {
 		v := get()
 		if len(v) >= n || time.Now().After(deadline) {
