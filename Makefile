@@ -79,7 +79,8 @@ lint:
 ## (SOAK_CHECKS, default 20000), the 5-node mesh simulation over many
 ## seeds (SIM_SEEDS, default 300; reproduce one with SIM_SEED=<seed>),
 ## anything behind the soak build tag (the hosting fault harness, 12
-## rounds of faults, with its take-over percentiles), the node-level
+## rounds of faults, with its take-over percentiles; hosting's pages at
+## the full MaxPageBytes, with more than a frame of data), the node-level
 ## restore-and-clone soak (SOAK_RESTORE_ROUNDS rounds, default 400;
 ## reproduce one with SOAK_RESTORE_SEED=<seed>), the examples/mesh
 ## -join 20000 soak (JOIN_RUNS runs, default 20), and the multi-process
@@ -95,7 +96,7 @@ soak:
 	$(GO) test -count=1 -timeout 90m -tags soak -run 'Property|Convergence|Canonical|Match' \
 		./actors/materialize ./runtime ./messages ./persistence/bolt -rapid.checks=$(SOAK_CHECKS)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 90m -run 'TestSimulatedMeshConverges' ./runtime
-	$(GO) test -count=1 -timeout 60m -tags soak -run 'TestClusterFaults' -v ./runtime/hosting
+	$(GO) test -count=1 -timeout 60m -tags soak -run 'TestClusterFaults|TestPagesEndBeforeTheFrame' -v ./runtime/hosting
 	SOAK_RESTORE_ROUNDS=$(SOAK_RESTORE_ROUNDS) $(GO) test -count=1 -timeout 90m -tags syncmesh_aeadtrace -run 'TestNodeRestoreAndCloneSoak' -v ./runtime
 	GO=$(GO) bash .ci/mesh-join-soak.sh $(JOIN_RUNS) 20000
 	$(GO) run ./examples/soak -scenario hostile -duration $(HOSTILE_SOAK) -phase 30s
