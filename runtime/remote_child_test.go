@@ -619,7 +619,7 @@ func awaitChild[R any](c *childProcess, replies <-chan R, what string) R {
 		return r
 	case <-c.done:
 		c.t.Fatalf("child %s exited during %s: %s", c.name, what, c.stderr.String())
-	case <-time.After(2 * time.Minute):
+	case <-time.After(5 * time.Minute): // generous: costs only a child that hangs
 		c.t.Fatalf("child %s did not answer %s: %s", c.name, what, c.stderr.String())
 	}
 	var zero R

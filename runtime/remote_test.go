@@ -237,10 +237,10 @@ func TestRemoteReceiveBuffersAreNotAliased(t *testing.T) {
 func TestRemoteHostileFramesKeepTheStream(t *testing.T) {
 	// Nothing here is about time: a generous bound, because the oversize
 	// push (64 MiB) alone takes seconds of CPU under -race, and a loaded
-	// machine stretched it past a 30 s request timeout (the parent waits
-	// 2 minutes for a child's answer: below that).
-	a := startRemoteChild(t, "a", remoteChildSpec{Plaintext: true, RequestTimeout: 90 * time.Second})
-	b := startRemoteChild(t, "b", remoteChildSpec{Plaintext: true, RequestTimeout: 90 * time.Second})
+	// machine stretched it past a 30 s request timeout, once past 90 s
+	// (awaitChild waits longer for a child's answer).
+	a := startRemoteChild(t, "a", remoteChildSpec{Plaintext: true, RequestTimeout: 4 * time.Minute})
+	b := startRemoteChild(t, "b", remoteChildSpec{Plaintext: true, RequestTimeout: 4 * time.Minute})
 	valid := func(step string) {
 		t.Helper()
 		rep := b.call(remoteCmd{Op: "push", Peer: a.addr, Events: 3, EventBytes: 20})

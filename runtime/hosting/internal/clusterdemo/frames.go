@@ -93,7 +93,9 @@ func checkFrames(ctx context.Context, ms []*hosting.Cluster, mesh []byte, logf f
 		return rep, fmt.Errorf("applied on %s, placed on %s", host, rep.Host)
 	}
 	for _, o := range outs {
-		if o.Kind != messages.Applied {
+		// Duplicate: an attempt that timed out had applied it (requests
+		// are at least once).
+		if o.Kind != messages.Applied && o.Kind != messages.Duplicate {
 			return rep, fmt.Errorf("apply: outcome %v", o)
 		}
 	}
