@@ -200,7 +200,7 @@ func (n *Node) live(ctx context.Context, t persistence.TableKey, from LivePositi
 			changed := first
 			err := n.store.View(ctx, func(tx persistence.SyncReader) error {
 				var err error
-				if _, last, err = tx.ChangeBounds(); err != nil || changed {
+				if last, err = lastPosition(tx); err != nil || changed {
 					return err
 				}
 				changed, err = tableChangedAfter(tx, t, after)
