@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -151,7 +152,7 @@ func TestChangeGapsAndTrimWindow(t *testing.T) {
 				}
 			}
 		}
-		for _, keep := range []uint64{1, 2, 7, uint64(len(assigned)), uint64(len(assigned) + 3), uint64(rng.IntN(len(assigned) + 1)) + 1} {
+		for _, keep := range []uint64{1, 2, 7, uint64(len(assigned)), uint64(len(assigned) + 3), uint64(rng.IntN(len(assigned)+1)) + 1} {
 			w := trimWindow(gaps, c, keep)
 			kept := uint64(0)
 			for _, p := range assigned {
@@ -207,4 +208,45 @@ func FuzzDecodeGaps(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The change log keeps its newest Config.ChangeLogLimit changes across a
+// jump of the sequences (a crash leaves changes.mark ahead of the store
+// by up to a lease; every Open continues above the wall clock): the
+// numbers skipped are not counted, so a watcher inside the retained
+// changes does not lag because of the jump.
+func TestChangeLogKeepsItsLimitAcrossASequenceJump(t *testing.T) {
+	const limit = 8
+	dir := t.TempDir()
+	cfg := Config{Dir: dir, NoSync: true, ReconcileInterval: -1, SyncInterval: -1, ChangeLogLimit: limit}
+	n := openTestNode(t, cfg)
+	n.define(defT)
+	put := func(n *testNode, i int) {
+		t.Helper()
+		if _, err := n.Upsert(n.ctx, "app", "t", map[string]any{"id": i}, map[string]any{"a": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		put(n, i)
+	}
+	seen := take(t, n.Node, 0, 5)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// As a crash leaves it: the mark ahead of the store's last change.
+	if err := writeFileAtomic(filepath.Join(dir, changeMarkName), encodeChangeMark(seen[4].Seq+1000), true); err != nil {
+		t.Fatal(err)
+	}
+	n = openTestNode(t, cfg)
+	put(n, 5)
+	got := take(t, n.Node, seen[1].Seq, 4)
+	for i, c := range got[:3] {
+		if c.Seq != seen[2+i].Seq {
+			t.Fatalf("change %d after the jump: seq %d, want the retained %d", i, c.Seq, seen[2+i].Seq)
+		}
+	}
+	if got[3].Seq <= seen[4].Seq+1000 {
+		t.Fatalf("new change %d, want above the mark %d", got[3].Seq, seen[4].Seq+1000)
+	}
 }
