@@ -1,12 +1,15 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -187,7 +190,7 @@ func (n *Node) Watch(ctx context.Context, schema, table string, after uint64) it
 					werr = fmt.Errorf("%w: after %d, newest is %d", ErrWatchAhead, after, top)
 					return nil
 				}
-				gaps, err := readGaps(tx)
+				gaps, err := n.changes.readGaps(tx)
 				if err != nil {
 					return err
 				}
@@ -254,7 +257,7 @@ func (n *Node) LastChangeSeq(ctx context.Context) (uint64, error) {
 	var last uint64
 	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
 		var err error
-		last, err = lastPosition(tx)
+		last, err = n.changes.lastPosition(tx)
 		return err
 	})
 	return last, err
@@ -262,12 +265,12 @@ func (n *Node) LastChangeSeq(ctx context.Context) (uint64, error) {
 
 // lastPosition is the newest position a reader is handed (LastChangeSeq,
 // a Resume, a LiveSettled): the newest assigned change.
-func lastPosition(tx persistence.SyncReader) (uint64, error) {
+func (f *changeFeed) lastPosition(tx persistence.SyncReader) (uint64, error) {
 	_, top, err := tx.ChangeBounds()
 	if err != nil {
 		return 0, err
 	}
-	gaps, err := readGaps(tx)
+	gaps, err := f.readGaps(tx)
 	return changePosition(top, gaps), err
 }
 
@@ -301,6 +304,8 @@ func viewChange(c persistence.RowChange) Change {
 type changeFeed struct {
 	mu  sync.Mutex
 	chs map[persistence.TableKey]chan struct{} // by table: closed on its next change
+
+	gapCache atomic.Pointer[gapCache]
 
 	markMu   sync.Mutex
 	markPath string // "": no mark file (in-memory store)
@@ -428,6 +433,32 @@ func readGaps(tx persistence.SyncReader) ([]ChangeGap, error) {
 	return decodeGaps(v)
 }
 
+// gapCache is the last stretch list decoded, by its stored bytes.
+type gapCache struct {
+	raw  []byte
+	gaps []ChangeGap // read only
+}
+
+// readGaps is readGaps for the readers and writers of a running node:
+// the list changes only at Open, so each read compares the stored bytes
+// with the last decoded ones (up to 16 KiB) instead of decoding them
+// again on every commit and every watcher's read.
+func (f *changeFeed) readGaps(tx persistence.SyncReader) ([]ChangeGap, error) {
+	v, _, err := tx.Meta(metaChangeGaps)
+	if err != nil {
+		return nil, err
+	}
+	if c := f.gapCache.Load(); c != nil && bytes.Equal(c.raw, v) {
+		return c.gaps, nil
+	}
+	gaps, err := decodeGaps(v)
+	if err != nil {
+		return nil, err
+	}
+	f.gapCache.Store(&gapCache{raw: bytes.Clone(v), gaps: gaps})
+	return gaps, nil
+}
+
 func decodeGaps(v []byte) ([]ChangeGap, error) {
 	if len(v)%16 != 0 || len(v) > 16*maxChangeGaps {
 		return nil, fmt.Errorf("runtime: meta %s of %d bytes: %w", metaChangeGaps, len(v), persistence.ErrCorrupt)
@@ -458,6 +489,7 @@ func encodeGaps(gaps []ChangeGap) []byte {
 // between them (changes assigned long ago) then read as lost too, which
 // costs a watcher holding one a re-read, never a silent reuse.
 func addGap(gaps []ChangeGap, g ChangeGap) []ChangeGap {
+	gaps = slices.Clone(gaps)
 	if n := len(gaps); n > 0 && gaps[n-1].To >= g.From {
 		gaps[n-1].To = max(gaps[n-1].To, g.To)
 		return gaps
@@ -507,8 +539,8 @@ func gapOf(gaps []ChangeGap, after uint64) (ChangeGap, bool) {
 }
 
 // restoredGap reports the skipped stretch after lies in, if any.
-func restoredGap(tx persistence.SyncReader, after uint64) (ChangeGap, bool, error) {
-	gaps, err := readGaps(tx)
+func (f *changeFeed) restoredGap(tx persistence.SyncReader, after uint64) (ChangeGap, bool, error) {
+	gaps, err := f.readGaps(tx)
 	if err != nil {
 		return ChangeGap{}, false, err
 	}
@@ -543,7 +575,7 @@ func (s watchedSync) Update(ctx context.Context, fn func(tx persistence.SyncTx) 
 		}); err != nil {
 			return err
 		}
-		gaps, err := readGaps(tx)
+		gaps, err := s.f.readGaps(tx)
 		if err != nil {
 			return err
 		}
