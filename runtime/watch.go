@@ -128,13 +128,17 @@ type WatchRestoredError struct {
 	// After lies in: (Lost.From, Lost.To]. Changes of it the watcher saw
 	// came from a history the store no longer has.
 	Lost ChangeGap
-	// Resume is the newest change when the restore was found.
+	// Resume is the newest change the store held when the error was
+	// found.
 	Resume uint64
 }
 
 // ChangeGap is a stretch (From, To] of change sequences the store skipped
 // at an Open: numbers a lost history (the part of node.db a restore from
 // an older copy dropped) may have assigned, and the store never will.
+// The node keeps the newest 1024 stretches; past that the two oldest
+// merge, and the merged one also spans old changes of the current
+// history (a watcher still there is told to re-read, never misled).
 type ChangeGap struct{ From, To uint64 }
 
 // Error implements the error interface.
