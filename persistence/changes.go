@@ -82,7 +82,9 @@ type ChangeWriter interface {
 	// newest keep sequence numbers (last-keep+1 … last) and returns how
 	// many it deleted; trimmed, when not nil, is called with the table and
 	// sequence of each deleted change, oldest first. The highest assigned
-	// sequence is kept, so a sequence is never reused.
+	// sequence is kept, so a sequence is never reused. keep counts
+	// numbers, not changes: a caller that raised the sequence
+	// (RaiseChangeSeq) widens it by the numbers skipped.
 	TrimChanges(keep uint64, trimmed func(t TableKey, seq uint64)) (int, error)
 	// RaiseChangeSeq makes the next assigned change sequence greater than
 	// floor (nothing when the last assigned is at or above it already).

@@ -16,18 +16,28 @@ import (
 // Change sequences are never reused. A watcher keeps the last sequence it
 // processed and resumes after it; were node.db restored from an older
 // copy, the store would assign the sequences its lost part had assigned
-// again, to other changes, and the watcher would silently skip them. So,
-// as for the clock (restore.go), the highest change sequence is also kept
-// in a small file beside node.db (changes.mark), written ahead of the
-// sequences assigned (one atomic file write per changeMarkLease changes)
-// and set to the exact last sequence on Close. Open continues above the
-// higher of the two and records the stretch in between as lost; a watcher
-// resuming inside it gets a *WatchRestoredError saying to re-read the
-// table and from where. After a crash the stretch held no committed
-// change, so no watcher can be inside it: the sequences only jump.
+// again, to other changes, and the watcher would silently skip them. Two
+// floors keep every Open above what the node may have assigned before:
 //
-// A directory restored whole (the file too) cannot be told this way;
-// Config.Restored covers the clock there, not change sequences.
+//   - changes.mark, a small file beside node.db (as the clock's,
+//     restore.go), written ahead of the sequences assigned (one atomic
+//     file write per changeMarkLease changes) and set to the exact last
+//     sequence on Close. It catches a restore of node.db alone, and the
+//     stretch a crash left unused.
+//   - The wall clock in Unix microseconds. A restore of the whole
+//     directory brings back the copy's changes.mark too, so the mark
+//     cannot see it; but the lost history began at an earlier Open,
+//     at or above that Open's clock, and assigned fewer numbers than
+//     microseconds went by since, unless it sustained more than one
+//     change per microsecond or the clock was set back past it. An
+//     in-memory store cannot be restored and starts at 1.
+//
+// Open continues above the higher floor and records the stretch skipped
+// (From, To] in node.db (metaChangeGaps): a watcher resuming inside it
+// holds a position of a history this store does not have and gets a
+// *WatchRestoredError saying to re-read the table and from where. After a
+// clean restart or a crash the stretch held no committed change, so no
+// watcher can be inside it: the sequences only jump.
 
 const changeMarkName = "changes.mark"
 
@@ -109,8 +119,9 @@ func writeFileAtomic(path string, data []byte, noSync bool) error {
 // exact last sequence.
 func (n *Node) openChangeLog(ctx context.Context) error {
 	path := ""
-	var fileMark uint64
+	var fileMark, clockFloor uint64
 	if !n.cfg.InMemory {
+		clockFloor = uint64(max(n.cfg.Wall().UnixMicro(), 0))
 		path = filepath.Join(n.cfg.Dir, changeMarkName)
 		var err error
 		if fileMark, err = readChangeMark(path); err != nil {
@@ -141,34 +152,33 @@ func (n *Node) openChangeLog(ctx context.Context) error {
 			}
 		}
 		last = l
-		if fileMark <= l {
+		top := max(fileMark, clockFloor)
+		if top <= l {
 			return nil
 		}
-		if err := tx.RaiseChangeSeq(fileMark); err != nil {
+		if err := tx.RaiseChangeSeq(top); err != nil {
 			return err
 		}
 		gaps, err := readGaps(tx)
 		if err != nil {
 			return err
 		}
-		gap = &ChangeGap{From: l, To: fileMark}
-		gaps = append(gaps, *gap)
-		if len(gaps) > maxChangeGaps {
-			gaps = gaps[len(gaps)-maxChangeGaps:]
-		}
-		v := make([]byte, 0, 16*len(gaps))
-		for _, g := range gaps {
-			v = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(v, g.From), g.To)
-		}
-		last = fileMark
-		return tx.PutMeta(metaChangeGaps, v)
+		gap = &ChangeGap{From: l, To: top}
+		last = top
+		return tx.PutMeta(metaChangeGaps, encodeGaps(addGap(gaps, *gap)))
 	})
 	if err != nil {
 		return err
 	}
-	if gap != nil {
+	switch {
+	case gap != nil && fileMark > gap.From:
 		n.log.Warn("change sequences continue above the change mark: node.db ends below it (restored from a copy, or a crash); watchers inside the stretch must re-read",
-			"store_last", gap.From, "mark", gap.To)
+			"store_last", gap.From, "mark", fileMark, "continue_above", gap.To)
+	case gap != nil:
+		n.log.Debug("change sequences continue above the wall clock", "store_last", gap.From, "continue_above", gap.To)
+	case !n.cfg.InMemory && clockFloor <= last:
+		n.log.Debug("change sequences continue without a jump: the wall clock is not above the last change (clock set back, or more than one change per microsecond)",
+			"store_last", last, "clock_floor", clockFloor)
 	}
 	if path == "" {
 		return nil

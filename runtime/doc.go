@@ -192,8 +192,11 @@
 // a change sequence. The node keeps its own change log, written in the
 // transaction that writes the row and bounded by Config.ChangeLogLimit;
 // Watch after the last Seq processed resumes across restarts without loss
-// or duplicates, and a watcher that fell behind the retained log gets a
-// *WatchLagError (ErrWatchLagged) saying where to resume. A watcher holds
+// or duplicates (sequences jump at each Open: never dense, never reused,
+// also after a restore from an older copy), a watcher that fell behind
+// the retained log gets a *WatchLagError (ErrWatchLagged) and one whose
+// position a restore took away a *WatchRestoredError (ErrWatchRestored),
+// each saying where to resume. A watcher holds
 // one page in memory, never a growing buffer.
 //
 // # Keys

@@ -77,9 +77,10 @@ var ErrWatchLagged = errors.New("runtime: watcher fell behind the change log")
 var ErrWatchRestored = errors.New("runtime: watch resumes inside changes a restore of node.db lost")
 
 // ErrWatchAhead is returned by Watch when asked to resume after a
-// sequence the node has never assigned (a store restored from an older
-// copy, or a sequence from another node): nothing would ever be delivered
-// for the changes below it, so Watch refuses instead of waiting.
+// sequence above every one the node assigned or skipped (a sequence from
+// another node, or a whole directory restored onto a machine whose wall
+// clock is behind the lost history): nothing would ever be delivered for
+// the changes below it, so Watch refuses instead of waiting.
 var ErrWatchAhead = errors.New("runtime: watch resumes after a change sequence this node never assigned")
 
 // ErrNoDevice is returned by the delivery-plane methods of a node opened

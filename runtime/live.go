@@ -200,10 +200,10 @@ func (n *Node) live(ctx context.Context, t persistence.TableKey, from LivePositi
 			changed := first
 			err := n.store.View(ctx, func(tx persistence.SyncReader) error {
 				var err error
-				if _, last, err = tx.ChangeBounds(); err != nil || changed {
+				if last, err = n.changes.lastPosition(tx); err != nil || changed {
 					return err
 				}
-				changed, err = tableChangedAfter(tx, t, after)
+				changed, err = n.changes.tableChangedAfter(tx, t, after)
 				return err
 			})
 			var events []LiveEvent
@@ -280,7 +280,7 @@ func liveDiff(ctx context.Context, held map[string]heldRow, answer func(context.
 // tableChangedAfter reports whether table t may have changed after
 // change after: a retained change of it, a change of it trimmed from the
 // log, or a restore that lost changes, which may have been its.
-func tableChangedAfter(tx persistence.SyncReader, t persistence.TableKey, after uint64) (bool, error) {
+func (f *changeFeed) tableChangedAfter(tx persistence.SyncReader, t persistence.TableKey, after uint64) (bool, error) {
 	changed := false
 	if err := tx.ChangesAfter(t, after, 1, func(persistence.RowChange) (bool, error) {
 		changed = true
@@ -292,6 +292,6 @@ func tableChangedAfter(tx persistence.SyncReader, t persistence.TableKey, after 
 	if err != nil || trimmed > after {
 		return trimmed > after, err
 	}
-	_, lost, err := restoredGap(tx, after)
+	_, lost, err := f.restoredGap(tx, after)
 	return lost, err
 }

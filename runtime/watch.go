@@ -1,12 +1,15 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -47,8 +50,15 @@ const (
 // change is never delivered for a write that did not commit.
 type Change struct {
 	// Seq is the change sequence: strictly increasing across the node's
-	// tables and never reused, across restarts too. Resume a watch after
-	// the last Seq you processed.
+	// tables and never reused, across restarts and restores too. Resume a
+	// watch after the last Seq you processed. Not dense: each Open of an
+	// on-disk node continues at least at the wall clock in Unix
+	// microseconds (below 2^53 until the year 2255, so exact in JSON
+	// numbers), so a node whose whole directory was restored from an
+	// older copy does not assign again what its lost history assigned.
+	// That holds unless the lost history sustained more than one change
+	// per microsecond since its Open, or the wall clock was set back
+	// past it; an in-memory node starts at 1.
 	Seq           uint64
 	Schema, Table string
 	Key           messages.Columns
@@ -100,32 +110,40 @@ func (e *WatchLagError) Error() string {
 func (e *WatchLagError) Is(target error) bool { return target == ErrWatchLagged }
 
 // WatchRestoredError is the error a watcher gets when it resumes after a
-// change sequence that node.db no longer holds because it was restored
-// from an older copy: the changes from Lost.From+1 to After (and the rows
-// they described) are gone from the store, so what the watcher holds is
-// ahead of it. Change sequences are never reused: after such a restore
-// the node continues above every sequence it assigned before (kept in
-// changes.mark beside node.db), so an old position is recognized instead
-// of silently naming other changes. To resume, re-read the table (Scan)
-// and Watch again after Resume.
+// change sequence the store never assigned in its current history: the
+// store was restored from an older copy (node.db alone, or the whole
+// directory), so the changes the watcher saw after Lost.From (and the
+// rows they described) are gone from it, and what the watcher holds is
+// ahead of the store. Change sequences are never reused: every Open
+// continues above every sequence the node may have assigned before — the
+// change mark beside node.db and the wall clock in microseconds (see
+// Change.Seq) — and records the stretch it skips, so an old position is
+// recognized instead of silently naming other changes. To resume,
+// re-read the table (Rows) and Watch again after Resume.
 type WatchRestoredError struct {
 	Schema, Table string
 	// After is the sequence the watcher asked to continue after.
 	After uint64
-	// Lost is the stretch of sequences the restored store does not hold:
-	// (Lost.From, Lost.To].
+	// Lost is the stretch of sequences the store does not hold and
+	// After lies in: (Lost.From, Lost.To]. Changes of it the watcher saw
+	// came from a history the store no longer has.
 	Lost ChangeGap
-	// Resume is the newest change when the restore was found.
+	// Resume is the newest change the store held when the error was
+	// found.
 	Resume uint64
 }
 
-// ChangeGap is a stretch (From, To] of change sequences assigned before a
-// restore of node.db from an older copy and not held by the copy.
+// ChangeGap is a stretch (From, To] of change sequences the store skipped
+// at an Open: numbers a lost history (the part of node.db a restore from
+// an older copy dropped) may have assigned, and the store never will.
+// The node keeps the newest 1024 stretches; past that the two oldest
+// merge, and the merged one also spans old changes of the current
+// history (a watcher still there is told to re-read, never misled).
 type ChangeGap struct{ From, To uint64 }
 
 // Error implements the error interface.
 func (e *WatchRestoredError) Error() string {
-	return fmt.Sprintf("runtime: watch %s.%s after change %d: node.db was restored from a copy that ends at change %d (changes %d to %d are gone); re-read the table and watch after %d",
+	return fmt.Sprintf("runtime: watch %s.%s after change %d: the store never assigned it (restored from a copy that ends at change %d; sequences %d to %d are not in it); re-read the table and watch after %d",
 		e.Schema, e.Table, e.After, e.Lost.From, e.Lost.From+1, e.Lost.To, e.Resume)
 }
 
@@ -140,13 +158,18 @@ func (e *WatchRestoredError) Is(target error) bool { return target == ErrWatchRe
 //
 // The iteration ends after yielding a non-nil error: ctx.Err(), ErrClosed,
 // a *WatchLagError (matching ErrWatchLagged) when the watcher fell behind
-// the retained log, ErrWatchAhead, or a storage error. Breaking out of the
+// the retained log, a *WatchRestoredError (matching ErrWatchRestored)
+// when after is a position of a history the store lost to a restore from
+// an older copy (node.db alone or the whole directory), ErrWatchAhead
+// when after is above every sequence the node skipped or assigned, or a
+// storage error. After a lag or restore error, re-read the table and
+// watch again after the error's Resume. Breaking out of the
 // loop stops the watch. A watcher holds at most one page of changes in
 // memory whatever its speed: a slow one falls behind in the persisted log,
 // which is bounded, never in a buffer.
 //
 // After a restart, Watch after the last Seq processed continues without
-// loss or duplicates.
+// loss or duplicates; the sequences jump at the restart (see Change.Seq).
 func (n *Node) Watch(ctx context.Context, schema, table string, after uint64) iter.Seq2[Change, error] {
 	return func(yield func(Change, error) bool) {
 		t := persistence.TableKey{Schema: schema, Table: table}
@@ -162,20 +185,23 @@ func (n *Node) Watch(ctx context.Context, schema, table string, after uint64) it
 			var werr error
 			var last uint64
 			err := n.store.View(ctx, func(tx persistence.SyncReader) error {
-				var oldest uint64
+				var oldest, top uint64
 				var err error
-				if oldest, last, err = tx.ChangeBounds(); err != nil {
+				if oldest, top, err = tx.ChangeBounds(); err != nil {
 					return err
 				}
-				if after > last {
-					werr = fmt.Errorf("%w: after %d, newest is %d", ErrWatchAhead, after, last)
+				if after > top {
+					werr = fmt.Errorf("%w: after %d, newest is %d", ErrWatchAhead, after, top)
 					return nil
 				}
-				if gap, ok, err := restoredGap(tx, after); err != nil || ok {
-					if ok {
-						werr = &WatchRestoredError{Schema: schema, Table: table, After: after, Lost: gap, Resume: last}
-					}
+				gaps, err := n.changes.readGaps(tx)
+				if err != nil {
 					return err
+				}
+				last = changePosition(top, gaps)
+				if gap, ok := gapOf(gaps, after); ok {
+					werr = &WatchRestoredError{Schema: schema, Table: table, After: after, Lost: gap, Resume: last}
+					return nil
 				}
 				// Lag is judged by this table's own trimmed changes: other
 				// tables filling the log do not make its watcher lag.
@@ -229,15 +255,39 @@ func (n *Node) Watch(ctx context.Context, schema, table string, after uint64) it
 }
 
 // LastChangeSeq returns the newest change sequence (0 if none): Watch
-// after it delivers only changes still to come.
+// after it delivers only changes still to come. It is the sequence of a
+// change the store assigned, never a number skipped at Open.
 func (n *Node) LastChangeSeq(ctx context.Context) (uint64, error) {
 	var last uint64
 	err := n.store.View(ctx, func(tx persistence.SyncReader) error {
 		var err error
-		_, last, err = tx.ChangeBounds()
+		last, err = n.changes.lastPosition(tx)
 		return err
 	})
 	return last, err
+}
+
+// lastPosition is the newest position a reader is handed (LastChangeSeq,
+// a Resume, a LiveSettled): the newest assigned change.
+func (f *changeFeed) lastPosition(tx persistence.SyncReader) (uint64, error) {
+	_, top, err := tx.ChangeBounds()
+	if err != nil {
+		return 0, err
+	}
+	gaps, err := f.readGaps(tx)
+	return changePosition(top, gaps), err
+}
+
+// changePosition maps the highest sequence reserved (top) to the newest
+// one assigned. Right after an Open skipped (From, To], top is To, a
+// number no change has; handing it out would name a position inside the
+// stretch, which reads as one of a lost history. So it is From, the
+// newest change before the skip (or 0).
+func changePosition(top uint64, gaps []ChangeGap) uint64 {
+	if len(gaps) > 0 && gaps[len(gaps)-1].To == top {
+		return gaps[len(gaps)-1].From
+	}
+	return top
 }
 
 func viewChange(c persistence.RowChange) Change {
@@ -258,6 +308,8 @@ func viewChange(c persistence.RowChange) Change {
 type changeFeed struct {
 	mu  sync.Mutex
 	chs map[persistence.TableKey]chan struct{} // by table: closed on its next change
+
+	gapCache atomic.Pointer[gapCache]
 
 	markMu   sync.Mutex
 	markPath string // "": no mark file (in-memory store)
@@ -341,10 +393,12 @@ const (
 	// metaChangeTrimPrefix + schema + "\x00" + table: the highest
 	// sequence of that table's changes trimmed.
 	metaChangeTrimPrefix = "change_trim/"
-	// metaChangeGaps: the stretches of sequences lost to restores.
+	// metaChangeGaps: the stretches of sequences skipped at Opens
+	// (From, To big endian, oldest first).
 	metaChangeGaps = "change_gaps"
-	// maxChangeGaps bounds metaChangeGaps; the oldest go first.
-	maxChangeGaps = 64
+	// maxChangeGaps bounds metaChangeGaps (16 KiB); past it the two
+	// oldest merge (addGap).
+	maxChangeGaps = 1024
 )
 
 func trimKey(t persistence.TableKey) string {
@@ -373,30 +427,129 @@ func tableTrimmed(tx persistence.SyncReader, t persistence.TableKey) (uint64, er
 	return max(floor, mark), err
 }
 
+// readGaps reads the stretches skipped at Opens, oldest first: disjoint,
+// each above the one before.
 func readGaps(tx persistence.SyncReader) ([]ChangeGap, error) {
 	v, _, err := tx.Meta(metaChangeGaps)
 	if err != nil {
 		return nil, err
 	}
-	if len(v)%16 != 0 {
+	return decodeGaps(v)
+}
+
+// gapCache is the last stretch list decoded, by its stored bytes.
+type gapCache struct {
+	raw  []byte
+	gaps []ChangeGap // read only
+}
+
+// readGaps is readGaps for the readers and writers of a running node:
+// the list changes only at Open, so each read compares the stored bytes
+// with the last decoded ones (up to 16 KiB) instead of decoding them
+// again on every commit and every watcher's read.
+func (f *changeFeed) readGaps(tx persistence.SyncReader) ([]ChangeGap, error) {
+	v, _, err := tx.Meta(metaChangeGaps)
+	if err != nil {
+		return nil, err
+	}
+	if c := f.gapCache.Load(); c != nil && bytes.Equal(c.raw, v) {
+		return c.gaps, nil
+	}
+	gaps, err := decodeGaps(v)
+	if err != nil {
+		return nil, err
+	}
+	f.gapCache.Store(&gapCache{raw: bytes.Clone(v), gaps: gaps})
+	return gaps, nil
+}
+
+func decodeGaps(v []byte) ([]ChangeGap, error) {
+	if len(v)%16 != 0 || len(v) > 16*maxChangeGaps {
 		return nil, fmt.Errorf("runtime: meta %s of %d bytes: %w", metaChangeGaps, len(v), persistence.ErrCorrupt)
 	}
 	gaps := make([]ChangeGap, 0, len(v)/16)
 	for i := 0; i < len(v); i += 16 {
-		gaps = append(gaps, ChangeGap{From: binary.BigEndian.Uint64(v[i:]), To: binary.BigEndian.Uint64(v[i+8:])})
+		g := ChangeGap{From: binary.BigEndian.Uint64(v[i:]), To: binary.BigEndian.Uint64(v[i+8:])}
+		if g.From >= g.To || (len(gaps) > 0 && g.From < gaps[len(gaps)-1].To) {
+			return nil, fmt.Errorf("runtime: meta %s: stretch (%d, %d] out of order: %w", metaChangeGaps, g.From, g.To, persistence.ErrCorrupt)
+		}
+		gaps = append(gaps, g)
 	}
 	return gaps, nil
 }
 
-// restoredGap reports the restore gap after lies in, if any.
-func restoredGap(tx persistence.SyncReader, after uint64) (ChangeGap, bool, error) {
-	gaps, err := readGaps(tx)
+func encodeGaps(gaps []ChangeGap) []byte {
+	v := make([]byte, 0, 16*len(gaps))
+	for _, g := range gaps {
+		v = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(v, g.From), g.To)
+	}
+	return v
+}
+
+// addGap records the stretch g skipped at an Open (g.From is the highest
+// sequence reserved before it, so at or above every recorded stretch).
+// A stretch that starts where the newest ends (no change in between)
+// extends it. Past maxChangeGaps the two oldest merge: the positions
+// between them (changes assigned long ago) then read as lost too, which
+// costs a watcher holding one a re-read, never a silent reuse.
+func addGap(gaps []ChangeGap, g ChangeGap) []ChangeGap {
+	gaps = slices.Clone(gaps)
+	if n := len(gaps); n > 0 && gaps[n-1].To >= g.From {
+		gaps[n-1].To = max(gaps[n-1].To, g.To)
+		return gaps
+	}
+	gaps = append(gaps, g)
+	if len(gaps) > maxChangeGaps {
+		gaps[1].From = gaps[0].From
+		gaps = gaps[1:]
+	}
+	return gaps
+}
+
+// trimWindow is how many sequence numbers, counting down from last, hold
+// the newest keep changes: TrimChanges keeps a window of numbers, and the
+// stretches skipped at Opens hold none. Between two stretches every number
+// was assigned. The oldest stretch of a full list may be two merged ones
+// (addGap) spanning assigned numbers, so it counts as assigned: the
+// window is then smaller, never larger, and the log never holds more than
+// keep changes.
+func trimWindow(gaps []ChangeGap, last, keep uint64) uint64 {
+	need, hi := keep, last
+	for i := len(gaps) - 1; i >= 0; i-- {
+		g := gaps[i]
+		if i == 0 && len(gaps) == maxChangeGaps {
+			break
+		}
+		n := hi - g.To
+		if n >= need {
+			break
+		}
+		need, hi = need-n, g.From
+	}
+	if hi < need {
+		return last // everything
+	}
+	return last - (hi - need)
+}
+
+// gapOf reports the skipped stretch after lies in, if any.
+func gapOf(gaps []ChangeGap, after uint64) (ChangeGap, bool) {
 	for _, g := range gaps {
 		if after > g.From && after <= g.To {
-			return g, true, err
+			return g, true
 		}
 	}
-	return ChangeGap{}, false, err
+	return ChangeGap{}, false
+}
+
+// restoredGap reports the skipped stretch after lies in, if any.
+func (f *changeFeed) restoredGap(tx persistence.SyncReader, after uint64) (ChangeGap, bool, error) {
+	gaps, err := f.readGaps(tx)
+	if err != nil {
+		return ChangeGap{}, false, err
+	}
+	g, ok := gapOf(gaps, after)
+	return g, ok, nil
 }
 
 func (s watchedSync) Update(ctx context.Context, fn func(tx persistence.SyncTx) error) error {
@@ -426,8 +579,12 @@ func (s watchedSync) Update(ctx context.Context, fn func(tx persistence.SyncTx) 
 		}); err != nil {
 			return err
 		}
+		gaps, err := s.f.readGaps(tx)
+		if err != nil {
+			return err
+		}
 		marks := map[persistence.TableKey]uint64{}
-		if _, err = tx.TrimChanges(s.keep, func(t persistence.TableKey, seq uint64) { marks[t] = seq }); err != nil {
+		if _, err = tx.TrimChanges(trimWindow(gaps, last, s.keep), func(t persistence.TableKey, seq uint64) { marks[t] = seq }); err != nil {
 			return err
 		}
 		for t, seq := range marks {

@@ -178,8 +178,12 @@ func (c Client) Rows(ctx context.Context, group, schema, table string, after []b
 // change sequence after (at most limit; 0: MaxChanges), waiting up to
 // wait for a first one, and the sequence to resume after: the group's
 // change feed (runtime.Node.Watch), one long poll per call. An error
-// matching runtime.ErrWatchLagged means changes after after were trimmed:
-// re-read the table (Scan) and resume from its last change.
+// matching runtime.ErrWatchLagged means changes after after were trimmed,
+// and one matching runtime.ErrWatchRestored means after names a change of
+// a history the group's store lost to a restore from an older copy: in
+// both cases re-read the table (Scan) and resume from its last change.
+// Sequences are not dense: they jump at each activation of the group
+// (runtime.Change.Seq).
 func (c Client) Changes(ctx context.Context, group, schema, table string, after uint64, limit int, wait time.Duration) ([]Change, uint64, error) {
 	rep, err := c.do(ctx, KindGroup, group, &Request{Op: OpChanges, Schema: schema, TableName: table, Seq: after, Limit: limit, Wait: int64(wait)})
 	if err != nil {

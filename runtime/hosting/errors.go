@@ -70,7 +70,8 @@ func (e *ReplyError) Error() string {
 // CodeNotHandedOff → runtime.ErrNotHandedOff, CodeNotPending →
 // runtime.ErrNotPending, CodeUnknownTable → runtime.ErrUnknownTable,
 // CodeForbidden → ErrForbidden, CodeNotProvisioned → ErrNotProvisioned,
-// CodeQuota → ErrQuota, CodeLagged → runtime.ErrWatchLagged.
+// CodeQuota → ErrQuota, CodeLagged → runtime.ErrWatchLagged, CodeRestored
+// → runtime.ErrWatchRestored.
 func (e *ReplyError) Is(target error) bool {
 	switch e.Code {
 	case CodeUnavailable:
@@ -93,6 +94,8 @@ func (e *ReplyError) Is(target error) bool {
 		return target == ErrQuota
 	case CodeLagged:
 		return target == runtime.ErrWatchLagged
+	case CodeRestored:
+		return target == runtime.ErrWatchRestored
 	}
 	return false
 }
@@ -129,6 +132,8 @@ func codeOf(err error) Code {
 		return CodeQuota
 	case errors.Is(err, runtime.ErrWatchLagged):
 		return CodeLagged
+	case errors.Is(err, runtime.ErrWatchRestored):
+		return CodeRestored
 	}
 	return CodeFailed
 }

@@ -183,3 +183,25 @@ func TestClosedComponentErrorsAreRetryable(t *testing.T) {
 		}
 	}
 }
+
+// A change feed's typed errors keep their meaning across the wire: a
+// cursor behind the retained log is CodeLagged, one of a history the
+// store lost to a restore is CodeRestored, and each matches its runtime
+// sentinel on the caller's side.
+func TestChangeFeedErrorsKeepTheirCode(t *testing.T) {
+	for want, err := range map[Code]error{
+		CodeLagged:   &runtime.WatchLagError{Schema: "app", Table: "t", After: 3, Oldest: 9, Resume: 20},
+		CodeRestored: &runtime.WatchRestoredError{Schema: "app", Table: "t", After: 30, Lost: runtime.ChangeGap{From: 5, To: 40}, Resume: 50},
+	} {
+		if got := codeOf(fmt.Errorf("changes: %w", err)); got != want {
+			t.Errorf("%v classified %d, want %d", err, got, want)
+		}
+		sentinel := runtime.ErrWatchLagged
+		if want == CodeRestored {
+			sentinel = runtime.ErrWatchRestored
+		}
+		if rep := (&Reply{Member: "m", Code: want, Error: err.Error()}); !errors.Is(rep.Err(), sentinel) {
+			t.Errorf("reply error %v does not match %v", rep.Err(), sentinel)
+		}
+	}
+}

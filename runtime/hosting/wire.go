@@ -249,6 +249,10 @@ const (
 	// CodeLagged: a change feed's cursor fell behind the retained change
 	// log (runtime.ErrWatchLagged).
 	CodeLagged Code = 10
+	// CodeRestored: a change feed's cursor names a change of a history
+	// the group's store lost to a restore from an older copy
+	// (runtime.ErrWatchRestored).
+	CodeRestored Code = 11
 )
 
 // Outcome is one event's apply outcome on the wire (messages.Outcome).

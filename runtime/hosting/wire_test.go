@@ -99,6 +99,7 @@ func TestReplyErrorsMatchSentinels(t *testing.T) {
 		hosting.CodeNotProvisioned: hosting.ErrNotProvisioned,
 		hosting.CodeQuota:          hosting.ErrQuota,
 		hosting.CodeLagged:         runtime.ErrWatchLagged,
+		hosting.CodeRestored:       runtime.ErrWatchRestored,
 	} {
 		err := (&hosting.Reply{Code: code, Error: "x"}).Err()
 		var re *hosting.ReplyError
