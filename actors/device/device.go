@@ -77,6 +77,9 @@ const (
 	Acknowledgement  = inbound.OutcomeAcknowledgement
 	Committed        = inbound.OutcomeCommitted
 	Discarded        = inbound.OutcomeDiscarded
+	// Held is the Kind of a held receipt from the recipient of a sent
+	// message (docs/protocol.md, "Held receipt"): not an ACK.
+	Held = inbound.OutcomeHeld
 )
 
 // MaxPageSize is the largest page PendingReceivedMessages and
@@ -105,6 +108,14 @@ type ReceiveResult struct {
 	// could not be are retried by Retry or a later Resend).
 	SessionReplaced bool
 	Resent          int
+	// HeldSent: this copy of a still-pending message was answered with a
+	// held receipt, handed to the transport.
+	HeldSent bool
+	// Held: a held receipt (Kind Held) named a pending sent message and
+	// the digest of its body: the retry schedule now sends it again only
+	// after Retry.HeldInterval. False for a receipt naming nothing
+	// pending or another body (ignored, counted).
+	Held bool
 }
 
 // CommitResult is the result of a commit or discard: Status COMMITTED,
@@ -664,7 +675,7 @@ func (d *Device) Receive(ctx context.Context, sender messages.DeviceAddress, env
 	if err != nil {
 		return ReceiveResult{}, fmt.Errorf("device: receive: %w", err)
 	}
-	res := resultOf(r)
+	res := d.resultOf(r)
 	if r.SessionReplaced {
 		res.Resent = d.resendAll(ctx, &sender)
 		d.repaired(sender, RepairReplaced, res.Resent, nil)
@@ -768,14 +779,14 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 			// Off the committer's replier goroutine: Resend goes through
 			// it again.
 			go func() {
-				res := resultOf(r)
+				res := d.resultOf(r)
 				res.Resent = d.resendAll(d.ctx, &sender)
 				d.repaired(sender, RepairReplaced, res.Resent, nil)
 				done(res, nil)
 			}()
 			return
 		}
-		done(resultOf(r), nil)
+		done(d.resultOf(r), nil)
 	})
 	if err != nil {
 		return fmt.Errorf("device: receive: %w", err)
@@ -783,9 +794,24 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 	return nil
 }
 
-func resultOf(r session.Received) ReceiveResult {
-	return ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent,
-		SessionReplaced: r.SessionReplaced}
+// resultOf is the ReceiveResult of r; a held receipt's verdict is
+// applied to the retry schedule and counted here.
+func (d *Device) resultOf(r session.Received) ReceiveResult {
+	res := ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent,
+		SessionReplaced: r.SessionReplaced, HeldSent: r.HeldSent}
+	if r.HeldSent {
+		d.metrics.heldSent.Inc()
+	}
+	if r.Outcome == Held {
+		d.metrics.heldReceipts.WithLabelValues(r.Receipt.String()).Inc()
+		if r.Receipt == outbound.ReceiptHeld {
+			d.out.Held(r.Sender, r.ID)
+			res.Held = true
+		} else {
+			d.cfg.Logger.Debug("device: held receipt ignored", "from", r.Sender.String(), "id", r.ID.String(), "verdict", r.Receipt.String())
+		}
+	}
+	return res
 }
 
 // CommitReceivedMessage records that the application durably applied the
