@@ -375,6 +375,7 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		scfg.OnDelivery = d.queue.push
 	}
 	scfg.OnRepair = func(peer messages.DeviceAddress, step string, err error) { d.repaired(peer, step, 0, err) }
+	scfg.OnHeld = d.heldSent
 	scfg.Restored = scfg.Restored || cfg.Restored
 	scfg.OnUndecryptable = func(from messages.DeviceAddress, reason string, err error) {
 		d.metrics.undecryptable.WithLabelValues(reason).Inc()
@@ -492,6 +493,17 @@ func (d *Device) acked(to messages.DeviceAddress, id messages.LogicalMessageID, 
 		return
 	}
 	d.metrics.acksSent.Inc()
+}
+
+// heldSent counts a held receipt this device tried to send; one not
+// handed over is reported as dropped (its sender keeps the short
+// schedule).
+func (d *Device) heldSent(to messages.DeviceAddress, id messages.LogicalMessageID, err error) {
+	if err != nil {
+		d.dropped(Dropped{Sent: true, Peer: to, ID: id, Reason: DropHandOff, Err: err})
+		return
+	}
+	d.metrics.heldSent.Inc()
 }
 
 // Close stops the schedules, the delivery to the application (messages
@@ -799,9 +811,6 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 func (d *Device) resultOf(r session.Received) ReceiveResult {
 	res := ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent,
 		SessionReplaced: r.SessionReplaced, HeldSent: r.HeldSent}
-	if r.HeldSent {
-		d.metrics.heldSent.Inc()
-	}
 	if r.Outcome == Held {
 		d.metrics.heldReceipts.WithLabelValues(r.Receipt.String()).Inc()
 		if r.Receipt == outbound.ReceiptHeld {

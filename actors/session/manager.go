@@ -141,6 +141,9 @@ type Config struct {
 	// read one (it refuses the frame, and its sender keeps resending on
 	// its short schedule).
 	NoHeldReceipts bool
+	// OnHeld, when set, is told about every held receipt this device tried
+	// to send, as OnAck about ACKs.
+	OnHeld func(to messages.DeviceAddress, id messages.LogicalMessageID, err error)
 	// OnAck, when set, is told about every ACK this device tried to send:
 	// err nil when it was handed to the transport (from the committer's
 	// replier goroutine).
@@ -786,7 +789,7 @@ func (m *Manager) handReply(ctx context.Context, peer messages.DeviceAddress, r 
 	h := r.ack
 	r.ack = nil
 	if h.held {
-		r.HeldSent = m.handHeld(ctx, peer, h)
+		r.HeldSent = m.handHeld(ctx, peer, r.ID, h)
 		return
 	}
 	r.AckSent = m.handAck(ctx, peer, r.ID, h)
@@ -912,26 +915,36 @@ func (m *Manager) handOffAck(to messages.DeviceAddress, id messages.LogicalMessa
 	return m.ackVia(to, id, h, func(env []byte) error { return m.ordered.Enqueue(to, env) }), nil
 }
 
-// handOffHeld is handOffAck for a held receipt (OnAck is not told).
-func (m *Manager) handOffHeld(to messages.DeviceAddress, env []byte, encErr error) (bool, *handoff) {
+// handOffHeld is handOffAck for a held receipt (OnHeld is told, not
+// OnAck).
+func (m *Manager) handOffHeld(to messages.DeviceAddress, id messages.LogicalMessageID, env []byte, encErr error) (bool, *handoff) {
 	h := &handoff{env: env, err: encErr, held: true}
 	if m.ordered == nil {
 		return false, h
 	}
-	return m.heldVia(h, func(env []byte) error { return m.ordered.Enqueue(to, env) }), nil
+	return m.heldVia(to, id, h, func(env []byte) error { return m.ordered.Enqueue(to, env) }), nil
 }
 
 // handHeld hands a held receipt's envelope to the transport and reports
 // success.
-func (m *Manager) handHeld(ctx context.Context, to messages.DeviceAddress, h *handoff) bool {
-	return m.heldVia(h, func(env []byte) error { return m.cfg.Transport.Send(ctx, to, env) })
+func (m *Manager) handHeld(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff) bool {
+	return m.heldVia(to, id, h, func(env []byte) error { return m.cfg.Transport.Send(ctx, to, env) })
 }
 
-// heldVia hands a held receipt over with send and reports success: a
-// receipt that could not be encrypted or handed over only leaves the
-// sender on its short schedule.
-func (m *Manager) heldVia(h *handoff, send func([]byte) error) bool {
-	return h.err == nil && send(h.env) == nil
+// heldVia hands a held receipt over with send, tells OnHeld and reports
+// success. A receipt that could not be encrypted or handed over only
+// leaves the sender on its short schedule.
+func (m *Manager) heldVia(to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff, send func([]byte) error) bool {
+	err := h.err
+	if err == nil {
+		if err = send(h.env); err != nil {
+			err = fmt.Errorf("session: send held receipt to %s: %w", to, err)
+		}
+	}
+	if m.cfg.OnHeld != nil {
+		m.cfg.OnHeld(to, id, err)
+	}
+	return err == nil
 }
 
 // ackVia hands h over with send, tells OnAck and reports success.

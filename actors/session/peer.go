@@ -840,7 +840,7 @@ func (r *receiveReq) handle(a *peerActor) {
 		case dec.Effects.Ack:
 			res.AckSent, res.ack = a.m.handOffAck(a.peer, payload.ID, ack, ackErr)
 		case dec.Effects.Held:
-			res.HeldSent, res.ack = a.m.handOffHeld(a.peer, ack, ackErr)
+			res.HeldSent, res.ack = a.m.handOffHeld(a.peer, payload.ID, ack, ackErr)
 		}
 		r.reply(res, nil)
 	})
