@@ -153,17 +153,31 @@ const (
 	PayloadApplicationMessage SecurePayloadType = 0x01
 	// PayloadAck (0x02) carries {id}: the receiver finalized message id.
 	PayloadAck SecurePayloadType = 0x02
+	// PayloadHeld (0x03) carries {id, digest}: the receiver durably holds
+	// message id, whose body has ApplicationMessageDigest digest, pending
+	// its application's commit. It is not an ACK: the sender keeps the
+	// message pending and only stops resending it on the short schedule
+	// (docs/protocol.md, "Held receipt").
+	PayloadHeld SecurePayloadType = 0x03
 )
+
+// HeldDigestSize is the size of a held receipt's body digest.
+const HeldDigestSize = 32
 
 // SecurePayload is a decoded SecurePayload v1 frame, the plaintext of a
 // ratchet message. Its CBOR form is [1, type, body] where body is
-// {"id": bstr .size 16, "body": bstr} for an application message and
-// {"id": bstr .size 16} for an ack.
+// {"id": bstr .size 16, "body": bstr} for an application message,
+// {"id": bstr .size 16} for an ack and {"id": bstr .size 16, "digest":
+// bstr .size 32} for a held receipt.
 type SecurePayload struct {
 	Type SecurePayloadType
 	ID   LogicalMessageID
-	// Body is the application message body (nil for an ack).
+	// Body is the application message body (nil for an ack or a held
+	// receipt).
 	Body []byte
+	// Digest is a held receipt's ApplicationMessageDigest of the body it
+	// holds (zero for the other types).
+	Digest [HeldDigestSize]byte
 }
 
 type wirePayloadFrame struct {
@@ -182,9 +196,17 @@ type wireAck struct {
 	ID []byte `cbor:"id"`
 }
 
+type wireHeld struct {
+	ID     []byte `cbor:"id"`
+	Digest []byte `cbor:"digest"`
+}
+
 // EncodeSecurePayload returns the canonical encoding of p.
 func EncodeSecurePayload(p *SecurePayload) ([]byte, error) {
 	var out []byte
+	if p.Type != PayloadHeld && p.Digest != ([HeldDigestSize]byte{}) {
+		return nil, fmt.Errorf("messages: encode secure payload: only a held receipt carries a digest")
+	}
 	switch p.Type {
 	case PayloadApplicationMessage:
 		out = appendSecurePayload(make([]byte, 0, 32+len(p.Body)), p.Type, &p.ID, p.Body, true)
@@ -193,6 +215,11 @@ func EncodeSecurePayload(p *SecurePayload) ([]byte, error) {
 			return nil, fmt.Errorf("messages: encode secure payload: an ack carries no body")
 		}
 		out = appendSecurePayload(make([]byte, 0, 32), p.Type, &p.ID, nil, false)
+	case PayloadHeld:
+		if p.Body != nil {
+			return nil, fmt.Errorf("messages: encode secure payload: a held receipt carries no body")
+		}
+		out = appendHeldPayload(make([]byte, 0, 72), &p.ID, &p.Digest)
 	default:
 		return nil, fmt.Errorf("messages: encode secure payload: unknown type 0x%02x", uint8(p.Type))
 	}
@@ -248,6 +275,17 @@ func decodeSecurePayload(b []byte) (*SecurePayload, error) {
 		}
 		p.Type = PayloadAck
 		copy(p.ID[:], m.ID)
+	case PayloadHeld:
+		var m wireHeld
+		if err := Unmarshal(what, w.Body, &m, 0); err != nil {
+			return nil, err
+		}
+		if len(m.ID) != len(p.ID) || len(m.Digest) != len(p.Digest) {
+			return nil, decodeErr(what, ErrMalformed, fmt.Errorf("held receipt needs a 16-byte id and a 32-byte digest"))
+		}
+		p.Type = PayloadHeld
+		copy(p.ID[:], m.ID)
+		copy(p.Digest[:], m.Digest)
 	default:
 		return nil, decodeErr(what, ErrMalformed, fmt.Errorf("unknown type %d", w.Type))
 	}

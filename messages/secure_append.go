@@ -81,6 +81,19 @@ func appendSecurePayload(dst []byte, t SecurePayloadType, id *LogicalMessageID, 
 	return dst
 }
 
+// appendHeldPayload appends the frame [1, 3, {"id": bstr, "digest":
+// bstr}]: "id" (0x62…) sorts before "digest" (0x66…).
+func appendHeldPayload(dst []byte, id *LogicalMessageID, d *[HeldDigestSize]byte) []byte {
+	dst = appendArray(dst, 3)
+	dst = appendUint(dst, SecurePayloadVersion)
+	dst = appendUint(dst, uint64(PayloadHeld))
+	dst = appendMap(dst, 2)
+	dst = appendTstr(dst, "id")
+	dst = appendBstr(dst, id[:])
+	dst = appendTstr(dst, "digest")
+	return appendBstr(dst, d[:])
+}
+
 // appendEnvelope appends the encoding of wireEnvelope: [version, header,
 // initiation or null, ciphertext bstr]; initiation is the encoded
 // initiation (nil: none).

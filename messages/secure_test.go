@@ -42,6 +42,7 @@ func TestSecurePayloadRoundTrip(t *testing.T) {
 		{Type: PayloadApplicationMessage, ID: LogicalMessageID{1, 2}, Body: []byte("hello")},
 		{Type: PayloadApplicationMessage, ID: LogicalMessageID{3}, Body: []byte{}},
 		{Type: PayloadAck, ID: LogicalMessageID{4}},
+		{Type: PayloadHeld, ID: LogicalMessageID{5}, Digest: [32]byte{6, 7}},
 	} {
 		b, err := EncodeSecurePayload(p)
 		if err != nil {
@@ -54,7 +55,7 @@ func TestSecurePayloadRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Type != p.Type || got.ID != p.ID || !bytes.Equal(got.Body, p.Body) {
+		if got.Type != p.Type || got.ID != p.ID || !bytes.Equal(got.Body, p.Body) || got.Digest != p.Digest {
 			t.Fatalf("round trip: %+v != %+v", got, p)
 		}
 	}
@@ -64,6 +65,49 @@ func TestSecurePayloadRoundTrip(t *testing.T) {
 	if _, err := EncodeSecurePayload(&SecurePayload{Type: PayloadAck, Body: []byte{1}}); err == nil {
 		t.Fatal("ack with body encoded")
 	}
+	if _, err := EncodeSecurePayload(&SecurePayload{Type: PayloadHeld, Body: []byte{}}); err == nil {
+		t.Fatal("held receipt with body encoded")
+	}
+	if _, err := EncodeSecurePayload(&SecurePayload{Type: PayloadAck, Digest: [32]byte{1}}); err == nil {
+		t.Fatal("ack with digest encoded")
+	}
+}
+
+// TestHeldPayloadIsCanonical: the hand-written held frame is the Core
+// Deterministic encoding the reflective codec writes, and every malformed
+// variant is refused with ErrMalformed.
+func TestHeldPayloadIsCanonical(t *testing.T) {
+	p := &SecurePayload{Type: PayloadHeld, ID: LogicalMessageID{1}, Digest: [32]byte{2}}
+	b, err := EncodeSecurePayload(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := Marshal(&wireHeld{ID: p.ID[:], Digest: p.Digest[:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Marshal(&wirePayloadFrame{V: SecurePayloadVersion, Type: uint64(PayloadHeld), Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("held frame % x, canonical % x", b, want)
+	}
+	ack, _ := EncodeSecurePayload(&SecurePayload{Type: PayloadAck, ID: p.ID})
+	// b is 83 01 03 a2 62 'i' 'd' 50 <id> ...: the id's head at b[7].
+	long := append(append(bytes.Clone(b[:7]), 0x58, 0x10), b[8:]...)
+	cases := map[string][]byte{
+		"held without digest": append([]byte{0x83, 0x01, 0x03}, ack[3:]...),
+		"ack with digest":     append([]byte{0x83, 0x01, 0x02}, b[3:]...),
+		"short digest":        append(bytes.Clone(b[:len(b)-34]), 0x58, 0x1f, 0x00),
+		"non-minimal id head": long,
+		"trailing":            append(bytes.Clone(b), 0),
+	}
+	for name, in := range cases {
+		if _, err := DecodeSecurePayload(in); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
 }
 
 func TestSecurePayloadStrict(t *testing.T) {
@@ -71,7 +115,7 @@ func TestSecurePayloadStrict(t *testing.T) {
 	cases := map[string][]byte{
 		"trailing":          append(bytes.Clone(good), 0),
 		"version 2":         append([]byte{0x83, 0x02}, good[2:]...),
-		"unknown type":      append([]byte{0x83, 0x01, 0x03}, good[3:]...),
+		"unknown type":      append([]byte{0x83, 0x01, 0x04}, good[3:]...),
 		"type 0x101":        append([]byte{0x83, 0x01, 0x19, 0x01, 0x01}, good[3:]...),
 		"non-minimal uint":  append([]byte{0x83, 0x18, 0x01}, good[2:]...),
 		"short id":          {0x83, 0x01, 0x02, 0xa1, 0x62, 'i', 'd', 0x41, 0x00},
@@ -214,11 +258,13 @@ func FuzzDecodeSecurePayload(f *testing.F) {
 	for _, p := range []*SecurePayload{
 		{Type: PayloadApplicationMessage, ID: LogicalMessageID{1}, Body: []byte("x")},
 		{Type: PayloadAck, ID: LogicalMessageID{2}},
+		{Type: PayloadHeld, ID: LogicalMessageID{3}, Digest: [32]byte{4}},
 	} {
 		b, _ := EncodeSecurePayload(p)
 		f.Add(b)
 	}
 	f.Add([]byte{0x83, 0x01, 0x01, 0xa0})
+	f.Add([]byte{0x83, 0x01, 0x03, 0xa0})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		p, err := DecodeSecurePayload(in)
 		if err != nil {
@@ -226,6 +272,32 @@ func FuzzDecodeSecurePayload(f *testing.F) {
 				t.Fatalf("untyped error: %v", err)
 			}
 			return
+		}
+		out, err := EncodeSecurePayload(p)
+		if err != nil || !bytes.Equal(out, in) {
+			t.Fatalf("accepted input is not canonical: %v", err)
+		}
+	})
+}
+
+// FuzzDecodeHeldPayload: the held receipt's decoder never panics, gives
+// typed errors, and accepts only the canonical encoding of a held receipt
+// (or of another frame type) — fuzzing from held frames.
+func FuzzDecodeHeldPayload(f *testing.F) {
+	b, _ := EncodeSecurePayload(&SecurePayload{Type: PayloadHeld, ID: LogicalMessageID{9}, Digest: [32]byte{1, 2, 3}})
+	f.Add(b)
+	f.Add(append(bytes.Clone(b[:len(b)-34]), 0x40))
+	f.Add([]byte{0x83, 0x01, 0x03, 0xa2, 0x62, 'i', 'd', 0x40, 0x66, 'd', 'i', 'g', 'e', 's', 't', 0x40})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p, err := DecodeSecurePayload(in)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("untyped error: %v", err)
+			}
+			return
+		}
+		if p.Type == PayloadHeld && p.Body != nil {
+			t.Fatal("held receipt decoded with a body")
 		}
 		out, err := EncodeSecurePayload(p)
 		if err != nil || !bytes.Equal(out, in) {

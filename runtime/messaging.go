@@ -44,7 +44,8 @@ type ReceivedMessage = device.ReceivedMessage
 //
 // Fields:
 //   - Kind: Delivery (Message set: new or still pending),
-//     AlreadyCommitted, AlreadyDiscarded or Acknowledgement.
+//     AlreadyCommitted, AlreadyDiscarded, Acknowledgement or Held (a
+//     held receipt from the recipient of a sent message).
 //   - Sender DeviceAddress: the authenticated sender.
 //   - ID MessageID: the message's logical id.
 //   - Message *ReceivedMessage: the message when Kind is Delivery.
@@ -56,6 +57,10 @@ type ReceivedMessage = device.ReceivedMessage
 //     messages pending to the sender were sent again on the new session.
 //   - Resent int: how many of them were sent again (the rest are retried
 //     by the retry schedule or a later Resend).
+//   - HeldSent bool: this copy of a still-pending message was answered
+//     with a held receipt.
+//   - Held bool: a held receipt named a pending sent message and its
+//     body's digest; it is now resent only after Retry.HeldInterval.
 type ReceiveResult = device.ReceiveResult
 
 // CommitResult is the result of a commit or a discard.
@@ -118,6 +123,10 @@ type RetentionPolicy = device.RetentionPolicy
 //   - Jitter float64: (0..1) shortens each delay by up to that fraction,
 //     drawn per message and attempt, so the copies of a burst come due
 //     spread out; 0: no jitter.
+//   - HeldInterval time.Duration: how long after its last attempt (or
+//     the recipient's held receipt, if later) a message the recipient
+//     holds pending its application's commit is sent again, a safety net
+//     until the ACK; 0: 5 minutes.
 type RetryPolicy = device.RetryPolicy
 
 // StalePending is a message pending past DeviceConfig.StaleAfter.
@@ -209,6 +218,12 @@ type SessionConfig struct {
 	// all peers together; past it the peers holding the most keys lose
 	// their oldest first. 0: the default; negative: no device-wide cap.
 	MaxSkippedKeysPerDevice int
+	// NoHeldReceipts stops answering a sender's copy of a message still
+	// pending the application's commit with a held receipt. Only for a
+	// rolling upgrade while some peers run v0.1.0, which refuses the
+	// receipt's frame (docs/protocol.md, "Held receipt"); turn it off
+	// once every node runs this build.
+	NoHeldReceipts bool
 }
 
 // apply sets the non-zero fields of c on the session layer's config.
@@ -233,6 +248,9 @@ func (c *SessionConfig) apply(sc *session.Config) {
 	if c.MaxSkippedKeysPerDevice != 0 {
 		sc.MaxSkippedKeysPerDevice = c.MaxSkippedKeysPerDevice
 	}
+	if c.NoHeldReceipts {
+		sc.NoHeldReceipts = true
+	}
 }
 
 // Receive and commit outcomes (ReceiveResult.Kind, CommitResult.Status).
@@ -243,6 +261,11 @@ const (
 	Acknowledgement  = device.Acknowledgement
 	Committed        = device.Committed
 	Discarded        = device.Discarded
+	// Held is the Kind of a held receipt: the recipient of a sent message
+	// holds it pending its application's commit (not an ACK: the message
+	// stays pending, and the retry schedule sends it again only after
+	// Retry.HeldInterval).
+	Held = device.Held
 )
 
 // Discard reasons (stored with the processed entry, never sent).

@@ -67,7 +67,7 @@ func TestConcurrentDuplicateReceivesConvergeOnOnePendingRow(t *testing.T) {
 				if n := b.pendingCount(); n != it+2 {
 					t.Fatalf("iteration %d: %d pending, want %d", it, n, it+2)
 				}
-				if len(a.take()) != 0 {
+				if len(acksOf(a.pump())) != 0 {
 					t.Fatal("a pending copy was ACKed")
 				}
 			}
@@ -138,7 +138,7 @@ func TestCommitRacingRetryEndsInAnAllowedOutcome(t *testing.T) {
 		if c.Status != device.Committed || !c.AckSent {
 			t.Fatalf("commit = %+v", c)
 		}
-		acks := a.pump()
+		acks := acksOf(a.pump())
 		switch r.Kind {
 		case device.Delivery: // redelivered, then ACK by the commit
 			if r.Message.Sequence != first.Message.Sequence || r.AckSent || len(acks) != 1 {

@@ -77,6 +77,9 @@ const (
 	Acknowledgement  = inbound.OutcomeAcknowledgement
 	Committed        = inbound.OutcomeCommitted
 	Discarded        = inbound.OutcomeDiscarded
+	// Held is the Kind of a held receipt from the recipient of a sent
+	// message (docs/protocol.md, "Held receipt"): not an ACK.
+	Held = inbound.OutcomeHeld
 )
 
 // MaxPageSize is the largest page PendingReceivedMessages and
@@ -105,6 +108,14 @@ type ReceiveResult struct {
 	// could not be are retried by Retry or a later Resend).
 	SessionReplaced bool
 	Resent          int
+	// HeldSent: this copy of a still-pending message was answered with a
+	// held receipt, handed to the transport.
+	HeldSent bool
+	// Held: a held receipt (Kind Held) named a pending sent message and
+	// the digest of its body: the retry schedule now sends it again only
+	// after Retry.HeldInterval. False for a receipt naming nothing
+	// pending or another body (ignored, counted).
+	Held bool
 }
 
 // CommitResult is the result of a commit or discard: Status COMMITTED,
@@ -364,6 +375,7 @@ func Open(ctx context.Context, sys *actor.ActorSystem, cfg Config) (*Device, err
 		scfg.OnDelivery = d.queue.push
 	}
 	scfg.OnRepair = func(peer messages.DeviceAddress, step string, err error) { d.repaired(peer, step, 0, err) }
+	scfg.OnHeld = d.heldSent
 	scfg.Restored = scfg.Restored || cfg.Restored
 	scfg.OnUndecryptable = func(from messages.DeviceAddress, reason string, err error) {
 		d.metrics.undecryptable.WithLabelValues(reason).Inc()
@@ -481,6 +493,17 @@ func (d *Device) acked(to messages.DeviceAddress, id messages.LogicalMessageID, 
 		return
 	}
 	d.metrics.acksSent.Inc()
+}
+
+// heldSent counts a held receipt this device tried to send; one not
+// handed over is reported as dropped (its sender keeps the short
+// schedule).
+func (d *Device) heldSent(to messages.DeviceAddress, id messages.LogicalMessageID, err error) {
+	if err != nil {
+		d.dropped(Dropped{Sent: true, Peer: to, ID: id, Reason: DropHandOff, Err: err})
+		return
+	}
+	d.metrics.heldSent.Inc()
 }
 
 // Close stops the schedules, the delivery to the application (messages
@@ -664,7 +687,7 @@ func (d *Device) Receive(ctx context.Context, sender messages.DeviceAddress, env
 	if err != nil {
 		return ReceiveResult{}, fmt.Errorf("device: receive: %w", err)
 	}
-	res := resultOf(r)
+	res := d.resultOf(r)
 	if r.SessionReplaced {
 		res.Resent = d.resendAll(ctx, &sender)
 		d.repaired(sender, RepairReplaced, res.Resent, nil)
@@ -768,14 +791,14 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 			// Off the committer's replier goroutine: Resend goes through
 			// it again.
 			go func() {
-				res := resultOf(r)
+				res := d.resultOf(r)
 				res.Resent = d.resendAll(d.ctx, &sender)
 				d.repaired(sender, RepairReplaced, res.Resent, nil)
 				done(res, nil)
 			}()
 			return
 		}
-		done(resultOf(r), nil)
+		done(d.resultOf(r), nil)
 	})
 	if err != nil {
 		return fmt.Errorf("device: receive: %w", err)
@@ -783,9 +806,21 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 	return nil
 }
 
-func resultOf(r session.Received) ReceiveResult {
-	return ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent,
-		SessionReplaced: r.SessionReplaced}
+// resultOf is the ReceiveResult of r; a held receipt's verdict is
+// applied to the retry schedule and counted here.
+func (d *Device) resultOf(r session.Received) ReceiveResult {
+	res := ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent,
+		SessionReplaced: r.SessionReplaced, HeldSent: r.HeldSent}
+	if r.Outcome == Held {
+		d.metrics.heldReceipts.WithLabelValues(r.Receipt.String()).Inc()
+		if r.Receipt == outbound.ReceiptHeld {
+			d.out.Held(r.Sender, r.ID)
+			res.Held = true
+		} else {
+			d.cfg.Logger.Debug("device: held receipt ignored", "from", r.Sender.String(), "id", r.ID.String(), "verdict", r.Receipt.String())
+		}
+	}
+	return res
 }
 
 // CommitReceivedMessage records that the application durably applied the

@@ -165,6 +165,18 @@ func (v *dev) pump() []device.ReceiveResult {
 	return out
 }
 
+// acksOf drops the held receipts from rs (a copy of a pending message is
+// answered with one): what is left are the ACKs and other results.
+func acksOf(rs []device.ReceiveResult) []device.ReceiveResult {
+	var out []device.ReceiveResult
+	for _, r := range rs {
+		if r.Kind != device.Held {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func (v *dev) recv(e session.Delivered) (device.ReceiveResult, error) {
 	return v.d.Receive(bg, e.From, e.Envelope)
 }

@@ -99,7 +99,7 @@ func TestProcessKillBetweenEachStep(t *testing.T) {
 					t.Fatalf("commit = %+v", c)
 				}
 			}
-			if acks := a.pump(); len(acks) != 1 || !acks[0].Cleared {
+			if acks := acksOf(a.pump()); len(acks) != 1 || !acks[0].Cleared {
 				t.Fatalf("sender got %+v", acks)
 			}
 			if len(a.sentPending()) != 0 || b.pendingCount() != 0 {

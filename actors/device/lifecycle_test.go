@@ -71,7 +71,7 @@ func TestLifecycleReceivedFailedReceiveStoresNothingRetryIsNew(t *testing.T) {
 }
 
 // Row PENDING, sender retry: Delivery again, the same ReceivedMessage
-// (sequence, receive time), no second row, no ACK.
+// (sequence, receive time), no second row, no ACK: a held receipt.
 func TestLifecyclePendingRetryRedeliversSameMessageNoAck(t *testing.T) {
 	ms, a, b := pair(t)
 	sm := a.send(b, "body")
@@ -91,8 +91,12 @@ func TestLifecyclePendingRetryRedeliversSameMessageNoAck(t *testing.T) {
 	if n := b.pendingCount(); n != 1 {
 		t.Fatalf("%d pending rows, want 1", n)
 	}
-	if again.AckSent || len(a.take()) != 0 {
-		t.Fatal("a retry of a pending message was ACKed")
+	if again.AckSent || !again.HeldSent {
+		t.Fatalf("a retry of a pending message: AckSent %v, HeldSent %v; want a held receipt, no ACK", again.AckSent, again.HeldSent)
+	}
+	// The sender reads the reply as a held receipt, never as an ACK.
+	if rs := a.pump(); len(rs) != 1 || rs[0].Kind != device.Held || !rs[0].Held || rs[0].Cleared {
+		t.Fatalf("the sender got %+v, want one held receipt", rs)
 	}
 	if got := a.sentPending(); len(got) != 1 || got[0].Attempts != 2 {
 		t.Fatalf("sender pending %+v, want attempts 2", got)

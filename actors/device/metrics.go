@@ -37,6 +37,11 @@ type metrics struct {
 	// repairs counts session repairs by step (a closed set:
 	// RepairStarted, RepairFailed, RepairSuppressed, RepairReplaced).
 	repairs *prometheus.CounterVec
+	// heldSent counts held receipts handed over (receiver side);
+	// heldReceipts the ones received, by verdict (a closed set: held,
+	// stale, mismatch).
+	heldSent     prometheus.Counter
+	heldReceipts *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -68,6 +73,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "envelopes_dropped_total", Help: "Envelopes a transport could not carry, by side (sent: refused at this device's hand-off, the message stays pending for the retry schedule; received: dropped by this node's link queue before the device saw it) and reason (handoff, link_queue_full)."}, []string{"side", "reason"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "session_repairs_total", Help: "Session repairs by step: started (envelopes from a pinned peer on a session this device does not hold, or replays in a row: a fresh initiation was sent), failed, suppressed (rate limit), replaced (a peer's fresh initiation replaced the session here and the pending messages were sent again)."}, []string{"step"}),
+		heldSent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "held_receipts_sent_total", Help: "Held receipts sent: a sender's copy of a message still pending this device's application commit was answered with an authenticated receipt, so the sender stops resending it on its short schedule."}),
+		heldReceipts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
+			Name: "held_receipts_total", Help: "Held receipts received from recipients, by verdict: held (a pending sent message is now resent only after Retry.HeldInterval), stale (nothing pending under the id), mismatch (the digest names another body: ignored)."}, []string{"verdict"}),
 		undecryptable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "syncmesh", Subsystem: "delivery",
 			Name: "undecryptable_envelopes_total", Help: "Received envelopes that could not be decrypted, by reason (malformed, decrypt, identity_changed, budget, unpinned_limit)."}, []string{"reason"}),
 	}
@@ -92,7 +101,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.repairs, err = promreg.Register(reg, m.repairs); err != nil {
 		return nil, err
 	}
-	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed, &m.evicted} {
+	if m.heldReceipts, err = promreg.Register(reg, m.heldReceipts); err != nil {
+		return nil, err
+	}
+	for _, c := range []*prometheus.Counter{&m.commits, &m.discards, &m.pruned, &m.acksSent, &m.acksFailed, &m.evicted, &m.heldSent} {
 		if *c, err = promreg.Register(reg, *c); err != nil {
 			return nil, err
 		}

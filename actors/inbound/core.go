@@ -32,6 +32,10 @@ const (
 	OutcomeAcknowledgement
 	OutcomeCommitted
 	OutcomeDiscarded
+	// OutcomeHeld: a held receipt from the recipient of a sent message
+	// (docs/protocol.md, "Held receipt"): not an ACK, the message stays
+	// pending.
+	OutcomeHeld
 )
 
 // String returns the outcome's name.
@@ -49,6 +53,8 @@ func (o Outcome) String() string {
 		return "COMMITTED"
 	case OutcomeDiscarded:
 		return "DISCARDED"
+	case OutcomeHeld:
+		return "HELD"
 	}
 	return "NONE"
 }
@@ -91,6 +97,11 @@ type Effects struct {
 	// other writes) and hand it to the transport after the transaction is
 	// durable.
 	Ack bool
+	// Held: encrypt a held receipt for the key, naming the digest of the
+	// pending body, as the ACK is (its step written with the other
+	// writes, handed over once they are durable): the sender stops
+	// resending on its short schedule.
+	Held bool
 }
 
 // Decision is the result of a decide function: an outcome with its
@@ -124,6 +135,10 @@ type ReceiveInput struct {
 	Now int64
 	// MaxPendingPerSender caps the sender's pending messages (0: no cap).
 	MaxPendingPerSender int
+	// HeldReceipts: answer a copy of a pending message with a held
+	// receipt (off only while some senders run a build that cannot read
+	// one: docs/protocol.md, "Held receipt").
+	HeldReceipts bool
 }
 
 // DecideReceive decides an application message (docs/protocol.md, commit boundary,
@@ -133,8 +148,10 @@ type ReceiveInput struct {
 //     entry, marked by a migration, has no digest and matches any body) → AlreadyCommitted or
 //     AlreadyDiscarded, ACK again; else LogicalMessageConflict, no ACK;
 //   - pending: the body must equal the stored body (constant time) →
-//     Delivery of the stored message, no second row, no ACK; else
-//     LogicalMessageConflict, the pending body is not overwritten;
+//     Delivery of the stored message, no second row, no ACK, and a held
+//     receipt when HeldReceipts is set (the copy shows the sender is
+//     waiting for an ACK the application's commit has not given yet);
+//     else LogicalMessageConflict, the pending body is not overwritten;
 //   - otherwise: a new pending entry (refused with ErrSenderBacklogFull
 //     past the per-sender cap) → Delivery, no ACK.
 //
@@ -170,7 +187,7 @@ func DecideReceive(st State, in ReceiveInput) Decision {
 		if subtle.ConstantTimeCompare(stored, in.Body) != 1 {
 			return Decision{Err: &ConflictError{Sender: in.Sender, ID: in.ID}}
 		}
-		return Decision{Outcome: OutcomeDelivery, Effects: Effects{PersistStep: true, CountDelivery: true}, Pending: p, Plaintext: stored}
+		return Decision{Outcome: OutcomeDelivery, Effects: Effects{PersistStep: true, CountDelivery: true, Held: in.HeldReceipts}, Pending: p, Plaintext: stored}
 	}
 	if in.MaxPendingPerSender > 0 && st.SenderPending >= in.MaxPendingPerSender {
 		return Decision{Err: &BacklogFullError{Sender: in.Sender, Pending: st.SenderPending, Limit: in.MaxPendingPerSender}}

@@ -72,6 +72,35 @@ func TestDecideReceivePendingSameBodyRedeliversStored(t *testing.T) {
 	}
 }
 
+// TestDecideReceiveHeldReceiptTable: a held receipt answers exactly a copy
+// of a still-pending message, and only when HeldReceipts is on; never a
+// first receipt, a finalized copy (that gets the ACK) or a conflict.
+func TestDecideReceiveHeldReceiptTable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		st   State
+		body string
+		on   bool
+		want bool
+	}{
+		{"new message", State{}, "b", true, false},
+		{"copy of a pending message", State{Pending: pendingOf(t, "b")}, "b", true, true},
+		{"copy of a pending message, receipts off", State{Pending: pendingOf(t, "b")}, "b", false, false},
+		{"pending, other body", State{Pending: pendingOf(t, "b")}, "x", true, false},
+		{"copy of a committed message", State{Processed: processedOf("b", persistence.FinalizationCommitted)}, "b", true, false},
+	} {
+		in := recvIn(t, c.body)
+		in.HeldReceipts = c.on
+		d := DecideReceive(c.st, in)
+		if d.Effects.Held != c.want {
+			t.Errorf("%s: Held %v, want %v (%+v)", c.name, d.Effects.Held, c.want, d)
+		}
+		if d.Effects.Held && d.Effects.Ack {
+			t.Errorf("%s: a held receipt and an ACK", c.name)
+		}
+	}
+}
+
 func TestDecideReceivePendingOtherBodyConflict(t *testing.T) {
 	for _, other := range []string{"c", "bb", ""} {
 		d := DecideReceive(State{Pending: pendingOf(t, "b")}, recvIn(t, other))

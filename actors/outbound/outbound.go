@@ -51,6 +51,12 @@ type RetryPolicy struct {
 	// pass that looks again draws the same): the copies of a burst come
 	// due spread out instead of all at once. 0: no jitter.
 	Jitter float64
+	// HeldInterval is how long after its last attempt (or the receiver's
+	// held receipt, if later) a message the receiver holds pending its
+	// application's commit is sent again: a safety net, since the
+	// receipt says the ACK will come once the application commits
+	// (docs/protocol.md, "Held receipt"). 0: DefaultHeldInterval.
+	HeldInterval time.Duration
 }
 
 // Enabled reports whether the schedule runs.
@@ -175,6 +181,9 @@ type Outbox struct {
 	// tries are the failed tries the store did not record (the resend
 	// failed before its transaction): they count as attempts.
 	tries map[msgKey]failedTries
+	// held maps the messages whose receiver sent a held receipt to when
+	// the last one arrived (held.go).
+	held map[msgKey]time.Time
 }
 
 // failedTries is what a message's failed, unrecorded tries add to its
@@ -200,7 +209,7 @@ func New(cfg Config) (*Outbox, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("%w: Store is required", ErrInvalidConfig)
 	}
-	if cfg.Retry.Interval < 0 || cfg.Retry.MaxAttempts < 0 || cfg.Retry.MaxInterval < 0 || cfg.Retry.Backoff < 0 {
+	if cfg.Retry.Interval < 0 || cfg.Retry.MaxAttempts < 0 || cfg.Retry.MaxInterval < 0 || cfg.Retry.Backoff < 0 || cfg.Retry.HeldInterval < 0 {
 		return nil, fmt.Errorf("%w: negative retry policy field", ErrInvalidConfig)
 	}
 	if cfg.Retry.Jitter < 0 || cfg.Retry.Jitter > 1 {
@@ -216,7 +225,7 @@ func New(cfg Config) (*Outbox, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	o := &Outbox{cfg: cfg, exhausted: make(map[msgKey]bool),
-		busy: map[messages.DeviceAddress]bool{}, tries: map[msgKey]failedTries{}}
+		busy: map[messages.DeviceAddress]bool{}, tries: map[msgKey]failedTries{}, held: map[msgKey]time.Time{}}
 	o.ctx, o.cancel = context.WithCancel(context.Background())
 	return o, nil
 }
@@ -302,6 +311,7 @@ func (o *Outbox) Forget(to messages.DeviceAddress, id messages.LogicalMessageID)
 	o.mu.Lock()
 	delete(o.exhausted, msgKey{to, id})
 	delete(o.tries, msgKey{to, id})
+	delete(o.held, msgKey{to, id})
 	o.mu.Unlock()
 }
 
@@ -397,8 +407,8 @@ func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.In
 	var order []messages.DeviceAddress
 	var after uint64
 	o.mu.Lock()
-	var seen map[msgKey]bool // to forget the tries of messages no longer pending
-	if len(o.tries) > 0 {
+	var seen map[msgKey]bool // to forget the tries and marks of messages no longer pending
+	if len(o.tries) > 0 || len(o.held) > 0 {
 		seen = map[msgKey]bool{}
 	}
 	o.mu.Unlock()
@@ -416,6 +426,7 @@ func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.In
 			o.mu.Lock()
 			busy := o.busy[m.Recipient]
 			t := o.tries[k]
+			heldAt := o.held[k]
 			o.mu.Unlock()
 			attempts, last := m.Attempts+t.n, m.LastAttemptAt
 			if t.last.After(last) {
@@ -436,7 +447,7 @@ func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.In
 				continue
 			}
 			live++
-			if busy || now.Before(last.Add(p.DelayOf(m.Recipient, m.ID, attempts))) {
+			if busy || now.Before(p.NextDue(m.Recipient, m.ID, attempts, last, heldAt)) {
 				continue
 			}
 			if due[m.Recipient] == nil {
@@ -450,6 +461,11 @@ func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.In
 				for k := range o.tries {
 					if !seen[k] {
 						delete(o.tries, k)
+					}
+				}
+				for k := range o.held {
+					if !seen[k] {
+						delete(o.held, k)
 					}
 				}
 				o.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/syncmesh/syncmesh/actors/inbound"
+	"github.com/syncmesh/syncmesh/actors/outbound"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -77,6 +78,11 @@ type writes struct {
 	// cleared: deleteOutbound found the row (set in the transaction);
 	// ackDecides: the ACK's decision is made on it (receiveReq).
 	cleared, ackDecides bool
+	// checkHeld, when set, is a held receipt's digest to decide on the
+	// pending outbound row of (peer, id) inside the transaction; the
+	// verdict goes to receipt.
+	checkHeld *[32]byte
+	receipt   outbound.ReceiptVerdict
 }
 
 // setSession records a step from base to rec. One writes value may hold
@@ -261,6 +267,17 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 			return err
 		}
 		st.OutboundChanged = true
+	}
+	if w.checkHeld != nil {
+		p, ok, err := tx.PendingOutbound(w.peer, w.id)
+		if err != nil {
+			return err
+		}
+		var row *persistence.PendingOutbound
+		if ok {
+			row = &p
+		}
+		w.receipt = outbound.DecideReceipt(row, *w.checkHeld)
 	}
 	if w.deleteOutbound {
 		had, err := tx.DeletePendingOutbound(w.peer, w.id)

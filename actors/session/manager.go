@@ -135,6 +135,15 @@ type Config struct {
 	// durable, in commit order, before the receiver's caller is answered
 	// (from the committer's replier goroutine: it must not block).
 	OnDelivery func(inbound.ReceivedMessage)
+	// NoHeldReceipts turns off the held receipt a copy of a pending
+	// message is answered with (docs/protocol.md, "Held receipt"): only
+	// for a rolling upgrade while some senders run a build that cannot
+	// read one (it refuses the frame, and its sender keeps resending on
+	// its short schedule).
+	NoHeldReceipts bool
+	// OnHeld, when set, is told about every held receipt this device tried
+	// to send, as OnAck about ACKs.
+	OnHeld func(to messages.DeviceAddress, id messages.LogicalMessageID, err error)
 	// OnAck, when set, is told about every ACK this device tried to send:
 	// err nil when it was handed to the transport (from the committer's
 	// replier goroutine).
@@ -235,7 +244,14 @@ type Received struct {
 	// send them again (the device layer does).
 	SessionReplaced bool
 
-	ack    *handoff // the ACK to hand over (sent again for a finalized copy)
+	// HeldSent: a held receipt answered this copy of a pending message
+	// and was handed to the transport (docs/protocol.md, "Held receipt").
+	HeldSent bool
+	// Receipt is, for a held receipt (Outcome inbound.OutcomeHeld), what
+	// it resolved to against the pending sent message it names.
+	Receipt outbound.ReceiptVerdict
+
+	ack    *handoff // the ACK (or held receipt: held) to hand over (sent again for a finalized copy)
 	repair *handoff // a repair initiation to hand over (repair.go), also on error
 }
 
@@ -245,8 +261,9 @@ type Received struct {
 // synchronously into another device, whose ACK then comes back through
 // this store's committer.
 type handoff struct {
-	env []byte
-	err error // the ACK could not be encrypted
+	env  []byte
+	err  error // the ACK could not be encrypted
+	held bool  // a held receipt, not an ACK (OnAck is not told)
 }
 
 // Finalized is the result of a commit or discard: COMMITTED, DISCARDED,
@@ -761,9 +778,21 @@ func (m *Manager) Receive(ctx context.Context, peer messages.DeviceAddress, enve
 		r.repair = nil
 	}
 	if err == nil && r.ack != nil {
-		r.AckSent, r.ack = m.handAck(ctx, peer, r.ID, r.ack), nil
+		m.handReply(ctx, peer, &r)
 	}
 	return r, err
+}
+
+// handReply hands r's ACK or held receipt to the transport and records
+// how that went.
+func (m *Manager) handReply(ctx context.Context, peer messages.DeviceAddress, r *Received) {
+	h := r.ack
+	r.ack = nil
+	if h.held {
+		r.HeldSent = m.handHeld(ctx, peer, r.ID, h)
+		return
+	}
+	r.AckSent = m.handAck(ctx, peer, r.ID, h)
 }
 
 // ReceiveAsync is Receive without the wait: it queues the envelope on
@@ -788,7 +817,7 @@ func (m *Manager) ReceiveAsync(ctx context.Context, peer messages.DeviceAddress,
 		// committer's replier goroutine (the transport may deliver
 		// synchronously).
 		go func() {
-			r.AckSent, r.ack = m.handAck(ctx, peer, r.ID, r.ack), nil
+			m.handReply(ctx, peer, &r)
 			done(r, nil)
 		}()
 	}})
@@ -884,6 +913,38 @@ func (m *Manager) handOffAck(to messages.DeviceAddress, id messages.LogicalMessa
 		return false, h
 	}
 	return m.ackVia(to, id, h, func(env []byte) error { return m.ordered.Enqueue(to, env) }), nil
+}
+
+// handOffHeld is handOffAck for a held receipt (OnHeld is told, not
+// OnAck).
+func (m *Manager) handOffHeld(to messages.DeviceAddress, id messages.LogicalMessageID, env []byte, encErr error) (bool, *handoff) {
+	h := &handoff{env: env, err: encErr, held: true}
+	if m.ordered == nil {
+		return false, h
+	}
+	return m.heldVia(to, id, h, func(env []byte) error { return m.ordered.Enqueue(to, env) }), nil
+}
+
+// handHeld hands a held receipt's envelope to the transport and reports
+// success.
+func (m *Manager) handHeld(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff) bool {
+	return m.heldVia(to, id, h, func(env []byte) error { return m.cfg.Transport.Send(ctx, to, env) })
+}
+
+// heldVia hands a held receipt over with send, tells OnHeld and reports
+// success. A receipt that could not be encrypted or handed over only
+// leaves the sender on its short schedule.
+func (m *Manager) heldVia(to messages.DeviceAddress, id messages.LogicalMessageID, h *handoff, send func([]byte) error) bool {
+	err := h.err
+	if err == nil {
+		if err = send(h.env); err != nil {
+			err = fmt.Errorf("session: send held receipt to %s: %w", to, err)
+		}
+	}
+	if m.cfg.OnHeld != nil {
+		m.cfg.OnHeld(to, id, err)
+	}
+	return err == nil
 }
 
 // ackVia hands h over with send, tells OnAck and reports success.

@@ -753,6 +753,30 @@ func (r *receiveReq) handle(a *peerActor) {
 			r.reply(res, nil)
 		})
 		return
+	case messages.PayloadHeld:
+		// Not an ACK: the ratchet step is persisted and nothing else is
+		// written; the verdict is decided on the pending outbound row
+		// (outbound.DecideReceipt), in the overlay when a write of it is
+		// in flight, else inside the item's own transaction.
+		a.adoptDecryption(d, wr)
+		res.Outcome = inbound.OutcomeHeld
+		if k := a.out[payload.ID]; k != nil {
+			res.Receipt = outbound.DecideReceipt(k.pending, payload.Digest)
+		} else {
+			dg := payload.Digest
+			wr.checkHeld = &dg
+		}
+		a.submit(w, wr, func(err error) {
+			if err != nil {
+				r.fail(wrapPeer("persist", a.peer, err))
+				return
+			}
+			if wr.checkHeld != nil {
+				res.Receipt = wr.receipt
+			}
+			r.reply(res, nil)
+		})
+		return
 	case messages.PayloadApplicationMessage:
 	default:
 		r.fail(fmt.Errorf("session: receive from %s: %w", a.peer, inbound.ErrNotApplicationMessage))
@@ -771,7 +795,7 @@ func (r *receiveReq) handle(a *peerActor) {
 		}
 	}
 	dec := inbound.DecideReceive(st, inbound.ReceiveInput{Sender: a.peer, ID: payload.ID, Body: payload.Body, Frame: d.res.Plaintext,
-		Now: persistence.UnixMilli(cfg.Now()), MaxPendingPerSender: limit})
+		Now: persistence.UnixMilli(cfg.Now()), MaxPendingPerSender: limit, HeldReceipts: !cfg.NoHeldReceipts})
 	if dec.Err != nil {
 		// Nothing is adopted: the ratchet step rolls back.
 		r.fail(dec.Err)
@@ -788,8 +812,11 @@ func (r *receiveReq) handle(a *peerActor) {
 	}
 	var ack []byte
 	var ackErr error
-	if dec.Effects.Ack {
+	switch {
+	case dec.Effects.Ack:
 		ack, ackErr = a.ack(r.ctx, payload.ID, wr)
+	case dec.Effects.Held:
+		ack, ackErr = a.held(r.ctx, payload.ID, digest.ApplicationMessage(payload.Body), wr)
 	}
 	pending, body := dec.Pending, dec.Plaintext
 	a.submit(w, wr, func(err error) {
@@ -809,11 +836,30 @@ func (r *receiveReq) handle(a *peerActor) {
 				cfg.OnDelivery(m)
 			}
 		}
-		if dec.Effects.Ack {
+		switch {
+		case dec.Effects.Ack:
 			res.AckSent, res.ack = a.m.handOffAck(a.peer, payload.ID, ack, ackErr)
+		case dec.Effects.Held:
+			res.HeldSent, res.ack = a.m.handOffHeld(a.peer, payload.ID, ack, ackErr)
 		}
 		r.reply(res, nil)
 	})
+}
+
+// held encrypts a held receipt for id naming the body's digest d, as ack
+// does an ACK: its ratchet step goes into wr, and an encryption failure
+// only means no receipt is sent (the sender keeps its short schedule).
+func (a *peerActor) held(ctx context.Context, id messages.LogicalMessageID, d [32]byte, wr *writes) ([]byte, error) {
+	frame, err := messages.EncodeSecurePayload(&messages.SecurePayload{Type: messages.PayloadHeld, ID: id, Digest: d})
+	if err != nil {
+		return nil, err
+	}
+	e, err := a.encrypt(ctx, frame)
+	if err != nil {
+		return nil, err
+	}
+	a.adoptEncryption(e, wr)
+	return e.envelope, nil
 }
 
 // ack encrypts an ACK frame for id on the speculative record and adds its

@@ -51,7 +51,7 @@ func main() {
 	trials := flag.Int("trials", 5, "interleaved trials per comparison")
 	pushes := flag.Int("pushes", pushesPerTrial, "pushes of 1 000 events per trial and arm in the forgery comparison")
 	preload := flag.Int("preload", 100000, "events of history on the SAME rows the measured events write (untimed) in the apply store; the targets are set at 1 000 000")
-	only := flag.String("only", "", "run one section only: sync, catchup, sessions, hosting, delivery, flood, tables, watch, queries or reconcile (default: all)")
+	only := flag.String("only", "", "run one section only: sync, catchup, sessions, hosting, delivery, flood, held, tables, watch, queries or reconcile (default: all)")
 	catchupEvents := flag.String("catchup-events", "100000", "comma-separated store sizes a joining node catches up on from genesis (the first is the reference of the growth ratios)")
 	catchupTrials := flag.Int("catchup-trials", 5, "interleaved trials per catch-up size (the ratio is their median)")
 	pushBatch := flag.Int("push-batch", 2000, "events per push in the catch-up run")
@@ -80,6 +80,7 @@ func main() {
 		{"hosting", func() error { return hostingReport(*hostingDevices, *hostingMessages) }},
 		{"delivery", func() error { return deliveryReport(*deliveryMessages, *deliveryTrials, *deliveryStrace) }},
 		{"flood", func() error { return floodReport(*floodMessages, *floodTrials) }},
+		{"held", func() error { return heldReport(*heldMessages, *heldHold, *heldTrials) }},
 		{"tables", func() error { return tablesReport(*tablesRows, *tablesBatch, *tablesTrials) }},
 		{"watch", func() error { return watchReport(*watchPreload, *watchCommits, *watchTrials) }},
 		{"queries", func() error { return queriesReport(*queriesRows, *queriesN, *queriesEvents, *queriesTrials) }},
@@ -92,7 +93,7 @@ func main() {
 		known = known || s.name == *only
 	}
 	if *only != "" && !known {
-		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup, sessions, hosting, delivery, flood, tables, watch, queries or reconcile\n", *only)
+		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup, sessions, hosting, delivery, flood, held, tables, watch, queries or reconcile\n", *only)
 		os.Exit(2)
 	}
 	for _, s := range sections {
