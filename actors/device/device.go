@@ -105,6 +105,11 @@ type ReceiveResult struct {
 	// could not be are retried by Retry or a later Resend).
 	SessionReplaced bool
 	Resent          int
+	// UnknownAck (an Acknowledgement): the recipient finalized ID, a
+	// message this device neither holds pending nor remembers sending —
+	// one its store lost when it was rolled back to an older copy. It was
+	// delivered: do not send it again. Reported once per id.
+	UnknownAck bool
 }
 
 // CommitResult is the result of a commit or discard: Status COMMITTED,
@@ -785,7 +790,7 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 
 func resultOf(r session.Received) ReceiveResult {
 	return ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent,
-		SessionReplaced: r.SessionReplaced}
+		SessionReplaced: r.SessionReplaced, UnknownAck: r.UnknownAck}
 }
 
 // CommitReceivedMessage records that the application durably applied the
