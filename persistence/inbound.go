@@ -225,6 +225,9 @@ func CheckRetiredOutbound(r RetiredOutbound) error {
 	if !r.How.Valid() {
 		return fmt.Errorf("persistence: retired outbound: %s: %w", r.How, ErrInvalidRecord)
 	}
+	if r.How == RetiredLost && r.Digest != ([32]byte{}) {
+		return fmt.Errorf("persistence: retired outbound: a lost entry with a digest: %w", ErrInvalidRecord)
+	}
 	return nil
 }
 
@@ -260,6 +263,12 @@ type InboundReader interface {
 	RetiredOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (RetiredOutbound, bool, error)
 	// RetiredOutboundCount returns how many retired entries are kept.
 	RetiredOutboundCount() (int, error)
+	// OutboundSequence returns the highest pending outbound sequence ever
+	// assigned (0: none), or the floor RaiseOutboundSequence set, whichever
+	// is higher: the number of sends the store accepted. A mark kept
+	// outside the store compares it with a copy of it: a store below the
+	// mark lost the sends in between (a restored copy).
+	OutboundSequence() (uint64, error)
 }
 
 // InboundWriter is the write side of the commit-boundary records; it is
@@ -302,7 +311,10 @@ type InboundWriter interface {
 	PutRetiredOutbound(r RetiredOutbound) (evicted int, err error)
 	// PruneRetiredOutbound removes every retired entry whose RetiredAt ≤
 	// cutoff (Unix ms) and returns how many it removed.
-	PruneRetiredOutbound(cutoff int64) (int, error)
+	PruneRetiredOutbound(cutoff int64) (int, error)	// RaiseOutboundSequence raises OutboundSequence to floor when it is
+	// below (after a restore: the next send gets a sequence above every
+	// one the lost copy assigned, and the loss is not reported again).
+	RaiseOutboundSequence(floor uint64) error
 }
 
 // LegacyProcessed is a committed entry of an older schema that kept no

@@ -239,3 +239,22 @@ func resealRetired(rot persistence.KeyRotator, k, v []byte) ([]byte, error) {
 	r.Entry = e
 	return messages.Marshal(&r)
 }
+
+func (t *deliveryTx) OutboundSequence() (uint64, error) {
+	if err := t.check(false); err != nil {
+		return 0, err
+	}
+	return t.counter(inMetaOutSeq)
+}
+
+func (t *deliveryTx) RaiseOutboundSequence(floor uint64) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	c, err := t.cachedCounter(inMetaOutSeq)
+	if err != nil || c.v >= floor {
+		return err
+	}
+	c.v, c.dirty = floor, true
+	return nil
+}

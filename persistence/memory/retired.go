@@ -80,3 +80,20 @@ func (t *deliveryTxn) dropRetired(limit int, cutoff *int64) int {
 	s.nRetired -= len(all)
 	return len(all)
 }
+
+func (t *deliveryTxn) OutboundSequence() (uint64, error) {
+	if err := t.check(false); err != nil {
+		return 0, err
+	}
+	return t.inRead().lastOutboundSeq, nil
+}
+
+func (t *deliveryTxn) RaiseOutboundSequence(floor uint64) error {
+	if err := t.check(true); err != nil {
+		return err
+	}
+	if floor > t.inRead().lastOutboundSeq {
+		t.inWrite().lastOutboundSeq = floor
+	}
+	return nil
+}

@@ -42,6 +42,7 @@ func RunInboundStore(t *testing.T, open DeliveryOpenFunc) {
 		{"RetiredPutReplacePruneReopen", testRetired},
 		{"RetiredInvalidRefused", testRetiredInvalid},
 		{"RetiredBoundEvictsOldest", testRetiredBound},
+		{"OutboundSequenceCountsAcceptedSends", testOutboundSequence},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })

@@ -107,7 +107,8 @@ func testRetiredInvalid(t *testing.T, open DeliveryOpenFunc) {
 	a := addr("alice", 1)
 	for _, r := range []persistence.RetiredOutbound{
 		retired(a, 1, 0, 1),
-		retired(a, 1, 3, 1),
+		retired(a, 1, 4, 1),
+		retired(a, 1, persistence.RetiredLost, 1), // a lost entry has no digest
 		retired(messages.DeviceAddress{}, 1, persistence.RetiredAbandoned, 1),
 	} {
 		if err := s.Update(ctx, func(tx persistence.DeliveryTx) error {
@@ -173,6 +174,55 @@ func testRetiredBound(t *testing.T, open DeliveryOpenFunc) {
 			if _, ok, err := r.RetiredOutbound(a, id(i)); err != nil || !ok {
 				t.Fatalf("entry %d: %v %v", i, ok, err)
 			}
+		}
+		return nil
+	})
+}
+
+// testOutboundSequence: OutboundSequence is the highest outbound sequence
+// assigned, kept when rows are deleted; RaiseOutboundSequence only raises
+// it, and the next send is numbered above the floor, across a reopen.
+func testOutboundSequence(t *testing.T, open DeliveryOpenFunc) {
+	s, reopen := open(t)
+	a := addr("alice", 1)
+	seqOf := func(r persistence.DeliveryReader) uint64 {
+		t.Helper()
+		v, err := r.OutboundSequence()
+		if err != nil {
+			t.Fatalf("OutboundSequence: %v", err)
+		}
+		return v
+	}
+	dView(t, s, func(r persistence.DeliveryReader) error {
+		if v := seqOf(r); v != 0 {
+			t.Fatalf("OutboundSequence of an empty store = %d", v)
+		}
+		return nil
+	})
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		for i := byte(1); i <= 2; i++ {
+			if _, err := tx.PutPendingOutbound(persistence.PendingOutbound{Recipient: a, ID: lid(i), Body: []byte("b")}); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.DeletePendingOutbound(a, lid(2)); err != nil {
+			return err
+		}
+		if v := seqOf(tx); v != 2 {
+			t.Fatalf("OutboundSequence after two sends = %d, want 2", v)
+		}
+		must(t, tx.RaiseOutboundSequence(10))
+		must(t, tx.RaiseOutboundSequence(5))
+		if v := seqOf(tx); v != 10 {
+			t.Fatalf("OutboundSequence after raising to 10 then 5 = %d, want 10", v)
+		}
+		return nil
+	})
+	s = reopen()
+	dUpdate(t, s, func(tx persistence.DeliveryTx) error {
+		seq, err := tx.PutPendingOutbound(persistence.PendingOutbound{Recipient: a, ID: lid(3), Body: []byte("b")})
+		if err != nil || seq != 11 {
+			t.Fatalf("send after the raise: sequence %d %v, want 11", seq, err)
 		}
 		return nil
 	})
