@@ -311,7 +311,8 @@ type InboundWriter interface {
 	PutRetiredOutbound(r RetiredOutbound) (evicted int, err error)
 	// PruneRetiredOutbound removes every retired entry whose RetiredAt ≤
 	// cutoff (Unix ms) and returns how many it removed.
-	PruneRetiredOutbound(cutoff int64) (int, error) // RaiseOutboundSequence raises OutboundSequence to floor when it is
+	PruneRetiredOutbound(cutoff int64) (int, error)
+	// RaiseOutboundSequence raises OutboundSequence to floor when it is
 	// below (after a restore: the next send gets a sequence above every
 	// one the lost copy assigned, and the loss is not reported again).
 	RaiseOutboundSequence(floor uint64) error
