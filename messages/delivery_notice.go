@@ -83,3 +83,17 @@ type LogicalMessageConflict struct {
 }
 
 func (LogicalMessageConflict) notice() {}
+
+// SentMessageLost: Peer acknowledged ID, a message this device neither
+// holds pending nor remembers sending: its store lost the message when
+// it was rolled back to an older copy (a backup, a VM snapshot). The ACK
+// means Peer's application finalized it (committed or discarded), so it
+// was delivered and must not be sent again; only this device's record
+// of it is gone. Told once per id (the id is remembered from then on and
+// is not accepted for a new body).
+type SentMessageLost struct {
+	Peer DeviceAddress
+	ID   LogicalMessageID
+}
+
+func (SentMessageLost) notice() {}

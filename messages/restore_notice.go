@@ -8,11 +8,15 @@ package messages
 // own count, or is missing or damaged beside a store that has state),
 // "peer" (a peer holds events signed by this node above the clock the
 // store resumed from). Detail says what was compared, for logs and
-// operators. Nothing is asked of the application.
+// operators. LostSends (delivery plane) is how many messages this device
+// accepted for sending that the restored store no longer holds: their
+// ACKs, when they come, are SentMessageLost notices. Nothing is asked of
+// the application.
 type RestoreDetected struct {
-	Plane    string
-	Evidence string
-	Detail   string
+	Plane     string
+	Evidence  string
+	Detail    string
+	LostSends uint64
 }
 
 func (RestoreDetected) notice() {}

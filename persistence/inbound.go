@@ -157,6 +157,80 @@ type PendingOutbound struct {
 	Body []byte
 }
 
+// Retirement is how a sent message stopped being pending outbound.
+type Retirement uint8
+
+// Retirements. Numbers are part of the storage format.
+const (
+	// RetiredAbandoned: the application abandoned it (Abandon).
+	RetiredAbandoned Retirement = 1
+	// RetiredAcknowledged: the recipient's ACK cleared it.
+	RetiredAcknowledged Retirement = 2
+	// RetiredLost: the recipient ACKed an id the store did not hold (a
+	// message a rolled-back store lost). Its body is not known: Digest is
+	// zero and no body may be sent under the id.
+	RetiredLost Retirement = 3
+)
+
+// Valid reports whether r is a known retirement.
+func (r Retirement) Valid() bool { return r >= RetiredAbandoned && r <= RetiredLost }
+
+// String returns "abandoned", "acknowledged", "lost" or "retirement(n)".
+func (r Retirement) String() string {
+	switch r {
+	case RetiredAbandoned:
+		return "abandoned"
+	case RetiredAcknowledged:
+		return "acknowledged"
+	case RetiredLost:
+		return "lost"
+	}
+	return fmt.Sprintf("retirement(%d)", uint8(r))
+}
+
+// MaxRetiredOutbound bounds the retired outbound entries a delivery store
+// keeps: PutRetiredOutbound past it removes the oldest first (by
+// RetiredAt, then key). Both stores keep the same bound.
+const MaxRetiredOutbound = 1 << 16
+
+// RetiredOutbound is what a sender keeps of a message it no longer holds
+// pending (abandoned, or cleared by an ACK): the digest of its body. An
+// ACK names only the logical id (the frozen ACK frame), so a late ACK of
+// this body would clear whatever is pending under the id by then; the
+// sender refuses another body under a retired id (docs/protocol.md,
+// commit boundary, "Same logical ID, other body"), and an ACK of an id it
+// neither holds pending nor retired is one it lost (a rolled-back store).
+// (Recipient, ID) is unique. At rest How, RetiredAt and Digest are sealed
+// together as RecordRetiredOutbound with identity
+// sealed.MessageIdentity(recipient user, u32be recipient device, id); the
+// ids and a time index for pruning stay plaintext. Kept until pruned
+// (PruneRetiredOutbound) or pushed out by MaxRetiredOutbound.
+type RetiredOutbound struct {
+	Recipient messages.DeviceAddress
+	ID        messages.LogicalMessageID
+	How       Retirement
+	// RetiredAt is the client clock at the abandon or the ACK (Unix ms).
+	RetiredAt int64
+	// Digest is ApplicationMessageDigest v1 of the body (zero for
+	// RetiredLost).
+	Digest [32]byte
+}
+
+// CheckRetiredOutbound validates r as PutRetiredOutbound does and as a
+// store checks it on read (a stored entry that fails it is ErrCorrupt).
+func CheckRetiredOutbound(r RetiredOutbound) error {
+	if err := r.Recipient.Validate(); err != nil {
+		return fmt.Errorf("persistence: retired outbound: %w: %w", ErrInvalidRecord, err)
+	}
+	if !r.How.Valid() {
+		return fmt.Errorf("persistence: retired outbound: %s: %w", r.How, ErrInvalidRecord)
+	}
+	if r.How == RetiredLost && r.Digest != ([32]byte{}) {
+		return fmt.Errorf("persistence: retired outbound: a lost entry with a digest: %w", ErrInvalidRecord)
+	}
+	return nil
+}
+
 // UnixMilli converts t to the stored millisecond precision, truncating
 // (docs/protocol.md, commit boundary: received_at is whole milliseconds).
 func UnixMilli(t time.Time) int64 { return t.UnixMilli() }
@@ -185,6 +259,16 @@ type InboundReader interface {
 	PendingOutboundAfter(after uint64, recipient *messages.DeviceAddress, fn func(PendingOutbound) (bool, error)) error
 	// PendingOutboundCount returns how many outbound messages are pending.
 	PendingOutboundCount() (int, error)
+	// RetiredOutbound returns the retired entry of (recipient, id).
+	RetiredOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (RetiredOutbound, bool, error)
+	// RetiredOutboundCount returns how many retired entries are kept.
+	RetiredOutboundCount() (int, error)
+	// OutboundSequence returns the highest pending outbound sequence ever
+	// assigned (0: none), or the floor RaiseOutboundSequence set, whichever
+	// is higher: the number of sends the store accepted. A mark kept
+	// outside the store compares it with a copy of it: a store below the
+	// mark lost the sends in between (a restored copy).
+	OutboundSequence() (uint64, error)
 }
 
 // InboundWriter is the write side of the commit-boundary records; it is
@@ -220,6 +304,18 @@ type InboundWriter interface {
 	// DeletePendingOutbound removes a pending outbound message and reports
 	// whether there was one.
 	DeletePendingOutbound(recipient messages.DeviceAddress, id messages.LogicalMessageID) (bool, error)
+	// PutRetiredOutbound stores (or replaces) the retired entry of
+	// (r.Recipient, r.ID); past MaxRetiredOutbound entries it removes the
+	// oldest (by RetiredAt, then key) and returns how many. An invalid
+	// entry (CheckRetiredOutbound) is ErrInvalidRecord.
+	PutRetiredOutbound(r RetiredOutbound) (evicted int, err error)
+	// PruneRetiredOutbound removes every retired entry whose RetiredAt ≤
+	// cutoff (Unix ms) and returns how many it removed.
+	PruneRetiredOutbound(cutoff int64) (int, error)
+	// RaiseOutboundSequence raises OutboundSequence to floor when it is
+	// below (after a restore: the next send gets a sequence above every
+	// one the lost copy assigned, and the loss is not reported again).
+	RaiseOutboundSequence(floor uint64) error
 }
 
 // LegacyProcessed is a committed entry of an older schema that kept no

@@ -22,6 +22,7 @@ const (
 	RecordPin             RecordType = 13 // pinned identity of a remote device (sign | dh); identity = peer user, device (docs/delivery.md, "Sealed pins and processed entries")
 	RecordProcessedEntry  RecordType = 14 // processed inbound entry: finalization, time, digest, reason, legacy marker; identity as RecordPendingFrame
 	RecordSkippedKey      RecordType = 15 // a skipped ratchet message key (layout 13); identity = peer user, device, key number (docs/storage.md, "Skipped message keys")
+	RecordRetiredOutbound RecordType = 16 // a retired outbound entry: how, time, body digest (layout 15); identity as RecordOutboundBody (docs/storage.md, "Retired outbound ids")
 )
 
 // Sealer seals and opens records at rest. identity is the row's identity

@@ -21,7 +21,28 @@ func (n *Node) registerConflictMetric() error {
 		return fmt.Errorf("runtime: metrics: %w", err)
 	}
 	n.conflicts = c
+	l := prometheus.NewCounter(prometheus.CounterOpts{Name: "syncmesh_delivery_lost_sends_acknowledged_total",
+		Help: "ACKs of messages this node's store did not know it sent (lost when node.db was rolled back to an older copy; delivered all the same): each also a SentMessageLost notice and a WARN log line."})
+	if l, err = promreg.Register(n.registerer, l); err != nil {
+		return fmt.Errorf("runtime: metrics: %w", err)
+	}
+	n.lostAcked = l
 	return nil
+}
+
+// noteReceived surfaces an ACK of a message the store does not know it
+// sent (device.ReceiveResult.UnknownAck): a send a rolled-back store lost,
+// which the application must hear of rather than have forgotten.
+func (n *Node) noteReceived(r ReceiveResult, err error) error {
+	if err == nil && r.UnknownAck {
+		if n.lostAcked != nil {
+			n.lostAcked.Inc()
+		}
+		n.log.Warn("delivery: the peer acknowledged a message this store does not hold (lost by a rollback of node.db; it was delivered)",
+			"peer", r.Sender.String(), "id", r.ID.String())
+		n.publish(messages.SentMessageLost{Peer: r.Sender, ID: r.ID})
+	}
+	return n.noteReceiveError(err)
 }
 
 // noteReceiveError surfaces, at the receiver, a received message that

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -37,8 +38,17 @@ func TestReceiverSurfacesReusedMessageID(t *testing.T) {
 	if err := net.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The ACK cleared alice's copy: she may send the id again, with
+	// The ACK cleared alice's copy and retired the id: she refuses it
+	// for another body until her prune forgets it. Past that (or from a
+	// sender that does not keep to the rule) the id comes again, with
 	// another body.
+	if _, err := alice.SendWithID(ctx, bob.DeviceAddress(), sent.ID, []byte("another body")); !errors.Is(err, ErrLogicalIDReused) {
+		t.Fatalf("SendWithID of an acknowledged id with another body: %v, want ErrLogicalIDReused", err)
+	}
+	alice.wall.Advance(time.Second)
+	if _, err := alice.PruneProcessedMessages(ctx, MaxAgeRetention(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := alice.SendWithID(ctx, bob.DeviceAddress(), sent.ID, []byte("another body")); err != nil {
 		t.Fatal(err)
 	}

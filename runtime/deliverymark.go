@@ -51,13 +51,30 @@ func decodeDeliveryMark(b []byte) (uint64, error) {
 	return decodeMarkFile(deliveryMarkMagic, "delivery", b)
 }
 
-// deliveryMark is the open mark file.
+// The sent mark, delivery.sent beside node.db, is kept the same way
+// for the sends the store accepted (persistence.DeliveryReader.
+// OutboundSequence): a store below it lost the messages accepted in
+// between, which Open reports (RestoreStatus.DeliveryLostSends) instead
+// of forgetting them. A second file, so that delivery.mark keeps its
+// format; missing (a node from before it) it reports nothing.
+const deliverySentName = "delivery.sent"
+
+var deliverySentMagic = []byte("smdsent1")
+
+func encodeDeliverySent(m uint64) []byte { return encodeMarkFile(deliverySentMagic, m) }
+
+func decodeDeliverySent(b []byte) (uint64, error) {
+	return decodeMarkFile(deliverySentMagic, "delivery sent", b)
+}
+
+// deliveryMark is an open mark file (delivery.mark or delivery.sent).
 type deliveryMark struct {
 	mu     sync.Mutex
 	f      *os.File
 	last   uint64
 	warned bool
 	log    func(msg string, args ...any)
+	enc    func(uint64) []byte
 }
 
 // advance sets the file to v when v is above what it holds.
@@ -67,7 +84,7 @@ func (m *deliveryMark) advance(v uint64) {
 	if m.f == nil || v <= m.last {
 		return
 	}
-	if _, err := m.f.WriteAt(encodeDeliveryMark(v), 0); err != nil {
+	if _, err := m.f.WriteAt(m.enc(v), 0); err != nil {
 		if !m.warned {
 			m.warned = true
 			m.log("delivery mark: write failed; a restore of node.db may go unnoticed until peers repair the sessions", "err", err)
@@ -91,21 +108,25 @@ func (m *deliveryMark) close() error {
 // markedDelivery moves the delivery mark after each committed Update.
 type markedDelivery struct {
 	persistence.DeliveryStore
-	mark *deliveryMark
+	mark, sent *deliveryMark
 }
 
 func (s markedDelivery) Update(ctx context.Context, fn func(tx persistence.DeliveryTx) error) error {
-	var writes uint64
+	var writes, sent uint64
 	err := s.DeliveryStore.Update(ctx, func(tx persistence.DeliveryTx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
 		var err error
-		writes, err = tx.SessionWrites()
+		if writes, err = tx.SessionWrites(); err != nil {
+			return err
+		}
+		sent, err = tx.OutboundSequence()
 		return err
 	})
 	if err == nil {
 		s.mark.advance(writes)
+		s.sent.advance(sent)
 	}
 	return err
 }
@@ -171,20 +192,80 @@ func (n *Node) openDeliveryMark(ctx context.Context, store persistence.DeliveryS
 	if err != nil {
 		return nil, false, fmt.Errorf("runtime: open delivery mark: %w", err)
 	}
-	m := &deliveryMark{f: f, last: last, log: n.log.Warn}
+	m := &deliveryMark{f: f, last: last, log: n.log.Warn, enc: encodeDeliveryMark}
 	n.closers.push(m.close)
+	sent, lost, err := n.openDeliverySent(ctx, store)
+	if err != nil {
+		return nil, false, err
+	}
 	restored := reason != ""
 	n.restore.mu.Lock()
 	n.restore.status.DeliverySuspected = restored
 	n.restore.status.DeliveryReason = reason
 	n.restore.status.DeliveryStoreMark, n.restore.status.DeliveryFileMark = storeMark, fileMark
+	n.restore.status.DeliveryLostSends = lost
 	n.restore.mu.Unlock()
+	if lost > 0 {
+		n.restore.lostSends.Add(float64(lost))
+	}
 	if restored {
 		n.restore.detected.WithLabelValues("delivery", "mark").Inc()
 		n.log.Warn("store looks restored on the delivery plane: every session is re-initiated before its next send and pending messages are sent again",
-			"reason", reason, "store_mark", storeMark, "file_mark", fileMark)
+			"reason", reason, "store_mark", storeMark, "file_mark", fileMark, "lost_sends", lost)
 		n.publish(messages.RestoreDetected{Plane: "delivery", Evidence: "mark",
-			Detail: fmt.Sprintf("%s (store %d, file %d)", reason, storeMark, fileMark)})
+			Detail: fmt.Sprintf("%s (store %d, file %d)", reason, storeMark, fileMark), LostSends: lost})
+	} else if lost > 0 {
+		// Only the sent mark moved since the copy (sends that wrote no
+		// session record): still a restore, reported with what it lost.
+		n.log.Warn("store looks restored on the delivery plane: sends accepted since its copy are gone", "lost_sends", lost)
+		n.publish(messages.RestoreDetected{Plane: "delivery", Evidence: "mark",
+			Detail: fmt.Sprintf("node.db holds fewer accepted sends than delivery.sent (%d lost)", lost), LostSends: lost})
 	}
-	return markedDelivery{DeliveryStore: store, mark: m}, restored, nil
+	return markedDelivery{DeliveryStore: store, mark: m, sent: sent}, restored, nil
+}
+
+// openDeliverySent compares the sends the store accepted with
+// delivery.sent (see above): lost is how many the store no longer holds
+// (0 when the file is missing or damaged: nothing to compare). The store
+// is raised to the file, so the loss is reported once and no outbound
+// sequence is assigned twice.
+func (n *Node) openDeliverySent(ctx context.Context, store persistence.DeliveryStore) (*deliveryMark, uint64, error) {
+	path := filepath.Join(n.cfg.Dir, deliverySentName)
+	var fileSent uint64
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, 0, fmt.Errorf("runtime: read delivery sent mark: %w", err)
+	default:
+		if fileSent, err = decodeDeliverySent(b); err != nil {
+			fileSent = 0
+			n.log.Warn("delivery sent mark is damaged; sends a restore lost cannot be counted this time", "path", path, "err", err)
+		}
+	}
+	var storeSent uint64
+	if err := store.View(ctx, func(tx persistence.DeliveryReader) error {
+		storeSent, err = tx.OutboundSequence()
+		return err
+	}); err != nil {
+		return nil, 0, err
+	}
+	var lost uint64
+	if fileSent > storeSent {
+		lost = fileSent - storeSent
+		if err := store.Update(ctx, func(tx persistence.DeliveryTx) error { return tx.RaiseOutboundSequence(fileSent) }); err != nil {
+			return nil, 0, fmt.Errorf("runtime: raise the delivery sent mark: %w", err)
+		}
+	}
+	last := max(storeSent, fileSent)
+	if err := writeFileAtomic(path, encodeDeliverySent(last), n.cfg.NoSync); err != nil {
+		return nil, 0, fmt.Errorf("runtime: write delivery sent mark: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, 0, fmt.Errorf("runtime: open delivery sent mark: %w", err)
+	}
+	m := &deliveryMark{f: f, last: last, log: n.log.Warn, enc: encodeDeliverySent}
+	n.closers.push(m.close)
+	return m, lost, nil
 }

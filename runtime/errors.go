@@ -225,7 +225,9 @@ var (
 	// pending.
 	ErrAlreadyPending = outbound.ErrAlreadyPending
 	// ErrLogicalIDReused: a Send reused the logical id of a message this
-	// node abandoned with another body; nothing was stored (use a new id).
+	// node abandoned or saw acknowledged (a retired id, kept across
+	// restarts until pruned) with another body; nothing was stored (use a
+	// new id).
 	ErrLogicalIDReused = session.ErrLogicalIDReused
 	// ErrLogicalMessageConflict: a received message reused a logical id
 	// with another body; nothing changed.

@@ -61,6 +61,9 @@ type ReceivedMessage = device.ReceivedMessage
 //     with a held receipt.
 //   - Held bool: a held receipt named a pending sent message and its
 //     body's digest; it is now resent only after Retry.HeldInterval.
+//   - UnknownAck bool: an Acknowledgement of a message this node's store
+//     does not know it sent (lost when node.db was rolled back; it was
+//     delivered). Also a SentMessageLost notice, once per id.
 type ReceiveResult = device.ReceiveResult
 
 // CommitResult is the result of a commit or a discard.
@@ -580,7 +583,7 @@ func (n *Node) ReceiveEnvelope(ctx context.Context, from DeviceAddress, envelope
 		return ReceiveResult{}, err
 	}
 	r, err := d.Receive(ctx, from, envelope)
-	return r, n.noteReceiveError(err)
+	return r, n.noteReceived(r, err)
 }
 
 // receiveEnvelopeAsync is ReceiveEnvelope for the transports, which
@@ -601,7 +604,7 @@ func (n *Node) ReceiveEnvelopeAsync(ctx context.Context, from DeviceAddress, env
 	if err != nil {
 		return err
 	}
-	return d.ReceiveAsync(ctx, from, envelope, func(r ReceiveResult, err error) { done(r, n.noteReceiveError(err)) })
+	return d.ReceiveAsync(ctx, from, envelope, func(r ReceiveResult, err error) { done(r, n.noteReceived(r, err)) })
 }
 
 // CommitReceivedMessage records that the application durably applied the

@@ -69,6 +69,7 @@ type Node struct {
 	remote     *Remote
 	txLatency  *prometheus.HistogramVec
 	conflicts  prometheus.Counter // syncmesh_delivery_message_conflicts_total (conflicts.go)
+	lostAcked  prometheus.Counter // syncmesh_delivery_lost_sends_acknowledged_total (conflicts.go)
 	mailboxes  *mailbox.Depths
 	httpSrv    *http.Server
 	httpAddr   string

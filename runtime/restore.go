@@ -85,6 +85,12 @@ type RestoreStatus struct {
 	DeliveryReason    string
 	DeliveryStoreMark uint64
 	DeliveryFileMark  uint64
+	// DeliveryLostSends: how many messages the device accepted for
+	// sending (Send) that the store opened no longer holds — sends a
+	// rolled-back node.db lost (delivery.sent beside node.db counts the
+	// sends the store accepted; 0 when the file is missing). Their ACKs,
+	// when they come, are SentMessageLost notices naming each id.
+	DeliveryLostSends uint64
 }
 
 // restoreState is the node's restore bookkeeping.
@@ -105,6 +111,9 @@ type restoreState struct {
 	device *device.Device
 	// detected counts restores found (syncmesh_restore_detected_total).
 	detected *prometheus.CounterVec
+	// lostSends counts the sends restores lost
+	// (syncmesh_delivery_lost_sends_total, deliverymark.go).
+	lostSends prometheus.Counter
 }
 
 // RestoreStatus reports the restore check of the last Open.
@@ -135,6 +144,11 @@ func (n *Node) openClock(ctx context.Context, storeMark messages.HLC) (*clock.Cl
 	}
 	n.restore.held = g
 	if n.restore.detected, err = n.restoreDetectedCounter(); err != nil { // deliverymark.go
+		return nil, fmt.Errorf("runtime: metrics: %w", err)
+	}
+	lost := prometheus.NewCounter(prometheus.CounterOpts{Name: "syncmesh_delivery_lost_sends_total",
+		Help: "Messages accepted for sending that a restored node.db no longer holds (delivery.sent above the store at Open); their ACKs are SentMessageLost notices."})
+	if n.restore.lostSends, err = promreg.Register(n.registerer, lost); err != nil {
 		return nil, fmt.Errorf("runtime: metrics: %w", err)
 	}
 	st := RestoreStatus{StoreMark: storeMark}

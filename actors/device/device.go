@@ -116,6 +116,11 @@ type ReceiveResult struct {
 	// after Retry.HeldInterval. False for a receipt naming nothing
 	// pending or another body (ignored, counted).
 	Held bool
+	// UnknownAck (an Acknowledgement): the recipient finalized ID, a
+	// message this device neither holds pending nor remembers sending —
+	// one its store lost when it was rolled back to an older copy. It was
+	// delivered: do not send it again. Reported once per id.
+	UnknownAck bool
 }
 
 // CommitResult is the result of a commit or discard: Status COMMITTED,
@@ -610,9 +615,10 @@ func (d *Device) Send(ctx context.Context, to messages.DeviceAddress, body []byt
 // store succeeded but the encryption or the hand-off failed, the returned
 // SentMessage is valid and the error matches ErrNotHandedOff: the message
 // is pending, Resend it later. A (to, id) already pending fails with
-// outbound.ErrAlreadyPending; an id this device abandoned with another
-// body (while it remembers it) with session.ErrLogicalIDReused, since the
-// receiver's ACK of the abandoned body would clear this one. If ctx ends while the store write is queued
+// outbound.ErrAlreadyPending; an id this device retired (abandoned, or
+// acknowledged, until pruned) with another body with
+// session.ErrLogicalIDReused, since the receiver's ACK of the retired
+// body would clear this one. If ctx ends while the store write is queued
 // the write may still happen: PendingSentMessages tells.
 func (d *Device) SendWithID(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID, body []byte) (SentMessage, error) {
 	if d.isClosed() {
@@ -650,7 +656,8 @@ func (d *Device) Resend(ctx context.Context, to messages.DeviceAddress, id messa
 
 // Abandon gives up on a pending sent message explicitly and reports
 // whether it was pending. A later ACK for it is an Acknowledgement with
-// Cleared=false.
+// Cleared=false. The id stays retired with its body's digest
+// (persistence.RetiredOutbound), across restarts, until pruned.
 func (d *Device) Abandon(ctx context.Context, to messages.DeviceAddress, id messages.LogicalMessageID) (bool, error) {
 	if d.isClosed() {
 		return false, ErrClosed
@@ -810,7 +817,7 @@ func (d *Device) ReceiveAsync(ctx context.Context, sender messages.DeviceAddress
 // applied to the retry schedule and counted here.
 func (d *Device) resultOf(r session.Received) ReceiveResult {
 	res := ReceiveResult{Kind: r.Outcome, Sender: r.Sender, ID: r.ID, Message: r.Message, Cleared: r.Cleared, AckSent: r.AckSent,
-		SessionReplaced: r.SessionReplaced, HeldSent: r.HeldSent}
+		SessionReplaced: r.SessionReplaced, HeldSent: r.HeldSent, UnknownAck: r.UnknownAck}
 	if r.Outcome == Held {
 		d.metrics.heldReceipts.WithLabelValues(r.Receipt.String()).Inc()
 		if r.Receipt == outbound.ReceiptHeld {

@@ -25,8 +25,10 @@ package device
 //     the message before the hand-off with attempts = 1; a failed
 //     encryption or hand-off leaves it pending and returns ErrNotHandedOff.
 //     An ACK for an id that is not pending (abandoned, or a repeated ACK)
-//     is an Acknowledgement with Cleared = false. Abandon only forgets the
-//     message locally; a copy already sent may still be applied.
+//     is an Acknowledgement with Cleared = false; for an id the store
+//     never retired either (a send a rolled-back store lost) UnknownAck
+//     is set. Abandon only forgets the message locally; a copy already
+//     sent may still be applied, and the id stays retired.
 //   - Retry schedule (beyond the spec; off in this package's zero
 //     Config, on by default in runtime.DeviceConfig): every
 //     RetryPolicy.Interval, each pending sent message whose last attempt

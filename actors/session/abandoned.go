@@ -17,15 +17,13 @@ type abandonedKey struct {
 }
 
 // abandonedIDs remembers, for the ids Abandon removed, the digest of the
-// body that was pending. An ACK names only the id (SecurePayload type
-// 0x02, a frame the commit-boundary contract freezes), so an ACK of an
-// abandoned body that the receiver finalized late would clear whatever
-// is pending under the id by then; refusing another body under a
-// remembered id (ErrLogicalIDReused) keeps an ACK from ever clearing a
-// body the receiver did not finalize. The same body may be sent again:
-// its ACK is the right one. Kept in memory, bounded (maxAbandonedIDs,
-// oldest forgotten first): after a restart the device no longer knows
-// which ids it abandoned (docs/protocol.md, commit boundary, "Sender side").
+// body that was pending: a Send of another body under such an id is
+// refused before anything is decided. The store's retired entries
+// (persistence.RetiredOutbound, written in the Abandon's and the ACK's
+// own transactions) are what decides, across restarts (checkReuse);
+// this memory only spares a refused Send the reset of the peer's
+// speculative state that a failed write costs. Bounded (maxAbandonedIDs,
+// oldest forgotten first).
 type abandonedIDs struct {
 	mu    sync.Mutex
 	m     map[abandonedKey][digest.Size]byte

@@ -5,6 +5,7 @@ import (
 
 	"github.com/syncmesh/syncmesh/actors/inbound"
 	"github.com/syncmesh/syncmesh/actors/outbound"
+	"github.com/syncmesh/syncmesh/crypto/digest"
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -83,6 +84,13 @@ type writes struct {
 	// verdict goes to receipt.
 	checkHeld *[32]byte
 	receipt   outbound.ReceiptVerdict
+	// retire is the retired entry written after deleteOutbound (Abandon,
+	// or an ACK decided on a row the actor holds); with ackDecides, the
+	// row the delete finds is retired as acknowledged at retireAt. unknownAck: the ACK named an id neither pending nor retired
+	// (set in the transaction).
+	retire     *persistence.RetiredOutbound
+	retireAt   int64
+	unknownAck bool
 }
 
 // setSession records a step from base to rec. One writes value may hold
@@ -255,6 +263,9 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 		}
 	}
 	if w.putOutbound != nil {
+		if err := checkReuse(tx, w.putOutbound); err != nil {
+			return err
+		}
 		seq, err := tx.PutPendingOutbound(*w.putOutbound)
 		if err != nil {
 			return err
@@ -280,15 +291,70 @@ func (w *writes) run(tx persistence.DeliveryTx, st *Stats) error {
 		w.receipt = outbound.DecideReceipt(row, *w.checkHeld)
 	}
 	if w.deleteOutbound {
-		had, err := tx.DeletePendingOutbound(w.peer, w.id)
+		if err := w.clearOutbound(tx, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clearOutbound removes the pending outbound row of (peer, id) and keeps
+// its retired entry (docs/protocol.md, commit boundary, "Sender side").
+func (w *writes) clearOutbound(tx persistence.DeliveryTx, st *Stats) error {
+	if w.ackDecides {
+		// The row's body is read in the delete's own transaction: its
+		// digest is what a late ACK of this id may only clear again.
+		p, ok, err := tx.PendingOutbound(w.peer, w.id)
 		if err != nil {
 			return err
 		}
-		w.cleared = had
-		if had {
-			st.Cleared++
-			st.OutboundChanged = true
+		if ok {
+			w.retire = &persistence.RetiredOutbound{Recipient: w.peer, ID: w.id, How: persistence.RetiredAcknowledged,
+				RetiredAt: w.retireAt, Digest: digest.ApplicationMessage(p.Body)}
+		} else {
+			_, known, err := tx.RetiredOutbound(w.peer, w.id)
+			if err != nil {
+				return err
+			}
+			if !known {
+				// Remembered, so that a copy of this ACK is not reported
+				// again and the id goes to no other body.
+				w.unknownAck = true
+				if _, err := tx.PutRetiredOutbound(persistence.RetiredOutbound{Recipient: w.peer, ID: w.id,
+					How: persistence.RetiredLost, RetiredAt: w.retireAt}); err != nil {
+					return err
+				}
+			}
 		}
+	}
+	had, err := tx.DeletePendingOutbound(w.peer, w.id)
+	if err != nil {
+		return err
+	}
+	w.cleared = had
+	if had {
+		st.Cleared++
+		st.OutboundChanged = true
+	}
+	if w.retire != nil && (had || !w.ackDecides) {
+		if _, err := tx.PutRetiredOutbound(*w.retire); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkReuse refuses a new pending row under an id retired with another
+// body: the receiver may still finalize the retired body and ACK the id,
+// and the ACK would clear this one (docs/protocol.md, commit boundary,
+// "Same logical ID, other body"). The same body may go out again.
+func checkReuse(tx persistence.DeliveryTx, p *persistence.PendingOutbound) error {
+	r, ok, err := tx.RetiredOutbound(p.Recipient, p.ID)
+	if err != nil || !ok {
+		return err
+	}
+	if r.How == persistence.RetiredLost || r.Digest != digest.ApplicationMessage(p.Body) {
+		return fmt.Errorf("%w: %s/%s was %s with another body", ErrLogicalIDReused, p.Recipient, p.ID, r.How)
 	}
 	return nil
 }

@@ -36,10 +36,11 @@ var (
 	ErrUnknownPeer = errors.New("session: unknown peer")
 	// ErrInvalidConfig marks an unusable Config.
 	ErrInvalidConfig = errors.New("session: invalid configuration")
-	// ErrLogicalIDReused: a Send under a logical id this device abandoned
-	// with another body while it still remembers that id. The receiver may
-	// still finalize the abandoned body and ACK the id, and the ACK frame
-	// names only the id, so it would clear the new body (docs/protocol.md,
+	// ErrLogicalIDReused: a Send under a logical id this device retired
+	// (abandoned, or cleared by an ACK; persistence.RetiredOutbound) with
+	// another body. The receiver may still finalize the abandoned body, or
+	// ACK a retry of the acknowledged one, and the ACK frame names only
+	// the id, so it would clear the new body (docs/protocol.md,
 	// commit boundary, "Same logical ID, other body": a correct sender
 	// never reuses an id for another body). Nothing was stored; send the
 	// new body under a new id.

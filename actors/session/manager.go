@@ -243,6 +243,11 @@ type Received struct {
 	// encrypted on the old session, which the peer may no longer hold:
 	// send them again (the device layer does).
 	SessionReplaced bool
+	// UnknownAck: an ACK of an id this device neither holds pending nor
+	// remembers retiring (persistence.RetiredOutbound). The recipient
+	// finalized a message this store no longer knows it sent: one a
+	// rolled-back (restored) store lost (docs/delivery.md).
+	UnknownAck bool
 
 	// HeldSent: a held receipt answered this copy of a pending message
 	// and was handed to the transport (docs/protocol.md, "Held receipt").
@@ -629,7 +634,8 @@ func (m *Manager) RefreshPrekeys(ctx context.Context) (bool, error) {
 
 // Prune removes the processed entries older than policy allows
 // (inbound.PruneCutoff at the clock's now) and returns how many it
-// removed. Pending messages are never pruned; nothing prunes implicitly.
+// removed; the retired outbound entries older than the same cutoff go
+// with them. Pending messages are never pruned; nothing prunes implicitly.
 func (m *Manager) Prune(ctx context.Context, policy inbound.RetentionPolicy) (int, error) {
 	cutoff, prune, err := inbound.PruneCutoff(persistence.UnixMilli(m.cfg.Now()), policy)
 	if err != nil || !prune {
@@ -644,6 +650,11 @@ func (m *Manager) Prune(ctx context.Context, policy inbound.RetentionPolicy) (in
 		apply: func(tx persistence.DeliveryTx, st *Stats) error {
 			var err error
 			if n, err = tx.PruneProcessedInbound(cutoff); err != nil {
+				return err
+			}
+			// The sender's memory of retired ids follows the receiver's
+			// retention: past it a late ACK or retry is not expected.
+			if _, err := tx.PruneRetiredOutbound(cutoff); err != nil {
 				return err
 			}
 			st.Pruned += n

@@ -727,16 +727,21 @@ func (r *receiveReq) handle(a *peerActor) {
 	case messages.PayloadAck:
 		a.adoptDecryption(d, wr)
 		k := a.out[payload.ID]
+		now := persistence.UnixMilli(cfg.Now())
 		if k != nil {
 			// A write of the row is in flight: decide on it.
 			dec := inbound.DecideAck(k.pending != nil)
 			res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
 			wr.deleteOutbound = dec.Effects.DeleteOutbound
+			if k.pending != nil {
+				wr.retire = &persistence.RetiredOutbound{Recipient: a.peer, ID: payload.ID, How: persistence.RetiredAcknowledged,
+					RetiredAt: now, Digest: digest.ApplicationMessage(k.pending.Body)}
+			}
 		} else {
 			// The store holds the row's state: DecideAck runs on what the
 			// delete finds in the item's own transaction (a missing row
 			// changes nothing), which saves a read transaction per ACK.
-			wr.deleteOutbound, wr.ackDecides = true, true
+			wr.deleteOutbound, wr.ackDecides, wr.retireAt = true, true, now
 		}
 		if wr.deleteOutbound {
 			a.setOut(w, payload.ID, &outKey{})
@@ -749,6 +754,7 @@ func (r *receiveReq) handle(a *peerActor) {
 			if wr.ackDecides {
 				dec := inbound.DecideAck(wr.cleared)
 				res.Outcome, res.Cleared = dec.Outcome, dec.Cleared
+				res.UnknownAck = wr.unknownAck
 			}
 			r.reply(res, nil)
 		})
@@ -1051,13 +1057,16 @@ func (r *abandonReq) handle(a *peerActor) {
 	w := a.newWork()
 	a.setOut(w, r.id, &outKey{})
 	body := cur.Body
-	a.submit(w, &writes{peer: a.peer, id: r.id, deleteOutbound: true}, func(err error) {
+	// Retired in the same transaction, so that no Send, even after a
+	// restart, puts another body under the id while an ACK of this one
+	// may still arrive.
+	retire := &persistence.RetiredOutbound{Recipient: a.peer, ID: r.id, How: persistence.RetiredAbandoned,
+		RetiredAt: persistence.UnixMilli(a.m.cfg.Now()), Digest: digest.ApplicationMessage(body)}
+	a.submit(w, &writes{peer: a.peer, id: r.id, deleteOutbound: true, retire: retire}, func(err error) {
 		if err != nil {
 			r.fail(wrapPeer("persist", a.peer, err))
 			return
 		}
-		// Remembered so a Send cannot put another body under the id
-		// while an ACK of this one may still arrive.
 		a.m.abandoned.add(a.peer, r.id, body)
 		r.reply(true, nil)
 	})

@@ -39,7 +39,7 @@ var (
 func ibID(b byte) messages.LogicalMessageID { return messages.LogicalMessageID{b, 0xee} }
 
 // seedInbound writes one record into each commit-boundary bucket per peer
-// (6 sealed records), and a legacy processed entry (one more sealed
+// (8 sealed records), and a legacy processed entry (one more sealed
 // record, imported as a migration would) when legacy is set.
 func seedInbound(t *testing.T, db *DB, legacy bool) {
 	t.Helper()
@@ -53,6 +53,9 @@ func seedInbound(t *testing.T, db *DB, legacy bool) {
 				return err
 			}
 			if _, err := tx.PutPendingOutbound(persistence.PendingOutbound{Recipient: p, ID: ibID(byte(i + 20)), Attempts: 1, Body: []byte(fmt.Sprint("body-", i))}); err != nil {
+				return err
+			}
+			if _, err := tx.PutRetiredOutbound(persistence.RetiredOutbound{Recipient: p, ID: ibID(byte(i + 30)), How: persistence.RetiredAbandoned, RetiredAt: 7, Digest: [32]byte{byte(i)}}); err != nil {
 				return err
 			}
 		}
@@ -84,6 +87,10 @@ func readInbound(db *DB) error {
 			if err != nil || !ok || string(po.Body) != fmt.Sprint("body-", i) {
 				return fmt.Errorf("outbound %s: %+v %v %w", p, po, ok, err)
 			}
+			ro, ok, err := r.RetiredOutbound(p, ibID(byte(i+30)))
+			if err != nil || !ok || ro.Digest[0] != byte(i) || ro.RetiredAt != 7 {
+				return fmt.Errorf("retired %s: %+v %v %w", p, ro, ok, err)
+			}
 		}
 		return r.PendingInboundAfter(0, nil, func(persistence.PendingInbound) (bool, error) { return true, nil })
 	})
@@ -103,7 +110,7 @@ func TestResealCoversCommitBoundaryRecords(t *testing.T) {
 	db = mustOpen(t, path, Options{NoSync: true, Sealer: rot})
 	defer db.Close()
 	per, stale := inboundStale(t, db, rot)
-	for b, want := range map[string]int{string(bucketInPending): 2, string(bucketInProcessed): 3, string(bucketOutPending): 2} {
+	for b, want := range map[string]int{string(bucketInPending): 2, string(bucketInProcessed): 3, string(bucketOutPending): 2, string(bucketOutRetired): 2} {
 		if per[b] != want {
 			t.Fatalf("stale %s = %d, want %d (%v)", b, per[b], want, per)
 		}
@@ -317,9 +324,16 @@ func inboundStale(t *testing.T, db *DB, rot persistence.KeyRotator) (map[string]
 		}); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketOutPending).ForEach(func(_, v []byte) error {
+		if err := tx.Bucket(bucketOutPending).ForEach(func(_, v []byte) error {
 			r, err := decodeOutbound(v)
 			count(bucketOutPending, r.Body)
+			return err
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketOutRetired).ForEach(func(_, v []byte) error {
+			r, err := decodeRetired(v)
+			count(bucketOutRetired, r.Entry)
 			return err
 		})
 	}); err != nil {

@@ -42,8 +42,10 @@ import (
 // keys it changed, with counts per peer and per device for the
 // device-wide cap (splitSkippedV13, migrate_v13.go). Version 14: rows
 // keyed in the natural order of their keys, and the secondary indexes'
-// bucket (naturalRowsV14, migrate_v14.go).
-const LayoutVersion = 14
+// bucket (naturalRowsV14, migrate_v14.go). Version 15: the retired
+// outbound ids, abandoned or acknowledged, with their sealed body digests
+// (createRetiredV15, retired.go).
+const LayoutVersion = 15
 
 // Top-level buckets. Names are part of the storage format.
 var (
@@ -95,6 +97,7 @@ var migrations = []migration{
 	{from: 11, to: 12, fn: migrateRangeSumsV12},
 	{from: 12, to: 13, sealed: splitSkippedV13},
 	{from: 13, to: 14, fn: naturalRowsV14},
+	{from: 14, to: 15, fn: createRetiredV15},
 }
 
 // createV1 creates the initial layout.

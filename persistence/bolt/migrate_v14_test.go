@@ -124,8 +124,8 @@ func TestMigrateLayout13To14NaturalRowOrder(t *testing.T) {
 	// and the layout version changed, and the index bucket is new: events,
 	// event ids and every other bucket are byte for byte as they were.
 	after := rawBuckets(t, path)
-	if v := after[string(bucketMeta)][string(metaLayoutVersion)]; v != string(u64(14)) {
-		t.Fatalf("layout after Open %x, want 14", v)
+	if v := after[string(bucketMeta)][string(metaLayoutVersion)]; v != string(u64(LayoutVersion)) {
+		t.Fatalf("layout after Open %x, want %d", v, LayoutVersion)
 	}
 	for name, entries := range before {
 		switch name {

@@ -40,6 +40,7 @@ var sealedBuckets = []sealedBucket{
 	{bucketInPending, resealPendingIn, "pendingInRecord.Frame: RecordPendingFrame, identity = MessageIdentity(sender user, u32be device, id)"},
 	{bucketInProcessed, resealProcessed, "processedRecord.Entry (layout 11): RecordProcessedEntry, identity = MessageIdentity(sender user, u32be device, id)"},
 	{bucketOutPending, resealOutbound, "outboundRecord.Body: RecordOutboundBody, identity = MessageIdentity(recipient user, u32be device, id)"},
+	{bucketOutRetired, resealRetired, "retiredRecord.Entry (layout 15): RecordRetiredOutbound, identity = MessageIdentity(recipient user, u32be device, id)"},
 }
 
 // plaintextBuckets lists the buckets holding no sealed value: indexes,
@@ -57,6 +58,7 @@ var plaintextBuckets = [][]byte{
 	bucketSyncRangeSums,        // layout 12: counts and hashes of event keys (plaintext as bucketSyncEventKeys is)
 	bucketDeliverySkippedCount, // layout 13: skipped keys stored per peer (counts)
 	bucketSyncIndexes,          // layout 14: secondary index entries (plaintext as bucketSyncRows is)
+	bucketOutRetiredTime,       // layout 15: retired outbound times and ids
 }
 
 // Reseal re-seals, under the current storage key, every sealed record the

@@ -35,6 +35,10 @@ func sealedBytes(t *testing.T, bucket, v []byte) []byte {
 		var r outboundRecord
 		r, err = decodeOutbound(v)
 		part = r.Body
+	case bytes.Equal(bucket, bucketOutRetired):
+		var r retiredRecord
+		r, err = decodeRetired(v)
+		part = r.Entry
 	case !bytes.Equal(bucket, bucketSyncEvents):
 		return v
 	default:
@@ -162,7 +166,7 @@ func seedAll(t *testing.T, db *DB, tk persistence.TableKey, events int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	seedInbound(t, db, false) // 6 sealed commit-boundary records (inbound_test.go)
+	seedInbound(t, db, false) // 8 sealed commit-boundary records (inbound_test.go)
 }
 
 // seededPin is the pin seedAll stores for resealPeers[i].
@@ -238,7 +242,7 @@ func TestResealCoversEverySealedBucketInterruptiblyAndResumes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "node.db")
 	tk := persistence.TableKey{Schema: "s", Table: "t"}
 	const events = 23
-	const inbound = 6                                      // pending frames, processed entries, outbound bodies (seedInbound)
+	const inbound = 8                                      // pending frames, processed entries, outbound bodies, retired entries (seedInbound)
 	total := events + 3 + 2 + 3*len(resealPeers) + inbound // events, sealed meta, identity+prekeys, sessions, pins and skipped keys, commit boundary
 	db := mustOpen(t, path, Options{NoSync: true, Sealer: newTestSealer(1)})
 	seedAll(t, db, tk, events)

@@ -25,7 +25,9 @@ type inboundState struct {
 	pending                         cowMap[msgKey, persistence.PendingInbound]
 	processed                       cowMap[msgKey, persistence.ProcessedInbound]
 	outbound                        cowMap[msgKey, persistence.PendingOutbound]
+	retired                         cowMap[msgKey, persistence.RetiredOutbound]
 	nPending, nProcessed, nOutbound int
+	nRetired                        int
 	lastPendingSeq, lastOutboundSeq uint64
 }
 
@@ -40,6 +42,7 @@ func (s *inboundState) clone() *inboundState {
 	c.pending.begin(g)
 	c.processed.begin(g)
 	c.outbound.begin(g)
+	c.retired.begin(g)
 	return &c
 }
 

@@ -16,7 +16,9 @@ import (
 // paging after a cursor with a sender filter, counts, a hand-off count
 // kept across a reopen and frame and sequence untouched by it), processed inbound
 // (never replaced, finalization/reason validated, prune by finalizedAt ≤
-// cutoff), pending outbound (unique, attempts, paging, counts), atomicity
+// cutoff), pending outbound (unique, attempts, paging, counts), retired
+// outbound (replaced, validated, prune by retiredAt ≤ cutoff, bounded by
+// persistence.MaxRetiredOutbound oldest first), atomicity
 // with the rest of a DeliveryTx, copies and survival across a reopen.
 func RunInboundStore(t *testing.T, open DeliveryOpenFunc) {
 	tests := []struct {
@@ -37,6 +39,10 @@ func RunInboundStore(t *testing.T, open DeliveryOpenFunc) {
 		{"FailedUpdateKeepsNoRecord", testInboundAtomic},
 		{"RecordsAreCopied", testInboundCopies},
 		{"RecordsSurviveReopen", testInboundReopen},
+		{"RetiredPutReplacePruneReopen", testRetired},
+		{"RetiredInvalidRefused", testRetiredInvalid},
+		{"RetiredBoundEvictsOldest", testRetiredBound},
+		{"OutboundSequenceCountsAcceptedSends", testOutboundSequence},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
