@@ -110,7 +110,7 @@ func writeFileAtomic(path string, data []byte, noSync bool) error {
 func (n *Node) openChangeLog(ctx context.Context) error {
 	path := ""
 	var fileMark uint64
-	if !n.cfg.InMemory {
+	if n.cfg.markFiles() {
 		path = filepath.Join(n.cfg.Dir, changeMarkName)
 		var err error
 		if fileMark, err = readChangeMark(path); err != nil {

@@ -399,7 +399,15 @@ func (n *Node) openStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.db, err = bolt.Open(n.cfg.dbPath(), bolt.Options{Sealer: sealer, NoSync: n.cfg.NoSync, Failpoint: n.cfg.Failpoint, Logger: n.log, Timeout: n.cfg.LockTimeout})
+	opts := bolt.Options{Sealer: sealer, NoSync: n.cfg.NoSync, Failpoint: n.cfg.Failpoint, Logger: n.log, Timeout: n.cfg.LockTimeout}
+	if n.cfg.OpenStore != nil {
+		n.db, err = n.cfg.OpenStore(n.cfg.dbPath(), opts)
+		if err == nil && n.db == nil {
+			err = errors.New("OpenStore returned no store")
+		}
+	} else {
+		n.db, err = bolt.Open(n.cfg.dbPath(), opts)
+	}
 	if errors.Is(err, persistence.ErrLocked) {
 		return fmt.Errorf("%w: %s (gave up after %v)", ErrLocked, n.cfg.dbPath(), n.cfg.LockTimeout)
 	}

@@ -1,0 +1,107 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/syncmesh/syncmesh/persistence/bolt"
+)
+
+// TestReplicaStoreKeepsNoMarkFiles: a node whose node.db is a replica of
+// a replicated log (OpenStore, NoMarkFiles) opens its store through the
+// hook and keeps nothing else beside it; a node.db copied alone into an
+// empty directory — a replica rebuilt from a snapshot — opens as current,
+// not as restored, and its delivery sessions go on (bob decrypts every
+// envelope, no repair).
+func TestReplicaStoreKeepsNoMarkFiles(t *testing.T) {
+	ctx := context.Background()
+	net := NewNetwork(1)
+	key := bytes.Repeat([]byte{9}, 32)
+	aAddr, bAddr := DeviceAddress{User: "alice", Device: 1}, DeviceAddress{User: "bob", Device: 1}
+	var opened atomic.Int32
+	openAlice := func(dir string) *testNode {
+		a := openTestNode(t, Config{Name: "alice", Dir: dir, NoSync: true, SyncInterval: -1, StorageKey: key, NoMarkFiles: true,
+			OpenStore: func(path string, opts bolt.Options) (*bolt.DB, error) {
+				opened.Add(1)
+				return bolt.Open(path, opts)
+			},
+			Device: &DeviceConfig{Address: aAddr, Transport: net.DeviceTransport("alice", aAddr)}})
+		net.Register(a.Name(), a.Node)
+		net.RegisterDevice(a.Name(), a.Node)
+		return a
+	}
+	bob := openTestNode(t, Config{Name: "bob", SyncInterval: -1, Device: &DeviceConfig{Address: bAddr,
+		Transport: net.DeviceTransport("bob", bAddr), Buffer: 16}})
+	net.Register(bob.Name(), bob.Node)
+	net.RegisterDevice(bob.Name(), bob.Node)
+	var bobLog noticeLog
+	defer bobLog.watch(bob.Node)()
+	send := func(a *testNode, body string) {
+		t.Helper()
+		if _, err := a.Send(ctx, bAddr, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		receiveCommit(t, bob, body)
+		if err := net.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	dir := t.TempDir()
+	alice := openAlice(dir)
+	if opened.Load() != 1 {
+		t.Fatalf("OpenStore called %d times, want 1", opened.Load())
+	}
+	send(alice, "one")
+	send(alice, "two")
+	if err := alice.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() != "node.db" {
+			t.Errorf("%s beside node.db of a replicated store", e.Name())
+		}
+	}
+
+	rebuilt := t.TempDir()
+	copyFile(t, filepath.Join(dir, "node.db"), filepath.Join(rebuilt, "node.db"))
+	alice = openAlice(rebuilt)
+	if st := alice.RestoreStatus(); st.Suspected || st.DeliverySuspected {
+		t.Fatalf("a replica rebuilt from a snapshot looks restored: %+v", st)
+	}
+	send(alice, "three")
+	if undecryptable, repairs := bobLog.counts(); undecryptable != 0 || len(repairs) != 0 {
+		t.Fatalf("bob: %d undecryptable envelopes, repairs %+v", undecryptable, repairs)
+	}
+	if err := alice.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoMarkFilesOnlyForReplicatedStores: dropping the marks of a plain
+// store would hide a restore, so NoMarkFiles needs OpenStore and a
+// StorageKey (a key file would not be replicated).
+func TestNoMarkFilesOnlyForReplicatedStores(t *testing.T) {
+	open := func(path string, opts bolt.Options) (*bolt.DB, error) { return bolt.Open(path, opts) }
+	key := bytes.Repeat([]byte{9}, 32)
+	for name, cfg := range map[string]Config{
+		"no OpenStore":        {Dir: t.TempDir(), MeshID: testMesh, NoMarkFiles: true, StorageKey: key},
+		"no StorageKey":       {Dir: t.TempDir(), MeshID: testMesh, NoMarkFiles: true, OpenStore: open},
+		"OpenStore, InMemory": {InMemory: true, MeshID: testMesh, OpenStore: open},
+	} {
+		_, err := Open(context.Background(), cfg)
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: %v, want a ConfigError", name, err)
+		}
+	}
+}
