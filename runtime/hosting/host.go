@@ -18,6 +18,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence/bolt"
 	"github.com/syncmesh/syncmesh/runtime"
 )
 
@@ -151,6 +152,9 @@ type unit struct {
 	// activatedAt is when this activation began serving (after its epoch
 	// was persisted).
 	activatedAt time.Time
+	// detach ends the replication engine's hold of the node's store
+	// (replicated units; nil otherwise), after the node closed.
+	detach func()
 	// busy counts requests in progress and lastUsed is when the last one
 	// ended (Unix ns): Local's passivation of idle units.
 	busy     atomic.Int32
@@ -172,6 +176,9 @@ type host struct {
 	// placedOn names the identity of the member a unit is placed on (in
 	// this member's view; "" when unknown).
 	placedOn func(kind, identity string) string
+	// repl replicates units' files (ClusterConfig.Replicas ≥ 2); nil:
+	// the files are local (or on a shared volume).
+	repl replicaSet
 
 	mu      sync.Mutex
 	units   map[unitKey]*unit
@@ -245,24 +252,30 @@ func (h *host) acquire(ctx context.Context, kind, identity string, gate func() e
 	if _, err := ownerOf(h.cfg.Root, kind, identity); err != nil {
 		u.err = err
 	} else {
-		u.node, u.err = h.open(ctx, kind, identity)
+		u.node, u.detach, u.err = h.open(ctx, kind, identity)
 	}
 	if u.err == nil {
 		// Deleted while it was being opened: do not serve (or leave
 		// behind) a unit that no longer exists.
 		if _, err := ownerOf(h.cfg.Root, kind, identity); err != nil {
 			_ = u.node.Close()
+			if u.detach != nil {
+				u.detach()
+			}
 			u.node, u.err = nil, err
 		}
 	}
 	if u.err == nil {
-		u.epoch, u.err = bumpEpoch(unitDir(h.cfg.Root, kind, identity), !h.cfg.NoSync)
+		u.epoch, u.err = h.bumpEpoch(ctx, kind, identity)
 		if u.err == nil && gate != nil {
 			u.err = gate()
 		}
 		if u.err != nil {
 			_ = u.node.Close()
 			u.node = nil
+			if u.detach != nil {
+				u.detach()
+			}
 		}
 		u.activatedAt = time.Now()
 	}
@@ -281,7 +294,7 @@ func (h *host) acquire(ctx context.Context, kind, identity string, gate func() e
 	return u, nil
 }
 
-func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, error) {
+func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, func(), error) {
 	cfg := runtime.Config{
 		Dir:          unitDir(h.cfg.Root, kind, identity),
 		MeshID:       h.cfg.MeshID,
@@ -296,7 +309,7 @@ func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, 
 	if kind == KindDevice {
 		var err error
 		if addr, err = ParseDeviceIdentity(identity); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg.Device = &runtime.DeviceConfig{}
 	}
@@ -314,17 +327,42 @@ func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, 
 	} else {
 		cfg.Device = nil
 	}
+	var detach func()
+	if h.repl != nil {
+		// A replicated unit: node.db is this member's replica, written
+		// only through the partition's log (a write is visible once a
+		// quorum holds it), so it cannot go back in time and needs no
+		// mark files; its storage key is replicated beside it.
+		if len(cfg.StorageKey) == 0 {
+			key, err := h.unitStorageKey(ctx, kind, identity)
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg.StorageKey, cfg.PreviousStorageKeys = key, nil
+		}
+		path := unitPath(kind, identity)
+		cfg.NoMarkFiles = true
+		cfg.OpenStore = func(file string, opts bolt.Options) (*bolt.DB, error) {
+			db, d, err := h.repl.openStore(path, file, opts)
+			detach = d
+			return db, err
+		}
+	}
 	n, err := runtime.Open(ctx, cfg)
 	if err != nil {
+		if detach != nil {
+			detach()
+		}
+		err = h.replErr(err)
 		if errors.Is(err, runtime.ErrLocked) {
-			return nil, fmt.Errorf("%w: %s %q still held by its previous host: %w", ErrUnavailable, kind, identity, err)
+			return nil, nil, fmt.Errorf("%w: %s %q still held by its previous host: %w", ErrUnavailable, kind, identity, err)
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		if ctx.Err() != nil || errors.Is(err, ErrUnavailable) {
+			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		return nil, fmt.Errorf("hosting: open %s %q: %w", kind, identity, err)
+		return nil, nil, fmt.Errorf("hosting: open %s %q: %w", kind, identity, err)
 	}
-	return n, nil
+	return n, detach, nil
 }
 
 // release closes the unit's node (releasing its bbolt lock) and forgets it.
@@ -342,6 +380,9 @@ func (h *host) release(u *unit) error {
 		return nil
 	}
 	err := u.node.Close()
+	if u.detach != nil {
+		u.detach()
+	}
 	h.log.Debug("hosting: deactivated", "kind", u.key.kind, "identity", u.key.identity, "member", h.member(), "err", err)
 	return err
 }
@@ -417,8 +458,27 @@ const epochFile = "hosting.epoch"
 // bumpEpoch reads the unit's last activation epoch, persists the next one
 // and returns it. It runs while the unit's bbolt file is locked by this
 // activation, so epochs of one unit are unique and increasing whatever
-// the members believe about the topology.
-func bumpEpoch(dir string, sync bool) (uint64, error) {
+// the members believe about the topology. A replicated unit's epoch is
+// written through its partition's log by its leader (after the barrier
+// of its term: it read the last one), so it is unique the same way.
+func (h *host) bumpEpoch(ctx context.Context, kind, identity string) (uint64, error) {
+	dir := unitDir(h.cfg.Root, kind, identity)
+	e, err := readEpoch(dir)
+	if err != nil || h.repl == nil {
+		if err != nil {
+			return 0, err
+		}
+		return bumpEpoch(dir, e, !h.cfg.NoSync)
+	}
+	e++
+	if err := h.repl.writeFile(ctx, unitPath(kind, identity), epochFile, []byte(strconv.FormatUint(e, 10)+"\n")); err != nil {
+		return 0, h.replErr(fmt.Errorf("hosting: persist epoch of %s %q: %w", kind, identity, err))
+	}
+	return e, nil
+}
+
+// readEpoch reads the unit's last activation epoch (0: none yet).
+func readEpoch(dir string) (uint64, error) {
 	path := filepath.Join(dir, epochFile)
 	var e uint64
 	b, err := os.ReadFile(path)
@@ -430,6 +490,13 @@ func bumpEpoch(dir string, sync bool) (uint64, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return 0, fmt.Errorf("hosting: read %s: %w", path, err)
 	}
+	return e, nil
+}
+
+// bumpEpoch persists epoch e+1 in dir (a local or shared root) and
+// returns it.
+func bumpEpoch(dir string, e uint64, sync bool) (uint64, error) {
+	path := filepath.Join(dir, epochFile)
 	e++
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -505,9 +572,11 @@ func (h *host) admit(kind, identity string, req *Request) error {
 		return fmt.Errorf("%w: %w", ErrForbidden, err)
 	}
 	if req.Op == OpCreate {
-		created, err := provision(h.cfg.Root, kind, identity, p.Tenant, h.cfg.TenantQuota, !h.cfg.NoSync)
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.LockTimeout+5*time.Second)
+		created, err := provision(ctx, h.repl, h.cfg.Root, kind, identity, p.Tenant, h.cfg.TenantQuota, !h.cfg.NoSync)
+		cancel()
 		if err != nil {
-			return err
+			return h.replErr(err)
 		}
 		if created {
 			h.log.Info("hosting: unit created", "kind", kind, "identity", identity, "tenant", p.Tenant, "member", h.member())
@@ -525,8 +594,10 @@ func (h *host) remove(kind, identity string) (*Reply, error) {
 	if err := h.release(u); err != nil {
 		h.log.Warn("hosting: close before delete", "kind", kind, "identity", identity, "err", err)
 	}
-	if err := unprovision(h.cfg.Root, kind, identity); err != nil {
-		return nil, err
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.LockTimeout+5*time.Second)
+	defer cancel()
+	if err := unprovision(ctx, h.repl, h.cfg.Root, kind, identity); err != nil {
+		return nil, h.replErr(err)
 	}
 	h.log.Info("hosting: unit deleted", "kind", kind, "identity", identity, "member", h.member())
 	return &Reply{Member: h.member(), MemberID: h.memberID()}, nil
