@@ -162,8 +162,10 @@ type Config struct {
 	// options the node would use (path, sealer, lock timeout...): the
 	// caller may add its own (a bolt.Options Committer that replicates
 	// every write set before it is visible) and keep the *bolt.DB. The
-	// node closes the returned DB when it closes. Not with InMemory.
-	OpenStore func(path string, opts bolt.Options) (*bolt.DB, error)
+	// node calls release (when not nil) after its last write, then closes
+	// the DB; when Open fails after OpenStore, both happen before it
+	// returns. Not with InMemory.
+	OpenStore func(path string, opts bolt.Options) (db *bolt.DB, release func(), err error)
 	// NoMarkFiles keeps no mark files beside node.db (clock.mark,
 	// delivery.mark, changes.mark) and does not compare node.db with
 	// them at Open. Those files exist to notice a node.db that went back

@@ -24,12 +24,13 @@ func TestReplicaStoreKeepsNoMarkFiles(t *testing.T) {
 	net := NewNetwork(1)
 	key := bytes.Repeat([]byte{9}, 32)
 	aAddr, bAddr := DeviceAddress{User: "alice", Device: 1}, DeviceAddress{User: "bob", Device: 1}
-	var opened atomic.Int32
+	var opened, released atomic.Int32
 	openAlice := func(dir string) *testNode {
 		a := openTestNode(t, Config{Name: "alice", Dir: dir, NoSync: true, SyncInterval: -1, StorageKey: key, NoMarkFiles: true,
-			OpenStore: func(path string, opts bolt.Options) (*bolt.DB, error) {
+			OpenStore: func(path string, opts bolt.Options) (*bolt.DB, func(), error) {
 				opened.Add(1)
-				return bolt.Open(path, opts)
+				db, err := bolt.Open(path, opts)
+				return db, func() { released.Add(1) }, err
 			},
 			Device: &DeviceConfig{Address: aAddr, Transport: net.DeviceTransport("alice", aAddr)}})
 		net.Register(a.Name(), a.Node)
@@ -63,6 +64,9 @@ func TestReplicaStoreKeepsNoMarkFiles(t *testing.T) {
 	if err := alice.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if released.Load() != 1 {
+		t.Fatalf("release called %d times after Close, want 1", released.Load())
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +96,10 @@ func TestReplicaStoreKeepsNoMarkFiles(t *testing.T) {
 // store would hide a restore, so NoMarkFiles needs OpenStore and a
 // StorageKey (a key file would not be replicated).
 func TestNoMarkFilesOnlyForReplicatedStores(t *testing.T) {
-	open := func(path string, opts bolt.Options) (*bolt.DB, error) { return bolt.Open(path, opts) }
+	open := func(path string, opts bolt.Options) (*bolt.DB, func(), error) {
+		db, err := bolt.Open(path, opts)
+		return db, nil, err
+	}
 	key := bytes.Repeat([]byte{9}, 32)
 	for name, cfg := range map[string]Config{
 		"no OpenStore":        {Dir: t.TempDir(), MeshID: testMesh, NoMarkFiles: true, StorageKey: key},
@@ -135,11 +142,11 @@ func TestReplicatedStoreMirrorOpensAsTheNode(t *testing.T) {
 	key := bytes.Repeat([]byte{5}, 32)
 	lc := &loopCommitter{}
 	cfg := Config{Dir: t.TempDir(), MeshID: testMesh, NoSync: true, SyncInterval: -1, StorageKey: key, NoMarkFiles: true,
-		OpenStore: func(path string, opts bolt.Options) (*bolt.DB, error) {
+		OpenStore: func(path string, opts bolt.Options) (*bolt.DB, func(), error) {
 			opts.Committer = lc
 			db, err := bolt.Open(path, opts)
 			lc.db = db
-			return db, err
+			return db, nil, err
 		}}
 	n := openTestNode(t, cfg)
 	def := TableDef{Schema: "s", Table: "t", KeyColumns: []string{"id"}, Columns: []string{"v"}}
@@ -163,7 +170,10 @@ func TestReplicatedStoreMirrorOpensAsTheNode(t *testing.T) {
 		}
 	}
 	m := openTestNode(t, Config{Dir: filepath.Dir(mirror), MeshID: testMesh, NoSync: true, SyncInterval: -1, StorageKey: key, NoMarkFiles: true,
-		OpenStore: func(path string, opts bolt.Options) (*bolt.DB, error) { return bolt.Open(path, opts) }})
+		OpenStore: func(path string, opts bolt.Options) (*bolt.DB, func(), error) {
+			db, err := bolt.Open(path, opts)
+			return db, nil, err
+		}})
 	defer m.Close()
 	if st := m.RestoreStatus(); st.Suspected || st.DeliverySuspected {
 		t.Fatalf("the mirror looks restored: %+v", st)

@@ -152,9 +152,6 @@ type unit struct {
 	// activatedAt is when this activation began serving (after its epoch
 	// was persisted).
 	activatedAt time.Time
-	// detach ends the replication engine's hold of the node's store
-	// (replicated units; nil otherwise), after the node closed.
-	detach func()
 	// busy counts requests in progress and lastUsed is when the last one
 	// ended (Unix ns): Local's passivation of idle units.
 	busy     atomic.Int32
@@ -252,16 +249,13 @@ func (h *host) acquire(ctx context.Context, kind, identity string, gate func() e
 	if _, err := ownerOf(h.cfg.Root, kind, identity); err != nil {
 		u.err = err
 	} else {
-		u.node, u.detach, u.err = h.open(ctx, kind, identity)
+		u.node, u.err = h.open(ctx, kind, identity)
 	}
 	if u.err == nil {
 		// Deleted while it was being opened: do not serve (or leave
 		// behind) a unit that no longer exists.
 		if _, err := ownerOf(h.cfg.Root, kind, identity); err != nil {
 			_ = u.node.Close()
-			if u.detach != nil {
-				u.detach()
-			}
 			u.node, u.err = nil, err
 		}
 	}
@@ -273,9 +267,6 @@ func (h *host) acquire(ctx context.Context, kind, identity string, gate func() e
 		if u.err != nil {
 			_ = u.node.Close()
 			u.node = nil
-			if u.detach != nil {
-				u.detach()
-			}
 		}
 		u.activatedAt = time.Now()
 	}
@@ -294,7 +285,7 @@ func (h *host) acquire(ctx context.Context, kind, identity string, gate func() e
 	return u, nil
 }
 
-func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, func(), error) {
+func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, error) {
 	cfg := runtime.Config{
 		Dir:          unitDir(h.cfg.Root, kind, identity),
 		MeshID:       h.cfg.MeshID,
@@ -309,7 +300,7 @@ func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, 
 	if kind == KindDevice {
 		var err error
 		if addr, err = ParseDeviceIdentity(identity); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		cfg.Device = &runtime.DeviceConfig{}
 	}
@@ -327,7 +318,6 @@ func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, 
 	} else {
 		cfg.Device = nil
 	}
-	var detach func()
 	if h.repl != nil {
 		// A replicated unit: node.db is this member's replica, written
 		// only through the partition's log (a write is visible once a
@@ -336,33 +326,30 @@ func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, 
 		if len(cfg.StorageKey) == 0 {
 			key, err := h.unitStorageKey(ctx, kind, identity)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			cfg.StorageKey, cfg.PreviousStorageKeys = key, nil
 		}
 		path := unitPath(kind, identity)
 		cfg.NoMarkFiles = true
-		cfg.OpenStore = func(file string, opts bolt.Options) (*bolt.DB, error) {
-			db, d, err := h.repl.openStore(path, file, opts)
-			detach = d
-			return db, err
+		// The node detaches the store from the engine after its last
+		// write, before it closes it.
+		cfg.OpenStore = func(file string, opts bolt.Options) (*bolt.DB, func(), error) {
+			return h.repl.openStore(path, file, opts)
 		}
 	}
 	n, err := runtime.Open(ctx, cfg)
 	if err != nil {
-		if detach != nil {
-			detach()
-		}
 		err = h.replErr(err)
 		if errors.Is(err, runtime.ErrLocked) {
-			return nil, nil, fmt.Errorf("%w: %s %q still held by its previous host: %w", ErrUnavailable, kind, identity, err)
+			return nil, fmt.Errorf("%w: %s %q still held by its previous host: %w", ErrUnavailable, kind, identity, err)
 		}
 		if ctx.Err() != nil || errors.Is(err, ErrUnavailable) {
-			return nil, nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
-		return nil, nil, fmt.Errorf("hosting: open %s %q: %w", kind, identity, err)
+		return nil, fmt.Errorf("hosting: open %s %q: %w", kind, identity, err)
 	}
-	return n, detach, nil
+	return n, nil
 }
 
 // release closes the unit's node (releasing its bbolt lock) and forgets it.
@@ -380,9 +367,6 @@ func (h *host) release(u *unit) error {
 		return nil
 	}
 	err := u.node.Close()
-	if u.detach != nil {
-		u.detach()
-	}
 	h.log.Debug("hosting: deactivated", "kind", u.key.kind, "identity", u.key.identity, "member", h.member(), "err", err)
 	return err
 }

@@ -283,6 +283,18 @@ func TestReplicatedUnitServedByItsPartitionLeaderOnly(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	for {
+		f.mu.Lock()
+		attached := f.attached[path]
+		f.mu.Unlock()
+		if !attached {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the closed unit's store is still attached to the engine")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	close(c.done)
 	if err := gate(); !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("check after losing the lead: %v", err)
