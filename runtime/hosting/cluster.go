@@ -88,9 +88,10 @@ type ClusterConfig struct {
 	// take-over; see the package documentation). 2 or more: every unit
 	// belongs to a partition replicated by a consensus group (Raft) on
 	// that many members; a unit is served only by its partition's
-	// leader, and the identity lookup routes to it. Requires Lookup nil
-	// and not NoUnits. 3 survives the loss of any one member and its
-	// disk.
+	// leader, and the identity lookup routes to it. Requires Lookup nil.
+	// A router-only member (NoUnits) holds no replicas: the members it
+	// routes to pass its requests on to the partitions' leaders. 3
+	// survives the loss of any one member and its disk.
 	Replicas int
 	// Replication configures the replication traffic (Replicas ≥ 2): it
 	// uses the members' mutual TLS (TLS, ClientTLS) or, with Plaintext,
@@ -98,7 +99,10 @@ type ClusterConfig struct {
 	Replication ReplicationConfig
 }
 
-func (c *ClusterConfig) replicated() bool { return c.Replicas >= 2 }
+// replicated reports whether this member holds replicas (a router-only
+// member holds none: it routes through the members' activators, which
+// pass requests on to the partitions' leaders).
+func (c *ClusterConfig) replicated() bool { return c.Replicas >= 2 && !c.NoUnits }
 
 // Fencing is what a membership provider offers for self-fencing
 // (etcdmember.Provider implements it). A member serves nothing at or
@@ -188,7 +192,10 @@ type incarnation struct {
 	cl     *cluster.Cluster
 	self   string // address
 	fenced atomic.Bool
-	down   sync.Once // the protoactor member is shut down once (a second Shutdown panics)
+	// started: the member is registered and its id is the one replies
+	// carry (host.setMember); a replicated unit is not served before.
+	started atomic.Bool
+	down    sync.Once // the protoactor member is shut down once (a second Shutdown panics)
 
 	mu      sync.Mutex
 	rdv     *cluster.Rendezvous
@@ -218,8 +225,8 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Replicas < 0 || cfg.Replication.Partitions < 0 {
 		return nil, fmt.Errorf("%w: Replicas and Replication.Partitions must not be negative", ErrInvalidConfig)
 	}
-	if cfg.replicated() && (cfg.Lookup != nil || cfg.NoUnits) {
-		return nil, fmt.Errorf("%w: Replicas ≥ 2 places units on their partition's leader: no Lookup, not NoUnits", ErrInvalidConfig)
+	if cfg.Replicas >= 2 && cfg.Lookup != nil {
+		return nil, fmt.Errorf("%w: Replicas ≥ 2 places units on their partition's leader: no Lookup", ErrInvalidConfig)
 	}
 	if cfg.replicated() && openReplicaSet == nil {
 		return nil, fmt.Errorf("%w: replication is not available in this build", ErrInvalidConfig)
@@ -337,6 +344,7 @@ func (c *Cluster) start() (*incarnation, error) {
 	}
 	inc.self = inc.sys.Address()
 	c.h.setMember(inc.self, inc.sys.ID)
+	inc.started.Store(true)
 	if c.fencing != nil {
 		lost := c.fencing.Lost()
 		c.wg.Add(1)
@@ -455,6 +463,12 @@ func (inc *incarnation) check(kind, identity string) error {
 		// The partition's leader serves, once it applied everything
 		// committed before its term; the engine's term fences its writes
 		// and reads (serve).
+		if !inc.started.Load() {
+			// Requests may reach the grains while protoactor's member
+			// starts: its replies would carry the previous
+			// incarnation's id.
+			return fmt.Errorf("%w: %s is starting", ErrUnavailable, inc.c.h.member())
+		}
 		p := r.partitionOf(unitPath(kind, identity))
 		if !r.isLeader(p) || !inc.c.lead.serving(p) {
 			return fmt.Errorf("%w: %s %q: %s does not lead partition %d (or is not ready)", ErrNotOwner, kind, identity, inc.self, p)

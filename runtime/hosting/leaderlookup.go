@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 )
 
 // leaderLookup is the identity lookup of a replicated cluster: a unit is
@@ -20,8 +21,17 @@ type leaderLookup struct {
 	activator *actor.PID
 }
 
-// activatorName is the name of every member's activator actor.
-const activatorName = "unit-activator"
+// activatorName is the name of every member's activator actor: the
+// name of disthash's, so a router-only member (NoUnits, no engine, the
+// default lookup) reaches it on the member its hash picks, which
+// forwards the request to the partition's leader.
+const activatorName = disthash.PartitionActivatorActorName
+
+// forwarded marks an activation request an activator passed on to the
+// leader it knows: the next one spawns the grain whatever it knows (the
+// grain refuses if it does not lead), so two members that disagree for
+// a moment do not pass a request back and forth.
+const forwarded = "forwarded"
 
 var _ cluster.IdentityLookup = (*leaderLookup)(nil)
 
@@ -33,7 +43,7 @@ func (l *leaderLookup) Get(ci *cluster.ClusterIdentity) *actor.PID {
 	if owner == "" {
 		return nil
 	}
-	f := l.inc.sys.Root.RequestFuture(actor.NewPID(owner, activatorName), &cluster.ActivationRequest{ClusterIdentity: ci}, 5*time.Second)
+	f := l.inc.sys.Root.RequestFuture(actor.NewPID(owner, activatorName), &cluster.ActivationRequest{ClusterIdentity: ci, RequestId: forwarded}, 5*time.Second)
 	res, err := f.Result()
 	if err != nil {
 		return nil
@@ -52,7 +62,7 @@ func (l *leaderLookup) RemovePid(ci *cluster.ClusterIdentity, pid *actor.PID) {
 
 // Setup implements cluster.IdentityLookup: it starts the activator.
 func (l *leaderLookup) Setup(c *cluster.Cluster, _ []string, _ bool) {
-	props := actor.PropsFromProducer(func() actor.Actor { return &activator{cl: c, grains: map[string]activation{}} })
+	props := actor.PropsFromProducer(func() actor.Actor { return &activator{inc: l.inc, cl: c, grains: map[string]activation{}} })
 	l.activator, _ = c.ActorSystem.Root.SpawnNamed(props, activatorName)
 }
 
@@ -72,6 +82,7 @@ type activation struct {
 // and forgets them when they stop. A grain decides itself whether it may
 // serve (incarnation.check): the activator does not.
 type activator struct {
+	inc    *incarnation
 	cl     *cluster.Cluster
 	grains map[string]activation
 }
@@ -80,6 +91,16 @@ type activator struct {
 func (a *activator) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *cluster.ActivationRequest:
+		if m.RequestId != forwarded {
+			// From a router (or a member whose view lags): pass it on to
+			// the leader this member knows; the leader answers the
+			// sender.
+			if o := a.inc.owner(m.ClusterIdentity.Kind, m.ClusterIdentity.Identity); o != "" && o != a.inc.self {
+				ctx.RequestWithCustomSender(actor.NewPID(o, activatorName),
+					&cluster.ActivationRequest{ClusterIdentity: m.ClusterIdentity, RequestId: forwarded}, ctx.Sender())
+				return
+			}
+		}
 		key := m.ClusterIdentity.AsKey()
 		if g, ok := a.grains[key]; ok {
 			ctx.Respond(&cluster.ActivationResponse{Pid: g.pid})

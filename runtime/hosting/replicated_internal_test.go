@@ -175,6 +175,7 @@ func replicatedView(t *testing.T) (*incarnation, *fakeReplicas, string) {
 	c.h.repl = f
 	t.Cleanup(func() { _ = c.h.close() })
 	inc := &incarnation{c: c, self: "127.0.0.1:7001", changed: make(chan struct{})}
+	inc.started.Store(true)
 	inc.onTopology([]*cluster.Member{
 		{Id: "a@s1@127.0.0.1:9001", Host: "127.0.0.1", Port: 7001, Kinds: []string{KindGroup}},
 		{Id: "b@s2@127.0.0.1:9002", Host: "127.0.0.1", Port: 7002, Kinds: []string{KindGroup}},
