@@ -66,11 +66,11 @@ type faultCluster struct {
 	clients     int
 }
 
-func newFaultCluster(t *testing.T, members int) *faultCluster {
+func newFaultCluster(t *testing.T, members, replicas int) *faultCluster {
 	t.Helper()
 	endpoint := etcdtest.Start(t)
 	fc := &faultCluster{t: t, exe: buildEtcdCluster(t), proxy: faultproxy.New(), etcd: strings.TrimPrefix(endpoint, "http://"),
-		root: t.TempDir(), certs: t.TempDir(), replicas: faultReplicas(), byAddr: map[string]*faultNode{}}
+		root: t.TempDir(), certs: t.TempDir(), replicas: replicas, byAddr: map[string]*faultNode{}}
 	t.Cleanup(func() { _ = fc.proxy.Close() })
 	var names []string
 	for i := 0; i < members; i++ {
@@ -347,7 +347,22 @@ func TestClusterFaultsEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and 5 processes")
 	}
-	fc := newFaultCluster(t, 3)
+	runFaults(t, faultReplicas())
+}
+
+// TestClusterFaultsReplicatedEtcd is TestClusterFaultsEtcd with every
+// unit replicated on the three members (ClusterConfig.Replicas 3), each
+// member with a data directory of its own: the same checks, and the
+// disk-loss phase must lose nothing.
+func TestClusterFaultsReplicatedEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and 5 processes")
+	}
+	runFaults(t, 3)
+}
+
+func runFaults(t *testing.T, replicas int) {
+	fc := newFaultCluster(t, 3, replicas)
 	t.Logf("replicas %d, %d fault rounds", fc.replicas, faultRounds)
 
 	// Phase 1.
@@ -479,7 +494,7 @@ func TestClusterFaultsCatchPlantedBugEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and 5 processes")
 	}
-	fc := newFaultCluster(t, 3)
+	fc := newFaultCluster(t, 3, faultReplicas())
 	stale := fc.startClient("s", 2, 2, "SYNCMESH_FAILPOINT=stale-read")
 	early := fc.startClient("e", 2, 2, "SYNCMESH_FAILPOINT=ack-early")
 	time.Sleep(6 * time.Second)
