@@ -131,6 +131,12 @@ type Stats struct {
 	// RefusedConnections counts connections refused for a certificate
 	// that names no current member.
 	RefusedConnections uint64
+	// Snapshots counts the snapshots this member took, Restores the
+	// snapshots it installed (a replica rebuilt from another member).
+	Snapshots, Restores uint64
+	// ApplyErrors counts entries that failed to apply here (logged; the
+	// replica is behind until a snapshot replaces it).
+	ApplyErrors uint64
 }
 
 // Engine is one member's side of the replicated partitions.
@@ -157,6 +163,8 @@ type Engine struct {
 	done     chan struct{}
 	wg       sync.WaitGroup
 	refused  atomic.Uint64
+
+	snapshots, restores, applyErrors atomic.Uint64
 }
 
 type partition struct {
@@ -773,7 +781,8 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	parts := append([]*partition(nil), e.parts...)
 	e.mu.Unlock()
-	st := Stats{Partitions: len(parts), RefusedConnections: e.refused.Load()}
+	st := Stats{Partitions: len(parts), RefusedConnections: e.refused.Load(),
+		Snapshots: e.snapshots.Load(), Restores: e.restores.Load(), ApplyErrors: e.applyErrors.Load()}
 	for _, pt := range parts {
 		if pt == nil {
 			continue

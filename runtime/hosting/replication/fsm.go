@@ -195,6 +195,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		s.mu.Unlock()
 	}
 	if err != nil {
+		s.e.applyErrors.Add(1)
 		s.e.log.Error("replication: apply failed", "partition", s.p, "index", l.Index, "unit", en.unit, "err", err)
 		return fmt.Errorf("replication: apply entry %d: %w", l.Index, err)
 	}
@@ -226,6 +227,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		}
 		snap.units = append(snap.units, snapUnit{unit: u, dir: filepath.Join(stage, fmt.Sprint(i)), files: files})
 	}
+	s.e.snapshots.Add(1)
 	return snap, nil
 }
 
@@ -371,6 +373,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 			return err
 		}
 	}
+	s.e.restores.Add(1)
 	return os.Remove(marker)
 }
 
