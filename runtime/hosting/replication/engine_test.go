@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -69,7 +70,19 @@ func testConfig(t testing.TB, root, name, listen string) Config {
 		Partitions: 2, Listen: listen, TLS: srv, ClientTLS: cli, NoSync: true,
 		HeartbeatTimeout: 400 * time.Millisecond, ElectionTimeout: 400 * time.Millisecond, LeaderLeaseTimeout: 200 * time.Millisecond,
 		BootstrapWait: 800 * time.Millisecond,
+		Logger:        slog.New(slog.NewTextHandler(tlogWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
+}
+
+// tlogWriter sends an engine's log to the test log (shown on failure).
+type tlogWriter struct {
+	t    testing.TB
+	name string
+}
+
+func (w tlogWriter) Write(p []byte) (int, error) {
+	w.t.Log(w.name + ": " + strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 func newCluster(t *testing.T, tweak func(*Config), names ...string) *cluster {
@@ -249,18 +262,41 @@ func metaOf(t testing.TB, e *Engine, unit, key string) (string, bool) {
 	return "", false
 }
 
+// sameContent waits until the replicas of unit on es hold the same
+// content (followers apply what raft committed asynchronously).
 func sameContent(t testing.TB, unit string, es ...*Engine) {
 	t.Helper()
-	want := dumpUnit(t, es[0], unit)
-	if len(want) == 0 {
-		t.Fatalf("%s: no content on %s", unit, es[0].cfg.Member)
-	}
-	for _, e := range es[1:] {
-		got := dumpUnit(t, e, unit)
-		if strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Fatalf("%s on %s differs from %s: %d vs %d entries", unit, e.cfg.Member, es[0].cfg.Member, len(got), len(want))
+	var msg string
+	deadline := time.Now().Add(testWait)
+	for !func() bool {
+		want := dumpUnit(t, es[0], unit)
+		if len(want) == 0 {
+			msg = "no content on " + es[0].cfg.Member
+			return false
 		}
+		for _, e := range es[1:] {
+			got := dumpUnit(t, e, unit)
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				msg = fmt.Sprintf("%s on %s differs from %s: %d vs %d entries", unit, e.cfg.Member, es[0].cfg.Member, len(got), len(want))
+				return false
+			}
+		}
+		return true
+	}() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// hasMeta waits until e's replica of unit holds key.
+func hasMeta(t testing.TB, e *Engine, unit, key string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s holding %s", e.cfg.Member, key), func() bool {
+		_, ok := metaOf(t, e, unit, key)
+		return ok
+	})
 }
 
 const unitA = "tenant/dev-a"
@@ -316,9 +352,10 @@ func TestReplicatesWriteSetsToThreeReplicas(t *testing.T) {
 	}
 	c.caughtUp(p, l, "a", "b", "c")
 	for n, e := range c.engines {
-		if _, err := os.Stat(e.unitDir(other)); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("%s still has the removed unit: %v", n, err)
-		}
+		eventually(t, n+" removing "+other, func() bool {
+			_, err := os.Stat(e.unitDir(other))
+			return errors.Is(err, os.ErrNotExist)
+		})
 	}
 }
 
@@ -395,11 +432,9 @@ func TestDeposedLeaderCannotCommit(t *testing.T) {
 	c.engines[old].mux.setCut(false)
 	c.caughtUp(p, succ, "a", "b", "c")
 	for n, e := range c.engines {
+		hasMeta(t, e, unitA, "after")
 		if _, ok := metaOf(t, e, unitA, "deposed"); ok {
 			t.Fatalf("%s holds the deposed leader's write", n)
-		}
-		if _, ok := metaOf(t, e, unitA, "after"); !ok {
-			t.Fatalf("%s misses the successor's write", n)
 		}
 	}
 }
@@ -560,6 +595,7 @@ func TestSetMembersReplace(t *testing.T) {
 	}
 	nl := c.leader(p, "a", "b", "d")
 	c.caughtUp(p, nl, "d")
+	hasMeta(t, c.engines["d"], unitA, "k")
 	if v, ok := metaOf(t, c.engines["d"], unitA, "k"); !ok || v != "v" {
 		t.Fatalf("new member d: k=%q %v", v, ok)
 	}

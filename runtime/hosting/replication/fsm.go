@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 )
 
@@ -186,6 +187,14 @@ func (f *fsm) Apply(l *raft.Log) any {
 			var d *bolt.DB
 			if d, err = s.db(en.unit); err == nil {
 				err = d.ApplyWriteSet(l.Index, en.payload)
+			}
+			if errors.Is(err, persistence.ErrClosed) && s.attached[en.unit] == d {
+				// The serving DB was closed without its detach: the
+				// replica goes on through the engine's own handle.
+				delete(s.attached, en.unit)
+				if d, err = s.db(en.unit); err == nil {
+					err = d.ApplyWriteSet(l.Index, en.payload)
+				}
 			}
 		case kindFile:
 			err = s.writeFile(en.unit, en.name, en.payload)
