@@ -427,10 +427,6 @@ func (e *Engine) hasState(p int) bool {
 	return err == nil
 }
 
-// restoringMarker exists while Restore replaces a partition's files: a
-// member that crashed then restores the snapshot again at start.
-const restoringMarker = "restoring"
-
 func (e *Engine) startPartition(p int) error {
 	dir := e.partDir(p)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -461,15 +457,24 @@ func (e *Engine) startPartition(p int) error {
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
 	rc.Logger = e.hlog
-	// The replicas are durable by themselves and record the index they
-	// applied (bolt.DB.ApplyWriteSet): a restart replays only the log,
-	// unless a Restore was cut short.
-	_, err = os.Stat(filepath.Join(dir, restoringMarker))
-	rc.NoSnapshotRestoreOnStart = err != nil
 	existing, err := raft.HasExistingState(logs, logs, snaps)
 	if err != nil {
 		_ = logs.Close()
 		return fmt.Errorf("replication: partition %d: %w", p, err)
+	}
+	// The raft log is the durable record; the replicas are written
+	// without fsync. A start rebuilds them: raft restores the latest
+	// snapshot (Restore replaces the partition's files) and replays the
+	// log after it; with no snapshot the log still holds every entry
+	// from the first, so the files go and the replay rebuilds them.
+	if metas, err := snaps.List(); err != nil {
+		_ = logs.Close()
+		return fmt.Errorf("replication: partition %d snapshots: %w", p, err)
+	} else if len(metas) == 0 {
+		if err := e.stores[p].removeAll(); err != nil {
+			_ = logs.Close()
+			return fmt.Errorf("replication: partition %d: %w", p, err)
+		}
 	}
 	r, err := raft.NewRaft(rc, &fsm{s: e.stores[p]}, logs, logs, snaps, trans)
 	if err != nil {
