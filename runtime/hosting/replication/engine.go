@@ -29,6 +29,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
@@ -80,6 +81,9 @@ type Config struct {
 	Plaintext bool
 	// Logger receives the engine's and raft's notices; nil discards them.
 	Logger *slog.Logger
+	// Registerer receives the engine's Prometheus metrics
+	// (syncmesh_replication_*); nil registers none.
+	Registerer prometheus.Registerer
 
 	// HeartbeatTimeout, ElectionTimeout (default 1.5 s each) and
 	// LeaderLeaseTimeout (default 750 ms): raft's timers. The defaults
@@ -165,6 +169,7 @@ type Engine struct {
 	refused  atomic.Uint64
 
 	snapshots, restores, applyErrors atomic.Uint64
+	coll                             *collector
 }
 
 type partition struct {
@@ -223,6 +228,13 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		e.addr = ln.Addr().String()
 	}
 	e.mux = newMux(e, ln)
+	if cfg.Registerer != nil {
+		e.coll = newCollector(e)
+		if err := cfg.Registerer.Register(e.coll); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("replication: metrics: %w", err)
+		}
+	}
 	e.wg.Add(2)
 	go e.dispatchLeaders()
 	go e.reconcileLoop()
@@ -815,6 +827,9 @@ func (e *Engine) Close() error {
 	parts := e.parts
 	e.mu.Unlock()
 	close(e.done)
+	if e.coll != nil {
+		e.cfg.Registerer.Unregister(e.coll)
+	}
 	var errs []error
 	for _, pt := range parts {
 		if pt == nil {

@@ -17,6 +17,9 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 	"github.com/syncmesh/syncmesh/runtime/meshtls"
@@ -69,8 +72,8 @@ func testConfig(t testing.TB, root, name, listen string) Config {
 		Member: name, Dir: filepath.Join(root, name, "raft"), UnitsDir: filepath.Join(root, name, "units"),
 		Partitions: 2, Listen: listen, TLS: srv, ClientTLS: cli, NoSync: true,
 		HeartbeatTimeout: 400 * time.Millisecond, ElectionTimeout: 400 * time.Millisecond, LeaderLeaseTimeout: 200 * time.Millisecond,
-		BootstrapWait: 800 * time.Millisecond,
-		Logger:        slog.New(slog.NewTextHandler(tlogWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		BootstrapWait: 800 * time.Millisecond, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.NewTextHandler(tlogWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }
 
@@ -637,6 +640,9 @@ func TestRefusesNonMember(t *testing.T) {
 		t.Fatal("mallory's connection stayed open")
 	}
 	eventually(t, "the refusal counted", func() bool { return c.engines["a"].Stats().RefusedConnections > 0 })
+	if n := testutil.ToFloat64(newCollectorMetric(c.engines["a"], "refused")); n < 1 {
+		t.Fatalf("syncmesh_replication_refused_connections_total %v", n)
+	}
 }
 
 func FuzzDecodeEntry(f *testing.F) {
@@ -685,4 +691,27 @@ func FuzzReadSnapshot(f *testing.F) {
 			}
 		}
 	})
+}
+
+// newCollectorMetric is a collector of e exporting one of its metrics.
+func newCollectorMetric(e *Engine, which string) prometheus.Collector {
+	c := newCollector(e)
+	return onlyDesc{c, map[string]*prometheus.Desc{"refused": c.refused}[which]}
+}
+
+type onlyDesc struct {
+	c *collector
+	d *prometheus.Desc
+}
+
+func (o onlyDesc) Describe(ch chan<- *prometheus.Desc) { ch <- o.d }
+func (o onlyDesc) Collect(ch chan<- prometheus.Metric) {
+	all := make(chan prometheus.Metric, 16)
+	o.c.Collect(all)
+	close(all)
+	for m := range all {
+		if m.Desc() == o.d {
+			ch <- m
+		}
+	}
 }
