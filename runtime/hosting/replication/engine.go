@@ -488,7 +488,13 @@ func (e *Engine) startPartition(p int) error {
 			return fmt.Errorf("replication: partition %d: %w", p, err)
 		}
 	}
-	r, err := raft.NewRaft(rc, &fsm{s: e.stores[p]}, logs, logs, snaps, trans)
+	// The cache serves replication's reads of recent entries from memory.
+	cached, err := raft.NewLogCache(512, logs)
+	if err != nil {
+		_ = logs.Close()
+		return fmt.Errorf("replication: partition %d: %w", p, err)
+	}
+	r, err := raft.NewRaft(rc, &fsm{s: e.stores[p]}, cached, logs, snaps, trans)
 	if err != nil {
 		_ = trans.Close()
 		_ = logs.Close()

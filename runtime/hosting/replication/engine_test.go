@@ -386,6 +386,28 @@ func TestFollowerRefusesWithErrNotLeader(t *testing.T) {
 	}
 }
 
+// TestLeaderChangesReportLeadership: the leader's channel reports it
+// leads, a follower's who does.
+func TestLeaderChangesReportLeadership(t *testing.T) {
+	c := newCluster(t, nil, "a", "b", "c")
+	p := c.engines["a"].PartitionOf(unitA)
+	l := c.leader(p)
+	for n, e := range c.engines {
+		eventually(t, n+" reporting "+l+" as leader", func() bool {
+			for {
+				select {
+				case lc := <-e.LeaderChanges():
+					if lc.Partition == p && lc.Leader == l && lc.Self == (n == l) && lc.Term > 0 {
+						return true
+					}
+				default:
+					return false
+				}
+			}
+		})
+	}
+}
+
 // TestDeposedLeaderCannotCommit cuts the leader off: the others elect a
 // successor; the old leader's writes and read fence fail by term, and
 // after healing its copy holds only what the successor committed.
