@@ -25,6 +25,10 @@ var (
 	replParts   = flag.Int("replication-partitions", 16, "partitions (raft groups per member)")
 )
 
+// replTune adjusts the engines' configuration (the smoke test shortens
+// raft's timers); nil keeps the defaults.
+var replTune func(*replication.Config)
+
 // replicationReport compares a unit's commits replicated on three
 // members (R = 3: three engines in this process over loopback mutual
 // TLS, -replication-partitions partitions, fsync on) with the same commits on a plain bbolt
@@ -162,10 +166,14 @@ func newReplCluster(ctx context.Context, root string) (*replCluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		e, err := replication.Open(ctx, replication.Config{
+		cfg := replication.Config{
 			Member: name, Dir: filepath.Join(root, name, "raft"), UnitsDir: filepath.Join(root, name, "units"),
 			Partitions: *replParts, Listen: "127.0.0.1:0", TLS: meshtls.ServerConfig(nc.TLSCertificate(), ca.Pool()), ClientTLS: clientTLS(nc, ca),
-		})
+		}
+		if replTune != nil {
+			replTune(&cfg)
+		}
+		e, err := replication.Open(ctx, cfg)
 		if err != nil {
 			cl.close()
 			return nil, err
