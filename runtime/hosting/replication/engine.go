@@ -29,6 +29,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
@@ -80,6 +81,9 @@ type Config struct {
 	Plaintext bool
 	// Logger receives the engine's and raft's notices; nil discards them.
 	Logger *slog.Logger
+	// Registerer receives the engine's Prometheus metrics
+	// (syncmesh_replication_*); nil registers none.
+	Registerer prometheus.Registerer
 
 	// HeartbeatTimeout, ElectionTimeout (default 1.5 s each) and
 	// LeaderLeaseTimeout (default 750 ms): raft's timers. The defaults
@@ -131,6 +135,12 @@ type Stats struct {
 	// RefusedConnections counts connections refused for a certificate
 	// that names no current member.
 	RefusedConnections uint64
+	// Snapshots counts the snapshots this member took, Restores the
+	// snapshots it installed (a replica rebuilt from another member).
+	Snapshots, Restores uint64
+	// ApplyErrors counts entries that failed to apply here (logged; the
+	// replica is behind until a snapshot replaces it).
+	ApplyErrors uint64
 }
 
 // Engine is one member's side of the replicated partitions.
@@ -157,6 +167,9 @@ type Engine struct {
 	done     chan struct{}
 	wg       sync.WaitGroup
 	refused  atomic.Uint64
+
+	snapshots, restores, applyErrors atomic.Uint64
+	coll                             *collector
 }
 
 type partition struct {
@@ -215,6 +228,13 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		e.addr = ln.Addr().String()
 	}
 	e.mux = newMux(e, ln)
+	if cfg.Registerer != nil {
+		e.coll = newCollector(e)
+		if err := cfg.Registerer.Register(e.coll); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("replication: metrics: %w", err)
+		}
+	}
 	e.wg.Add(2)
 	go e.dispatchLeaders()
 	go e.reconcileLoop()
@@ -419,10 +439,6 @@ func (e *Engine) hasState(p int) bool {
 	return err == nil
 }
 
-// restoringMarker exists while Restore replaces a partition's files: a
-// member that crashed then restores the snapshot again at start.
-const restoringMarker = "restoring"
-
 func (e *Engine) startPartition(p int) error {
 	dir := e.partDir(p)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -453,17 +469,32 @@ func (e *Engine) startPartition(p int) error {
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
 	rc.Logger = e.hlog
-	// The replicas are durable by themselves and record the index they
-	// applied (bolt.DB.ApplyWriteSet): a restart replays only the log,
-	// unless a Restore was cut short.
-	_, err = os.Stat(filepath.Join(dir, restoringMarker))
-	rc.NoSnapshotRestoreOnStart = err != nil
 	existing, err := raft.HasExistingState(logs, logs, snaps)
 	if err != nil {
 		_ = logs.Close()
 		return fmt.Errorf("replication: partition %d: %w", p, err)
 	}
-	r, err := raft.NewRaft(rc, &fsm{s: e.stores[p]}, logs, logs, snaps, trans)
+	// The raft log is the durable record; the replicas are written
+	// without fsync. A start rebuilds them: raft restores the latest
+	// snapshot (Restore replaces the partition's files) and replays the
+	// log after it; with no snapshot the log still holds every entry
+	// from the first, so the files go and the replay rebuilds them.
+	if metas, err := snaps.List(); err != nil {
+		_ = logs.Close()
+		return fmt.Errorf("replication: partition %d snapshots: %w", p, err)
+	} else if len(metas) == 0 {
+		if err := e.stores[p].removeAll(); err != nil {
+			_ = logs.Close()
+			return fmt.Errorf("replication: partition %d: %w", p, err)
+		}
+	}
+	// The cache serves replication's reads of recent entries from memory.
+	cached, err := raft.NewLogCache(512, logs)
+	if err != nil {
+		_ = logs.Close()
+		return fmt.Errorf("replication: partition %d: %w", p, err)
+	}
+	r, err := raft.NewRaft(rc, &fsm{s: e.stores[p]}, cached, logs, snaps, trans)
 	if err != nil {
 		_ = trans.Close()
 		_ = logs.Close()
@@ -773,7 +804,8 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	parts := append([]*partition(nil), e.parts...)
 	e.mu.Unlock()
-	st := Stats{Partitions: len(parts), RefusedConnections: e.refused.Load()}
+	st := Stats{Partitions: len(parts), RefusedConnections: e.refused.Load(),
+		Snapshots: e.snapshots.Load(), Restores: e.restores.Load(), ApplyErrors: e.applyErrors.Load()}
 	for _, pt := range parts {
 		if pt == nil {
 			continue
@@ -801,6 +833,9 @@ func (e *Engine) Close() error {
 	parts := e.parts
 	e.mu.Unlock()
 	close(e.done)
+	if e.coll != nil {
+		e.cfg.Registerer.Unregister(e.coll)
+	}
 	var errs []error
 	for _, pt := range parts {
 		if pt == nil {

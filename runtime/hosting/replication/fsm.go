@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 )
 
@@ -108,7 +109,7 @@ func (s *store) db(unit string) (*bolt.DB, error) {
 			delete(s.own, u)
 		}
 	}
-	d, err := bolt.Open(filepath.Join(s.e.unitDir(unit), dbName), bolt.Options{NoSync: s.e.cfg.NoSync, Timeout: s.e.cfg.ElectionTimeout, Logger: s.e.log})
+	d, err := bolt.Open(filepath.Join(s.e.unitDir(unit), dbName), bolt.Options{NoSync: true, Timeout: s.e.cfg.ElectionTimeout, Logger: s.e.log})
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func (s *store) writeFile(unit, name string, data []byte) error {
 	if err := s.ensureUnit(unit); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(s.e.unitDir(unit), name), data, !s.e.cfg.NoSync)
+	return writeAtomic(filepath.Join(s.e.unitDir(unit), name), data, false)
 }
 
 func writeAtomic(path string, data []byte, sync bool) error {
@@ -187,6 +188,14 @@ func (f *fsm) Apply(l *raft.Log) any {
 			if d, err = s.db(en.unit); err == nil {
 				err = d.ApplyWriteSet(l.Index, en.payload)
 			}
+			if errors.Is(err, persistence.ErrClosed) && s.attached[en.unit] == d {
+				// The serving DB was closed without its detach: the
+				// replica goes on through the engine's own handle.
+				delete(s.attached, en.unit)
+				if d, err = s.db(en.unit); err == nil {
+					err = d.ApplyWriteSet(l.Index, en.payload)
+				}
+			}
 		case kindFile:
 			err = s.writeFile(en.unit, en.name, en.payload)
 		case kindRemove:
@@ -195,6 +204,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		s.mu.Unlock()
 	}
 	if err != nil {
+		s.e.applyErrors.Add(1)
 		s.e.log.Error("replication: apply failed", "partition", s.p, "index", l.Index, "unit", en.unit, "err", err)
 		return fmt.Errorf("replication: apply entry %d: %w", l.Index, err)
 	}
@@ -226,6 +236,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		}
 		snap.units = append(snap.units, snapUnit{unit: u, dir: filepath.Join(stage, fmt.Sprint(i)), files: files})
 	}
+	s.e.snapshots.Add(1)
 	return snap, nil
 }
 
@@ -333,8 +344,8 @@ func (sn *fsmSnapshot) Release() { _ = os.RemoveAll(sn.dir) }
 var ErrBadSnapshot = errors.New("replication: bad snapshot")
 
 // Restore replaces the partition's unit replicas with a snapshot's: the
-// stream is staged first, then swapped in under a marker that makes a
-// member that crashed mid-way restore again at start.
+// stream is staged first, then swapped in. A member that crashes mid-way
+// restores the snapshot again at its next start.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	s := f.s
@@ -354,14 +365,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 			return fmt.Errorf("replication: restore: unit %s is open for serving", u)
 		}
 	}
-	marker := filepath.Join(s.e.partDir(s.p), restoringMarker)
-	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+	if err := s.removeAllLocked(); err != nil {
 		return err
-	}
-	for u := range s.units {
-		if err := s.remove(u); err != nil {
-			return err
-		}
 	}
 	for _, sf := range files {
 		if err := s.ensureUnit(sf.unit); err != nil {
@@ -371,7 +376,24 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 			return err
 		}
 	}
-	return os.Remove(marker)
+	s.e.restores.Add(1)
+	return nil
+}
+
+// removeAll deletes every unit replica of the partition.
+func (s *store) removeAll() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.removeAllLocked()
+}
+
+func (s *store) removeAllLocked() error {
+	for u := range s.units {
+		if err := s.remove(u); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type stagedFile struct{ unit, name, staged string }
@@ -435,8 +457,11 @@ func readSnapshot(r *bufio.Reader, stage string) ([]stagedFile, error) {
 }
 
 // OpenUnit opens a unit's node.db for serving on the partition's leader:
-// the engine releases its own handle of the file, opens it with opts and
-// the unit's Committer, and attaches it (applies go through it). detach
+// the engine releases its own handle of the file, opens it with opts, the
+// unit's Committer and NoSync (the raft log is the durable record; a
+// restart rebuilds the replicas from the snapshot and the log), and
+// attaches it (applies go through it). Call Barrier first: the copy then
+// holds everything committed before. detach
 // ends the attachment; the caller closes the DB after detach.
 func (e *Engine) OpenUnit(unitPath string, opts bolt.Options) (db *bolt.DB, detach func(), err error) {
 	if err := checkUnitPath(unitPath); err != nil {
@@ -453,6 +478,7 @@ func (e *Engine) OpenUnit(unitPath string, opts bolt.Options) (db *bolt.DB, deta
 		return nil, nil, err
 	}
 	opts.Committer = e.Committer(unitPath)
+	opts.NoSync = true // the raft log is the durable record (startPartition)
 	d, err := bolt.Open(filepath.Join(e.unitDir(unitPath), dbName), opts)
 	if err != nil {
 		return nil, nil, err
