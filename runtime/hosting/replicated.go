@@ -255,7 +255,7 @@ func (c *Cluster) barrier(done <-chan struct{}, p int, term uint64) {
 	}
 }
 
-// syncMembers hands the engine the replicated membership of the latest
+// memberSync hands the engine the replicated membership of the latest
 // view, one call at a time (the latest view wins).
 type memberSync struct {
 	mu      sync.Mutex
@@ -272,9 +272,17 @@ func (c *Cluster) setPeers(peers []replicaPeer) {
 		s.mu.Unlock()
 		return
 	}
+	// Counted in wg only while Close has not begun waiting for it.
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		s.mu.Unlock()
+		return
+	}
 	s.running = true
-	s.mu.Unlock()
 	c.wg.Add(1)
+	c.mu.Unlock()
+	s.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
 		for {
