@@ -222,8 +222,8 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Replicas < 0 || cfg.Replication.Partitions < 0 {
-		return nil, fmt.Errorf("%w: Replicas and Replication.Partitions must not be negative", ErrInvalidConfig)
+	if cfg.Replicas < 0 || cfg.Replication.Partitions < 0 || cfg.Replication.ElectionTimeout < 0 {
+		return nil, fmt.Errorf("%w: Replicas and Replication's Partitions and ElectionTimeout must not be negative", ErrInvalidConfig)
 	}
 	if cfg.Replicas >= 2 && cfg.Lookup != nil {
 		return nil, fmt.Errorf("%w: Replicas ≥ 2 places units on their partition's leader: no Lookup", ErrInvalidConfig)

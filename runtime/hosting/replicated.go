@@ -33,6 +33,12 @@ type ReplicationConfig struct {
 	// (every unit belongs to one by the hash of its path). It must be the
 	// same on every member and never change. Zero: 16.
 	Partitions int
+	// ElectionTimeout bounds how long the followers of a partition wait
+	// for its leader before electing another (and the heartbeat timeout
+	// too): most of a take-over after a member's loss. Shorter on a fast,
+	// quiet network; too short for the machines' load and leaders are
+	// deposed needlessly. Zero: the engine's default (1.5 s).
+	ElectionTimeout time.Duration
 }
 
 // unitPath is a unit's path in the replicated files: its directory

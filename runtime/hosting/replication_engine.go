@@ -38,6 +38,10 @@ func init() {
 			Plaintext:  c.Plaintext,
 			Logger:     c.Logger,
 			NoSync:     c.NoSync,
+
+			HeartbeatTimeout:   rc.ElectionTimeout,
+			ElectionTimeout:    rc.ElectionTimeout,
+			LeaderLeaseTimeout: rc.ElectionTimeout / 2,
 		})
 		if err != nil {
 			return nil, err

@@ -72,6 +72,7 @@ type opts struct {
 	finalTimeout     time.Duration
 	// Replication traffic: where it listens and the proxy route to it.
 	raftListen, raftAdvertise string
+	raftElection              time.Duration
 }
 
 func main() {
@@ -97,6 +98,7 @@ func main() {
 	flag.IntVar(&o.replicas, "replicas", replicasFromEnv(), "replication factor of the units (SYNCMESH_REPLICAS; 0 or 1: one copy, today's hosting)")
 	flag.StringVar(&o.raftListen, "raft-listen", "", "replication listener (host:port; empty: any loopback port)")
 	flag.StringVar(&o.raftAdvertise, "raft-advertise", "", "replication address other members dial (the fault proxy's route)")
+	flag.DurationVar(&o.raftElection, "raft-election", 0, "replication election timeout (0: the engine's default)")
 	flag.IntVar(&o.client, "client", 0, "history: this client's number")
 	flag.DurationVar(&o.finalTimeout, "final-timeout", 10*time.Minute, "history: how long the final reads may take")
 	flag.Parse()
@@ -181,7 +183,7 @@ func open(o opts, noUnits bool) (*hosting.Cluster, *etcdmember.Provider, error) 
 		cc.RemoteOptions = append(cc.RemoteOptions, dialFrom(o.src, cc.ClientTLS))
 	}
 	cc.Replicas = o.replicas
-	cc.Replication = hosting.ReplicationConfig{Listen: o.raftListen, Advertise: o.raftAdvertise}
+	cc.Replication = hosting.ReplicationConfig{Listen: o.raftListen, Advertise: o.raftAdvertise, ElectionTimeout: o.raftElection}
 	cc.OnMembership = func(m hosting.MembershipChange) {
 		ev := Event{Ev: "joined", Member: m.Member, ID: m.ID, At: time.Now().UnixNano()}
 		switch {
