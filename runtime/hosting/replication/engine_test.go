@@ -480,6 +480,57 @@ func TestLeaderChangesReportLeadership(t *testing.T) {
 	}
 }
 
+// TestStaleWriteSetRefusedEverywhere: a write set computed before the
+// unit's previous entry was applied is refused on every replica
+// (bolt.ErrStaleWriteSet back to the proposer), and the replicas stay
+// equal.
+func TestStaleWriteSetRefusedEverywhere(t *testing.T) {
+	c := newCluster(t, nil, "a", "b", "c")
+	w := c.writer(unitA)
+	w.put("k0", "v")
+	// Capture two write sets on a scratch copy without committing either:
+	// both read the same state.
+	var sets [][]byte
+	hold := holdCommitter(func(ws []byte) { sets = append(sets, ws) })
+	scratch, err := bolt.Open(filepath.Join(t.TempDir(), "scratch.db"), bolt.Options{NoSync: true, Committer: hold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer scratch.Close()
+	for _, k := range []string{"x", "y"} {
+		_ = putMeta(context.Background(), scratch, k, "1")
+	}
+	db, err := w.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := db.AppliedIndex()
+	if err != nil || applied == 0 {
+		t.Fatalf("applied index %d %v", applied, err)
+	}
+	// Those sets read index 0; the unit is past it: stale.
+	err = w.engine().Committer(unitA).Commit(context.Background(), sets[0])
+	if !errors.Is(err, bolt.ErrStaleWriteSet) {
+		t.Fatalf("stale set: %v, want bolt.ErrStaleWriteSet", err)
+	}
+	w.put("k1", "v")
+	l := c.leader(w.p)
+	c.caughtUp(w.p, l, "a", "b", "c")
+	sameContent(t, unitA, c.engines["a"], c.engines["b"], c.engines["c"])
+	for _, e := range c.engines {
+		if n := e.Stats().ApplyErrors; n != 0 {
+			t.Fatalf("%s counts %d apply errors for a refused stale set", e.cfg.Member, n)
+		}
+	}
+}
+
+type holdCommitter func([]byte)
+
+func (h holdCommitter) Commit(_ context.Context, ws []byte) error {
+	h(ws)
+	return errors.New("held")
+}
+
 // TestDeposedLeaderCannotCommit cuts the leader off: the others elect a
 // successor; the old leader's writes and read fence fail by term, and
 // after healing its copy holds only what the successor committed.
