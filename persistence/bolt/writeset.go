@@ -20,9 +20,15 @@ import (
 //
 // Encoding (version 1):
 //
-//	"SMW1" | op* | CRC-32C(everything before, 4 bytes big-endian)
+//	"SMW1" | base(8, big-endian) | op* | CRC-32C(everything before, 4 bytes big-endian)
 //	op = kind(1) | depth(uvarint) | depth × (len(uvarint) | name) |
 //	     len(uvarint) | key | [put only: len(uvarint) | value]
+//
+// base is the file's applied index (ApplyWriteSet) the transaction read:
+// the write set applies only to a file still at that index, so a write
+// computed on a copy that had not applied everything before it (a leader
+// that had not caught up) is refused the same way on every replica
+// (ErrStaleWriteSet) instead of applying over a newer state.
 //
 // kind 1 puts key=value into the bucket at the path, 2 deletes key from
 // it, 3 creates bucket key under the path (the root for depth 0) unless it
@@ -58,6 +64,11 @@ var (
 	// decode, or whose operations do not apply to the file (a bucket it
 	// writes to is missing). Nothing of it is applied.
 	ErrBadWriteSet = errors.New("bolt: bad write set")
+	// ErrStaleWriteSet is returned (wrapped) by ApplyWriteSet, and so by
+	// a committed Update, for a write set whose transaction read an older
+	// state of the file than the one it would apply to: nothing of it is
+	// applied. The writer retries on the current state.
+	ErrStaleWriteSet = errors.New("bolt: write set computed on a stale state")
 	// ErrWriteSetTooLarge is returned (wrapped, with persistence.ErrLimit)
 	// by an Update whose writes exceed MaxWriteSetSize; nothing is
 	// written.
@@ -87,7 +98,12 @@ type recorder struct {
 	err error
 }
 
-func newRecorder() *recorder { return &recorder{buf: append(make([]byte, 0, 4096), writeSetMagic...)} }
+func newRecorder() *recorder {
+	return &recorder{buf: append(append(make([]byte, 0, 4096), writeSetMagic...), make([]byte, 8)...)}
+}
+
+// headerLen is the magic and the base index.
+const headerLen = 4 + 8
 
 func (r *recorder) op(kind byte, path [][]byte, key, value []byte) {
 	if r == nil || r.err != nil {
@@ -116,14 +132,16 @@ func (r *recorder) op(kind byte, path [][]byte, key, value []byte) {
 	}
 }
 
-// finish returns the encoded write set, nil when nothing was written.
-func (r *recorder) finish() ([]byte, error) {
+// finish returns the encoded write set over base, nil when nothing was
+// written.
+func (r *recorder) finish(base uint64) ([]byte, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
 	if r.ops == 0 {
 		return nil, nil
 	}
+	binary.BigEndian.PutUint64(r.buf[len(writeSetMagic):headerLen], base)
 	return binary.BigEndian.AppendUint32(r.buf, crc32.Checksum(r.buf, castagnoli)), nil
 }
 
@@ -138,21 +156,22 @@ func badWS(format string, args ...any) error {
 	return fmt.Errorf("bolt: write set: "+format+": %w", append(args, ErrBadWriteSet)...)
 }
 
-// decodeWriteSet calls fn for each operation of ws in order, after
-// checking the whole encoding (magic, limits, checksum) first.
-func decodeWriteSet(ws []byte, fn func(op wsOp) error) error {
+// decodeWriteSet checks the whole encoding (magic, limits, checksum) and
+// returns the base index and the operations in order.
+func decodeWriteSet(ws []byte) (uint64, []wsOp, error) {
 	if len(ws) > MaxWriteSetSize {
-		return fmt.Errorf("bolt: write set of %d bytes over %d: %w: %w", len(ws), MaxWriteSetSize, ErrBadWriteSet, persistence.ErrLimit)
+		return 0, nil, fmt.Errorf("bolt: write set of %d bytes over %d: %w: %w", len(ws), MaxWriteSetSize, ErrBadWriteSet, persistence.ErrLimit)
 	}
-	if len(ws) < len(writeSetMagic)+4 || string(ws[:len(writeSetMagic)]) != string(writeSetMagic) {
-		return badWS("no header")
+	if len(ws) < headerLen+4 || string(ws[:len(writeSetMagic)]) != string(writeSetMagic) {
+		return 0, nil, badWS("no header")
 	}
 	body := ws[:len(ws)-4]
 	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(ws[len(ws)-4:]) {
-		return badWS("checksum mismatch")
+		return 0, nil, badWS("checksum mismatch")
 	}
+	base := binary.BigEndian.Uint64(body[len(writeSetMagic):headerLen])
 	var ops []wsOp
-	rest := body[len(writeSetMagic):]
+	rest := body[headerLen:]
 	field := func(what string, min, max int) ([]byte, error) {
 		n, w := binary.Uvarint(rest)
 		if w <= 0 {
@@ -170,80 +189,90 @@ func decodeWriteSet(ws []byte, fn func(op wsOp) error) error {
 		op := wsOp{kind: rest[0]}
 		rest = rest[1:]
 		if op.kind < opPut || op.kind > opDeleteBucket {
-			return badWS("operation kind %d", op.kind)
+			return 0, nil, badWS("operation kind %d", op.kind)
 		}
 		depth, w := binary.Uvarint(rest)
 		if w <= 0 || depth > MaxWriteSetDepth {
-			return badWS("bucket path depth")
+			return 0, nil, badWS("bucket path depth")
 		}
 		rest = rest[w:]
 		if depth == 0 && (op.kind == opPut || op.kind == opDelete) {
-			return badWS("key outside a bucket")
+			return 0, nil, badWS("key outside a bucket")
 		}
 		for range depth {
 			p, err := field("bucket name", 1, bbolt.MaxKeySize)
 			if err != nil {
-				return err
+				return 0, nil, err
 			}
 			op.path = append(op.path, p)
 		}
 		var err error
 		if op.key, err = field("key", 1, bbolt.MaxKeySize); err != nil {
-			return err
+			return 0, nil, err
 		}
 		if op.kind == opPut {
 			if op.value, err = field("value", 0, MaxWriteSetSize); err != nil {
-				return err
+				return 0, nil, err
 			}
 		}
 		ops = append(ops, op)
 	}
+	return base, ops, nil
+}
+
+// applyOps applies a write set's operations inside tx, to a file whose
+// applied index is cur.
+func applyOps(tx *bbolt.Tx, ws []byte, cur uint64) error {
+	base, ops, err := decodeWriteSet(ws)
+	if err != nil {
+		return err
+	}
+	if base != cur {
+		return fmt.Errorf("bolt: write set read index %d, the file is at %d: %w", base, cur, ErrStaleWriteSet)
+	}
 	for _, op := range ops {
-		if err := fn(op); err != nil {
+		if err := applyOp(tx, op); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// applyOps applies a write set's operations inside tx.
-func applyOps(tx *bbolt.Tx, ws []byte) error {
-	return decodeWriteSet(ws, func(op wsOp) error {
-		var b *bbolt.Bucket
-		for i, p := range op.path {
-			if i == 0 {
-				b = tx.Bucket(p)
-			} else {
-				b = b.Bucket(p)
-			}
-			if b == nil {
-				return badWS("bucket %q missing", p)
-			}
+func applyOp(tx *bbolt.Tx, op wsOp) error {
+	var b *bbolt.Bucket
+	for i, p := range op.path {
+		if i == 0 {
+			b = tx.Bucket(p)
+		} else {
+			b = b.Bucket(p)
 		}
-		var err error
-		switch op.kind {
-		case opPut:
-			err = b.Put(op.key, op.value)
-		case opDelete:
-			err = b.Delete(op.key)
-		case opCreateBucket:
-			if b == nil {
-				_, err = tx.CreateBucketIfNotExists(op.key)
-			} else {
-				_, err = b.CreateBucketIfNotExists(op.key)
-			}
-		case opDeleteBucket:
-			if b == nil {
-				err = tx.DeleteBucket(op.key)
-			} else {
-				err = b.DeleteBucket(op.key)
-			}
+		if b == nil {
+			return badWS("bucket %q missing", p)
 		}
-		if err != nil {
-			return badWS("%v", err)
+	}
+	var err error
+	switch op.kind {
+	case opPut:
+		err = b.Put(op.key, op.value)
+	case opDelete:
+		err = b.Delete(op.key)
+	case opCreateBucket:
+		if b == nil {
+			_, err = tx.CreateBucketIfNotExists(op.key)
+		} else {
+			_, err = b.CreateBucketIfNotExists(op.key)
 		}
-		return nil
-	})
+	case opDeleteBucket:
+		if b == nil {
+			err = tx.DeleteBucket(op.key)
+		} else {
+			err = b.DeleteBucket(op.key)
+		}
+	}
+	if err != nil {
+		return badWS("%v", err)
+	}
+	return nil
 }
 
 // ApplyWriteSet applies the write set ws (nil: none, only the index is
@@ -263,13 +292,15 @@ func (d *DB) ApplyWriteSet(index uint64, ws []byte) error {
 		if err != nil {
 			return err
 		}
-		if cur, err := appliedIndex(m); err != nil {
+		cur, err := appliedIndex(m)
+		if err != nil {
 			return err
-		} else if index <= cur {
+		}
+		if index <= cur {
 			return nil
 		}
 		if ws != nil {
-			if err := applyOps(tx, ws); err != nil {
+			if err := applyOps(tx, ws, cur); err != nil {
 				return err
 			}
 		}
@@ -354,14 +385,23 @@ func (d *DB) update(ctx context.Context, fn func(tx *wtx) error) error {
 	if err != nil {
 		return err
 	}
+	var base uint64
 	err = func() error {
 		defer func() { _ = tx.Rollback() }()
-		return fn(&wtx{Tx: tx, rec: rec})
+		if err := fn(&wtx{Tx: tx, rec: rec}); err != nil {
+			return err
+		}
+		if m := tx.Bucket(bucketMeta); m != nil {
+			var err error
+			base, err = appliedIndex(m)
+			return err
+		}
+		return nil
 	}()
 	if err != nil {
 		return err
 	}
-	ws, err := rec.finish()
+	ws, err := rec.finish(base)
 	if err != nil || ws == nil {
 		return err
 	}

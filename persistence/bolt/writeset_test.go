@@ -183,7 +183,7 @@ func TestApplyWriteSetRefusesBadInput(t *testing.T) {
 	defer db.Close()
 	good := encodeOps(t, wsOp{kind: opPut, path: [][]byte{bucketSyncMeta}, key: []byte("a"), value: []byte("1")})
 	flipped := bytes.Clone(good)
-	flipped[6] ^= 1
+	flipped[14] ^= 1
 	missing := encodeOps(t,
 		wsOp{kind: opPut, path: [][]byte{bucketSyncMeta}, key: []byte("b"), value: []byte("2")},
 		wsOp{kind: opPut, path: [][]byte{[]byte("nope")}, key: []byte("a"), value: []byte("1")})
@@ -196,6 +196,44 @@ func TestApplyWriteSetRefusesBadInput(t *testing.T) {
 		t.Fatalf("index moved to %d by refused sets", idx)
 	}
 	if err := db.ApplyWriteSet(1, good); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ApplyWriteSet(2, good); !errors.Is(err, ErrStaleWriteSet) {
+		t.Fatalf("a set read at index 0 applied at 1: %v, want ErrStaleWriteSet", err)
+	}
+}
+
+// TestStaleWriteSetRefused: a write set captured before another one was
+// applied to the same file is refused (ErrStaleWriteSet), on the file and
+// its mirror alike, and the Update that produced it reports it.
+func TestStaleWriteSetRefused(t *testing.T) {
+	dir := t.TempDir()
+	var held [][]byte
+	hold := committerFunc(func(_ context.Context, ws []byte) error { held = append(held, ws); return errors.New("held") })
+	db := mustOpen(t, filepath.Join(dir, "n.db"), Options{NoSync: true, Committer: hold})
+	defer db.Close()
+	for _, k := range []string{"a", "b"} {
+		_ = db.Sync().Update(ctx, func(tx persistence.SyncTx) error { return tx.PutMeta(k, []byte(k)) })
+	}
+	if len(held) != 2 {
+		t.Fatalf("%d write sets captured, want 2", len(held))
+	}
+	// Both read index 0: the first applies, the second is stale.
+	if err := db.ApplyWriteSet(1, held[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ApplyWriteSet(2, held[1]); !errors.Is(err, ErrStaleWriteSet) {
+		t.Fatalf("second write set: %v, want ErrStaleWriteSet", err)
+	}
+	if idx, _ := db.AppliedIndex(); idx != 1 {
+		t.Fatalf("applied index %d after a stale set, want 1", idx)
+	}
+	if err := db.Sync().View(ctx, func(tx persistence.SyncReader) error {
+		if _, ok, _ := tx.Meta("b"); ok {
+			return errors.New("the stale write is visible")
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -219,13 +257,15 @@ func TestWriteSetTooLarge(t *testing.T) {
 	}
 }
 
-// encodeOps encodes ops as the recorder does.
-func encodeOps(t testing.TB, ops ...wsOp) []byte {
+// encodeOps encodes ops over base 0 as the recorder does.
+func encodeOps(t testing.TB, ops ...wsOp) []byte { return encodeOpsAt(t, 0, ops...) }
+
+func encodeOpsAt(t testing.TB, base uint64, ops ...wsOp) []byte {
 	r := newRecorder()
 	for _, op := range ops {
 		r.op(op.kind, op.path, op.key, op.value)
 	}
-	ws, err := r.finish()
+	ws, err := r.finish(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,11 +280,10 @@ func FuzzDecodeWriteSet(f *testing.F) {
 		wsOp{kind: opPut, path: [][]byte{[]byte("b"), []byte("c")}, key: []byte("k"), value: []byte("v")},
 		wsOp{kind: opDelete, path: [][]byte{[]byte("b")}, key: []byte("k")},
 		wsOp{kind: opDeleteBucket, key: []byte("b")}))
-	f.Add([]byte("SMW1\x00\x00\x00\x00"))
+	f.Add([]byte("SMW1\x00\x00\x00\x00\x00\x00\x00\x07\x00\x00\x00\x00"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, ws []byte) {
-		var ops []wsOp
-		err := decodeWriteSet(ws, func(op wsOp) error { ops = append(ops, op); return nil })
+		base, ops, err := decodeWriteSet(ws)
 		if err != nil {
 			if !errors.Is(err, ErrBadWriteSet) {
 				t.Fatalf("error %v is not ErrBadWriteSet", err)
@@ -254,7 +293,7 @@ func FuzzDecodeWriteSet(f *testing.F) {
 		if len(ops) == 0 {
 			return
 		}
-		if again := encodeOps(t, ops...); !bytes.Equal(again, ws) {
+		if again := encodeOpsAt(t, base, ops...); !bytes.Equal(again, ws) {
 			t.Fatalf("re-encoded %x, decoded from %x", again, ws)
 		}
 	})

@@ -71,8 +71,8 @@ func testConfig(t testing.TB, root, name, listen string) Config {
 	return Config{
 		Member: name, Dir: filepath.Join(root, name, "raft"), UnitsDir: filepath.Join(root, name, "units"),
 		Partitions: 2, Listen: listen, TLS: srv, ClientTLS: cli, NoSync: true,
-		HeartbeatTimeout: 400 * time.Millisecond, ElectionTimeout: 400 * time.Millisecond, LeaderLeaseTimeout: 200 * time.Millisecond,
-		BootstrapWait: 800 * time.Millisecond, Registerer: prometheus.NewRegistry(),
+		HeartbeatTimeout: 800 * time.Millisecond, ElectionTimeout: 800 * time.Millisecond, LeaderLeaseTimeout: 400 * time.Millisecond,
+		BootstrapWait: 1200 * time.Millisecond, Registerer: prometheus.NewRegistry(),
 		Logger: slog.New(slog.NewTextHandler(tlogWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }
@@ -302,42 +302,117 @@ func hasMeta(t testing.TB, e *Engine, unit, key string) {
 	})
 }
 
+// unitWriter writes a unit through whichever member leads its partition:
+// on a loaded machine leadership may move even without faults, so a
+// write refused with ErrNotLeader (or of unknown outcome) is retried on
+// the current leader after its Barrier. Writes are idempotent puts.
+type unitWriter struct {
+	c      *cluster
+	unit   string
+	p      int
+	mu     sync.Mutex
+	leader string
+	db     *bolt.DB
+	detach func()
+}
+
+func (c *cluster) writer(unit string) *unitWriter {
+	w := &unitWriter{c: c, unit: unit, p: c.engines[c.members[0]].PartitionOf(unit)}
+	c.t.Cleanup(w.close)
+	return w
+}
+
+// current returns the open DB on the leader, opening it if needed.
+func (w *unitWriter) current() (*bolt.DB, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.db != nil {
+		return w.db, nil
+	}
+	l := w.c.leader(w.p)
+	e := w.c.engines[l]
+	if err := e.Barrier(context.Background(), w.p); err != nil {
+		return nil, err
+	}
+	db, detach, err := e.OpenUnit(w.unit, bolt.Options{NoSync: true})
+	if err != nil {
+		return nil, err
+	}
+	w.leader, w.db, w.detach = l, db, detach
+	return db, nil
+}
+
+func (w *unitWriter) drop(db *bolt.DB) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.db == db && db != nil {
+		w.detach()
+		_ = db.Close()
+		w.db = nil
+	}
+}
+
+func (w *unitWriter) close() { w.drop(w.db) }
+
+func (w *unitWriter) put(k, v string) {
+	w.c.t.Helper()
+	deadline := time.Now().Add(testWait)
+	for {
+		db, err := w.current()
+		if err == nil {
+			if err = putMeta(context.Background(), db, k, v); err == nil {
+				return
+			}
+		}
+		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrUnknownOutcome) && !errors.Is(err, persistence.ErrClosed) {
+			w.c.t.Fatalf("put %s: %v", k, err)
+		}
+		if time.Now().After(deadline) {
+			w.c.t.Fatalf("put %s: no stable leader: %v", k, err)
+		}
+		w.drop(db)
+	}
+}
+
+// engine returns the engine the writer last wrote through.
+func (w *unitWriter) engine() *Engine {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.c.engines[w.leader]
+}
+
 const unitA = "tenant/dev-a"
 
 func TestReplicatesWriteSetsToThreeReplicas(t *testing.T) {
 	c := newCluster(t, nil, "a", "b", "c")
 	ctx := context.Background()
-	p := c.engines["a"].PartitionOf(unitA)
-	l := c.leader(p)
-	db, detach, err := c.engines[l].OpenUnit(unitA, bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	defer detach()
+	w := c.writer(unitA)
+	p := w.p
 	var wg sync.WaitGroup
-	errs := make(chan error, 40)
 	for i := range 40 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- putMeta(ctx, db, fmt.Sprint("k", i), fmt.Sprint("v", i))
+			w.put(fmt.Sprint("k", i), fmt.Sprint("v", i))
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+	l := c.leader(p)
+	retry := func(what string, fn func(e *Engine) error) {
+		eventually(t, what, func() bool {
+			err := fn(c.engines[c.leader(p)])
+			if err != nil && !errors.Is(err, ErrNotLeader) {
+				t.Fatalf("%s: %v", what, err)
+			}
+			return err == nil
+		})
 	}
-	if err := c.engines[l].WriteFile(ctx, unitA, "storage.key", []byte("secret-1")); err != nil {
-		t.Fatal(err)
-	}
-	// Committed means applied on the leader: visible at once.
-	if v, ok := metaOf(t, c.engines[l], unitA, "k39"); !ok || v != "v39" {
+	retry("the storage key written", func(e *Engine) error { return e.WriteFile(ctx, unitA, "storage.key", []byte("secret-1")) })
+	// Committed means applied on the leader that acknowledged.
+	if v, ok := metaOf(t, w.engine(), unitA, "k39"); !ok || v != "v39" {
 		t.Fatalf("leader's copy: k39=%q %v", v, ok)
 	}
+	l = c.leader(p)
 	c.caughtUp(p, l, "a", "b", "c")
 	sameContent(t, unitA, c.engines["a"], c.engines["b"], c.engines["c"])
 	// A second unit in the same partition; then its removal.
@@ -347,12 +422,9 @@ func TestReplicatesWriteSetsToThreeReplicas(t *testing.T) {
 			other = u
 		}
 	}
-	if err := c.engines[l].WriteFile(ctx, other, "epoch", []byte("1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.engines[l].RemoveUnit(ctx, other); err != nil {
-		t.Fatal(err)
-	}
+	retry("the other unit's file", func(e *Engine) error { return e.WriteFile(ctx, other, "epoch", []byte("1")) })
+	retry("the other unit removed", func(e *Engine) error { return e.RemoveUnit(ctx, other) })
+	l = c.leader(p)
 	c.caughtUp(p, l, "a", "b", "c")
 	for n, e := range c.engines {
 		eventually(t, n+" removing "+other, func() bool {
@@ -408,21 +480,70 @@ func TestLeaderChangesReportLeadership(t *testing.T) {
 	}
 }
 
+// TestStaleWriteSetRefusedEverywhere: a write set computed before the
+// unit's previous entry was applied is refused on every replica
+// (bolt.ErrStaleWriteSet back to the proposer), and the replicas stay
+// equal.
+func TestStaleWriteSetRefusedEverywhere(t *testing.T) {
+	c := newCluster(t, nil, "a", "b", "c")
+	w := c.writer(unitA)
+	w.put("k0", "v")
+	// Capture two write sets on a scratch copy without committing either:
+	// both read the same state.
+	var sets [][]byte
+	hold := holdCommitter(func(ws []byte) { sets = append(sets, ws) })
+	scratch, err := bolt.Open(filepath.Join(t.TempDir(), "scratch.db"), bolt.Options{NoSync: true, Committer: hold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer scratch.Close()
+	for _, k := range []string{"x", "y"} {
+		_ = putMeta(context.Background(), scratch, k, "1")
+	}
+	db, err := w.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := db.AppliedIndex()
+	if err != nil || applied == 0 {
+		t.Fatalf("applied index %d %v", applied, err)
+	}
+	// Those sets read index 0; the unit is past it: stale.
+	err = w.engine().Committer(unitA).Commit(context.Background(), sets[0])
+	if !errors.Is(err, bolt.ErrStaleWriteSet) {
+		t.Fatalf("stale set: %v, want bolt.ErrStaleWriteSet", err)
+	}
+	w.put("k1", "v")
+	l := c.leader(w.p)
+	c.caughtUp(w.p, l, "a", "b", "c")
+	sameContent(t, unitA, c.engines["a"], c.engines["b"], c.engines["c"])
+	for _, e := range c.engines {
+		if n := e.Stats().ApplyErrors; n != 0 {
+			t.Fatalf("%s counts %d apply errors for a refused stale set", e.cfg.Member, n)
+		}
+	}
+}
+
+type holdCommitter func([]byte)
+
+func (h holdCommitter) Commit(_ context.Context, ws []byte) error {
+	h(ws)
+	return errors.New("held")
+}
+
 // TestDeposedLeaderCannotCommit cuts the leader off: the others elect a
 // successor; the old leader's writes and read fence fail by term, and
 // after healing its copy holds only what the successor committed.
 func TestDeposedLeaderCannotCommit(t *testing.T) {
 	c := newCluster(t, nil, "a", "b", "c")
 	ctx := context.Background()
-	p := c.engines["a"].PartitionOf(unitA)
-	old := c.leader(p)
-	db, detach, err := c.engines[old].OpenUnit(unitA, bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := putMeta(ctx, db, "before", "1"); err != nil {
-		t.Fatal(err)
-	}
+	w := c.writer(unitA)
+	p := w.p
+	w.put("before", "1")
+	w.mu.Lock()
+	old, db, detach := w.leader, w.db, w.detach
+	w.db = nil // this test closes it
+	w.mu.Unlock()
 	c.engines[old].mux.setCut(true)
 	var rest []string
 	for n := range c.engines {
@@ -433,7 +554,7 @@ func TestDeposedLeaderCannotCommit(t *testing.T) {
 	succ := c.leader(p, rest...)
 	cctx, cancel := context.WithTimeout(ctx, testWait)
 	defer cancel()
-	err = putMeta(cctx, db, "deposed", "1")
+	err := putMeta(cctx, db, "deposed", "1")
 	if !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("deposed leader's write: %v, want ErrNotLeader", err)
 	}
@@ -469,15 +590,13 @@ func TestDeposedLeaderCannotCommit(t *testing.T) {
 func lostAcks(t *testing.T, plant bool) int {
 	c := newCluster(t, func(cfg *Config) { cfg.ackBeforeCommit = plant }, "a", "b", "c")
 	ctx := context.Background()
-	p := c.engines["a"].PartitionOf(unitA)
-	old := c.leader(p)
-	db, detach, err := c.engines[old].OpenUnit(unitA, bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := putMeta(ctx, db, "base", "1"); err != nil {
-		t.Fatal(err)
-	}
+	w := c.writer(unitA)
+	p := w.p
+	w.put("base", "1")
+	w.mu.Lock()
+	old, db, detach := w.leader, w.db, w.detach
+	w.db = nil // this test closes it
+	w.mu.Unlock()
 	c.engines[old].mux.setCut(true)
 	var acked []string
 	for i := range 3 {
@@ -524,27 +643,16 @@ func TestCheckerCatchesAckBeforeCommit(t *testing.T) {
 // away on the leader).
 func TestRebuildAfterDiskLoss(t *testing.T) {
 	c := newCluster(t, func(cfg *Config) { cfg.TrailingLogs = 2; cfg.SnapshotThreshold = 4 }, "a", "b", "c")
-	ctx := context.Background()
-	p := c.engines["a"].PartitionOf(unitA)
-	l := c.leader(p)
-	db, detach, err := c.engines[l].OpenUnit(unitA, bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	defer detach()
+	w := c.writer(unitA)
+	p := w.p
 	for i := range 20 {
-		if err := putMeta(ctx, db, fmt.Sprint("k", i), "v"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.engines[l].WriteFile(ctx, unitA, "storage.key", []byte("k1")); err != nil {
-		t.Fatal(err)
+		w.put(fmt.Sprint("k", i), "v")
 	}
 	victim := "a"
-	if victim == l {
+	if victim == w.engine().cfg.Member {
 		victim = "b"
 	}
+	w.close() // the writer's member may lose the lead; reopen on demand
 	addr := c.addrs[victim]
 	if err := c.engines[victim].Close(); err != nil {
 		t.Fatal(err)
@@ -552,17 +660,18 @@ func TestRebuildAfterDiskLoss(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(c.root, victim)); err != nil {
 		t.Fatal(err)
 	}
+	delete(c.engines, victim)
 	for i := 20; i < 30; i++ {
-		if err := putMeta(ctx, db, fmt.Sprint("k", i), "v"); err != nil {
-			t.Fatal(err)
-		}
+		w.put(fmt.Sprint("k", i), "v")
 	}
+	l := c.leader(p)
 	pt, _ := c.engines[l].part(p)
 	if err := pt.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	c.start(victim, addr)
 	c.setMembers()
+	l = c.leader(p)
 	c.caughtUp(p, l, victim)
 	sameContent(t, unitA, c.engines[l], c.engines[victim])
 	if st := c.engines[victim].Stats(); st.Restores == 0 {
@@ -578,18 +687,10 @@ func TestRebuildAfterDiskLoss(t *testing.T) {
 // receives the units.
 func TestSetMembersReplace(t *testing.T) {
 	c := newCluster(t, nil, "a", "b", "c")
-	ctx := context.Background()
-	p := c.engines["a"].PartitionOf(unitA)
-	l := c.leader(p)
-	db, detach, err := c.engines[l].OpenUnit(unitA, bolt.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := putMeta(ctx, db, "k", "v"); err != nil {
-		t.Fatal(err)
-	}
-	detach()
-	_ = db.Close()
+	w := c.writer(unitA)
+	p := w.p
+	w.put("k", "v")
+	w.close()
 	c.start("d", "127.0.0.1:0")
 	c.members = []string{"a", "b", "c", "d"}
 	c.setMembers() // R=3 of 4: rendezvous picks 3 per partition

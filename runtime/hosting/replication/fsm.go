@@ -203,6 +203,10 @@ func (f *fsm) Apply(l *raft.Log) any {
 		}
 		s.mu.Unlock()
 	}
+	if errors.Is(err, bolt.ErrStaleWriteSet) {
+		// Refused alike on every replica: the proposer retries.
+		return fmt.Errorf("replication: apply entry %d: %w", l.Index, err)
+	}
 	if err != nil {
 		s.e.applyErrors.Add(1)
 		s.e.log.Error("replication: apply failed", "partition", s.p, "index", l.Index, "unit", en.unit, "err", err)

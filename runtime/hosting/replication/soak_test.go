@@ -19,9 +19,9 @@ import (
 // deleted, restarts it empty or not, and checks that every acknowledged
 // write is on the successor. It logs the take-over times (kill until the
 // successor passed its Barrier). Rounds: REPLICATION_SOAK_ROUNDS (make
-// soak), default 2.
+// soak), default 1.
 func TestLeaderKillRounds(t *testing.T) {
-	rounds := 2
+	rounds := 1
 	if s := os.Getenv("REPLICATION_SOAK_ROUNDS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
