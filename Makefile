@@ -85,7 +85,10 @@ lint:
 ## reproduce one with SOAK_RESTORE_SEED=<seed>), the examples/mesh
 ## -join 20000 soak (JOIN_RUNS runs, default 20), and the multi-process
 ## soaks of examples/soak: the hostile run (HOSTILE_SOAK per run, control
-## and attack) and the load-and-faults run (FAULTS_SOAK, 5-minute windows).
+## and attack) and the load-and-faults run (FAULTS_SOAK, 5-minute windows),
+## and the replicated units' leader-kill rounds (REPLICATION_SOAK_ROUNDS,
+## default 40: acknowledged writes kept, take-over p50/p99/max).
+REPLICATION_SOAK_ROUNDS ?= 40
 SOAK_CHECKS ?= 20000
 SIM_SEEDS ?= 300
 JOIN_RUNS ?= 20
@@ -97,6 +100,7 @@ soak:
 		./actors/materialize ./runtime ./messages ./persistence/bolt -rapid.checks=$(SOAK_CHECKS)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 90m -run 'TestSimulatedMeshConverges' ./runtime
 	$(GO) test -count=1 -timeout 60m -tags soak -run 'TestClusterFaults|TestPagesEndBeforeTheFrame' -v ./runtime/hosting
+	REPLICATION_SOAK_ROUNDS=$(REPLICATION_SOAK_ROUNDS) $(GO) test -count=1 -timeout 30m -run 'TestLeaderKillRounds' -v ./runtime/hosting/replication
 	SOAK_RESTORE_ROUNDS=$(SOAK_RESTORE_ROUNDS) $(GO) test -count=1 -timeout 90m -tags syncmesh_aeadtrace -run 'TestNodeRestoreAndCloneSoak' -v ./runtime
 	GO=$(GO) bash .ci/mesh-join-soak.sh $(JOIN_RUNS) 20000
 	$(GO) run ./examples/soak -scenario hostile -duration $(HOSTILE_SOAK) -phase 30s

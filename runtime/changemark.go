@@ -122,6 +122,8 @@ func (n *Node) openChangeLog(ctx context.Context) error {
 	var fileMark, clockFloor uint64
 	if !n.cfg.InMemory {
 		clockFloor = uint64(max(n.cfg.Wall().UnixMicro(), 0))
+	}
+	if n.cfg.markFiles() {
 		path = filepath.Join(n.cfg.Dir, changeMarkName)
 		var err error
 		if fileMark, err = readChangeMark(path); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/syncmesh/syncmesh/actors/replicate"
 	"github.com/syncmesh/syncmesh/crypto/sign"
 	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence/bolt"
 )
 
 // Config configures a Node. The zero value of every optional field is a
@@ -157,6 +158,30 @@ type Config struct {
 	// the node syncs tables only.
 	Device *DeviceConfig
 
+	// OpenStore, when set, opens node.db in place of bolt.Open, with the
+	// options the node would use (path, sealer, lock timeout...): the
+	// caller may add its own (a bolt.Options Committer that replicates
+	// every write set before it is visible) and keep the *bolt.DB. The
+	// node calls release (when not nil) after its last write, then closes
+	// the DB; when Open fails after OpenStore, both happen before it
+	// returns. Not with InMemory.
+	OpenStore func(path string, opts bolt.Options) (db *bolt.DB, release func(), err error)
+	// NoMarkFiles keeps no mark files beside node.db (clock.mark,
+	// delivery.mark, changes.mark) and does not compare node.db with
+	// them at Open. Those files exist to notice a node.db that went back
+	// in time (restored from a copy): SSP/1 §13.5's HLC must never be
+	// issued twice, a delivery session must not reuse ratchet state, a
+	// change sequence must not be handed out twice. A store whose history
+	// is a replicated log applied in order (OpenStore with a committer
+	// that returns only after a quorum holds the write) cannot go back:
+	// every replica, including one rebuilt from a snapshot with no files
+	// beside it, holds a prefix of the same committed log, and the one
+	// that writes holds all of it. For such a store the marks are both
+	// useless and wrong (a rebuilt replica would look restored). It
+	// requires OpenStore and StorageKey (a key file in Dir is not
+	// replicated).
+	NoMarkFiles bool
+
 	// openFault, tests only, is called after each phase of Open (its name
 	// from openPhases); an error fails Open there (closers.go).
 	openFault func(phase string) error
@@ -230,8 +255,17 @@ func (c *Config) validate() error {
 	if c.CloseTimeout < 0 {
 		return &ConfigError{"CloseTimeout", "must not be negative"}
 	}
+	if c.OpenStore != nil && c.InMemory {
+		return &ConfigError{"OpenStore", "not with InMemory"}
+	}
+	if c.NoMarkFiles && (c.OpenStore == nil || len(c.StorageKey) == 0) {
+		return &ConfigError{"NoMarkFiles", "only for a replicated store: requires OpenStore and StorageKey"}
+	}
 	return nil
 }
+
+// markFiles reports whether the node keeps mark files beside node.db.
+func (c *Config) markFiles() bool { return !c.InMemory && !c.NoMarkFiles }
 
 func (c *Config) dbPath() string  { return filepath.Join(c.Dir, "node.db") }
 func (c *Config) keyPath() string { return filepath.Join(c.Dir, "storage.key") }

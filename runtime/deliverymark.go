@@ -144,7 +144,7 @@ func (n *Node) restoreDetectedCounter() (*prometheus.CounterVec, error) {
 // file when the file is ahead, and returns the store wrapped so that
 // every commit moves the file. restored reports the verdict.
 func (n *Node) openDeliveryMark(ctx context.Context, store persistence.DeliveryStore) (persistence.DeliveryStore, bool, error) {
-	if n.cfg.InMemory {
+	if !n.cfg.markFiles() {
 		return store, false, nil
 	}
 	path := filepath.Join(n.cfg.Dir, deliveryMarkName)

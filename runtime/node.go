@@ -45,20 +45,22 @@ const (
 // Node is one syncmesh peer: its storage, its actors and its public API.
 // All methods are safe for concurrent use.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	system  *actor.ActorSystem
-	db      *bolt.DB
-	store   persistence.SyncStore
-	signer  *sign.Signer
-	meshID  []byte
-	keyring atomic.Pointer[sign.Keyring]
-	clock   *clock.Clock
-	router  *syncgroup.Router
-	apply   *apply.Chokepoint
-	scope   apply.Scope // Config.Scope, parsed
-	metrics *metrics
-	gather  prometheus.Gatherer
+	cfg    Config
+	log    *slog.Logger
+	system *actor.ActorSystem
+	db     *bolt.DB
+	// releaseDB is Config.OpenStore's release (nil: none).
+	releaseDB func()
+	store     persistence.SyncStore
+	signer    *sign.Signer
+	meshID    []byte
+	keyring   atomic.Pointer[sign.Keyring]
+	clock     *clock.Clock
+	router    *syncgroup.Router
+	apply     *apply.Chokepoint
+	scope     apply.Scope // Config.Scope, parsed
+	metrics   *metrics
+	gather    prometheus.Gatherer
 
 	registerer prometheus.Registerer
 	name       string
@@ -400,7 +402,15 @@ func (n *Node) openStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.db, err = bolt.Open(n.cfg.dbPath(), bolt.Options{Sealer: sealer, NoSync: n.cfg.NoSync, Failpoint: n.cfg.Failpoint, Logger: n.log, Timeout: n.cfg.LockTimeout})
+	opts := bolt.Options{Sealer: sealer, NoSync: n.cfg.NoSync, Failpoint: n.cfg.Failpoint, Logger: n.log, Timeout: n.cfg.LockTimeout}
+	if n.cfg.OpenStore != nil {
+		n.db, n.releaseDB, err = n.cfg.OpenStore(n.cfg.dbPath(), opts)
+		if err == nil && n.db == nil {
+			err = errors.New("OpenStore returned no store")
+		}
+	} else {
+		n.db, err = bolt.Open(n.cfg.dbPath(), opts)
+	}
 	if errors.Is(err, persistence.ErrLocked) {
 		return fmt.Errorf("%w: %s (gave up after %v)", ErrLocked, n.cfg.dbPath(), n.cfg.LockTimeout)
 	}
@@ -573,6 +583,9 @@ func (n *Node) closeStore() error {
 		err = n.dstore.Close()
 	}
 	err = errors.Join(err, n.store.Close())
+	if n.releaseDB != nil {
+		n.releaseDB()
+	}
 	if n.db != nil {
 		err = errors.Join(err, n.db.Close())
 	}

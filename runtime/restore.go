@@ -153,7 +153,7 @@ func (n *Node) openClock(ctx context.Context, storeMark messages.HLC) (*clock.Cl
 	}
 	st := RestoreStatus{StoreMark: storeMark}
 	floor := storeMark
-	if !n.cfg.InMemory {
+	if n.cfg.markFiles() {
 		mark, found, err := readClockMark(n.clockMarkPath(), n.signer.Site())
 		if err != nil {
 			return nil, err
@@ -265,7 +265,7 @@ func (n *Node) persistMarks(h messages.HLC) error {
 	if err := n.persistHighWater(h); err != nil {
 		return err
 	}
-	if n.cfg.InMemory {
+	if !n.cfg.markFiles() {
 		return nil
 	}
 	return n.writeClockMark(h)

@@ -51,7 +51,7 @@ func main() {
 	trials := flag.Int("trials", 5, "interleaved trials per comparison")
 	pushes := flag.Int("pushes", pushesPerTrial, "pushes of 1 000 events per trial and arm in the forgery comparison")
 	preload := flag.Int("preload", 100000, "events of history on the SAME rows the measured events write (untimed) in the apply store; the targets are set at 1 000 000")
-	only := flag.String("only", "", "run one section only: sync, catchup, sessions, hosting, delivery, flood, held, tables, watch, queries or reconcile (default: all)")
+	only := flag.String("only", "", "run one section only: sync, catchup, sessions, hosting, delivery, flood, held, tables, watch, queries, reconcile or replication (default: all)")
 	catchupEvents := flag.String("catchup-events", "100000", "comma-separated store sizes a joining node catches up on from genesis (the first is the reference of the growth ratios)")
 	catchupTrials := flag.Int("catchup-trials", 5, "interleaved trials per catch-up size (the ratio is their median)")
 	pushBatch := flag.Int("push-batch", 2000, "events per push in the catch-up run")
@@ -87,13 +87,14 @@ func main() {
 		{"reconcile", func() error {
 			return reconcileReport(reconcileParams{Events: *reconEvents, Sites: *sites, Batch: *batch, Trials: *reconTrials, StoreCache: *storeCache})
 		}},
+		{"replication", replicationReport},
 	}
 	known := false
 	for _, s := range sections {
 		known = known || s.name == *only
 	}
 	if *only != "" && !known {
-		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup, sessions, hosting, delivery, flood, held, tables, watch, queries or reconcile\n", *only)
+		fmt.Fprintf(os.Stderr, "benchreport: -only %q: want sync, catchup, sessions, hosting, delivery, flood, held, tables, watch, queries, reconcile or replication\n", *only)
 		os.Exit(2)
 	}
 	for _, s := range sections {

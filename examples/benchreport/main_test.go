@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/syncmesh/syncmesh/examples/benchreport/internal/ab"
+	"github.com/syncmesh/syncmesh/runtime/hosting/replication"
 )
 
 // TestMain lets the report's child processes (one-core arms, joiners,
@@ -90,6 +92,21 @@ func TestReconcileReportRuns(t *testing.T) {
 // did not land (tablesTrial reads every row back).
 func TestTablesReportRuns(t *testing.T) {
 	if err := tablesReport(30, 10, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The replication section runs end to end, small: it fails on a commit
+// that errs or a replica that never learns of a unit.
+func TestReplicationReportRuns(t *testing.T) {
+	c, tr, u := *replCommits, *replTrials, *replUnits
+	defer func() { *replCommits, *replTrials, *replUnits = c, tr, u }()
+	*replCommits, *replTrials, *replUnits = 128, 1, 64
+	replTune = func(c *replication.Config) {
+		c.HeartbeatTimeout, c.ElectionTimeout, c.BootstrapWait = 400*time.Millisecond, 400*time.Millisecond, 800*time.Millisecond
+	}
+	defer func() { replTune = nil }()
+	if err := replicationReport(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-
-	bbolt "go.etcd.io/bbolt"
 )
 
 // WriteBackup writes a consistent copy of the whole file while the DB
@@ -24,7 +22,7 @@ func (d *DB) WriteBackup(ctx context.Context, start func(size int64) (io.Writer,
 		return 0, err
 	}
 	var n int64
-	err := d.bolt.View(func(tx *bbolt.Tx) error {
+	err := d.view(func(tx *wtx) error {
 		w, err := start(tx.Size())
 		if err != nil {
 			return err

@@ -280,20 +280,20 @@ func TestMigrationsRunInOrderInOneTransaction(t *testing.T) {
 	}
 	defer bdb.Close()
 	var ran []uint64
-	step := func(to uint64) func(*bbolt.Tx) error {
-		return func(tx *bbolt.Tx) error {
+	step := func(to uint64) func(*wtx) error {
+		return func(tx *wtx) error {
 			ran = append(ran, to)
 			_, err := tx.CreateBucketIfNotExists([]byte{byte(to)})
 			return err
 		}
 	}
-	list := []migration{{from: 0, to: 1, fn: step(1)}, {from: 1, to: 2, fn: step(2)}, {from: 2, to: 3, fn: func(*bbolt.Tx) error { return errors.New("boom") }}}
+	list := []migration{{from: 0, to: 1, fn: step(1)}, {from: 1, to: 2, fn: step(2)}, {from: 2, to: 3, fn: func(*wtx) error { return errors.New("boom") }}}
 	if err := migrateTo(bdb, discard(), list, 3); err == nil {
 		t.Fatal("failing migration succeeded")
 	}
 	// Nothing of the failed run is kept: version and buckets are unchanged.
 	if err := bdb.View(func(tx *bbolt.Tx) error {
-		if v, _ := layoutVersion(tx); v != 0 || tx.Bucket([]byte{1}) != nil {
+		if v, _ := layoutVersion(wrapTx(tx)); v != 0 || tx.Bucket([]byte{1}) != nil {
 			t.Fatalf("partial migration kept: version %d", v)
 		}
 		return nil
@@ -377,7 +377,7 @@ func TestOpenFixtureV1(t *testing.T) {
 	db := mustOpen(t, path, Options{NoSync: true})
 	defer db.Close()
 	if err := db.bolt.View(func(tx *bbolt.Tx) error {
-		if v, err := layoutVersion(tx); err != nil || v != LayoutVersion {
+		if v, err := layoutVersion(wrapTx(tx)); err != nil || v != LayoutVersion {
 			t.Fatalf("fixture migrated to layout %d (%v), want %d", v, err, LayoutVersion)
 		}
 		return nil

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -38,12 +36,12 @@ type changeRecord struct {
 }
 
 // createChangesV10 creates the change log (layout 9 → 10).
-func createChangesV10(tx *bbolt.Tx) error {
+func createChangesV10(tx *wtx) error {
 	_, err := tx.CreateBucketIfNotExists(bucketSyncChanges)
 	return err
 }
 
-func (t *syncTx) changes() (*bbolt.Bucket, error) {
+func (t *syncTx) changes() (*wbucket, error) {
 	if t.changesB != nil {
 		return t.changesB, nil
 	}
@@ -52,7 +50,7 @@ func (t *syncTx) changes() (*bbolt.Bucket, error) {
 		return nil, fmt.Errorf("bolt: no change log bucket: %w", persistence.ErrCorrupt)
 	}
 	if t.tx.Writable() {
-		b.FillPercent = sequentialFill
+		b.SetFillPercent(sequentialFill)
 	}
 	t.changesB = b
 	return b, nil

@@ -45,7 +45,7 @@ func TestMigrateLayout8To10AddsTheChangeLog(t *testing.T) {
 	db := mustOpen(t, path, Options{NoSync: true})
 	defer db.Close()
 	if err := db.bolt.View(func(tx *bbolt.Tx) error {
-		if v, _ := layoutVersion(tx); v != LayoutVersion || LayoutVersion < 10 {
+		if v, _ := layoutVersion(wrapTx(tx)); v != LayoutVersion || LayoutVersion < 10 {
 			t.Fatalf("layout %d after Open", v)
 		}
 		if b := tx.Bucket(bucketSyncChanges); b == nil || b.Stats().KeyN != 0 {

@@ -51,6 +51,13 @@ type Options struct {
 	Timeout time.Duration
 	// Logger receives migration and reseal notices; nil discards them.
 	Logger *slog.Logger
+	// Committer, when set, replicates writes: every Update (and Reseal
+	// batch) is captured as a write set, rolled back and handed to it;
+	// it is visible once the Committer applied it with ApplyWriteSet
+	// (writeset.go). Open's own layout migration stays local: a
+	// migration is a deterministic function of the file, and every
+	// replica migrates its copy when it opens it.
+	Committer Committer
 }
 
 // DB is an open bbolt file holding a node's stores.
@@ -59,6 +66,7 @@ type DB struct {
 	opts   Options
 	log    *slog.Logger
 	closed atomic.Bool
+	writeLock
 
 	syncCommits, deliveryCommits atomic.Uint64
 	deliveryWrites               writeCounters // delivery.go

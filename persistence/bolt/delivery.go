@@ -44,7 +44,7 @@ func deliveryBuckets() [][]byte {
 
 // createDeliveryV1 creates the delivery buckets (the layout migration
 // that adds the delivery plane; see migrations in layout.go).
-func createDeliveryV1(tx *bbolt.Tx) error {
+func createDeliveryV1(tx *wtx) error {
 	for _, name := range deliveryBuckets() {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
@@ -141,7 +141,7 @@ func (s *deliveryStore) Update(ctx context.Context, fn func(tx persistence.Deliv
 	if err := s.check(ctx, "update"); err != nil {
 		return err
 	}
-	err := s.d.bolt.Update(func(btx *bbolt.Tx) error {
+	err := s.d.update(ctx, func(btx *wtx) error {
 		tx, err := newDeliveryTx(s.d, btx)
 		if err != nil {
 			return err
@@ -204,7 +204,7 @@ func (s *deliveryStore) View(ctx context.Context, fn func(tx persistence.Deliver
 	if err := s.check(ctx, "view"); err != nil {
 		return err
 	}
-	return mapErr("delivery view", s.d.bolt.View(func(btx *bbolt.Tx) error {
+	return mapErr("delivery view", s.d.view(func(btx *wtx) error {
 		tx, err := newDeliveryTx(s.d, btx)
 		if err != nil {
 			return err
@@ -217,7 +217,7 @@ func (s *deliveryStore) View(ctx context.Context, fn func(tx persistence.Deliver
 // deliveryTx implements persistence.DeliveryTx over one bbolt transaction.
 type deliveryTx struct {
 	d    *DB
-	tx   *bbolt.Tx
+	tx   *wtx
 	done bool
 
 	// opened caches the buckets this transaction opened (bucket): a
@@ -234,15 +234,15 @@ type deliveryTx struct {
 
 type openedBucket struct {
 	name []byte
-	b    *bbolt.Bucket
-	c    *bbolt.Cursor // get's cursor (nil until the first get)
+	b    *wbucket
+	c    *wcursor // get's cursor (nil until the first get)
 }
 
 // get is b.Get through one cursor per bucket and transaction: bbolt's Get
 // makes a new cursor and grows its stack on every call (a third of the
 // delivery store's allocations); Seek repositions from the root, so the
 // cursor stays valid across the transaction's writes.
-func (t *deliveryTx) get(b *bbolt.Bucket, k []byte) []byte {
+func (t *deliveryTx) get(b *wbucket, k []byte) []byte {
 	for i := range t.opened {
 		o := &t.opened[i]
 		if o.b == nil {
@@ -263,7 +263,7 @@ func (t *deliveryTx) get(b *bbolt.Bucket, k []byte) []byte {
 	return b.Get(k)
 }
 
-func newDeliveryTx(d *DB, btx *bbolt.Tx) (*deliveryTx, error) {
+func newDeliveryTx(d *DB, btx *wtx) (*deliveryTx, error) {
 	return &deliveryTx{d: d, tx: btx}, nil
 }
 

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -29,7 +27,7 @@ func eventKey(b []byte, site messages.SiteID, h messages.HLC, id persistence.Eve
 // (site, HLC, id) from the event log's plaintext index fields, then drops
 // the index keyed by id alone. It runs in the Open transaction: all or
 // nothing.
-func migrateEventKeysV1(tx *bbolt.Tx) error {
+func migrateEventKeysV1(tx *wtx) error {
 	keys, err := tx.CreateBucketIfNotExists(bucketSyncEventKeys)
 	if err != nil {
 		return fmt.Errorf("create bucket %s: %w", bucketSyncEventKeys, err)

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -42,7 +40,7 @@ func decodeUsage(v []byte) (persistence.HeldUsage, error) {
 }
 
 // addUsage moves site's held totals by (events, size).
-func addUsage(tx *bbolt.Tx, site messages.SiteID, events int, size int64) error {
+func addUsage(tx *wtx, site messages.SiteID, events int, size int64) error {
 	b := tx.Bucket(bucketSyncHeldUsage)
 	if b == nil {
 		return fmt.Errorf("bolt: bucket %s missing: %w", bucketSyncHeldUsage, persistence.ErrCorrupt)
@@ -137,7 +135,7 @@ func (t *syncTx) deleteEvent(seq uint64) error {
 	}
 	tk := persistence.TableKey{Schema: ev.Schema, Table: ev.Table}
 	for _, del := range []struct {
-		b   *bbolt.Bucket
+		b   *wbucket
 		key []byte
 	}{
 		{t.events, seqKey}, {t.ids, eventKey(nil, ev.Site, ev.HLC, ev.ID)}, {t.rowIdx, rowIdxKey(nil, tk, ev.RowKey, seq)}, {t.tableIdx, tableIdxKey(nil, tk, ev.HLC, seq)},

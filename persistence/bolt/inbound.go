@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -47,7 +45,7 @@ func inboundBuckets() [][]byte {
 }
 
 // createInboundV1 creates the commit-boundary buckets (layout 3 → 4).
-func createInboundV1(tx *bbolt.Tx) error {
+func createInboundV1(tx *wtx) error {
 	for _, name := range inboundBuckets() {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
@@ -252,7 +250,7 @@ func seqKey(buf *[8]byte, seq uint64) []byte {
 // tsKey encodes a signed Unix-ms time so that byte order is time order.
 func tsKey(ms int64) []byte { return u64(uint64(ms) ^ (1 << 63)) }
 
-func (t *deliveryTx) bucket(name []byte) (*bbolt.Bucket, error) {
+func (t *deliveryTx) bucket(name []byte) (*wbucket, error) {
 	for i := range t.opened {
 		o := &t.opened[i]
 		if o.b == nil {
@@ -267,7 +265,7 @@ func (t *deliveryTx) bucket(name []byte) (*bbolt.Bucket, error) {
 		return nil, fmt.Errorf("bolt: bucket %s missing: %w", name, persistence.ErrCorrupt)
 	}
 	if t.tx.Writable() && appendOrdered(name) {
-		b.FillPercent = appendFillPercent
+		b.SetFillPercent(appendFillPercent)
 	}
 	for i := range t.opened {
 		if t.opened[i].b == nil {
@@ -868,7 +866,7 @@ func (t *deliveryTx) PutPendingOutbound(p persistence.PendingOutbound) (uint64, 
 	return seq, nil
 }
 
-func (t *deliveryTx) putOutbound(b *bbolt.Bucket, k []byte, p persistence.PendingOutbound) error {
+func (t *deliveryTx) putOutbound(b *wbucket, k []byte, p persistence.PendingOutbound) error {
 	body, err := t.seal("outbound body", persistence.RecordOutboundBody, msgIdentity(p.Recipient, p.ID), p.Body)
 	if err != nil {
 		return err

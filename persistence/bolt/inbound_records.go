@@ -1,8 +1,6 @@
 package bolt
 
 import (
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/messages"
 )
 
@@ -234,6 +232,6 @@ func readCanonicalProcessed(v []byte) (processedRecord, bool) {
 // scan's first chunk copied up to 256 index entries and allocated room for
 // 256 every time. Entries are still copied before fn sees them, so fn
 // may write.
-func scanFew(b *bbolt.Bucket, start, prefix []byte, fn func(k, v []byte) (bool, error)) error {
+func scanFew(b *wbucket, start, prefix []byte, fn func(k, v []byte) (bool, error)) error {
 	return scanChunks(b, start, prefix, 1, fn)
 }

@@ -181,7 +181,7 @@ func TestCountersAreWrittenOnceBeforeTheCommit(t *testing.T) {
 			return err
 		}
 		btx := ptx.(*deliveryTx).tx
-		if c, s := stored(btx, inMetaPendingCount), stored(btx, inMetaPendingSeq); c != 0 || s != 0 {
+		if c, s := stored(btx.Tx, inMetaPendingCount), stored(btx.Tx, inMetaPendingSeq); c != 0 || s != 0 {
 			return fmt.Errorf("stored before the commit: count %d, sequence %d", c, s)
 		}
 		return nil
@@ -290,7 +290,8 @@ func TestScanFewVisitsWhatScanVisits(t *testing.T) {
 	db := mustOpen(t, filepath.Join(t.TempDir(), "n.db"), Options{NoSync: true})
 	defer db.Close()
 	rapid.Check(t, func(rt *rapid.T) {
-		err := db.bolt.Update(func(tx *bbolt.Tx) error {
+		err := db.bolt.Update(func(btx *bbolt.Tx) error {
+			tx := wrapTx(btx)
 			b, err := tx.CreateBucket([]byte("scan"))
 			if err != nil {
 				return err
@@ -305,7 +306,7 @@ func TestScanFewVisitsWhatScanVisits(t *testing.T) {
 			prefix := rapid.SliceOfN(rapid.ByteRange(0, 3), 0, 1).Draw(rt, "prefix")
 			stop := rapid.IntRange(0, 600).Draw(rt, "stop")
 			write := rapid.Bool().Draw(rt, "write")
-			visit := func(scanner func(*bbolt.Bucket, []byte, []byte, func(k, v []byte) (bool, error)) error) []string {
+			visit := func(scanner func(*wbucket, []byte, []byte, func(k, v []byte) (bool, error)) error) []string {
 				var seen []string
 				if err := scanner(b, start, prefix, func(k, v []byte) (bool, error) {
 					seen = append(seen, string(k)+"="+string(v))

@@ -1,7 +1,5 @@
 package bolt
 
-import bbolt "go.etcd.io/bbolt"
-
 // markInitiationV2 is layout 9: the delivery plane's initiation version 2
 // (docs/delivery.md, "Initiation version 2"). It rewrites nothing. The
 // sealed records it concerns are opaque here and upgrade on their next
@@ -11,4 +9,4 @@ import bbolt "go.etcd.io/bbolt"
 // the version number does is stop a build of layout 8 from opening a file
 // whose records it could no longer decode (ErrLayoutVersion at Open
 // instead of a corrupt-record error on the first message).
-func markInitiationV2(*bbolt.Tx) error { return nil }
+func markInitiationV2(*wtx) error { return nil }

@@ -54,7 +54,7 @@ func TestOpenFixtureV8Delivery(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := raw.View(func(tx *bbolt.Tx) error {
-			if v, err := layoutVersion(tx); err != nil || v != 8 {
+			if v, err := layoutVersion(wrapTx(tx)); err != nil || v != 8 {
 				t.Fatalf("%s: fixture is layout %d (%v), want 8", name, v, err)
 			}
 			return nil
@@ -66,7 +66,7 @@ func TestOpenFixtureV8Delivery(t *testing.T) {
 		}
 		db := mustOpen(t, path, Options{NoSync: true})
 		if err := db.bolt.View(func(tx *bbolt.Tx) error {
-			if v, err := layoutVersion(tx); err != nil || v != LayoutVersion {
+			if v, err := layoutVersion(wrapTx(tx)); err != nil || v != LayoutVersion {
 				t.Fatalf("%s: migrated to layout %d (%v), want %d", name, v, err, LayoutVersion)
 			}
 			return nil

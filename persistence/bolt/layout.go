@@ -76,8 +76,8 @@ var (
 // fn: it gets the Sealer the file is opened with (nil: plaintext).
 type migration struct {
 	from, to uint64
-	fn       func(tx *bbolt.Tx) error
-	sealed   func(tx *bbolt.Tx, s persistence.Sealer) error
+	fn       func(tx *wtx) error
+	sealed   func(tx *wtx, s persistence.Sealer) error
 }
 
 // migrations is the ordered list applied by Open. Append only: a released
@@ -101,7 +101,7 @@ var migrations = []migration{
 }
 
 // createV1 creates the initial layout.
-func createV1(tx *bbolt.Tx) error {
+func createV1(tx *wtx) error {
 	for _, name := range [][]byte{
 		bucketSyncTables, bucketSyncEvents, bucketSyncEventIDs, bucketSyncRowIdx, bucketSyncTableIdx,
 		bucketSyncRows, bucketSyncHorizons, bucketSyncHeld, bucketSyncMeta, bucketSyncSealed, bucketSyncKeys,
@@ -116,7 +116,7 @@ func createV1(tx *bbolt.Tx) error {
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
 // layoutVersion reads the file's layout version (0 for a new file).
-func layoutVersion(tx *bbolt.Tx) (uint64, error) {
+func layoutVersion(tx *wtx) (uint64, error) {
 	m := tx.Bucket(bucketMeta)
 	if m == nil {
 		return 0, nil
@@ -142,7 +142,8 @@ func migrateTo(db *bbolt.DB, log *slog.Logger, list []migration, target uint64) 
 }
 
 func migrateSealed(db *bbolt.DB, log *slog.Logger, s persistence.Sealer, list []migration, target uint64) error {
-	return db.Update(func(tx *bbolt.Tx) error {
+	return db.Update(func(btx *bbolt.Tx) error {
+		tx := wrapTx(btx)
 		v, err := layoutVersion(tx)
 		if err != nil {
 			return err
@@ -164,7 +165,7 @@ func migrateSealed(db *bbolt.DB, log *slog.Logger, s persistence.Sealer, list []
 			}
 			run := mg.fn
 			if mg.sealed != nil {
-				run = func(tx *bbolt.Tx) error { return mg.sealed(tx, s) }
+				run = func(tx *wtx) error { return mg.sealed(tx, s) }
 			}
 			if err := run(tx); err != nil {
 				return fmt.Errorf("migrate layout %d→%d: %w", mg.from, mg.to, err)

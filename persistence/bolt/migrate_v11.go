@@ -3,8 +3,6 @@ package bolt
 import (
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/crypto/digest"
 	"github.com/syncmesh/syncmesh/crypto/sealed"
 	"github.com/syncmesh/syncmesh/messages"
@@ -31,7 +29,7 @@ import (
 // fails the migration: the transaction rolls back, the file stays at
 // layout 10 and Open returns ErrCorrupt, so nothing is sealed under a key
 // that cannot read the rest of the file.
-func resealDeliveryV11(tx *bbolt.Tx, s persistence.Sealer) error {
+func resealDeliveryV11(tx *wtx, s persistence.Sealer) error {
 	if err := checkKeyV11(tx, s); err != nil {
 		return err
 	}
@@ -123,7 +121,7 @@ func resealDeliveryV11(tx *bbolt.Tx, s persistence.Sealer) error {
 // checkKeyV11 opens the device identity, when there is one, with the
 // Sealer given: a wrong storage key must fail the migration before it
 // seals the pins (until now plaintext, so nothing else would notice).
-func checkKeyV11(tx *bbolt.Tx, s persistence.Sealer) error {
+func checkKeyV11(tx *wtx, s persistence.Sealer) error {
 	if s == nil {
 		return nil
 	}

@@ -47,7 +47,7 @@ func rawLayout(t *testing.T, path string) (version uint64, pins map[string][]byt
 	defer raw.Close()
 	pins = map[string][]byte{}
 	if err := raw.View(func(tx *bbolt.Tx) error {
-		if version, err = layoutVersion(tx); err != nil {
+		if version, err = layoutVersion(wrapTx(tx)); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketDeliveryPins).ForEach(func(k, v []byte) error {

@@ -3,8 +3,6 @@ package bolt
 import (
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/crypto/ratchet"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -25,7 +23,7 @@ import (
 // Sealer (the wrong storage key) fails the migration: the transaction
 // rolls back, the file stays at layout 12 and Open returns ErrCorrupt, so
 // no key is written under a storage key that cannot read the rest.
-func splitSkippedV13(tx *bbolt.Tx, s persistence.Sealer) error {
+func splitSkippedV13(tx *wtx, s persistence.Sealer) error {
 	if err := checkKeyV11(tx, s); err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ func rawSessions(t *testing.T, path string) (version uint64, sizes map[string]in
 	sizes = map[string]int{}
 	skipped = -1
 	if err := raw.View(func(tx *bbolt.Tx) error {
-		if version, err = layoutVersion(tx); err != nil {
+		if version, err = layoutVersion(wrapTx(tx)); err != nil {
 			return err
 		}
 		if b := tx.Bucket(bucketDeliverySkipped); b != nil {

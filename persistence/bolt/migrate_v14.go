@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/fxamacker/cbor/v2"
-	bbolt "go.etcd.io/bbolt"
 
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/ordkey"
@@ -27,7 +26,7 @@ import (
 // old order; it is restarted from the first row instead, which is safe
 // (a rebuild only raises cells to what the retained log gives) and
 // skips no row.
-func naturalRowsV14(tx *bbolt.Tx) error {
+func naturalRowsV14(tx *wtx) error {
 	if _, err := tx.CreateBucketIfNotExists(bucketSyncIndexes); err != nil {
 		return err
 	}
@@ -83,7 +82,7 @@ func naturalRowsV14(tx *bbolt.Tx) error {
 // row key rebuilt).
 var metaColumnRebuildsV14 = []byte("sync.column_rebuilds")
 
-func restartColumnRebuildsV14(tx *bbolt.Tx) error {
+func restartColumnRebuildsV14(tx *wtx) error {
 	m := tx.Bucket(bucketSyncMeta)
 	if m == nil {
 		return fmt.Errorf("bucket %s missing: %w", bucketSyncMeta, persistence.ErrCorrupt)

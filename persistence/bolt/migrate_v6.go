@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/fxamacker/cbor/v2"
-	bbolt "go.etcd.io/bbolt"
 
 	"github.com/syncmesh/syncmesh/messages"
 )
@@ -26,7 +25,7 @@ import (
 //     cursor re-offers from genesis: both fail closed).
 //   - held entries gain their event's size, and each signer's held totals
 //     are counted (bucketSyncHeldUsage).
-func migrateSyncDeliveryV6(tx *bbolt.Tx) error {
+func migrateSyncDeliveryV6(tx *wtx) error {
 	for _, name := range [][]byte{bucketSyncPeerGaps, bucketSyncCursorRetry, bucketSyncHeldUsage} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)

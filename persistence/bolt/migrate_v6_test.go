@@ -65,7 +65,7 @@ func TestMigrateLayout5To6(t *testing.T) {
 			return err
 		}
 		defer func() { _ = tx.DeleteBucket(bucketSyncRangeSums) }()
-		st, err := newSyncTx(&DB{bolt: bdb, log: discard()}, tx)
+		st, err := newSyncTx(&DB{bolt: bdb, log: discard()}, wrapTx(tx))
 		if err != nil {
 			return err
 		}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/crypto/lthash"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -210,7 +208,7 @@ func (t *syncTx) tableKeysBelow(k persistence.TableKey, min messages.HLC) ([]per
 // migrateRangeSumsV12 builds the range aggregate of an existing file:
 // one pass over the event log (every retained event is in the table
 // index, so the sums equal a scan of it).
-func migrateRangeSumsV12(tx *bbolt.Tx) error {
+func migrateRangeSumsV12(tx *wtx) error {
 	b, err := tx.CreateBucketIfNotExists(bucketSyncRangeSums)
 	if err != nil {
 		return err

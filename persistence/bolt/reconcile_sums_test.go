@@ -28,7 +28,7 @@ func TestOpenFixtureV10BuildsRangeSums(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := bdb.View(func(tx *bbolt.Tx) error {
-		if v, _ := layoutVersion(tx); v != 10 {
+		if v, _ := layoutVersion(wrapTx(tx)); v != 10 {
 			t.Fatalf("fixture is layout %d, want 10", v)
 		}
 		if tx.Bucket(bucketSyncRangeSums) != nil {
@@ -71,7 +71,7 @@ func TestOpenFixtureV10BuildsRangeSums(t *testing.T) {
 		}
 	}
 	if err := db.bolt.View(func(tx *bbolt.Tx) error {
-		if v, _ := layoutVersion(tx); v != LayoutVersion || LayoutVersion < 12 {
+		if v, _ := layoutVersion(wrapTx(tx)); v != LayoutVersion || LayoutVersion < 12 {
 			t.Fatalf("layout %d after Open", v)
 		}
 		if b := tx.Bucket(bucketSyncRangeSums); b == nil || b.Stats().KeyN != 6 {

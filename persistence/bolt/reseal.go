@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/crypto/sealed"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -86,7 +84,7 @@ func (d *DB) Reseal(ctx context.Context, batch int) (resealed int, err error) {
 			if err := d.begin(ctx, "reseal"); err != nil {
 				return resealed, err
 			}
-			n, next, err := d.resealBatch(rot, sb.name, from, batch, sb.redo)
+			n, next, err := d.resealBatch(ctx, rot, sb.name, from, batch, sb.redo)
 			resealed += n
 			if err != nil {
 				return resealed, mapErr("reseal", err)
@@ -108,8 +106,8 @@ func (d *DB) Reseal(ctx context.Context, batch int) (resealed int, err error) {
 
 // resealBatch re-seals up to batch stale records of bucket from key from on,
 // in one transaction. next is the key to continue from (nil: done).
-func (d *DB) resealBatch(rot persistence.KeyRotator, bucket, from []byte, batch int, redo resealer) (n int, next []byte, err error) {
-	err = d.bolt.Update(func(tx *bbolt.Tx) error {
+func (d *DB) resealBatch(ctx context.Context, rot persistence.KeyRotator, bucket, from []byte, batch int, redo resealer) (n int, next []byte, err error) {
+	err = d.update(ctx, func(tx *wtx) error {
 		n, next = 0, nil
 		b := tx.Bucket(bucket)
 		if b == nil {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -22,7 +20,7 @@ var inMetaRetiredCount = []byte("out_retired_count")
 
 // createRetiredV15 creates the retired outbound buckets (layout 14 → 15):
 // a file of layout 14 retired nothing it can still remember.
-func createRetiredV15(tx *bbolt.Tx) error {
+func createRetiredV15(tx *wtx) error {
 	for _, name := range [][]byte{bucketOutRetired, bucketOutRetiredTime} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
@@ -190,7 +188,7 @@ func (t *deliveryTx) PruneRetiredOutbound(cutoff int64) (int, error) {
 // dropRetired removes the oldest retired entries in index order: at most
 // limit of them (-1: no limit), only those whose time is ≤ end when end is
 // not nil.
-func (t *deliveryTx) dropRetired(b, ti *bbolt.Bucket, limit int, end []byte) (int, error) {
+func (t *deliveryTx) dropRetired(b, ti *wbucket, limit int, end []byte) (int, error) {
 	var drop [][]byte
 	c := ti.Cursor()
 	for k, _ := c.First(); k != nil && (limit < 0 || len(drop) < limit); k, _ = c.Next() {

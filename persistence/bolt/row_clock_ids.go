@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -39,7 +37,7 @@ func (t *syncTx) EventIDsAt(site messages.SiteID, h messages.HLC, limit int) ([]
 
 // eventIDsAt scans the index for the ids at (site, h); keep, when non-nil,
 // filters them by their index value (the log sequence).
-func eventIDsAt(c *bbolt.Cursor, site messages.SiteID, h messages.HLC, limit int, keep func(seq []byte) (bool, error)) ([]persistence.EventID, error) {
+func eventIDsAt(c *wcursor, site messages.SiteID, h messages.HLC, limit int, keep func(seq []byte) (bool, error)) ([]persistence.EventID, error) {
 	var buf [24]byte
 	prefix := binary.BigEndian.AppendUint64(append(buf[:0], site[:]...), uint64(h))
 	var out []persistence.EventID
@@ -79,7 +77,7 @@ func eventIDsAt(c *bbolt.Cursor, site messages.SiteID, h messages.HLC, limit int
 //     the events after the upgrade until the row is written again.
 //
 // It runs in the Open transaction: all or nothing.
-func migrateRowClockIDsV1(tx *bbolt.Tx) error {
+func migrateRowClockIDsV1(tx *wtx) error {
 	rows, ids, events := tx.Bucket(bucketSyncRows), tx.Bucket(bucketSyncEventKeys), tx.Bucket(bucketSyncEvents)
 	if rows == nil || ids == nil || events == nil {
 		return fmt.Errorf("sync buckets missing: %w", persistence.ErrCorrupt)
@@ -116,7 +114,7 @@ func migrateRowClockIDsV1(tx *bbolt.Tx) error {
 }
 
 // rowV1ToV2 converts one version-1 row record stored at key.
-func rowV1ToV2(ids, events *bbolt.Bucket, key, v []byte) ([]byte, error) {
+func rowV1ToV2(ids, events *wbucket, key, v []byte) ([]byte, error) {
 	schema, rest, err := readLP(key)
 	if err != nil {
 		return nil, err

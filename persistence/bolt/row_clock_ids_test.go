@@ -115,7 +115,7 @@ func TestOpenFixtureV5RowClocks(t *testing.T) {
 	db := mustOpen(t, path, Options{NoSync: true})
 	defer db.Close()
 	if err := db.bolt.View(func(tx *bbolt.Tx) error {
-		if v, err := layoutVersion(tx); err != nil || v != LayoutVersion {
+		if v, err := layoutVersion(wrapTx(tx)); err != nil || v != LayoutVersion {
 			t.Fatalf("fixture migrated to layout %d (%v), want %d", v, err, LayoutVersion)
 		}
 		return nil

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/persistence"
 )
 
@@ -41,7 +39,7 @@ func rowGenPrefix(b []byte, t persistence.TableKey, gen uint32, rowKey []byte) [
 // rowEventSeqs calls fn with the seqs of one row's events, one
 // generation at a time, in seq order. The seqs are copied out of the
 // cursor before fn runs, so fn may write to the transaction.
-func rowEventSeqs(b *bbolt.Bucket, t persistence.TableKey, rowKey []byte, fn func(seqs []uint64) (bool, error)) error {
+func rowEventSeqs(b *wbucket, t persistence.TableKey, rowKey []byte, fn func(seqs []uint64) (bool, error)) error {
 	tp := tablePrefix(nil, t)
 	var gen uint32
 	var seqs []uint64
@@ -85,7 +83,7 @@ func rowEventSeqs(b *bbolt.Bucket, t persistence.TableKey, rowKey []byte, fn fun
 // migrateRowGensV1 (layout 7 → 8) rebuilds the row → events index keyed
 // by generation from the event log's plaintext index fields, then drops
 // the index keyed by row. It runs in the Open transaction: all or nothing.
-func migrateRowGensV1(tx *bbolt.Tx) error {
+func migrateRowGensV1(tx *wtx) error {
 	idx, err := tx.CreateBucketIfNotExists(bucketSyncRowGens)
 	if err != nil {
 		return fmt.Errorf("create bucket %s: %w", bucketSyncRowGens, err)

@@ -89,7 +89,7 @@ func TestMigrateLayout7To8RebuildsRowIndex(t *testing.T) {
 	db := mustOpen(t, path, Options{NoSync: true})
 	defer db.Close()
 	if err := db.bolt.View(func(tx *bbolt.Tx) error {
-		if v, _ := layoutVersion(tx); v != LayoutVersion || LayoutVersion < 8 {
+		if v, _ := layoutVersion(wrapTx(tx)); v != LayoutVersion || LayoutVersion < 8 {
 			t.Fatalf("layout %d after Open", v)
 		}
 		if tx.Bucket(bucketSyncRowIdx) != nil {

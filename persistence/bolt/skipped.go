@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/crypto/sealed"
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
@@ -47,7 +45,7 @@ func parseSkippedKey(k []byte) (messages.DeviceAddress, uint64, error) {
 }
 
 // createSkippedV13 creates the skipped-key buckets.
-func createSkippedV13(tx *bbolt.Tx) error {
+func createSkippedV13(tx *wtx) error {
 	for _, name := range [][]byte{bucketDeliverySkipped, bucketDeliverySkippedCount} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
@@ -58,7 +56,7 @@ func createSkippedV13(tx *bbolt.Tx) error {
 
 // skippedBucket checks the transaction (writable when write) and the
 // peer's address, and returns the skipped-key bucket.
-func (t *deliveryTx) skippedBucket(peer messages.DeviceAddress, write bool) (*bbolt.Bucket, error) {
+func (t *deliveryTx) skippedBucket(peer messages.DeviceAddress, write bool) (*wbucket, error) {
 	if err := t.check(write); err != nil {
 		return nil, err
 	}

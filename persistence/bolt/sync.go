@@ -73,7 +73,7 @@ func (s *syncStore) Update(ctx context.Context, fn func(tx persistence.SyncTx) e
 	// transaction begins, given back after bbolt.Update returned, when
 	// bbolt holds nothing of it (scratch.go).
 	sc := s.d.takeScratch()
-	err := s.d.bolt.Update(func(btx *bbolt.Tx) error {
+	err := s.d.update(ctx, func(btx *wtx) error {
 		tx, err := newSyncTx(s.d, btx)
 		if err != nil {
 			return err
@@ -104,7 +104,7 @@ func (s *syncStore) View(ctx context.Context, fn func(tx persistence.SyncReader)
 	if err := s.check(ctx, "view"); err != nil {
 		return err
 	}
-	return mapErr("sync view", s.d.bolt.View(func(btx *bbolt.Tx) error {
+	return mapErr("sync view", s.d.view(func(btx *wtx) error {
 		tx, err := newSyncTx(s.d, btx)
 		if err != nil {
 			return err
@@ -118,14 +118,14 @@ func (s *syncStore) View(ctx context.Context, fn func(tx persistence.SyncReader)
 // handles are looked up once per transaction.
 type syncTx struct {
 	d    *DB
-	tx   *bbolt.Tx
+	tx   *wtx
 	done bool
 
-	meta, tables, events, ids, rowIdx, tableIdx, rows, horizons, held, smeta, sealed, keys *bbolt.Bucket
+	meta, tables, events, ids, rowIdx, tableIdx, rows, horizons, held, smeta, sealed, keys *wbucket
 	// rowIndexes is the secondary indexes' bucket (layout 14, indexes.go);
 	// defs caches the table definitions rows are keyed by (PutTable drops
 	// an entry).
-	rowIndexes *bbolt.Bucket
+	rowIndexes *wbucket
 	defs       map[persistence.TableKey]persistence.TableDef
 
 	lastSeq   uint64
@@ -134,7 +134,7 @@ type syncTx struct {
 
 	// The change log's bucket and last sequence (changes.go), kept like
 	// lastSeq: loaded once, written back by flush.
-	changesB                  *bbolt.Bucket
+	changesB                  *wbucket
 	changeSeq                 uint64
 	changeLoaded, changeDirty bool
 
@@ -155,7 +155,7 @@ type syncTx struct {
 	// allocates a cursor and its stack every call), a key buffer (bbolt
 	// copies keys on Put and never keeps a lookup key) and an arena for
 	// small values bbolt must keep until commit.
-	idsCur, rowsCur *bbolt.Cursor
+	idsCur, rowsCur *wcursor
 	keyBuf, idBuf   []byte
 	values          []byte                      // valueBuf's current chunk
 	names           nameCache                   // the column names RowWithKey read
@@ -239,7 +239,7 @@ func (t *syncTx) flushIndexes() error {
 		t.d.pendHint.Store(int64(n))
 	}
 	for _, p := range []struct {
-		b    *bbolt.Bucket
+		b    *wbucket
 		keys *[][]byte
 	}{{t.rowIdx, &t.pendRow}, {t.tableIdx, &t.pendTable}} {
 		keys := *p.keys
@@ -256,7 +256,7 @@ func (t *syncTx) flushIndexes() error {
 
 // get is Bucket.Get through a reused cursor: the value stored at key, nil
 // when absent. Seek repositions from the root, so it is valid after writes.
-func get(cur **bbolt.Cursor, b *bbolt.Bucket, key []byte) []byte {
+func get(cur **wcursor, b *wbucket, key []byte) []byte {
 	if *cur == nil {
 		*cur = b.Cursor()
 	}
@@ -296,10 +296,10 @@ func (t *syncTx) own(b []byte) []byte {
 	return append(t.valueBuf(len(b)), b...)
 }
 
-func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
+func newSyncTx(d *DB, btx *wtx) (*syncTx, error) {
 	t := &syncTx{d: d, tx: btx}
 	for _, b := range []struct {
-		dst  **bbolt.Bucket
+		dst  **wbucket
 		name []byte
 	}{
 		{&t.meta, bucketMeta}, {&t.tables, bucketSyncTables}, {&t.events, bucketSyncEvents},
@@ -324,10 +324,10 @@ func newSyncTx(d *DB, btx *bbolt.Tx) (*syncTx, error) {
 		// generation), so a piece filled to the brim is never split
 		// again; the rows bucket is rewritten page by page on each commit
 		// that touches its rows, so a fuller page is fewer pages to write.
-		for _, b := range []*bbolt.Bucket{t.events, t.ids, t.tableIdx, t.rowIdx} {
-			b.FillPercent = sequentialFill
+		for _, b := range []*wbucket{t.events, t.ids, t.tableIdx, t.rowIdx} {
+			b.SetFillPercent(sequentialFill)
 		}
-		t.rows.FillPercent = rowsFill
+		t.rows.SetFillPercent(rowsFill)
 	}
 	return t, nil
 }
@@ -384,13 +384,13 @@ func clone(b []byte) []byte {
 
 // scan calls fn for the entries of b from start on while their key has
 // prefix, copying them out of the cursor in chunks first so fn may write.
-func scan(b *bbolt.Bucket, start, prefix []byte, fn func(k, v []byte) (bool, error)) error {
+func scan(b *wbucket, start, prefix []byte, fn func(k, v []byte) (bool, error)) error {
 	return scanChunks(b, start, prefix, scanChunk, fn)
 }
 
 // scanChunks is scan with a first chunk of first entries, doubling up to
 // scanChunk.
-func scanChunks(b *bbolt.Bucket, start, prefix []byte, first int, fn func(k, v []byte) (bool, error)) error {
+func scanChunks(b *wbucket, start, prefix []byte, first int, fn func(k, v []byte) (bool, error)) error {
 	type kv struct{ k, v []byte }
 	chunk := first
 	buf := make([]kv, 0, chunk)
@@ -585,7 +585,7 @@ func (t *syncTx) EventsAfter(after uint64, limit int, fn func(persistence.Stored
 
 // visitIndex calls fn for the events whose index keys (under prefix, of
 // length len(prefix)+tail) end in a seq.
-func (t *syncTx) visitIndex(b *bbolt.Bucket, prefix []byte, tail int, fn func(persistence.StoredEvent) (bool, error)) error {
+func (t *syncTx) visitIndex(b *wbucket, prefix []byte, tail int, fn func(persistence.StoredEvent) (bool, error)) error {
 	return scan(b, prefix, prefix, func(k, _ []byte) (bool, error) {
 		if len(k) != len(prefix)+tail {
 			return false, fmt.Errorf("bolt: index key of %d bytes: %w", len(k), persistence.ErrCorrupt)
@@ -982,7 +982,7 @@ func (t *syncTx) DeleteEventsBelow(k persistence.TableKey, h messages.HLC) (int,
 			return 0, err
 		}
 		for _, del := range []struct {
-			b   *bbolt.Bucket
+			b   *wbucket
 			key []byte
 		}{
 			{t.events, seqKey}, {t.ids, eventKey(nil, ev.Site, ev.HLC, ev.ID)}, {t.rowIdx, rowIdxKey(nil, k, ev.RowKey, ev.Seq)}, {t.tableIdx, key},

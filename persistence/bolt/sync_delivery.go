@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/syncmesh/syncmesh/messages"
 	"github.com/syncmesh/syncmesh/persistence"
 )
@@ -25,7 +23,7 @@ var (
 )
 
 // createSyncDeliveryV1 creates the SSP/1 §14 buckets (layout 2 → 3).
-func createSyncDeliveryV1(tx *bbolt.Tx) error {
+func createSyncDeliveryV1(tx *wtx) error {
 	for _, name := range [][]byte{bucketSyncCursors, bucketSyncWatermarks, bucketSyncPeers} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
@@ -69,7 +67,7 @@ func peerKey(peer string) ([]byte, error) {
 }
 
 // bucket looks up a top-level bucket created by a migration.
-func (t *syncTx) bucket(name []byte) (*bbolt.Bucket, error) {
+func (t *syncTx) bucket(name []byte) (*wbucket, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
@@ -81,7 +79,7 @@ func (t *syncTx) bucket(name []byte) (*bbolt.Bucket, error) {
 }
 
 // seqKeys lists the sequences stored under lp(peer) in b, ascending.
-func seqKeys(b *bbolt.Bucket, peer []byte, fn func(seq uint64, v []byte) error) error {
+func seqKeys(b *wbucket, peer []byte, fn func(seq uint64, v []byte) error) error {
 	prefix := appendLP(nil, peer)
 	return scan(b, prefix, prefix, func(k, v []byte) (bool, error) {
 		if len(k) != len(prefix)+8 {
@@ -93,7 +91,7 @@ func seqKeys(b *bbolt.Bucket, peer []byte, fn func(seq uint64, v []byte) error) 
 
 // replaceSeqKeys makes the keys under lp(peer) in b exactly want (sorted,
 // unique), writing only the difference; val gives each new key's value.
-func replaceSeqKeys(b *bbolt.Bucket, peer []byte, want []uint64, val func(i int) ([]byte, error), same func(i int, old []byte) bool) error {
+func replaceSeqKeys(b *wbucket, peer []byte, want []uint64, val func(i int) ([]byte, error), same func(i int, old []byte) bool) error {
 	prefix := appendLP(nil, peer)
 	var stale [][]byte
 	have := map[uint64]bool{}
@@ -264,7 +262,7 @@ func (t *syncTx) DeleteWatermarks() (int, error) {
 }
 
 // deleteWatermarks empties the watermark bucket (also layout 5 → 6).
-func deleteWatermarks(tx *bbolt.Tx) (int, error) {
+func deleteWatermarks(tx *wtx) (int, error) {
 	b := tx.Bucket(bucketSyncWatermarks)
 	n := b.Stats().KeyN
 	if err := tx.DeleteBucket(bucketSyncWatermarks); err != nil {

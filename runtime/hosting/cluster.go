@@ -83,7 +83,26 @@ type ClusterConfig struct {
 	// OnMembership, when set, is told when this member joins (at start
 	// and after each rejoin) and when it fences itself. It must not block.
 	OnMembership func(MembershipChange)
+	// Replicas is how many members hold a copy of each unit's files. 0
+	// or 1: one, the member hosting it (Root must then be shared for
+	// take-over; see the package documentation). 2 or more: every unit
+	// belongs to a partition replicated by a consensus group (Raft) on
+	// that many members; a unit is served only by its partition's
+	// leader, and the identity lookup routes to it. Requires Lookup nil.
+	// A router-only member (NoUnits) holds no replicas: the members it
+	// routes to pass its requests on to the partitions' leaders. 3
+	// survives the loss of any one member and its disk.
+	Replicas int
+	// Replication configures the replication traffic (Replicas ≥ 2): it
+	// uses the members' mutual TLS (TLS, ClientTLS) or, with Plaintext,
+	// none.
+	Replication ReplicationConfig
 }
+
+// replicated reports whether this member holds replicas (a router-only
+// member holds none: it routes through the members' activators, which
+// pass requests on to the partitions' leaders).
+func (c *ClusterConfig) replicated() bool { return c.Replicas >= 2 && !c.NoUnits }
 
 // Fencing is what a membership provider offers for self-fencing
 // (etcdmember.Provider implements it). A member serves nothing at or
@@ -151,6 +170,10 @@ type Cluster struct {
 	fencing Fencing // nil: the provider does not fence
 
 	cur atomic.Pointer[incarnation]
+	// lead is the leadership of the replicated partitions (Replicas ≥
+	// 2) and msync hands the engine the membership.
+	lead  leadership
+	msync memberSync
 	// life serializes starting and stopping incarnations (rejoin, Close).
 	life   sync.Mutex
 	mu     sync.Mutex
@@ -169,12 +192,16 @@ type incarnation struct {
 	cl     *cluster.Cluster
 	self   string // address
 	fenced atomic.Bool
-	down   sync.Once // the protoactor member is shut down once (a second Shutdown panics)
+	// started: the member is registered and its id is the one replies
+	// carry (host.setMember); a replicated unit is not served before.
+	started atomic.Bool
+	down    sync.Once // the protoactor member is shut down once (a second Shutdown panics)
 
 	mu      sync.Mutex
 	rdv     *cluster.Rendezvous
 	addrs   map[string]bool
 	names   map[string]string // member address → identity (from its member id)
+	addrOf  map[string]string // identity → member address (replicated: the leader's)
 	seen    bool              // this member has been in its own view
 	changed chan struct{}     // closed (and replaced) on every topology change or fence
 }
@@ -195,6 +222,15 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Replicas < 0 || cfg.Replication.Partitions < 0 || cfg.Replication.ElectionTimeout < 0 {
+		return nil, fmt.Errorf("%w: Replicas and Replication's Partitions and ElectionTimeout must not be negative", ErrInvalidConfig)
+	}
+	if cfg.Replicas >= 2 && cfg.Lookup != nil {
+		return nil, fmt.Errorf("%w: Replicas ≥ 2 places units on their partition's leader: no Lookup", ErrInvalidConfig)
+	}
+	if cfg.replicated() && openReplicaSet == nil {
+		return nil, fmt.Errorf("%w: replication is not available in this build", ErrInvalidConfig)
+	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
@@ -211,8 +247,27 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	})
 	c.h.ident.Store(&ident)
 	c.h.placedOn = c.MemberOf
+	if cfg.replicated() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := openReplicaSet(ctx, &c.cfg, ident)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("hosting: open replication: %w", err)
+		}
+		c.h.repl = r
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.watchLeaders(c.done)
+		}()
+	}
 	inc, err := c.start()
 	if err != nil {
+		close(c.done)
+		if c.h.repl != nil {
+			_ = c.h.repl.close()
+		}
+		c.wg.Wait()
 		return nil, err
 	}
 	c.cur.Store(inc)
@@ -241,6 +296,10 @@ func (c *Cluster) start() (*incarnation, error) {
 	// The member id carries the member's identity, so every member can
 	// tell from its view which identity a unit is placed on (Locator).
 	inc.sys.ID = c.ident + "@" + inc.sys.ID
+	if c.h.repl != nil {
+		// ... and its replication address (replicaAddrOf).
+		inc.sys.ID += "@" + c.h.repl.addr()
+	}
 	if cfg.Plaintext {
 		log.Warn("hosting: member runs WITHOUT TLS (ClusterConfig.Plaintext): requests and message plaintext cross the network readable and members are not authenticated", "member", c.ident)
 	}
@@ -254,7 +313,10 @@ func (c *Cluster) start() (*incarnation, error) {
 	// before the cluster re-places it (runtime/remote.go does the same).
 	rc.MaxRetryCount = 1
 	lookup := cfg.Lookup
-	if lookup == nil || c.cur.Load() != nil {
+	switch {
+	case c.h.repl != nil:
+		lookup = &leaderLookup{inc: inc}
+	case lookup == nil || c.cur.Load() != nil:
 		// A rejoin needs a fresh lookup: the old one belongs to the
 		// previous actor system.
 		lookup = disthash.New()
@@ -282,6 +344,7 @@ func (c *Cluster) start() (*incarnation, error) {
 	}
 	inc.self = inc.sys.Address()
 	c.h.setMember(inc.self, inc.sys.ID)
+	inc.started.Store(true)
 	if c.fencing != nil {
 		lost := c.fencing.Lost()
 		c.wg.Add(1)
@@ -307,12 +370,24 @@ func (inc *incarnation) onTopology(ms []*cluster.Member) {
 	rdv.UpdateMembers(ms)
 	addrs := make(map[string]bool, len(ms))
 	names := make(map[string]string, len(ms))
+	addrOf := make(map[string]string, len(ms))
+	ids := make([]string, 0, len(ms))
 	for _, m := range ms {
 		addrs[m.Address()] = true
-		names[m.Address()] = memberIDOf(m.Id)
+		name := memberIDOf(m.Id)
+		names[m.Address()] = name
+		if cur, ok := addrOf[name]; !ok || m.Address() < cur {
+			addrOf[name] = m.Address()
+		}
+		ids = append(ids, m.Id)
+	}
+	if inc.c.replicas() != nil {
+		// The replicated membership follows the view (the etcd
+		// membership): the engine changes each partition's voters.
+		inc.c.setPeers(peersOf(ids))
 	}
 	inc.mu.Lock()
-	inc.rdv, inc.addrs, inc.names = rdv, addrs, names
+	inc.rdv, inc.addrs, inc.names, inc.addrOf = rdv, addrs, names, addrOf
 	self := inc.self
 	if self == "" {
 		self = inc.sys.Address()
@@ -341,8 +416,18 @@ func (inc *incarnation) hasMember(addr string) bool {
 	return inc.addrs[addr]
 }
 
-// owner is the member the view places (kind, identity) on ("" when none).
+// owner is the member the view places (kind, identity) on ("" when
+// none): with replication, the member leading the unit's partition.
 func (inc *incarnation) owner(kind, identity string) string {
+	if r := inc.c.replicas(); r != nil {
+		name, ok := r.leader(r.partitionOf(unitPath(kind, identity)))
+		if !ok {
+			return ""
+		}
+		inc.mu.Lock()
+		defer inc.mu.Unlock()
+		return inc.addrOf[name]
+	}
 	inc.mu.Lock()
 	rdv := inc.rdv
 	inc.mu.Unlock()
@@ -373,6 +458,22 @@ func (inc *incarnation) check(kind, identity string) error {
 		// Suspended, not fenced: the provider decides whether the
 		// registration resumes or is lost (watchValidity).
 		return fmt.Errorf("%w: %s: registration not renewed in time (suspended)", ErrFenced, inc.self)
+	}
+	if r := inc.c.replicas(); r != nil {
+		// The partition's leader serves, once it applied everything
+		// committed before its term; the engine's term fences its writes
+		// and reads (serve).
+		if !inc.started.Load() {
+			// Requests may reach the grains while protoactor's member
+			// starts: its replies would carry the previous
+			// incarnation's id.
+			return fmt.Errorf("%w: %s is starting", ErrUnavailable, inc.c.h.member())
+		}
+		p := r.partitionOf(unitPath(kind, identity))
+		if !r.isLeader(p) || !inc.c.lead.serving(p) {
+			return fmt.Errorf("%w: %s %q: %s does not lead partition %d (or is not ready)", ErrNotOwner, kind, identity, inc.self, p)
+		}
+		return nil
 	}
 	if o := inc.owner(kind, identity); o != inc.self {
 		return fmt.Errorf("%w: %s %q is placed on %q in the view of %s", ErrNotOwner, kind, identity, o, inc.self)
@@ -744,6 +845,9 @@ func (c *Cluster) Close() error {
 	c.cur.Load().shutdown(true)
 	c.life.Unlock()
 	c.wg.Wait()
+	if c.h.repl != nil {
+		err = errors.Join(err, c.h.repl.close())
+	}
 	return err
 }
 

@@ -101,7 +101,9 @@
 //     message stays pending until its ACK.
 //   - Acknowledged means durable. A successful reply is sent after the
 //     unit's node committed the effect to its bbolt file (the runtime's
-//     rule), so a member lost after the reply loses nothing acknowledged.
+//     rule), so a member lost after the reply loses nothing acknowledged
+//     (with Replicas ≥ 2: committed on a quorum of members, so a member
+//     lost with its disk loses nothing acknowledged either).
 //     A request without a reply may or may not have taken effect: repeat
 //     it (idempotent).
 //   - One host at a time. A member activates and serves a unit only
@@ -146,8 +148,50 @@
 // machine (tests, several processes) a local directory; across machines a
 // shared or replicated volume that moves with the unit and honours flock
 // (for example a network block device attached to the new host, or a
-// cluster filesystem with POSIX locks). Without such storage, run one
-// member per data directory and do not expect take-over.
+// cluster filesystem with POSIX locks) — or replicated units, below.
+//
+// # Replicated units
+//
+// With ClusterConfig.Replicas ≥ 2 every member has a data root of its
+// own, and each unit's files are replicated on that many members by
+// Raft (package replication, hashicorp/raft): units are spread over
+// ClusterConfig.Replication.Partitions consensus groups by the hash of
+// their path (unit path = <kind>/<hex(identity)>), and each member runs
+// one group per partition it holds, so groups, goroutines and fsyncs
+// stay bounded however many units there are. The groups' membership
+// follows the cluster's (etcd's): the replication address is published
+// in the member id (name@system@replication-address) and every view
+// change hands the engine the members.
+//
+//   - One serving replica, fenced. A unit is served only by its
+//     partition's leader: the identity lookup (leaderLookup) places it
+//     there, a member's activator passes a request it receives for
+//     another leader's unit on to it (router-only members use the default
+//     lookup and reach the members' activators), and check refuses
+//     elsewhere (ErrNotOwner). A new leader serves a partition only after
+//     a barrier (it applied everything committed before its term); losing
+//     the lead closes the partition's units at once.
+//   - Acknowledged means committed on a quorum. A unit's node opens its
+//     node.db through the engine (runtime.Config.OpenStore): every write
+//     transaction is one log entry, visible and acknowledged only once a
+//     quorum holds it and it was applied here. A deposed leader's write
+//     fails by the Raft term (ErrNotOwner to the caller, which retries on
+//     the leader, and the unit is closed); before any reply, the leader
+//     confirms with a quorum that it still leads (VerifyLeader), so no
+//     member answers as current after its successor served.
+//   - Replicated beside node.db: the unit's storage key (hosting.key,
+//     created at its first activation), owner file and activation epoch,
+//     written through the log by the leader. No mark files are kept
+//     (runtime.Config.NoMarkFiles): a replica's node.db is a prefix of
+//     the committed log and cannot go back in time, and one rebuilt from
+//     a snapshot must not look restored. Tenant quota markers are not
+//     replicated (each member counts what it created).
+//   - Disk loss. A member restarted with an empty data root is rebuilt
+//     by its partitions' leaders (snapshot, then the log); nothing
+//     acknowledged is lost while a quorum of every partition survives.
+//
+// See docs/operations.md, "Hosting on several machines: replicated
+// units".
 //
 // # Cost of protoactor's cluster at the pinned version
 //

@@ -33,9 +33,7 @@ var faultRounds = 1
 var checkTimeout = 2 * time.Minute
 
 // faultReplicas is the units' replication factor of the fault harness:
-// SYNCMESH_REPLICAS (0 or 1: one copy, today's hosting). The member
-// program passes it to hosting when hosting supports it and refuses a
-// factor above 1 otherwise.
+// SYNCMESH_REPLICAS (0 or 1: one copy; 3: ClusterConfig.Replicas 3).
 func faultReplicas() int {
 	n, _ := strconv.Atoi(os.Getenv("SYNCMESH_REPLICAS"))
 	return n
@@ -48,7 +46,11 @@ type faultNode struct {
 	name, ip   string
 	port       int
 	addr, etcd string
-	c          *child
+	// raftPort and raftAddr: the replication listener and the proxy's
+	// route to it (replicated runs).
+	raftPort int
+	raftAddr string
+	c        *child
 }
 
 // faultCluster is etcd, the proxy and the processes of one fault test.
@@ -64,11 +66,11 @@ type faultCluster struct {
 	clients     int
 }
 
-func newFaultCluster(t *testing.T, members int) *faultCluster {
+func newFaultCluster(t *testing.T, members, replicas int) *faultCluster {
 	t.Helper()
 	endpoint := etcdtest.Start(t)
 	fc := &faultCluster{t: t, exe: buildEtcdCluster(t), proxy: faultproxy.New(), etcd: strings.TrimPrefix(endpoint, "http://"),
-		root: t.TempDir(), certs: t.TempDir(), replicas: faultReplicas(), byAddr: map[string]*faultNode{}}
+		root: t.TempDir(), certs: t.TempDir(), replicas: replicas, byAddr: map[string]*faultNode{}}
 	t.Cleanup(func() { _ = fc.proxy.Close() })
 	var names []string
 	for i := 0; i < members; i++ {
@@ -102,6 +104,20 @@ func (fc *faultCluster) node(name, ip string) *faultNode {
 	if n.addr, err = fc.proxy.Route(name, fmt.Sprintf("127.0.0.1:%d", port), ""); err != nil {
 		t.Fatal(err)
 	}
+	if fc.replicas > 1 {
+		// Replication traffic crosses the proxy too: a cut member's
+		// inbound replication is cut (its own dials leave from
+		// 127.0.0.1, which the proxy cannot attribute).
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.raftPort = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if n.raftAddr, err = fc.proxy.Route(name, fmt.Sprintf("127.0.0.1:%d", n.raftPort), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if n.etcd, err = fc.proxy.Route("etcd", fc.etcd, name); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +139,15 @@ func (fc *faultCluster) args(n *faultNode, mode string) []string {
 	args := []string{"-mode", mode, "-name", n.name, "-etcd", "http://" + n.etcd, "-root", fc.dataDir(n), "-ttl", etcdTTL.String(),
 		"-certs", fc.certs, "-port", strconv.Itoa(n.port), "-advertise", n.addr, "-src", n.ip}
 	if fc.replicas > 1 {
-		args = append(args, "-replicas", strconv.Itoa(fc.replicas))
+		args = append(args, "-replicas", strconv.Itoa(fc.replicas),
+			"-raft-listen", fmt.Sprintf("127.0.0.1:%d", n.raftPort), "-raft-advertise", n.raftAddr)
+		// Raft's election timeout: 500 ms (loopback; the engine's default
+		// is 1.5 s), SYNCMESH_RAFT_ELECTION to change it.
+		d := os.Getenv("SYNCMESH_RAFT_ELECTION")
+		if d == "" {
+			d = "500ms"
+		}
+		args = append(args, "-raft-election", d)
 	}
 	return args
 }
@@ -322,15 +346,30 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 //
 // Phase 2 (a second client on units of its own): the member serving the
 // most of them is SIGKILLed, its data directory deleted, and it is
-// restarted empty. With one copy (today's hosting, SYNCMESH_REPLICAS
-// unset or 1) the units' files were only there: the checker must report
-// acknowledged operations lost. Replicated (SYNCMESH_REPLICAS=3, once
-// hosting has ClusterConfig.Replicas), it must report nothing.
+// restarted empty. With one copy (SYNCMESH_REPLICAS unset or 1) the
+// units' files were only there: the checker must report acknowledged
+// operations lost. Replicated (SYNCMESH_REPLICAS=3: ClusterConfig.Replicas
+// 3, each member its own data directory), it must report nothing.
 func TestClusterFaultsEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and 5 processes")
 	}
-	fc := newFaultCluster(t, 3)
+	runFaults(t, faultReplicas())
+}
+
+// TestClusterFaultsReplicatedEtcd is TestClusterFaultsEtcd with every
+// unit replicated on the three members (ClusterConfig.Replicas 3), each
+// member with a data directory of its own: the same checks, and the
+// disk-loss phase must lose nothing.
+func TestClusterFaultsReplicatedEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and 5 processes")
+	}
+	runFaults(t, 3)
+}
+
+func runFaults(t *testing.T, replicas int) {
+	fc := newFaultCluster(t, 3, replicas)
 	t.Logf("replicas %d, %d fault rounds", fc.replicas, faultRounds)
 
 	// Phase 1.
@@ -462,7 +501,7 @@ func TestClusterFaultsCatchPlantedBugEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and 5 processes")
 	}
-	fc := newFaultCluster(t, 3)
+	fc := newFaultCluster(t, 3, faultReplicas())
 	stale := fc.startClient("s", 2, 2, "SYNCMESH_FAILPOINT=stale-read")
 	early := fc.startClient("e", 2, 2, "SYNCMESH_FAILPOINT=ack-early")
 	time.Sleep(6 * time.Second)

@@ -159,7 +159,7 @@ func TestActivationEpochsIncreaseAcrossHosts(t *testing.T) {
 // mustProvision creates a unit for a test tenant.
 func mustProvision(t *testing.T, root, kind, identity string) {
 	t.Helper()
-	if _, err := provision(root, kind, identity, "test", 10, false); err != nil {
+	if _, err := provision(context.Background(), nil, root, kind, identity, "test", 10, false); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -89,6 +89,13 @@ func (h *host) serve(ctx context.Context, u *unit, req *Request, gate func() err
 		}
 	}
 	rep, err := h.dispatch(ctx, u, req)
+	if err != nil && h.repl != nil && h.repl.deposed(err) {
+		// A write refused by the partition's log (this member no longer
+		// leads it, or lost it mid-way): the unit's state here may be
+		// behind its log; close it, the caller retries on the leader.
+		_ = h.release(u)
+		err = h.replErr(err)
+	}
 	if err != nil {
 		if u.closed.Load() && !errors.Is(err, ErrBadRequest) {
 			err = fmt.Errorf("%w: %s %q closed on %s: %w", ErrUnavailable, u.key.kind, u.key.identity, h.member(), err)
@@ -106,6 +113,16 @@ func (h *host) serve(ctx context.Context, u *unit, req *Request, gate func() err
 	if gate != nil {
 		if err := gate(); err != nil {
 			return h.fail(fmt.Errorf("%s %s %q: done, but %w", req.Op, u.key.kind, u.key.identity, err))
+		}
+	}
+	if h.repl != nil {
+		// The read fence: the reply is current only if a quorum still
+		// follows this member's term after the operation read its state
+		// (a write was already committed by a quorum before it returned).
+		p := h.repl.partitionOf(unitPath(u.key.kind, u.key.identity))
+		if err := h.repl.verifyLeader(ctx, p); err != nil {
+			_ = h.release(u)
+			return h.fail(fmt.Errorf("%s %s %q: done, but %w: read fence: %w", req.Op, u.key.kind, u.key.identity, ErrNotOwner, err))
 		}
 	}
 	if u.closed.Load() {

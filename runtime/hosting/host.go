@@ -18,6 +18,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/syncmesh/syncmesh/messages"
+	"github.com/syncmesh/syncmesh/persistence/bolt"
 	"github.com/syncmesh/syncmesh/runtime"
 )
 
@@ -172,6 +173,9 @@ type host struct {
 	// placedOn names the identity of the member a unit is placed on (in
 	// this member's view; "" when unknown).
 	placedOn func(kind, identity string) string
+	// repl replicates units' files (ClusterConfig.Replicas ≥ 2); nil:
+	// the files are local (or on a shared volume).
+	repl replicaSet
 
 	mu      sync.Mutex
 	units   map[unitKey]*unit
@@ -256,7 +260,7 @@ func (h *host) acquire(ctx context.Context, kind, identity string, gate func() e
 		}
 	}
 	if u.err == nil {
-		u.epoch, u.err = bumpEpoch(unitDir(h.cfg.Root, kind, identity), !h.cfg.NoSync)
+		u.epoch, u.err = h.bumpEpoch(ctx, kind, identity)
 		if u.err == nil && gate != nil {
 			u.err = gate()
 		}
@@ -314,12 +318,33 @@ func (h *host) open(ctx context.Context, kind, identity string) (*runtime.Node, 
 	} else {
 		cfg.Device = nil
 	}
+	if h.repl != nil {
+		// A replicated unit: node.db is this member's replica, written
+		// only through the partition's log (a write is visible once a
+		// quorum holds it), so it cannot go back in time and needs no
+		// mark files; its storage key is replicated beside it.
+		if len(cfg.StorageKey) == 0 {
+			key, err := h.unitStorageKey(ctx, kind, identity)
+			if err != nil {
+				return nil, err
+			}
+			cfg.StorageKey, cfg.PreviousStorageKeys = key, nil
+		}
+		path := unitPath(kind, identity)
+		cfg.NoMarkFiles = true
+		// The node detaches the store from the engine after its last
+		// write, before it closes it.
+		cfg.OpenStore = func(file string, opts bolt.Options) (*bolt.DB, func(), error) {
+			return h.repl.openStore(path, file, opts)
+		}
+	}
 	n, err := runtime.Open(ctx, cfg)
 	if err != nil {
+		err = h.replErr(err)
 		if errors.Is(err, runtime.ErrLocked) {
 			return nil, fmt.Errorf("%w: %s %q still held by its previous host: %w", ErrUnavailable, kind, identity, err)
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrUnavailable) {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return nil, fmt.Errorf("hosting: open %s %q: %w", kind, identity, err)
@@ -427,8 +452,27 @@ const epochFile = "hosting.epoch"
 // bumpEpoch reads the unit's last activation epoch, persists the next one
 // and returns it. It runs while the unit's bbolt file is locked by this
 // activation, so epochs of one unit are unique and increasing whatever
-// the members believe about the topology.
-func bumpEpoch(dir string, sync bool) (uint64, error) {
+// the members believe about the topology. A replicated unit's epoch is
+// written through its partition's log by its leader (after the barrier
+// of its term: it read the last one), so it is unique the same way.
+func (h *host) bumpEpoch(ctx context.Context, kind, identity string) (uint64, error) {
+	dir := unitDir(h.cfg.Root, kind, identity)
+	e, err := readEpoch(dir)
+	if err != nil || h.repl == nil {
+		if err != nil {
+			return 0, err
+		}
+		return bumpEpoch(dir, e, !h.cfg.NoSync)
+	}
+	e++
+	if err := h.repl.writeFile(ctx, unitPath(kind, identity), epochFile, []byte(strconv.FormatUint(e, 10)+"\n")); err != nil {
+		return 0, h.replErr(fmt.Errorf("hosting: persist epoch of %s %q: %w", kind, identity, err))
+	}
+	return e, nil
+}
+
+// readEpoch reads the unit's last activation epoch (0: none yet).
+func readEpoch(dir string) (uint64, error) {
 	path := filepath.Join(dir, epochFile)
 	var e uint64
 	b, err := os.ReadFile(path)
@@ -440,6 +484,13 @@ func bumpEpoch(dir string, sync bool) (uint64, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return 0, fmt.Errorf("hosting: read %s: %w", path, err)
 	}
+	return e, nil
+}
+
+// bumpEpoch persists epoch e+1 in dir (a local or shared root) and
+// returns it.
+func bumpEpoch(dir string, e uint64, sync bool) (uint64, error) {
+	path := filepath.Join(dir, epochFile)
 	e++
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -515,9 +566,11 @@ func (h *host) admit(kind, identity string, req *Request) error {
 		return fmt.Errorf("%w: %w", ErrForbidden, err)
 	}
 	if req.Op == OpCreate {
-		created, err := provision(h.cfg.Root, kind, identity, p.Tenant, h.cfg.TenantQuota, !h.cfg.NoSync)
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.LockTimeout+5*time.Second)
+		created, err := provision(ctx, h.repl, h.cfg.Root, kind, identity, p.Tenant, h.cfg.TenantQuota, !h.cfg.NoSync)
+		cancel()
 		if err != nil {
-			return err
+			return h.replErr(err)
 		}
 		if created {
 			h.log.Info("hosting: unit created", "kind", kind, "identity", identity, "tenant", p.Tenant, "member", h.member())
@@ -535,8 +588,10 @@ func (h *host) remove(kind, identity string) (*Reply, error) {
 	if err := h.release(u); err != nil {
 		h.log.Warn("hosting: close before delete", "kind", kind, "identity", identity, "err", err)
 	}
-	if err := unprovision(h.cfg.Root, kind, identity); err != nil {
-		return nil, err
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.LockTimeout+5*time.Second)
+	defer cancel()
+	if err := unprovision(ctx, h.repl, h.cfg.Root, kind, identity); err != nil {
+		return nil, h.replErr(err)
 	}
 	h.log.Info("hosting: unit deleted", "kind", kind, "identity", identity, "member", h.member())
 	return &Reply{Member: h.member(), MemberID: h.memberID()}, nil

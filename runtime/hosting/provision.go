@@ -1,6 +1,7 @@
 package hosting
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,6 +18,12 @@ import (
 // same units and the same counts; creations and deletions are serialized
 // across members (and processes) by an flock on Root/tenants.lock. None
 // of this is in the nodes' bbolt files: their layout is unchanged.
+//
+// With replication (ClusterConfig.Replicas ≥ 2) the owner file is
+// written, and the unit removed, through the unit's partition log by the
+// partition's leader, so every replica holds it. The quota markers stay
+// in the member's own root: the count is exact only while creations go
+// through one member's root (see docs/operations.md).
 
 // ownerFile names the tenant owning a unit, in the unit's directory.
 const ownerFile = "hosting.owner"
@@ -76,7 +83,7 @@ func provisionLock(root string) (func(), error) {
 // provision creates the unit for tenant, within quota units per tenant.
 // The owner creating it again is a no-op (created false); another tenant
 // gets ErrForbidden. Nothing is written when it fails.
-func provision(root, kind, identity, tenant string, quota int, sync bool) (created bool, err error) {
+func provision(ctx context.Context, repl replicaSet, root, kind, identity, tenant string, quota int, sync bool) (created bool, err error) {
 	if err := validTenant(tenant); err != nil {
 		return false, err
 	}
@@ -106,7 +113,12 @@ func provision(root, kind, identity, tenant string, quota int, sync bool) (creat
 	dir := unitDir(root, kind, identity)
 	// A directory left by an interrupted deletion holds nothing of a
 	// provisioned unit (its owner file went first): start afresh.
-	if err := os.RemoveAll(dir); err != nil {
+	if repl != nil {
+		err = repl.removeUnit(ctx, unitPath(kind, identity))
+	} else {
+		err = os.RemoveAll(dir)
+	}
+	if err != nil {
 		return false, fmt.Errorf("hosting: create %s %q: %w", kind, identity, err)
 	}
 	// The marker first: a crash before the owner file leaves a counted
@@ -117,7 +129,12 @@ func provision(root, kind, identity, tenant string, quota int, sync bool) (creat
 	if err := os.WriteFile(marker, nil, 0o600); err != nil {
 		return false, fmt.Errorf("hosting: create %s %q: %w", kind, identity, err)
 	}
-	if err := writeFileAtomic(dir, ownerFile, []byte(tenant+"\n"), sync); err != nil {
+	if repl != nil {
+		err = repl.writeFile(ctx, unitPath(kind, identity), ownerFile, []byte(tenant+"\n"))
+	} else {
+		err = writeFileAtomic(dir, ownerFile, []byte(tenant+"\n"), sync)
+	}
+	if err != nil {
 		_ = os.Remove(marker)
 		return false, fmt.Errorf("hosting: create %s %q: %w", kind, identity, err)
 	}
@@ -127,7 +144,7 @@ func provision(root, kind, identity, tenant string, quota int, sync bool) (creat
 // unprovision deletes the unit's files and its quota marker (the unit
 // must be closed on this member). Deleting a unit that does not exist is
 // a no-op.
-func unprovision(root, kind, identity string) error {
+func unprovision(ctx context.Context, repl replicaSet, root, kind, identity string) error {
 	unlock, err := provisionLock(root)
 	if err != nil {
 		return err
@@ -141,13 +158,20 @@ func unprovision(root, kind, identity string) error {
 		return err
 	}
 	dir := unitDir(root, kind, identity)
-	// The owner file first: from then on the unit does not exist, even if
-	// removing the rest is interrupted.
-	if err := os.Remove(filepath.Join(dir, ownerFile)); err != nil {
-		return fmt.Errorf("hosting: delete %s %q: %w", kind, identity, err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("hosting: delete %s %q: %w", kind, identity, err)
+	if repl != nil {
+		// One log entry removes every file of the unit on every replica.
+		if err := repl.removeUnit(ctx, unitPath(kind, identity)); err != nil {
+			return fmt.Errorf("hosting: delete %s %q: %w", kind, identity, err)
+		}
+	} else {
+		// The owner file first: from then on the unit does not exist,
+		// even if removing the rest is interrupted.
+		if err := os.Remove(filepath.Join(dir, ownerFile)); err != nil {
+			return fmt.Errorf("hosting: delete %s %q: %w", kind, identity, err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("hosting: delete %s %q: %w", kind, identity, err)
+		}
 	}
 	if err := os.Remove(filepath.Join(tenantDir(root, owner), markerName(kind, identity))); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("hosting: delete %s %q: %w", kind, identity, err)

@@ -70,6 +70,9 @@ type opts struct {
 	advertise, src   string
 	replicas, client int
 	finalTimeout     time.Duration
+	// Replication traffic: where it listens and the proxy route to it.
+	raftListen, raftAdvertise string
+	raftElection              time.Duration
 }
 
 func main() {
@@ -93,6 +96,9 @@ func main() {
 	flag.StringVar(&o.advertise, "advertise", "", "host:port other members dial (the fault proxy's route to this process)")
 	flag.StringVar(&o.src, "src", "", "loopback address every member-to-member dial leaves from")
 	flag.IntVar(&o.replicas, "replicas", replicasFromEnv(), "replication factor of the units (SYNCMESH_REPLICAS; 0 or 1: one copy, today's hosting)")
+	flag.StringVar(&o.raftListen, "raft-listen", "", "replication listener (host:port; empty: any loopback port)")
+	flag.StringVar(&o.raftAdvertise, "raft-advertise", "", "replication address other members dial (the fault proxy's route)")
+	flag.DurationVar(&o.raftElection, "raft-election", 0, "replication election timeout (0: the engine's default)")
 	flag.IntVar(&o.client, "client", 0, "history: this client's number")
 	flag.DurationVar(&o.finalTimeout, "final-timeout", 10*time.Minute, "history: how long the final reads may take")
 	flag.Parse()
@@ -176,10 +182,8 @@ func open(o opts, noUnits bool) (*hosting.Cluster, *etcdmember.Provider, error) 
 	if o.src != "" {
 		cc.RemoteOptions = append(cc.RemoteOptions, dialFrom(o.src, cc.ClientTLS))
 	}
-	if err := setReplicas(&cc, o.replicas); err != nil {
-		_ = prov.Close()
-		return nil, nil, err
-	}
+	cc.Replicas = o.replicas
+	cc.Replication = hosting.ReplicationConfig{Listen: o.raftListen, Advertise: o.raftAdvertise, ElectionTimeout: o.raftElection}
 	cc.OnMembership = func(m hosting.MembershipChange) {
 		ev := Event{Ev: "joined", Member: m.Member, ID: m.ID, At: time.Now().UnixNano()}
 		switch {

@@ -1,0 +1,371 @@
+package hosting
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/syncmesh/syncmesh/persistence/bolt"
+)
+
+// ReplicationConfig configures the replication of units between members
+// (ClusterConfig.Replicas ≥ 2).
+type ReplicationConfig struct {
+	// Listen is the host:port the member's replication traffic (the
+	// consensus groups' log entries and snapshots) is served on. Empty:
+	// 127.0.0.1:0.
+	Listen string
+	// Advertise is what other members dial, when it differs from the
+	// bound address (NAT, containers). It is published with the member's
+	// registration (its member id), where every member finds it.
+	Advertise string
+	// Dir holds the consensus logs and snapshots. Empty: Root/raft.
+	Dir string
+	// Partitions is how many consensus groups the units are spread over
+	// (every unit belongs to one by the hash of its path). It must be the
+	// same on every member and never change. Zero: 16.
+	Partitions int
+	// ElectionTimeout bounds how long the followers of a partition wait
+	// for its leader before electing another (and the heartbeat timeout
+	// too): most of a take-over after a member's loss. Shorter on a fast,
+	// quiet network; too short for the machines' load and leaders are
+	// deposed needlessly. Zero: the engine's default (1.5 s).
+	ElectionTimeout time.Duration
+}
+
+// unitPath is a unit's path in the replicated files: its directory
+// relative to Config.Root.
+func unitPath(kind, identity string) string {
+	return kind + "/" + hex.EncodeToString([]byte(identity))
+}
+
+// replicaPeer is one member in the replicated membership: its identity
+// (certificate name) and its replication address.
+type replicaPeer struct{ member, addr string }
+
+// leaderChange reports a partition's leader as the engine sees it.
+type leaderChange struct {
+	partition int
+	leader    string
+	term      uint64
+	self      bool
+}
+
+// replicaSet is what hosting needs of the replication engine
+// (runtime/hosting/replication): multi-Raft partitions of unit files,
+// fenced by each group's term.
+type replicaSet interface {
+	addr() string
+	partitionOf(unitPath string) int
+	leader(p int) (member string, ok bool)
+	isLeader(p int) bool
+	leaderChanges() <-chan leaderChange
+	setMembers(ctx context.Context, peers []replicaPeer, replicas int) error
+	// openStore opens the unit's node.db with the partition's committer
+	// (a write is visible once a quorum holds it) and attaches it to the
+	// engine; detach is called after the DB is closed.
+	openStore(unitPath, path string, opts bolt.Options) (db *bolt.DB, detach func(), err error)
+	writeFile(ctx context.Context, unitPath, name string, data []byte) error
+	removeUnit(ctx context.Context, unitPath string) error
+	barrier(ctx context.Context, p int) error
+	verifyLeader(ctx context.Context, p int) error
+	// deposed reports an error of a write or a read fence that says this
+	// member does not (or may no longer) lead the partition.
+	deposed(err error) bool
+	close() error
+}
+
+// openReplicaSet opens the replication engine of a member; set by the
+// file that wires the engine in.
+var openReplicaSet func(ctx context.Context, c *ClusterConfig, member string) (replicaSet, error)
+
+// Member ids of replicated members carry the replication address after
+// a second "@": name@actorSystemID@host:port. memberIDOf reads the name.
+func replicaAddrOf(id string) string {
+	_, rest, ok := strings.Cut(id, "@")
+	if !ok {
+		return ""
+	}
+	_, addr, ok := strings.Cut(rest, "@")
+	if !ok {
+		return ""
+	}
+	return addr
+}
+
+// peersOf is the replicated membership of a view: the members that
+// publish a replication address, by name (one address per name: the
+// lowest, so every member derives the same list from the same view).
+func peersOf(ids []string) []replicaPeer {
+	by := map[string]string{}
+	for _, id := range ids {
+		name, addr := memberIDOf(id), replicaAddrOf(id)
+		if name == "" || addr == "" {
+			continue
+		}
+		if cur, ok := by[name]; !ok || addr < cur {
+			by[name] = addr
+		}
+	}
+	out := make([]replicaPeer, 0, len(by))
+	for n, a := range by {
+		out = append(out, replicaPeer{n, a})
+	}
+	slices.SortFunc(out, func(a, b replicaPeer) int { return strings.Compare(a.member, b.member) })
+	return out
+}
+
+// Leadership. A member serves a replicated unit only while it leads the
+// unit's partition, and only after it applied everything committed
+// before its term began (a barrier): its copy is then the whole
+// committed history. Losing the lead closes the partition's units at
+// once; their next activation is on the new leader.
+
+// leadState is one partition's serving decision on this member.
+type leadState struct {
+	term  uint64
+	self  bool // this member leads in term
+	ready bool // and its barrier of term completed
+}
+
+// leadInput is a leadership change or the completion of a barrier.
+type leadInput struct {
+	change  *leaderChange
+	barrier uint64 // term whose barrier completed (with change nil)
+}
+
+// leadEffect is what the decision asks of the member.
+type leadEffect struct {
+	release bool   // close the partition's open units
+	barrier uint64 // start a barrier for this term (0: none)
+}
+
+// decideLead is the leadership decision: a change of term or of leader
+// closes whatever the partition had open here (state built under an
+// earlier term is not served under a later one), a new lead of this
+// member starts a barrier, and the partition is served once the barrier
+// of the current term completed. A completion of an older term's
+// barrier changes nothing.
+func decideLead(s leadState, in leadInput) (leadState, leadEffect) {
+	if in.change == nil {
+		if s.self && in.barrier == s.term {
+			s.ready = true
+		}
+		return s, leadEffect{}
+	}
+	ch := *in.change
+	if ch.term < s.term {
+		return s, leadEffect{}
+	}
+	if ch.term == s.term && ch.self == s.self {
+		return s, leadEffect{}
+	}
+	var eff leadEffect
+	eff.release = s.self || s.ready
+	s = leadState{term: ch.term, self: ch.self}
+	if ch.self {
+		eff.barrier = ch.term
+	}
+	return s, eff
+}
+
+// leadership runs decideLead for every partition and answers whether a
+// partition may be served here.
+type leadership struct {
+	mu    sync.Mutex
+	parts map[int]leadState
+}
+
+func (l *leadership) step(p int, in leadInput) leadEffect {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.parts == nil {
+		l.parts = map[int]leadState{}
+	}
+	s, eff := decideLead(l.parts[p], in)
+	l.parts[p] = s
+	return eff
+}
+
+func (l *leadership) serving(p int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.parts[p]
+	return s.self && s.ready
+}
+
+// watchLeaders applies the engine's leadership changes until done is
+// closed: units of a partition lost are closed at once, a partition won
+// is served after its barrier.
+func (c *Cluster) watchLeaders(done <-chan struct{}) {
+	r := c.h.repl
+	for {
+		select {
+		case <-done:
+			return
+		case ch, ok := <-r.leaderChanges():
+			if !ok {
+				return
+			}
+			eff := c.lead.step(ch.partition, leadInput{change: &ch})
+			if eff.release {
+				c.h.log.Info("hosting: partition lead changed: closing its units", "partition", ch.partition, "leader", ch.leader, "term", ch.term)
+				c.h.releasePartition(ch.partition)
+			}
+			if eff.barrier != 0 {
+				c.wg.Add(1)
+				go func(p int, term uint64) {
+					defer c.wg.Done()
+					c.barrier(done, p, term)
+				}(ch.partition, eff.barrier)
+			}
+		}
+	}
+}
+
+// barrier waits until this member applied everything committed before
+// its term, retrying while it still leads, then lets the partition be
+// served.
+func (c *Cluster) barrier(done <-chan struct{}, p int, term uint64) {
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := c.h.repl.barrier(ctx, p)
+		cancel()
+		if err == nil {
+			c.lead.step(p, leadInput{barrier: term})
+			return
+		}
+		if !c.h.repl.isLeader(p) {
+			return
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(retryBackoff(attempt)):
+		}
+	}
+}
+
+// memberSync hands the engine the replicated membership of the latest
+// view, one call at a time (the latest view wins).
+type memberSync struct {
+	mu      sync.Mutex
+	pending []replicaPeer
+	has     bool
+	running bool
+}
+
+func (c *Cluster) setPeers(peers []replicaPeer) {
+	s := &c.msync
+	s.mu.Lock()
+	s.pending, s.has = peers, true
+	if s.running {
+		s.mu.Unlock()
+		return
+	}
+	// Counted in wg only while Close has not begun waiting for it.
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		s.mu.Unlock()
+		return
+	}
+	s.running = true
+	c.wg.Add(1)
+	c.mu.Unlock()
+	s.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		for {
+			s.mu.Lock()
+			if !s.has {
+				s.running = false
+				s.mu.Unlock()
+				return
+			}
+			peers := s.pending
+			s.has = false
+			s.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := c.h.repl.setMembers(ctx, peers, c.cfg.Replicas)
+			cancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				c.h.log.Warn("hosting: replication membership", "err", err)
+			}
+		}
+	}()
+}
+
+// storageKeyFile holds a replicated unit's storage key beside its
+// node.db (replicated with it: every replica must open the same records).
+const storageKeyFile = "hosting.key"
+
+// unitStorageKey returns the replicated unit's storage key, creating and
+// replicating one at its first activation.
+func (h *host) unitStorageKey(ctx context.Context, kind, identity string) ([]byte, error) {
+	dir := unitDir(h.cfg.Root, kind, identity)
+	b, err := os.ReadFile(filepath.Join(dir, storageKeyFile))
+	switch {
+	case err == nil && len(b) == 32:
+		return b, nil
+	case err == nil:
+		return nil, fmt.Errorf("hosting: %s of %s %q is damaged (%d bytes)", storageKeyFile, kind, identity, len(b))
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("hosting: read storage key of %s %q: %w", kind, identity, err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := h.repl.writeFile(ctx, unitPath(kind, identity), storageKeyFile, key); err != nil {
+		return nil, h.replErr(err)
+	}
+	return key, nil
+}
+
+// replErr makes an engine error saying this member does not lead the
+// partition the caller's retry: ErrNotOwner.
+func (h *host) replErr(err error) error {
+	if err != nil && h.repl != nil && h.repl.deposed(err) && !errors.Is(err, ErrNotOwner) {
+		return fmt.Errorf("%w: %w", ErrNotOwner, err)
+	}
+	return err
+}
+
+// releasePartition closes the open units of partition p.
+func (h *host) releasePartition(p int) {
+	h.mu.Lock()
+	var us []*unit
+	for k, u := range h.units {
+		if h.repl.partitionOf(unitPath(k.kind, k.identity)) == p {
+			us = append(us, u)
+		}
+	}
+	h.mu.Unlock()
+	for _, u := range us {
+		_ = h.release(u)
+	}
+}
+
+// replicas is the member's replication engine (nil: not replicated).
+func (c *Cluster) replicas() replicaSet {
+	if c.h == nil {
+		return nil
+	}
+	return c.h.repl
+}
