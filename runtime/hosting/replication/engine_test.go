@@ -397,7 +397,6 @@ func TestReplicatesWriteSetsToThreeReplicas(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	l := c.leader(p)
 	retry := func(what string, fn func(e *Engine) error) {
 		eventually(t, what, func() bool {
 			err := fn(c.engines[c.leader(p)])
@@ -412,7 +411,7 @@ func TestReplicatesWriteSetsToThreeReplicas(t *testing.T) {
 	if v, ok := metaOf(t, w.engine(), unitA, "k39"); !ok || v != "v39" {
 		t.Fatalf("leader's copy: k39=%q %v", v, ok)
 	}
-	l = c.leader(p)
+	l := c.leader(p)
 	c.caughtUp(p, l, "a", "b", "c")
 	sameContent(t, unitA, c.engines["a"], c.engines["b"], c.engines["c"])
 	// A second unit in the same partition; then its removal.
