@@ -126,8 +126,9 @@
 //     replies (TestClusterCrashEtcd checks that none do). Underneath, the
 //     unit's bbolt file is locked by the member that has it open; a
 //     second host waits (Config.LockTimeout) and answers ErrUnavailable
-//     until the first released it (consensus is not relied on:
-//     protoactor's did not converge here).
+//     until the first released it (with Replicas 0 or 1 no consensus is
+//     relied on: protoactor's did not converge here; with Replicas ≥ 2
+//     the partition's raft term fences writes, see Replicated units).
 //
 // # Take-over
 //
