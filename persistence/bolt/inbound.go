@@ -798,35 +798,7 @@ func (t *deliveryTx) PruneProcessedInbound(cutoff int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	end := tsKey(cutoff)
-	var drop [][]byte
-	c := ti.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		if len(k) < 8 {
-			return 0, corrupt("processed time index", fmt.Errorf("key of %d bytes", len(k)))
-		}
-		if bytes.Compare(k[:8], end) > 0 {
-			break
-		}
-		drop = append(drop, clone(k))
-	}
-	for _, k := range drop {
-		if err := ti.Delete(k); err != nil {
-			return 0, err
-		}
-		if t.get(b, k[8:]) == nil {
-			return 0, corrupt("processed time index", fmt.Errorf("dangling entry %x", k))
-		}
-		if err := b.Delete(k[8:]); err != nil {
-			return 0, err
-		}
-	}
-	if len(drop) > 0 {
-		if _, err := t.addCounter(inMetaProcessedCount, -int64(len(drop))); err != nil {
-			return 0, err
-		}
-	}
-	return len(drop), nil
+	return t.dropByTime(b, ti, "processed time index", inMetaProcessedCount, -1, tsKey(cutoff))
 }
 
 func (t *deliveryTx) PutPendingOutbound(p persistence.PendingOutbound) (uint64, error) {

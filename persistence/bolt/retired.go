@@ -189,11 +189,19 @@ func (t *deliveryTx) PruneRetiredOutbound(cutoff int64) (int, error) {
 // limit of them (-1: no limit), only those whose time is ≤ end when end is
 // not nil.
 func (t *deliveryTx) dropRetired(b, ti *wbucket, limit int, end []byte) (int, error) {
+	return t.dropByTime(b, ti, "retired time index", inMetaRetiredCount, limit, end)
+}
+
+// dropByTime removes the oldest entries of b in the order of its time
+// index ti (keys: time(8) | b's key) and lowers counter by as many: at
+// most limit of them (-1: no limit), only those whose time is ≤ end when
+// end is not nil. An index key naming no entry is corruption.
+func (t *deliveryTx) dropByTime(b, ti *wbucket, index string, counter []byte, limit int, end []byte) (int, error) {
 	var drop [][]byte
 	c := ti.Cursor()
 	for k, _ := c.First(); k != nil && (limit < 0 || len(drop) < limit); k, _ = c.Next() {
 		if len(k) < 8 {
-			return 0, corrupt("retired time index", fmt.Errorf("key of %d bytes", len(k)))
+			return 0, corrupt(index, fmt.Errorf("key of %d bytes", len(k)))
 		}
 		if end != nil && bytes.Compare(k[:8], end) > 0 {
 			break
@@ -205,14 +213,14 @@ func (t *deliveryTx) dropRetired(b, ti *wbucket, limit int, end []byte) (int, er
 			return 0, err
 		}
 		if t.get(b, k[8:]) == nil {
-			return 0, corrupt("retired time index", fmt.Errorf("dangling entry %x", k))
+			return 0, corrupt(index, fmt.Errorf("dangling entry %x", k))
 		}
 		if err := b.Delete(k[8:]); err != nil {
 			return 0, err
 		}
 	}
 	if len(drop) > 0 {
-		if _, err := t.addCounter(inMetaRetiredCount, -int64(len(drop))); err != nil {
+		if _, err := t.addCounter(counter, -int64(len(drop))); err != nil {
 			return 0, err
 		}
 	}
