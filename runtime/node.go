@@ -225,6 +225,7 @@ func (n *Node) loadClock(ctx context.Context) error {
 	if n.clock, err = n.openClock(ctx, hw); err != nil {
 		return err
 	}
+	n.closers.push(n.closeClockMarks) // restore.go
 	if err := n.registerHeldMetric(); err != nil {
 		return err
 	}

@@ -253,3 +253,41 @@ func TestConcurrentApplyAndLocalWrites(t *testing.T) {
 		}
 	}
 }
+
+// Clean restarts do not push the clock ahead of the wall clock: the
+// clock resumes from the last HLC it issued, not from its leased mark, so
+// a node restarted more often than the skew bound over the lease allows
+// keeps accepting its own writes (SSP/1 §12 step 2) and still never
+// reissues an HLC (SSP/1 §13.5).
+func TestCleanRestartsKeepTheClockAtTheWall(t *testing.T) {
+	dir := t.TempDir()
+	w := newWall()
+	ctx := context.Background()
+	var last messages.HLC
+	for i := range 40 { // 40 leases of 10 s: beyond the 300 s skew bound
+		n, err := Open(ctx, Config{Dir: dir, MeshID: testMesh, Wall: w.Now, NoSync: true, SyncInterval: -1, ReconcileInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			(&testNode{Node: n, t: t, wall: w, ctx: ctx}).define(defT)
+		}
+		out, err := n.Upsert(ctx, "app", "t", map[string]any{"id": i}, map[string]any{"a": i})
+		if err != nil {
+			t.Fatalf("restart %d: %v", i, err)
+		}
+		if out.HLC <= last {
+			t.Fatalf("restart %d: HLC %v issued after %v", i, out.HLC, last)
+		}
+		if out.HLC.Physical() != w.MS() {
+			t.Fatalf("restart %d: HLC physical %d ms, %d ms ahead of the wall clock", i, out.HLC.Physical(), out.HLC.Physical()-w.MS())
+		}
+		last = out.HLC
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st := n.RestoreStatus(); st.Suspected {
+			t.Fatalf("restart %d: a clean restart looks restored: %s", i, st.Reason)
+		}
+	}
+}

@@ -271,6 +271,32 @@ func (n *Node) persistMarks(h messages.HLC) error {
 	return n.writeClockMark(h)
 }
 
+// closeClockMarks stops the clock at a clean close (everything that
+// issues HLCs has stopped by then; the store is still open) and lowers
+// both marks from the leased high-water to the highest HLC issued or
+// observed, so the next Open resumes there instead of a lease ahead of it:
+// otherwise every restart would push the clock a lease further ahead of
+// the wall clock, and a node restarted often enough refuses its own
+// writes as clock skew (SSP/1 §12 step 2) with a correct wall clock. No
+// HLC above the lowered mark was released (SSP/1 §13.5). The file is
+// written first: a crash between leaves node.db at or above it, which is
+// not a restore's signature. A failure keeps the higher marks, which are
+// safe, and is logged.
+func (n *Node) closeClockMarks() error {
+	h := n.clock.Stop()
+	var err error
+	if n.cfg.markFiles() {
+		err = n.writeClockMark(h)
+	}
+	if err == nil {
+		err = n.persistHighWater(h)
+	}
+	if err != nil {
+		n.log.Warn("close: lowering the clock marks to the last HLC failed; the next Open resumes up to a lease ahead", "hlc", h, "err", err)
+	}
+	return nil
+}
+
 // restoreReconciled runs after a reconciliation this node started. A
 // held clock is released only by evidence (SSP/1 §13.5: an HLC once
 // released must never be issued again): a completed session (not

@@ -40,6 +40,7 @@ type Clock struct {
 	last      messages.HLC
 	highWater messages.HLC
 	held      bool
+	stopped   bool          // Stop: nothing is issued any more
 	released  chan struct{} // closed by Release; nil while not held
 	// issued is the highest value this clock issued or reserved (or the
 	// mark it resumed from), kept for the invariant check only: it is
@@ -70,6 +71,10 @@ func (c *Clock) WallMS() uint64 {
 func (c *Clock) Now() (messages.HLC, error) {
 	for {
 		c.mu.Lock()
+		if c.stopped {
+			c.mu.Unlock()
+			return 0, ErrStopped
+		}
 		if c.held {
 			c.mu.Unlock()
 			return 0, ErrHeld
@@ -148,6 +153,10 @@ func (c *Clock) Observe(h messages.HLC) {
 func (c *Clock) Reserve(h messages.HLC) error {
 	for {
 		c.mu.Lock()
+		if c.stopped {
+			c.mu.Unlock()
+			return ErrStopped
+		}
 		if c.held {
 			c.mu.Unlock()
 			return ErrHeld
@@ -182,6 +191,22 @@ func (c *Clock) checkIssue(next messages.HLC) {
 		invariants.Fail("clock: issuing %d above its durable high-water mark %d", next, c.highWater)
 	}
 	c.issued = next
+}
+
+// Stop ends issuing (Now and Reserve fail with ErrStopped from then on),
+// waits for a mark being persisted, and returns the highest value issued
+// or observed. At a clean close that value is a mark as safe as the
+// leased one and lower by up to a lease: resuming above the leased mark
+// at every restart would push the clock a lease ahead of the wall clock
+// per restart, until its own events fail the skew bound (SSP/1 §12 step
+// 2) although the wall clock is right.
+func (c *Clock) Stop() messages.HLC {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	c.pmu.Lock() // a raise under way ends first
+	defer c.pmu.Unlock()
+	return c.Last()
 }
 
 // Last returns the highest value issued or observed.

@@ -237,3 +237,38 @@ func TestClockIsReadableWhileAMarkIsPersisted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Stop ends issuing and returns a mark below the leased one that is still
+// above everything issued or observed, so a clock resumed from it never
+// reissues and does not start a lease ahead of the wall clock.
+func TestStopReturnsTheLastValueAndIssuesNothing(t *testing.T) {
+	w := &fakeWall{t: time.UnixMilli(9_000_000)}
+	s := &store{}
+	c := New(w.now, 0, s.persist, 10*time.Second)
+	var issued messages.HLC
+	for range 3 {
+		var err error
+		if issued, err = c.Now(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Observe(issued + 5)
+	h := c.Stop()
+	if h != issued+5 || h >= s.hw {
+		t.Fatalf("Stop = %v, want %v (the last observed) below the leased mark %v", h, issued+5, s.hw)
+	}
+	if _, err := c.Now(); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Now after Stop: %v, want ErrStopped", err)
+	}
+	if err := c.Reserve(h + 1); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Reserve after Stop: %v, want ErrStopped", err)
+	}
+	c2 := New(w.now, h, s.persist, 10*time.Second)
+	n, err := c2.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != h+1 {
+		t.Fatalf("resumed from the stopped value: issued %v, want %v", n, h+1)
+	}
+}

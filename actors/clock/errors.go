@@ -9,3 +9,6 @@ var ErrExhausted = errors.New("clock: hlc range exhausted")
 // node does not yet know the highest HLC it released (a restore, SSP/1
 // §13.5), so it issues nothing until Release.
 var ErrHeld = errors.New("clock: held until the node has learned its released history")
+
+// ErrStopped is returned by Now and Reserve after Stop (the node closes).
+var ErrStopped = errors.New("clock: stopped")
