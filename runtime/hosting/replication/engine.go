@@ -30,6 +30,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/bbolt"
 
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
@@ -107,6 +108,10 @@ type Config struct {
 	// soon as the entry is proposed, before the quorum commit.
 	ackBeforeCommit bool
 }
+
+// raftLogMmapSize reserves address space (not memory or disk) for a
+// partition's raft log map.
+const raftLogMmapSize = 32 << 20
 
 // Peer is a member as SetMembers takes it: its name and the address its
 // replication listener is reached at.
@@ -444,7 +449,11 @@ func (e *Engine) startPartition(p int) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("replication: %w", err)
 	}
-	logs, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), NoSync: e.cfg.NoSync})
+	// The log's freelist is rebuilt at open instead of written with every
+	// append (fewer pages per fsync), and its map is reserved up front so
+	// appends do not re-map the file under raft's readers.
+	logs, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), NoSync: e.cfg.NoSync,
+		BoltOptions: &bbolt.Options{NoFreelistSync: true, FreelistType: bbolt.FreelistMapType, InitialMmapSize: raftLogMmapSize}})
 	if err != nil {
 		return fmt.Errorf("replication: partition %d log: %w", p, err)
 	}

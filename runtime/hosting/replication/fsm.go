@@ -171,6 +171,8 @@ func (s *store) remove(unit string) error {
 // fsm is a partition's raft.FSM over its store.
 type fsm struct{ s *store }
 
+var _ raft.BatchingFSM = (*fsm)(nil)
+
 // Apply applies one committed entry. Its error (the response) goes back
 // to the proposer on the leader; on a follower it is logged: the replica
 // is then behind until a snapshot replaces it.
@@ -182,37 +184,165 @@ func (f *fsm) Apply(l *raft.Log) any {
 	en, err := decodeEntry(l.Data)
 	if err == nil {
 		s.mu.Lock()
-		switch en.kind {
-		case kindWriteSet:
-			var d *bolt.DB
-			if d, err = s.db(en.unit); err == nil {
-				err = d.ApplyWriteSet(l.Index, en.payload)
-			}
-			if errors.Is(err, persistence.ErrClosed) && s.attached[en.unit] == d {
-				// The serving DB was closed without its detach: the
-				// replica goes on through the engine's own handle.
-				delete(s.attached, en.unit)
-				if d, err = s.db(en.unit); err == nil {
-					err = d.ApplyWriteSet(l.Index, en.payload)
-				}
-			}
-		case kindFile:
-			err = s.writeFile(en.unit, en.name, en.payload)
-		case kindRemove:
-			err = s.remove(en.unit)
-		}
+		err = s.applyLocked(l.Index, en)
 		s.mu.Unlock()
+	}
+	return s.result(l.Index, en, err)
+}
+
+// applyLocked applies one decoded entry. Callers hold s.mu.
+func (s *store) applyLocked(index uint64, en entry) error {
+	var err error
+	switch en.kind {
+	case kindWriteSet:
+		var d *bolt.DB
+		if d, err = s.db(en.unit); err == nil {
+			err = d.ApplyWriteSet(index, en.payload)
+		}
+		if errors.Is(err, persistence.ErrClosed) && s.attached[en.unit] == d {
+			// The serving DB was closed without its detach: the
+			// replica goes on through the engine's own handle.
+			delete(s.attached, en.unit)
+			if d, err = s.db(en.unit); err == nil {
+				err = d.ApplyWriteSet(index, en.payload)
+			}
+		}
+	case kindFile:
+		err = s.writeFile(en.unit, en.name, en.payload)
+	case kindRemove:
+		err = s.remove(en.unit)
+	}
+	return err
+}
+
+// maxApplyWorkers bounds the units of one batch applied at once.
+const maxApplyWorkers = 16
+
+// ApplyBatch applies a batch of committed entries (raft.BatchingFSM).
+// Each unit is its own file, so the write sets of different units are
+// applied concurrently, each unit's in log order; files and removals
+// apply alone, in order. Every replica ends with the same files as
+// applying one entry at a time would give, and the proposer waits only
+// for the slowest unit of its batch, not for the sum of them.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	s := f.s
+	out := make([]any, len(logs))
+	ens := make([]entry, len(logs))
+	errs := make([]error, len(logs))
+	var run []int // indexes of consecutive write sets
+	flush := func() {
+		s.applyRun(logs, ens, errs, run)
+		run = run[:0]
+	}
+	s.mu.Lock()
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		ens[i], errs[i] = decodeEntry(l.Data)
+		if errs[i] != nil {
+			continue
+		}
+		if ens[i].kind == kindWriteSet {
+			run = append(run, i)
+			continue
+		}
+		flush()
+		errs[i] = s.applyLocked(l.Index, ens[i])
+	}
+	flush()
+	s.mu.Unlock()
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			out[i] = s.result(l.Index, ens[i], errs[i])
+		}
+	}
+	return out
+}
+
+// applyRun applies the write sets logs[run[...]], concurrently by unit.
+// Callers hold s.mu; the workers touch no map of s.
+func (s *store) applyRun(logs []*raft.Log, ens []entry, errs []error, run []int) {
+	if len(run) == 0 {
+		return
+	}
+	byUnit := map[string][]int{}
+	var order []string
+	for _, i := range run {
+		u := ens[i].unit
+		if _, ok := byUnit[u]; !ok {
+			order = append(order, u)
+		}
+		byUnit[u] = append(byUnit[u], i)
+	}
+	// Resolving a handle may evict the engine's own ones: apply one at a
+	// time when the batch's units do not all fit beside them.
+	if len(order) < 2 || len(s.own)+len(order) > maxOwnHandles {
+		for _, i := range run {
+			errs[i] = s.applyLocked(logs[i].Index, ens[i])
+		}
+		return
+	}
+	dbs := make([]*bolt.DB, len(order))
+	for k, u := range order {
+		d, err := s.db(u)
+		if err != nil {
+			for _, i := range byUnit[u] {
+				errs[i] = err
+			}
+			continue
+		}
+		dbs[k] = d
+	}
+	sem := make(chan struct{}, maxApplyWorkers)
+	var wg sync.WaitGroup
+	stopped := make([]int, len(order)) // position of the first entry not applied; -1: all
+	for k, u := range order {
+		stopped[k] = -1
+		if dbs[k] == nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			for j, i := range byUnit[u] {
+				err := dbs[k].ApplyWriteSet(logs[i].Index, ens[i].payload)
+				if errors.Is(err, persistence.ErrClosed) {
+					stopped[k] = j
+					return
+				}
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	// A closed serving DB: the rest of its unit's entries go through
+	// applyLocked, which carries on with the engine's own handle.
+	for k, u := range order {
+		if stopped[k] < 0 {
+			continue
+		}
+		for _, i := range byUnit[u][stopped[k]:] {
+			errs[i] = s.applyLocked(logs[i].Index, ens[i])
+		}
+	}
+}
+
+// result turns an entry's apply error into its response, counting and
+// logging the failures.
+func (s *store) result(index uint64, en entry, err error) any {
+	if err == nil {
+		return nil
 	}
 	if errors.Is(err, bolt.ErrStaleWriteSet) {
 		// Refused alike on every replica: the proposer retries.
-		return fmt.Errorf("replication: apply entry %d: %w", l.Index, err)
+		return fmt.Errorf("replication: apply entry %d: %w", index, err)
 	}
-	if err != nil {
-		s.e.applyErrors.Add(1)
-		s.e.log.Error("replication: apply failed", "partition", s.p, "index", l.Index, "unit", en.unit, "err", err)
-		return fmt.Errorf("replication: apply entry %d: %w", l.Index, err)
-	}
-	return nil
+	s.e.applyErrors.Add(1)
+	s.e.log.Error("replication: apply failed", "partition", s.p, "index", index, "unit", en.unit, "err", err)
+	return fmt.Errorf("replication: apply entry %d: %w", index, err)
 }
 
 // Snapshot copies the partition's unit files (node.db as one consistent
