@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -68,7 +69,16 @@ func replicationReport() error {
 					rate, lat, err = runPlain(ctx, filepath.Join(root, fmt.Sprintf("plain-%d-%d", inflight, trial)), inflight, n)
 					r1, l1 = append(r1, rate), append(l1, lat)
 				} else {
-					rate, lat, err = cl.run(ctx, fmt.Sprintf("t%d-%d", inflight, trial), inflight, n)
+					// A leader change under load ends the trial's units on
+					// that member (ErrNotLeader, also for an unknown
+					// outcome): the trial runs again on fresh units.
+					for attempt := 0; ; attempt++ {
+						rate, lat, err = cl.run(ctx, fmt.Sprintf("t%d-%d-%d", inflight, trial, attempt), inflight, n)
+						if err == nil || !errors.Is(err, replication.ErrNotLeader) || attempt == 4 {
+							break
+						}
+						fmt.Printf("  (trial %d at %d in flight run again: %v)\n", trial, inflight, err)
+					}
 					r3, l3 = append(r3, rate), append(l3, lat)
 				}
 				if err != nil {
