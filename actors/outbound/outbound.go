@@ -432,6 +432,13 @@ func (o *Outbox) pass(ctx context.Context, wg *sync.WaitGroup, resent *atomic.In
 			if t.last.After(last) {
 				last = t.last
 			}
+			if last.After(now) || heldAt.After(now) {
+				// Stored by a clock later than today's: the wall clock
+				// stepped back (a restart with it set back). Waiting for
+				// the old clock's time would stall the message by the
+				// step; it is due now, and its resend stores today's.
+				last, heldAt = time.Time{}, time.Time{}
+			}
 			if p.MaxAttempts > 0 && attempts >= p.MaxAttempts {
 				o.mu.Lock()
 				first := !o.exhausted[k]

@@ -163,3 +163,39 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatal("retry on by default")
 	}
 }
+
+// TestRetryDueAfterClockSteppedBack: a message whose last attempt was
+// stored by a clock later than today's (the node restarted with its wall
+// clock set back) is due now, not after the step: the stored time is of
+// the old clock.
+func TestRetryDueAfterClockSteppedBack(t *testing.T) {
+	c := actortest.NewClock(time.UnixMilli(0).Add(10 * time.Minute))
+	st := memory.NewDelivery()
+	var resent []messages.LogicalMessageID
+	o, err := New(Config{
+		Store: st, Now: c.Now,
+		Retry: RetryPolicy{Interval: time.Hour, Backoff: 2, MaxInterval: 10 * time.Second},
+		Resend: func(ctx context.Context, m SentMessage) error {
+			resent = append(resent, m.ID)
+			return markAttempt(st, m.ID, persistence.UnixMilli(c.Now()))
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	id := messages.LogicalMessageID{9}
+	// Last attempt two minutes after the clock's now.
+	put(t, st, id, "x", persistence.UnixMilli(c.Now().Add(2*time.Minute)))
+	if n, _, err := o.RetryDue(bg); err != nil || n != 1 {
+		t.Fatalf("RetryDue with the last attempt 2m in the future: resent %d (%v), want 1", n, err)
+	}
+	// The resend stored today's clock: the schedule is back to normal.
+	if n, _, err := o.RetryDue(bg); err != nil || n != 0 {
+		t.Fatalf("second pass: resent %d (%v), want 0", n, err)
+	}
+	c.Advance(10 * time.Second)
+	if n, _, err := o.RetryDue(bg); err != nil || n != 1 {
+		t.Fatalf("after the capped interval: resent %d (%v), want 1", n, err)
+	}
+}
