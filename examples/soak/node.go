@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -134,7 +135,9 @@ func openNode(o options) (*nodeEnv, error) {
 	}
 	e.self = runtime.DeviceAddress{User: o.name, Device: 1}
 	cfg := runtime.Config{Dir: filepath.Join(o.dir, o.name), MeshID: meshID, Name: o.name, SyncInterval: o.interval,
-		ReconcileInterval: o.reconcile, Remote: &rc, Trusted: trusted, Restored: o.restored}
+		ReconcileInterval: o.reconcile, Remote: &rc, Trusted: trusted, Restored: o.restored,
+		// Warnings go to node-N.stderr beside any crash trace.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if o.offset != 0 {
 		off := o.offset
 		cfg.Wall = func() time.Time { return time.Now().Add(off) }
@@ -178,13 +181,18 @@ func openNode(o options) (*nodeEnv, error) {
 // load is a child's switchable write and send load.
 type load struct {
 	write, send atomic.Bool
-	exclude     atomic.Pointer[map[string]bool]
-	writes      atomic.Int64
-	fails       atomic.Int64
-	sent        atomic.Int64
-	notices     atomic.Int64
-	missed      atomic.Uint64
-	lastErr     atomic.Pointer[string]
+	// busy counts writes and sends in progress: raised before the switch
+	// is read and lowered after the call returns, so a status that reads
+	// the switch off and then busy 0 knows no write or send is still
+	// under way (a Send that takes seconds stores its pending row late).
+	busy    atomic.Int64
+	exclude atomic.Pointer[map[string]bool]
+	writes  atomic.Int64
+	fails   atomic.Int64
+	sent    atomic.Int64
+	notices atomic.Int64
+	missed  atomic.Uint64
+	lastErr atomic.Pointer[string]
 }
 
 func (l *load) fail(err error) {
@@ -303,7 +311,7 @@ func command(ctx context.Context, e *nodeEnv, ld *load, c string, enc *json.Enco
 
 func nodeStatus(ctx context.Context, e *nodeEnv, ld *load) status {
 	st := status{Kind: "status", Node: e.o.name, Writes: int(ld.writes.Load()), WriteFails: int(ld.fails.Load()), Sent: int(ld.sent.Load()),
-		Loading: ld.write.Load() || (e.o.messaging && ld.send.Load()), Notices: ld.notices.Load(), Missed: ld.missed.Load()}
+		Loading: ld.write.Load() || (e.o.messaging && ld.send.Load()) || ld.busy.Load() > 0, Notices: ld.notices.Load(), Missed: ld.missed.Load()}
 	if p := ld.lastErr.Load(); p != nil {
 		st.Err = *p
 	}
@@ -386,13 +394,16 @@ func writeLoop(ctx context.Context, e *nodeEnv, ld *load, log *appendLog) {
 			return
 		case <-tick.C:
 		}
+		ld.busy.Add(1)
 		if !ld.write.Load() {
+			ld.busy.Add(-1)
 			continue
 		}
 		t0 := time.Now()
 		out, err := e.n.Upsert(ctx, "app", "items", map[string]any{"id": rng.IntN(e.o.keys)},
 			map[string]any{"owner": e.o.name, "n": k, "t": t0.UnixMilli()})
 		lat := time.Since(t0)
+		ld.busy.Add(-1)
 		if err != nil {
 			if ctx.Err() == nil {
 				ld.fail(err)
@@ -464,32 +475,39 @@ func sendLoop(ctx context.Context, e *nodeEnv, ld *load, log *appendLog) {
 			return
 		case <-tick.C:
 		}
-		if !ld.send.Load() {
-			continue
+		ld.busy.Add(1)
+		if ld.send.Load() {
+			sendOne(ctx, e, ld, log, others, rng)
 		}
-		ex := *ld.exclude.Load()
-		var to []string
-		for _, n := range others {
-			if !ex[n] {
-				to = append(to, n)
-			}
-		}
-		if len(to) == 0 {
-			continue
-		}
-		dest := to[rng.IntN(len(to))]
-		body := make([]byte, 64)
-		binary.BigEndian.PutUint64(body, uint64(time.Now().UnixMicro()))
-		sm, err := e.n.Send(ctx, runtime.DeviceAddress{User: dest, Device: 1}, body)
-		if err != nil && !errors.Is(err, runtime.ErrNotHandedOff) {
-			if ctx.Err() == nil {
-				ld.fail(err)
-			}
-			continue
-		}
-		ld.sent.Add(1)
-		log.line(false, "%d %s %x", time.Now().UnixMilli(), dest, sm.ID[:])
+		ld.busy.Add(-1)
 	}
+}
+
+// sendOne sends one message to a random node not excluded and logs it.
+func sendOne(ctx context.Context, e *nodeEnv, ld *load, log *appendLog, others []string, rng *mrand.Rand) {
+	ex := *ld.exclude.Load()
+	var to []string
+	for _, n := range others {
+		if !ex[n] {
+			to = append(to, n)
+		}
+	}
+	if len(to) == 0 {
+		return
+	}
+	dest := to[rng.IntN(len(to))]
+	body := make([]byte, 64)
+	binary.BigEndian.PutUint64(body, uint64(time.Now().UnixMicro()))
+	sm, err := e.n.Send(ctx, runtime.DeviceAddress{User: dest, Device: 1}, body)
+	if err != nil && !errors.Is(err, runtime.ErrNotHandedOff) {
+		if ctx.Err() == nil {
+			ld.fail(err)
+		}
+		return
+	}
+	ld.sent.Add(1)
+	log.line(false, "%d %s %x", time.Now().UnixMilli(), dest, sm.ID[:])
+
 }
 
 // handleMessages is the application: it logs every hand-off (fsynced)
