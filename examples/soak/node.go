@@ -329,10 +329,18 @@ func nodeStatus(ctx context.Context, e *nodeEnv, ld *load) status {
 	}
 	if e.o.messaging {
 		st.PendingSent = countPendingSent(ctx, e.n, nil)
-		st.PendingRecv, _ = e.n.PendingReceivedMessageCount(ctx, nil)
+		var err error
+		if st.PendingRecv, err = e.n.PendingReceivedMessageCount(ctx, nil); err != nil {
+			st.PendingRecv = -1 // unknown is not none
+		}
 		for name := range *ld.exclude.Load() {
 			to := runtime.DeviceAddress{User: name, Device: 1}
-			st.PendingExcluded += countPendingSent(ctx, e.n, &to)
+			c := countPendingSent(ctx, e.n, &to)
+			if c < 0 {
+				st.PendingExcluded = -1
+				break
+			}
+			st.PendingExcluded += c
 		}
 	}
 	st.RSS = rss()
@@ -545,12 +553,13 @@ func handleMessages(ctx context.Context, e *nodeEnv, log *appendLog) {
 }
 
 // countPendingSent counts the sent messages still waiting for their ACK
-// (to *to when to is not nil); a listing error ends the count.
+// (to *to when to is not nil); a listing error makes it -1 (unknown is
+// not none: convergence and the copy wait for a count of 0).
 func countPendingSent(ctx context.Context, n *runtime.Node, to *runtime.DeviceAddress) int {
 	c := 0
 	for _, err := range n.PendingSent(ctx, 0, to) {
 		if err != nil {
-			break
+			return -1
 		}
 		c++
 	}
