@@ -665,7 +665,26 @@ func (e *Engine) reconcile() bool {
 		}
 		var err error
 		did := false
+		// A voter that left the membership (crashed, its disk lost, or
+		// leaving) is removed before its replacement is added: its vote
+		// is not coming, and a group of R+1 voters with one of them gone
+		// needs every other one, the new voter included (caught up
+		// first), to commit anything. The data is held by a quorum of
+		// the remaining voters all along (raft's configuration change).
+		// The leader never removes itself this way.
+		for _, s := range servers {
+			m := string(s.ID)
+			if _, in := peers[m]; !in && m != e.cfg.Member && len(want) > 0 {
+				e.log.Info("replication: removing departed voter", "partition", p, "member", m)
+				err = pt.raft.RemoveServer(s.ID, 0, timeout).Error()
+				did = true
+				break
+			}
+		}
 		for _, m := range want {
+			if did {
+				break
+			}
 			if a, ok := have[m]; !ok || a != peers[m] {
 				e.log.Info("replication: adding voter", "partition", p, "member", m, "addr", peers[m])
 				err = pt.raft.AddVoter(raft.ServerID(m), raft.ServerAddress(peers[m]), 0, timeout).Error()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -742,6 +743,64 @@ func TestSetMembersReplace(t *testing.T) {
 			f := pt.raft.GetConfiguration()
 			return f.Error() == nil && len(f.Configuration().Servers) == 1
 		})
+	}
+}
+
+// TestDepartedVoterRemovedFirst: voter c leaves the membership while
+// its replacement d is named but cannot be reached yet (registered, its
+// replication listener not up). The leaders remove c before adding d,
+// so every partition keeps a live quorum ({a b}, then {a b d}, whose
+// quorum of 2 needs no d) and its writes go on. Adding d first would
+// make {a b c d} the configuration, whose quorum of 3 needs d.
+func TestDepartedVoterRemovedFirst(t *testing.T) {
+	c := newCluster(t, nil, "a", "b", "c")
+	w := c.writer(unitA)
+	w.put("k1", "v1")
+	w.close()
+	if err := c.engines["c"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	delete(c.engines, "c")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.addrs["d"] = l.Addr().String()
+	_ = l.Close() // d refuses connections
+	c.members = []string{"a", "b", "d"}
+	c.setMembers()
+	w = c.writer(unitA)
+	w.put("k2", "v2")
+	for q := range 2 {
+		eventually(t, fmt.Sprintf("partition %d voters {a b d}", q), func() bool {
+			l := ""
+			for _, n := range []string{"a", "b"} {
+				if c.engines[n].IsLeader(q) {
+					l = n
+				}
+			}
+			if l == "" {
+				return false
+			}
+			pt, err := c.engines[l].part(q)
+			if err != nil {
+				return false
+			}
+			f := pt.raft.GetConfiguration()
+			if f.Error() != nil {
+				return false
+			}
+			var ids []string
+			for _, s := range f.Configuration().Servers {
+				ids = append(ids, string(s.ID))
+			}
+			sort.Strings(ids)
+			return strings.Join(ids, " ") == "a b d"
+		})
+	}
+	sameContent(t, unitA, c.engines["a"], c.engines["b"])
+	if v, ok := metaOf(t, c.engines["b"], unitA, "k1"); !ok || v != "v1" {
+		t.Fatalf("acknowledged k1 after c left: %q %v", v, ok)
 	}
 }
 
