@@ -83,20 +83,45 @@ type ClusterConfig struct {
 	// OnMembership, when set, is told when this member joins (at start
 	// and after each rejoin) and when it fences itself. It must not block.
 	OnMembership func(MembershipChange)
-	// Replicas is how many members hold a copy of each unit's files. 0
-	// or 1: one, the member hosting it (Root must then be shared for
+	// Replicas is how many members hold a copy of each unit's files.
+	// 1: one, the member hosting it (Root must then be shared for
 	// take-over; see the package documentation). 2 or more: every unit
 	// belongs to a partition replicated by a consensus group (Raft) on
 	// that many members; a unit is served only by its partition's
 	// leader, and the identity lookup routes to it. Requires Lookup nil.
-	// A router-only member (NoUnits) holds no replicas: the members it
-	// routes to pass its requests on to the partitions' leaders. 3
-	// survives the loss of any one member and its disk.
+	// With more members than Replicas each partition's voters are
+	// Replicas of them, chosen by rendezvous hashing of the partition
+	// and the members' names, and moved by the groups' own
+	// configuration changes when the membership changes; every member
+	// routes a unit's requests to its partition's leader. A router-only
+	// member (NoUnits) holds no replicas: the members it routes to pass
+	// its requests on to the partitions' leaders. 3 survives the loss of
+	// any one member and its disk.
+	//
+	// 0 is DefaultReplicas (3) when Replication.Listen is set, and 1
+	// otherwise (a single member, or members sharing one volume, keep
+	// one copy unless replication is configured).
 	Replicas int
 	// Replication configures the replication traffic (Replicas ≥ 2): it
 	// uses the members' mutual TLS (TLS, ClientTLS) or, with Plaintext,
 	// none.
 	Replication ReplicationConfig
+}
+
+// DefaultReplicas is ClusterConfig.Replicas' value when it is 0 and
+// ClusterConfig.Replication.Listen is set: a quorum of 2 that survives
+// the loss of any one member and its disk.
+const DefaultReplicas = 3
+
+// replicasOrDefault resolves Replicas 0 (see ClusterConfig.Replicas).
+func (c *ClusterConfig) replicasOrDefault() int {
+	switch {
+	case c.Replicas != 0:
+		return c.Replicas
+	case c.Replication.Listen != "":
+		return DefaultReplicas
+	}
+	return 1
 }
 
 // replicated reports whether this member holds replicas (a router-only
@@ -204,6 +229,12 @@ type incarnation struct {
 	addrOf  map[string]string // identity → member address (replicated: the leader's)
 	seen    bool              // this member has been in its own view
 	changed chan struct{}     // closed (and replaced) on every topology change or fence
+
+	// ids are the member ids in the view; leads the partitions each
+	// member (by member id) published that it leads, with their terms
+	// (leadertable.go). Under mu.
+	ids   map[string]bool
+	leads map[string]map[int]uint64
 }
 
 // NewCluster starts a cluster member (protoactor's StartMember: about 1 s)
@@ -225,6 +256,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Replicas < 0 || cfg.Replication.Partitions < 0 || cfg.Replication.ElectionTimeout < 0 {
 		return nil, fmt.Errorf("%w: Replicas and Replication's Partitions and ElectionTimeout must not be negative", ErrInvalidConfig)
 	}
+	cfg.Replicas = cfg.replicasOrDefault()
 	if cfg.Replicas >= 2 && cfg.Lookup != nil {
 		return nil, fmt.Errorf("%w: Replicas ≥ 2 places units on their partition's leader: no Lookup", ErrInvalidConfig)
 	}
@@ -333,8 +365,11 @@ func (c *Cluster) start() (*incarnation, error) {
 	// Our own view, from the same topology events as the identity lookup
 	// (published after protoactor filtered its block list).
 	inc.sys.EventStream.Subscribe(func(ev any) {
-		if t, ok := ev.(*cluster.ClusterTopology); ok {
+		switch t := ev.(type) {
+		case *cluster.ClusterTopology:
 			inc.onTopology(t.Members)
+		case *cluster.GossipUpdate:
+			inc.onGossip(t)
 		}
 	})
 	c.h.system.Store(inc.sys)
@@ -358,6 +393,9 @@ func (c *Cluster) start() (*incarnation, error) {
 
 func (c *Cluster) joined(inc *incarnation) {
 	c.h.log.Info("hosting: member joined", "member", inc.self, "id", inc.sys.ID)
+	if c.h.repl != nil {
+		c.publishLeads(inc)
+	}
 	if c.cfg.OnMembership != nil {
 		c.cfg.OnMembership(MembershipChange{Joined: true, Member: inc.self, ID: inc.sys.ID})
 	}
@@ -372,7 +410,9 @@ func (inc *incarnation) onTopology(ms []*cluster.Member) {
 	names := make(map[string]string, len(ms))
 	addrOf := make(map[string]string, len(ms))
 	ids := make([]string, 0, len(ms))
+	idSet := make(map[string]bool, len(ms))
 	for _, m := range ms {
+		idSet[m.Id] = true
 		addrs[m.Address()] = true
 		name := memberIDOf(m.Id)
 		names[m.Address()] = name
@@ -387,7 +427,7 @@ func (inc *incarnation) onTopology(ms []*cluster.Member) {
 		inc.c.setPeers(peersOf(ids))
 	}
 	inc.mu.Lock()
-	inc.rdv, inc.addrs, inc.names, inc.addrOf = rdv, addrs, names, addrOf
+	inc.rdv, inc.addrs, inc.names, inc.addrOf, inc.ids = rdv, addrs, names, addrOf, idSet
 	self := inc.self
 	if self == "" {
 		self = inc.sys.Address()
@@ -417,15 +457,20 @@ func (inc *incarnation) hasMember(addr string) bool {
 }
 
 // owner is the member the view places (kind, identity) on ("" when
-// none): with replication, the member leading the unit's partition.
+// none): with replication, the member leading the unit's partition, as
+// this member's engine knows it or, where it is no voter of the
+// partition, as the leaders publish it (chooseLeader).
 func (inc *incarnation) owner(kind, identity string) string {
 	if r := inc.c.replicas(); r != nil {
-		name, ok := r.leader(r.partitionOf(unitPath(kind, identity)))
-		if !ok {
-			return ""
-		}
+		p := r.partitionOf(unitPath(kind, identity))
+		local, _ := r.leader(p)
+		term := inc.c.lead.term(p)
 		inc.mu.Lock()
 		defer inc.mu.Unlock()
+		name := chooseLeader(local, term, inc.claimsLocked(p))
+		if name == "" {
+			return ""
+		}
 		return inc.addrOf[name]
 	}
 	inc.mu.Lock()

@@ -21,7 +21,8 @@ import (
 type ReplicationConfig struct {
 	// Listen is the host:port the member's replication traffic (the
 	// consensus groups' log entries and snapshots) is served on. Empty:
-	// 127.0.0.1:0.
+	// 127.0.0.1:0. Setting it makes ClusterConfig.Replicas 0 mean
+	// DefaultReplicas.
 	Listen string
 	// Advertise is what other members dial, when it differs from the
 	// bound address (NAT, containers). It is published with the member's
@@ -195,6 +196,26 @@ func (l *leadership) step(p int, in leadInput) leadEffect {
 	return eff
 }
 
+// term is the latest term this member's engine reported for p (0: none).
+func (l *leadership) term(p int) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.parts[p].term
+}
+
+// leads lists the partitions this member leads, with their terms.
+func (l *leadership) leads() map[int]uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[int]uint64{}
+	for p, s := range l.parts {
+		if s.self && s.term > 0 {
+			out[p] = s.term
+		}
+	}
+	return out
+}
+
 func (l *leadership) serving(p int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -215,7 +236,13 @@ func (c *Cluster) watchLeaders(done <-chan struct{}) {
 			if !ok {
 				return
 			}
+			wasSelf := c.lead.leads()[ch.partition]
 			eff := c.lead.step(ch.partition, leadInput{change: &ch})
+			if now := c.lead.leads()[ch.partition]; now != wasSelf {
+				// Members that are no voter of the partition route by
+				// what its leaders publish.
+				c.publishLeads(c.cur.Load())
+			}
 			if eff.release {
 				c.h.log.Info("hosting: partition lead changed: closing its units", "partition", ch.partition, "leader", ch.leader, "term", ch.term)
 				c.h.releasePartition(ch.partition)
