@@ -162,7 +162,11 @@
 // stay bounded however many units there are. The groups' membership
 // follows the cluster's (etcd's): the replication address is published
 // in the member id (name@system@replication-address) and every view
-// change hands the engine the members.
+// change hands the engine the members. With more members than Replicas
+// each partition's voters are Replicas of them (rendezvous hashing in
+// the engine); a member that is none of a partition's voters learns its
+// leader from the leads the members publish in the cluster's gossip
+// (leadertable.go), for routing and for attribution (MemberOf).
 //
 //   - One serving replica, fenced. A unit is served only by its
 //     partition's leader: the identity lookup (leaderLookup) places it

@@ -100,11 +100,16 @@ type leadClaim struct {
 // own engine's leader (local, "" if it knows none) in the latest term
 // its engine observed (localTerm), and the claims the members in its
 // view published. The highest term wins (raft has one leader per term);
-// at equal terms a known leader beats none, and this member's engine
-// beats a claim; a claim older than the engine's term is stale. ""
-// means no leader is known.
+// at equal terms this member's engine beats a claim. A term without a
+// known leader hides nothing: a member whose engine runs an election (or
+// a group it lost its seat in, where its term may run ahead) still
+// routes by the claims, and a stale claim costs a retry. "" means no
+// leader is known.
 func chooseLeader(local string, localTerm uint64, claims []leadClaim) string {
 	best, bestTerm := local, localTerm
+	if local == "" {
+		bestTerm = 0
+	}
 	for _, c := range claims {
 		switch {
 		case c.member == "" || c.term < bestTerm:

@@ -11,10 +11,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// TestChooseLeader: the highest term wins; at equal terms a known leader
-// beats none and the member's own engine beats a claim; claims older
-// than the engine's term are stale; equal-term claims resolve the same
-// way whatever their order.
+// TestChooseLeader: the highest term wins; at equal terms the member's
+// own engine beats a claim; claims older than the leader its engine
+// knows are stale, and a term with no known leader hides no claim;
+// equal-term claims resolve the same way whatever their order.
 func TestChooseLeader(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -28,7 +28,7 @@ func TestChooseLeader(t *testing.T) {
 		{"non-voter: a claim", "", 0, []leadClaim{{"c", 3}}, "c"},
 		{"newer claim beats the engine", "b", 4, []leadClaim{{"c", 5}}, "c"},
 		{"older claim is stale", "b", 4, []leadClaim{{"c", 3}}, "b"},
-		{"engine in an election: older claim stale", "", 6, []leadClaim{{"c", 5}}, ""},
+		{"engine in an election: the claims route", "", 6, []leadClaim{{"c", 5}}, "c"},
 		{"engine in an election: claim of its term", "", 6, []leadClaim{{"c", 6}}, "c"},
 		{"equal term: engine beats a claim", "b", 4, []leadClaim{{"a", 4}}, "b"},
 		{"highest of several", "", 0, []leadClaim{{"a", 2}, {"d", 7}, {"c", 5}}, "d"},
