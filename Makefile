@@ -99,7 +99,7 @@ soak:
 	$(GO) test -count=1 -timeout 90m -tags soak -run 'Property|Convergence|Canonical|Match' \
 		./actors/materialize ./runtime ./messages ./persistence/bolt -rapid.checks=$(SOAK_CHECKS)
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 90m -run 'TestSimulatedMeshConverges' ./runtime
-	$(GO) test -count=1 -timeout 60m -tags soak -run 'TestClusterFaults|TestPagesEndBeforeTheFrame' -v ./runtime/hosting
+	$(GO) test -count=1 -timeout 60m -tags soak -run 'TestClusterFaults|TestPagesEndBeforeTheFrame|TestClusterReplicatedMembers' -v ./runtime/hosting
 	REPLICATION_SOAK_ROUNDS=$(REPLICATION_SOAK_ROUNDS) $(GO) test -count=1 -timeout 30m -run 'TestLeaderKillRounds' -v ./runtime/hosting/replication
 	SOAK_RESTORE_ROUNDS=$(SOAK_RESTORE_ROUNDS) $(GO) test -count=1 -timeout 90m -tags syncmesh_aeadtrace -run 'TestNodeRestoreAndCloneSoak' -v ./runtime
 	GO=$(GO) bash .ci/mesh-join-soak.sh $(JOIN_RUNS) 20000

@@ -1,3 +1,5 @@
+//go:build soak
+
 package hosting_test
 
 import (
