@@ -80,7 +80,8 @@ lint:
 ## seeds (SIM_SEEDS, default 300; reproduce one with SIM_SEED=<seed>),
 ## anything behind the soak build tag (the hosting fault harness, 12
 ## rounds of faults, with its take-over percentiles; hosting's pages at
-## the full MaxPageBytes, with more than a frame of data), the node-level
+## the full MaxPageBytes, with more than a frame of data; five members
+## with Replicas 3 and two removals), the node-level
 ## restore-and-clone soak (SOAK_RESTORE_ROUNDS rounds, default 400;
 ## reproduce one with SOAK_RESTORE_SEED=<seed>), the examples/mesh
 ## -join 20000 soak (JOIN_RUNS runs, default 20), and the multi-process
