@@ -276,7 +276,23 @@ func (s *Set) Sum() (uint64, lthash.Sum) {
 	return uint64(len(s.keys)), sum
 }
 
-// separator returns the shortest prefix p of next with prev < p ≤ next.
+// cut returns separator(prev, next) if it is a bound strictly inside
+// (lo, upper) (upper nil: +∞); ok is false when prev and next, read by
+// two calls of a view that changed between them, do not give one (equal,
+// out of order, or outside the range).
+func cut(prev, next Key, lo, upper []byte) (u []byte, ok bool) {
+	if bytes.Compare(prev[:], next[:]) >= 0 {
+		return nil, false
+	}
+	u = separator(prev, next)
+	if bytes.Compare(u, lo) <= 0 || (upper != nil && bytes.Compare(u, upper) >= 0) {
+		return nil, false
+	}
+	return u, true
+}
+
+// separator returns the shortest prefix p of next with prev < p ≤ next
+// (prev < next).
 func separator(prev, next Key) []byte {
 	i := 0
 	for i < len(prev) && prev[i] == next[i] {
@@ -416,7 +432,15 @@ func split(b *builder, ls *lazySet, v View, lower, upper []byte, charged bool) e
 		hi := (c + 1) * n / Branch
 		u := upper
 		if c < Branch-1 {
-			u = separator(v.At(lower, upper, hi-1), v.At(lower, upper, hi))
+			var ok bool
+			if u, ok = cut(v.At(lower, upper, hi-1), v.At(lower, upper, hi), lo, upper); !ok {
+				// The view changed between the calls (the runtime's index
+				// catches up between them for another session): keys that
+				// no longer separate give no cut, and this sub-range runs
+				// on into the next. What changed costs a round, as any
+				// change during a session does.
+				continue
+			}
 		}
 		fp, _, err := ls.fingerprint(v, lo, u, charged)
 		if err != nil {
