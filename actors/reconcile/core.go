@@ -214,7 +214,10 @@ func SumFingerprint(count uint64, sum *lthash.Sum) [messages.FingerprintSize]byt
 
 // View is one group's keys from a bound up, in key order: what a round
 // compares. A Set is one (a sorted slice); an Index gives one whose range
-// sums cost O(sites · log n) instead of a pass over the range.
+// sums cost O(sites · log n) instead of a pass over the range. A view
+// may change between two calls (the runtime's index catches up for
+// another session): what must agree is read in one call, or a change is
+// tolerated (split's cuts), at the price of a round.
 type View interface {
 	// Len returns the number of keys.
 	Len() int
