@@ -214,7 +214,10 @@ func SumFingerprint(count uint64, sum *lthash.Sum) [messages.FingerprintSize]byt
 
 // View is one group's keys from a bound up, in key order: what a round
 // compares. A Set is one (a sorted slice); an Index gives one whose range
-// sums cost O(sites · log n) instead of a pass over the range.
+// sums cost O(sites · log n) instead of a pass over the range. A view
+// may change between two calls (the runtime's index catches up for
+// another session): what must agree is read in one call, or a change is
+// tolerated (split's cuts), at the price of a round.
 type View interface {
 	// Len returns the number of keys.
 	Len() int
@@ -276,7 +279,23 @@ func (s *Set) Sum() (uint64, lthash.Sum) {
 	return uint64(len(s.keys)), sum
 }
 
-// separator returns the shortest prefix p of next with prev < p ≤ next.
+// cut returns separator(prev, next) if it is a bound strictly inside
+// (lo, upper) (upper nil: +∞); ok is false when prev and next, read by
+// two calls of a view that changed between them, do not give one (equal,
+// out of order, or outside the range).
+func cut(prev, next Key, lo, upper []byte) (u []byte, ok bool) {
+	if bytes.Compare(prev[:], next[:]) >= 0 {
+		return nil, false
+	}
+	u = separator(prev, next)
+	if bytes.Compare(u, lo) <= 0 || (upper != nil && bytes.Compare(u, upper) >= 0) {
+		return nil, false
+	}
+	return u, true
+}
+
+// separator returns the shortest prefix p of next with prev < p ≤ next
+// (prev < next).
 func separator(prev, next Key) []byte {
 	i := 0
 	for i < len(prev) && prev[i] == next[i] {
@@ -416,7 +435,15 @@ func split(b *builder, ls *lazySet, v View, lower, upper []byte, charged bool) e
 		hi := (c + 1) * n / Branch
 		u := upper
 		if c < Branch-1 {
-			u = separator(v.At(lower, upper, hi-1), v.At(lower, upper, hi))
+			var ok bool
+			if u, ok = cut(v.At(lower, upper, hi-1), v.At(lower, upper, hi), lo, upper); !ok {
+				// The view changed between the calls (the runtime's index
+				// catches up between them for another session): keys that
+				// no longer separate give no cut, and this sub-range runs
+				// on into the next. What changed costs a round, as any
+				// change during a session does.
+				continue
+			}
 		}
 		fp, _, err := ls.fingerprint(v, lo, u, charged)
 		if err != nil {
