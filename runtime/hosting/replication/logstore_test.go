@@ -196,3 +196,40 @@ func TestInterruptedMigrationStartsOver(t *testing.T) {
 	}
 	check("with raft.db beside the WAL")
 }
+
+// TestCompactedEntriesReadAsGone: after raft compacts the head of the
+// log, an entry below FirstIndex is ErrLogNotFound (raft then sends the
+// snapshot), although the WAL drops it only with its whole segment; a
+// closed WAL can be opened again in the same process (its meta store's
+// lock is released).
+func TestCompactedEntriesReadAsGone(t *testing.T) {
+	dir := t.TempDir()
+	for round := range 2 {
+		w, err := openWAL(dir, true, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if round == 0 {
+			var logs []*raft.Log
+			for i := uint64(1); i <= 10; i++ {
+				logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
+			}
+			if err := w.StoreLogs(logs); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.DeleteRange(1, 5); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var l raft.Log
+		if err := w.GetLog(3, &l); !errors.Is(err, raft.ErrLogNotFound) {
+			t.Fatalf("round %d: compacted entry 3: %v (data %v)", round, err, l.Data)
+		}
+		if err := w.GetLog(6, &l); err != nil || l.Index != 6 || l.Data[0] != 6 {
+			t.Fatalf("round %d: entry 6: %+v, %v", round, l, err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
