@@ -317,9 +317,9 @@ func (cl *replCluster) idle(ctx context.Context, units int) error {
 	var firstErr error
 	for i := range units {
 		unit := fmt.Sprintf("idle/u%d", i)
-		l := cl.leaderOf(cl.engines[0].PartitionOf(unit))
-		if l == nil {
-			return fmt.Errorf("replication: no leader for %s", unit)
+		l, err := cl.awaitLeader(ctx, cl.engines[0].PartitionOf(unit))
+		if err != nil {
+			return fmt.Errorf("replication: %s: %w", unit, err)
 		}
 		wg.Add(1)
 		sem <- struct{}{}
