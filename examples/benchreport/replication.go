@@ -326,7 +326,16 @@ func (cl *replCluster) idle(ctx context.Context, units int) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := l.WriteFile(ctx, unit, "storage.key", make([]byte, 32)); err != nil {
+			err := l.WriteFile(ctx, unit, "storage.key", make([]byte, 32))
+			// A leader change under load: write again on the new leader
+			// (the write is idempotent: the whole file).
+			for attempt := 0; errors.Is(err, replication.ErrNotLeader) && attempt < 5; attempt++ {
+				var nl *replication.Engine
+				if nl, err = cl.awaitLeader(ctx, cl.engines[0].PartitionOf(unit)); err == nil {
+					err = nl.WriteFile(ctx, unit, "storage.key", make([]byte, 32))
+				}
+			}
+			if err != nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err
