@@ -93,9 +93,7 @@ func layerOf(path string) (string, int) {
 // The import graph is the one the README states: examples → runtime →
 // actors → persistence → crypto → messages (each layer may skip the ones
 // between), library code imports no test store, and runtime matches no
-// bbolt error itself (persistence.ErrLocked carries the lock timeout);
-// bbolt's options type reaches runtime/hosting/replication only for
-// raft-boltdb's log.
+// bbolt error itself (persistence.ErrLocked carries the lock timeout).
 func TestImportsPointDownward(t *testing.T) {
 	for _, top := range []string{"messages", "crypto", "persistence", "actors", "runtime"} {
 		for rel, imps := range importsUnder(t, filepath.Join("..", top), nil, false, modulePath, "go.etcd.io/bbolt") {
@@ -103,10 +101,8 @@ func TestImportsPointDownward(t *testing.T) {
 			fromTop, fromRank := layerOf(modulePath + "/" + from)
 			for _, imp := range imps {
 				if strings.HasPrefix(imp, "go.etcd.io/bbolt") {
-					// The replication engine hands raft-boltdb (its raft
-					// log, not one of our stores) its bbolt options.
-					if fromTop != "persistence" && from != "runtime/hosting/replication" {
-						t.Errorf("%s/%s imports %s: only persistence/bolt and the raft log's options in runtime/hosting/replication may", top, rel, imp)
+					if fromTop != "persistence" {
+						t.Errorf("%s/%s imports %s: only persistence/bolt may", top, rel, imp)
 					}
 					continue
 				}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ var (
 	replTrials  = flag.Int("replication-trials", 3, "interleaved trials per comparison")
 	replUnits   = flag.Int("replication-idle-units", 10000, "idle replicated units for the memory per unit")
 	replParts   = flag.Int("replication-partitions", 16, "partitions (raft groups per member)")
+	replProfile = flag.String("replication-cpuprofile", "", "replication: write a CPU profile of the first R = 3 trial at 64 in flight (all three members: one process) here")
 )
 
 // replTune adjusts the engines' configuration (the smoke test shortens
@@ -73,7 +75,9 @@ func replicationReport() error {
 					// that member (ErrNotLeader, also for an unknown
 					// outcome): the trial runs again on fresh units.
 					for attempt := 0; ; attempt++ {
+						stop := startReplProfile(inflight)
 						rate, lat, err = cl.run(ctx, fmt.Sprintf("t%d-%d-%d", inflight, trial, attempt), inflight, n)
+						stop()
 						if err == nil || !errors.Is(err, replication.ErrNotLeader) || attempt == 4 {
 							break
 						}
@@ -102,6 +106,29 @@ func replicationReport() error {
 	}
 	defer idle.close()
 	return idle.idle(ctx, *replUnits)
+}
+
+// startReplProfile profiles the first R = 3 trial at 64 in flight into
+// -replication-cpuprofile (all three members: this one process); the
+// returned func stops it.
+func startReplProfile(inflight int) func() {
+	if *replProfile == "" || inflight != 64 {
+		return func() {}
+	}
+	path := *replProfile
+	*replProfile = "" // one trial only
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "replication: cpu profile: %v\n", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }
 
 // commitLoop runs n commits, inflight at a time, each on its unit's DB;
@@ -223,6 +250,25 @@ func (cl *replCluster) leaderOf(p int) *replication.Engine {
 	return nil
 }
 
+// awaitLeader waits up to a minute for a leader of p: after a leader
+// change under load (a trial run again) the election may still be on.
+func (cl *replCluster) awaitLeader(ctx context.Context, p int) (*replication.Engine, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if l := cl.leaderOf(p); l != nil {
+			return l, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no leader of partition %d after a minute", p)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 func (cl *replCluster) close() {
 	for _, e := range cl.engines {
 		_ = e.Close()
@@ -242,9 +288,9 @@ func (cl *replCluster) run(ctx context.Context, prefix string, inflight, n int) 
 	}()
 	for i := range inflight {
 		unit := fmt.Sprintf("%s/u%d", prefix, i)
-		l := cl.leaderOf(cl.engines[0].PartitionOf(unit))
-		if l == nil {
-			return 0, 0, fmt.Errorf("replication: no leader for %s", unit)
+		l, err := cl.awaitLeader(ctx, cl.engines[0].PartitionOf(unit))
+		if err != nil {
+			return 0, 0, fmt.Errorf("replication: %s: %w", unit, err)
 		}
 		d, det, err := l.OpenUnit(unit, bolt.Options{})
 		if err != nil {
@@ -271,16 +317,25 @@ func (cl *replCluster) idle(ctx context.Context, units int) error {
 	var firstErr error
 	for i := range units {
 		unit := fmt.Sprintf("idle/u%d", i)
-		l := cl.leaderOf(cl.engines[0].PartitionOf(unit))
-		if l == nil {
-			return fmt.Errorf("replication: no leader for %s", unit)
+		l, err := cl.awaitLeader(ctx, cl.engines[0].PartitionOf(unit))
+		if err != nil {
+			return fmt.Errorf("replication: %s: %w", unit, err)
 		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := l.WriteFile(ctx, unit, "storage.key", make([]byte, 32)); err != nil {
+			err := l.WriteFile(ctx, unit, "storage.key", make([]byte, 32))
+			// A leader change under load: write again on the new leader
+			// (the write is idempotent: the whole file).
+			for attempt := 0; errors.Is(err, replication.ErrNotLeader) && attempt < 5; attempt++ {
+				var nl *replication.Engine
+				if nl, err = cl.awaitLeader(ctx, cl.engines[0].PartitionOf(unit)); err == nil {
+					err = nl.WriteFile(ctx, unit, "storage.key", make([]byte, 32))
+				}
+			}
+			if err != nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err

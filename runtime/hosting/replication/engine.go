@@ -28,9 +28,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/bbolt"
 
 	"github.com/syncmesh/syncmesh/persistence"
 	"github.com/syncmesh/syncmesh/persistence/bolt"
@@ -59,8 +57,10 @@ type Config struct {
 	// Member is this member's name: its mutual-TLS certificate's node
 	// name (meshtls.NodeName), and its raft server id.
 	Member string
-	// Dir holds each partition's raft log (raft-boltdb) and snapshots:
-	// Dir/p<N>/.
+	// Dir holds each partition's raft log and stable state (raft-wal,
+	// Dir/p<N>/wal) and snapshots (Dir/p<N>/snapshots). A Dir/p<N>/raft.db
+	// (raft-boltdb) of an earlier build is copied into the WAL at the
+	// partition's first start and then removed.
 	Dir string
 	// UnitsDir holds this member's replicas of unit files:
 	// UnitsDir/<unit path>/node.db and the small files beside it.
@@ -108,10 +108,6 @@ type Config struct {
 	// soon as the entry is proposed, before the quorum commit.
 	ackBeforeCommit bool
 }
-
-// raftLogMmapSize reserves address space (not memory or disk) for a
-// partition's raft log map.
-const raftLogMmapSize = 32 << 20
 
 // Peer is a member as SetMembers takes it: its name and the address its
 // replication listener is reached at.
@@ -181,7 +177,7 @@ type partition struct {
 	p       int
 	raft    *raft.Raft
 	trans   *raft.NetworkTransport
-	logs    *raftboltdb.BoltStore
+	logs    logStore
 	started time.Time
 	fresh   bool // no raft state when started
 }
@@ -439,21 +435,14 @@ func contains(list []string, s string) bool {
 
 func (e *Engine) partDir(p int) string { return filepath.Join(e.cfg.Dir, "p"+strconv.Itoa(p)) }
 
-func (e *Engine) hasState(p int) bool {
-	_, err := os.Stat(filepath.Join(e.partDir(p), "raft.db"))
-	return err == nil
-}
+func (e *Engine) hasState(p int) bool { return hasLogState(e.partDir(p)) }
 
 func (e *Engine) startPartition(p int) error {
 	dir := e.partDir(p)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("replication: %w", err)
 	}
-	// The log's freelist is rebuilt at open instead of written with every
-	// append (fewer pages per fsync), and its map is reserved up front so
-	// appends do not re-map the file under raft's readers.
-	logs, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), NoSync: e.cfg.NoSync,
-		BoltOptions: &bbolt.Options{NoFreelistSync: true, FreelistType: bbolt.FreelistMapType, InitialMmapSize: raftLogMmapSize}})
+	logs, err := openLogStore(dir, e.cfg.NoSync, e.hlog)
 	if err != nil {
 		return fmt.Errorf("replication: partition %d log: %w", p, err)
 	}
