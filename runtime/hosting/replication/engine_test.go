@@ -699,20 +699,7 @@ func TestSetMembersReplace(t *testing.T) {
 	for q := range 2 {
 		eventually(t, fmt.Sprintf("partition %d voters {a b d}", q), func() bool {
 			for _, n := range []string{"a", "b", "d"} {
-				pt, err := c.engines[n].part(q)
-				if err != nil {
-					return false
-				}
-				f := pt.raft.GetConfiguration()
-				if f.Error() != nil {
-					return false
-				}
-				var ids []string
-				for _, s := range f.Configuration().Servers {
-					ids = append(ids, string(s.ID))
-				}
-				sort.Strings(ids)
-				if strings.Join(ids, " ") != "a b d" {
+				if ids, ok := voterIDs(c.engines[n], q); !ok || ids != "a b d" {
 					return false
 				}
 			}
@@ -782,20 +769,8 @@ func TestDepartedVoterRemovedFirst(t *testing.T) {
 			if l == "" {
 				return false
 			}
-			pt, err := c.engines[l].part(q)
-			if err != nil {
-				return false
-			}
-			f := pt.raft.GetConfiguration()
-			if f.Error() != nil {
-				return false
-			}
-			var ids []string
-			for _, s := range f.Configuration().Servers {
-				ids = append(ids, string(s.ID))
-			}
-			sort.Strings(ids)
-			return strings.Join(ids, " ") == "a b d"
+			ids, ok := voterIDs(c.engines[l], q)
+			return ok && ids == "a b d"
 		})
 	}
 	sameContent(t, unitA, c.engines["a"], c.engines["b"])
@@ -895,4 +870,23 @@ func (o onlyDesc) Collect(ch chan<- prometheus.Metric) {
 			ch <- m
 		}
 	}
+}
+
+// voterIDs returns the servers of partition q's configuration as e sees
+// it, sorted and space-separated; ok is false while it cannot tell.
+func voterIDs(e *Engine, q int) (ids string, ok bool) {
+	pt, err := e.part(q)
+	if err != nil {
+		return "", false
+	}
+	f := pt.raft.GetConfiguration()
+	if f.Error() != nil {
+		return "", false
+	}
+	var l []string
+	for _, s := range f.Configuration().Servers {
+		l = append(l, string(s.ID))
+	}
+	sort.Strings(l)
+	return strings.Join(l, " "), true
 }
