@@ -141,13 +141,12 @@ func (fc *faultCluster) args(n *faultNode, mode string) []string {
 	if fc.replicas > 1 {
 		args = append(args, "-replicas", strconv.Itoa(fc.replicas),
 			"-raft-listen", fmt.Sprintf("127.0.0.1:%d", n.raftPort), "-raft-advertise", n.raftAddr)
-		// Raft's election timeout: 500 ms (loopback; the engine's default
-		// is 1.5 s), SYNCMESH_RAFT_ELECTION to change it.
-		d := os.Getenv("SYNCMESH_RAFT_ELECTION")
-		if d == "" {
-			d = "500ms"
+		// Raft's timers: the engine's defaults (the take-over times
+		// printed are those operators get), SYNCMESH_RAFT_ELECTION to
+		// change them.
+		if d := os.Getenv("SYNCMESH_RAFT_ELECTION"); d != "" {
+			args = append(args, "-raft-election", d)
 		}
-		args = append(args, "-raft-election", d)
 	}
 	return args
 }

@@ -37,7 +37,7 @@ type ReplicationConfig struct {
 	// for its leader before electing another (and the heartbeat timeout
 	// too): most of a take-over after a member's loss. Shorter on a fast,
 	// quiet network; too short for the machines' load and leaders are
-	// deposed needlessly. Zero: the engine's default (1.5 s).
+	// deposed needlessly. Zero: the engine's default (750 ms).
 	ElectionTimeout time.Duration
 }
 
