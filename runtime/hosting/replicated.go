@@ -75,8 +75,19 @@ type replicaSet interface {
 	openStore(unitPath, path string, opts bolt.Options) (db *bolt.DB, detach func(), err error)
 	writeFile(ctx context.Context, unitPath, name string, data []byte) error
 	removeUnit(ctx context.Context, unitPath string) error
+	// reserve takes the counted slot name of the record at path if it
+	// holds fewer than limit (an error wrapping ErrQuota otherwise),
+	// through the record's partition leader wherever it is; release
+	// gives it back. Both are idempotent.
+	reserve(ctx context.Context, path, name string, limit int) error
+	release(ctx context.Context, path, name string) error
 	barrier(ctx context.Context, p int) error
 	verifyLeader(ctx context.Context, p int) error
+	// term is this member's raft term of partition p and whether it
+	// leads p in it; checkTerm confirms with a quorum that it still
+	// leads p in that term (an error deposed reports otherwise).
+	term(p int) (uint64, bool)
+	checkTerm(ctx context.Context, p int, term uint64) error
 	// deposed reports an error of a write or a read fence that says this
 	// member does not (or may no longer) lead the partition.
 	deposed(err error) bool

@@ -34,6 +34,8 @@ type fakeReplicas struct {
 	removed   []string
 	attached  map[string]bool
 	changes   chan leaderChange
+	// terms is each partition's term (0: 1).
+	terms map[int]uint64
 }
 
 func newFakeReplicas(root, self string) *fakeReplicas {
@@ -86,6 +88,48 @@ func (f *fakeReplicas) removeUnit(_ context.Context, path string) error {
 	f.removed = append(f.removed, path)
 	f.mu.Unlock()
 	return os.RemoveAll(filepath.Join(f.root, filepath.FromSlash(path)))
+}
+func (f *fakeReplicas) term(p int) (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(f.terms[p], 1), f.lead[p] == f.self
+}
+func (f *fakeReplicas) setTerm(p int, t uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.terms == nil {
+		f.terms = map[int]uint64{}
+	}
+	f.terms[p] = t
+}
+func (f *fakeReplicas) checkTerm(ctx context.Context, p int, term uint64) error {
+	if err := f.verifyLeader(ctx, p); err != nil {
+		return err
+	}
+	if now, _ := f.term(p); now != term {
+		return fmt.Errorf("%w: term %d, began in %d", errFakeNotLeader, now, term)
+	}
+	return nil
+}
+
+// reserve and release keep the fake's one copy of a record's slots.
+func (f *fakeReplicas) reserve(_ context.Context, path, name string, limit int) error {
+	dir := filepath.Join(f.root, filepath.FromSlash(path))
+	if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+		return nil
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) >= limit {
+		return fmt.Errorf("%w: fake record %s full", ErrQuota, path)
+	}
+	return writeFileAtomic(dir, name, nil, false)
+}
+func (f *fakeReplicas) release(_ context.Context, path, name string) error {
+	err := os.Remove(filepath.Join(f.root, filepath.FromSlash(path), name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 func (f *fakeReplicas) verifyLeader(_ context.Context, p int) error {
 	f.mu.Lock()
