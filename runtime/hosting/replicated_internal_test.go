@@ -359,3 +359,49 @@ func TestReplicatedUnitServedByItsPartitionLeaderOnly(t *testing.T) {
 		t.Fatalf("refused delete changed the unit: %v", err)
 	}
 }
+
+// TestReplicatedReplyFencedByTerm: a reply is current only if its member
+// led the unit's partition in the same term from the activation's start
+// to the reply. Here the member was deposed (a successor served in term
+// 4) and won the lead back in term 5 before its leadership watch saw
+// either change: a quorum follows it again, yet the activation's state
+// dates from term 3, so the reply is refused and the unit closed.
+func TestReplicatedReplyFencedByTerm(t *testing.T) {
+	inc, f, _ := replicatedView(t)
+	c := inc.c
+	h := c.h
+	ctx := context.Background()
+	g := "g1"
+	p := f.partitionOf(unitPath(KindGroup, g))
+	f.setLeader(p, "a")
+	f.setTerm(p, 3)
+	c.lead.step(p, leadInput{change: &leaderChange{partition: p, leader: "a", term: 3, self: true}})
+	c.lead.step(p, leadInput{barrier: 3})
+	gate := func() error { return inc.check(KindGroup, g) }
+	if err := h.admit(KindGroup, g, &Request{Op: OpCreate, Principal: &Principal{Tenant: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := h.acquire(ctx, KindGroup, g, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := h.serve(ctx, u, &Request{Op: OpDigest}, gate); rep.Code != CodeOK || rep.Term != 3 {
+		t.Fatalf("leader's read in term 3: %+v", rep)
+	}
+	f.setTerm(p, 5)
+	rep := h.serve(ctx, u, &Request{Op: OpDigest}, gate)
+	if rep.Code == CodeOK {
+		t.Fatalf("answered as current in term 5 by an activation of term 3: %+v", rep)
+	}
+	if !errors.Is(rep.Err(), ErrUnavailable) || !u.closed.Load() {
+		t.Fatalf("refusal %+v (closed %v), want ErrUnavailable and the unit closed", rep, u.closed.Load())
+	}
+	// The next activation is of term 5 and serves.
+	u, err = h.acquire(ctx, KindGroup, g, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := h.serve(ctx, u, &Request{Op: OpDigest}, gate); rep.Code != CodeOK || rep.Term != 5 {
+		t.Fatalf("read of the term-5 activation: %+v", rep)
+	}
+}
