@@ -193,6 +193,10 @@ func decideLead(s leadState, in leadInput) (leadState, leadEffect) {
 type leadership struct {
 	mu    sync.Mutex
 	parts map[int]leadState
+	// changed is closed (and replaced) at every leadership change a
+	// step sees: requests waiting on a partition's old leader go to the
+	// new one at once.
+	changed chan struct{}
 }
 
 func (l *leadership) step(p int, in leadInput) leadEffect {
@@ -202,8 +206,50 @@ func (l *leadership) step(p int, in leadInput) leadEffect {
 		l.parts = map[int]leadState{}
 	}
 	s, eff := decideLead(l.parts[p], in)
+	if in.change != nil && l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
 	l.parts[p] = s
 	return eff
+}
+
+// changes returns a channel closed at the next leadership change.
+func (l *leadership) changes() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.changed
+}
+
+// leaderMoved reports whether a request sent to target for (kind,
+// identity) should go elsewhere: the unit is replicated and its
+// partition's leader is now known to be another member. A caller waits
+// no longer for a leader that was replaced (killed, paused, cut off).
+func (inc *incarnation) leaderMoved(kind, identity, target string) bool {
+	if inc.c.replicas() == nil || target == "" {
+		return false
+	}
+	o := inc.owner(kind, identity)
+	return o != "" && o != target
+}
+
+// retryWait waits d before a request's next attempt, or less: until a
+// leadership change (lead, nil when not replicated). It reports whether
+// the change ended it.
+func retryWait(ctx context.Context, d time.Duration, lead <-chan struct{}) (bool, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-t.C:
+		return false, nil
+	case <-lead:
+		return true, nil
+	}
 }
 
 func (l *leadership) serving(p int) bool {

@@ -405,3 +405,56 @@ func TestReplicatedReplyFencedByTerm(t *testing.T) {
 		t.Fatalf("read of the term-5 activation: %+v", rep)
 	}
 }
+
+// TestRequestFollowsLeaderChange: a request waiting on a replicated
+// unit's old leader is abandoned once another member is known to lead
+// (not waited out until its timeout or the old member's lease), and the
+// wait before the next attempt ends at a leadership change.
+func TestRequestFollowsLeaderChange(t *testing.T) {
+	inc, f, _ := replicatedView(t)
+	c := inc.c
+	g := "g1"
+	p := f.partitionOf(unitPath(KindGroup, g))
+	f.setLeader(p, "b")
+	if inc.leaderMoved(KindGroup, g, "127.0.0.1:7002") {
+		t.Fatal("moved while its target still leads")
+	}
+	f.setLeader(p, "a")
+	if !inc.leaderMoved(KindGroup, g, "127.0.0.1:7002") {
+		t.Fatal("a request to the old leader b is not redirected to a")
+	}
+	if inc.leaderMoved(KindGroup, g, "") {
+		t.Fatal("moved without a target")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type res struct {
+		moved bool
+		err   error
+	}
+	ch := make(chan res, 1)
+	lead := c.lead.changes()
+	start := time.Now()
+	go func() {
+		moved, err := retryWait(ctx, 20*time.Second, lead)
+		ch <- res{moved, err}
+	}()
+	c.lead.step(p, leadInput{change: &leaderChange{partition: p, leader: "a", term: 7, self: true}})
+	select {
+	case r := <-ch:
+		if !r.moved || r.err != nil {
+			t.Fatalf("retry wait ended by a leader change: moved %v, %v", r.moved, r.err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("the retry wait did not end at the leader change (%v)", time.Since(start))
+	}
+	if moved, err := retryWait(ctx, time.Millisecond, nil); moved || err != nil {
+		t.Fatalf("plain backoff: moved %v, %v", moved, err)
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if _, err := retryWait(cctx, time.Hour, c.lead.changes()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ended context: %v", err)
+	}
+}
