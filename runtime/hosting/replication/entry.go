@@ -149,7 +149,8 @@ func decodeEntry(b []byte) (entry, error) {
 	rest := b[2:]
 	str := func(max int) (string, error) {
 		n, w := binary.Uvarint(rest)
-		if w <= 0 || n > uint64(max) || n > uint64(len(rest)-w) {
+		// The shortest form only: one entry has one encoding.
+		if w <= 0 || n > uint64(max) || n > uint64(len(rest)-w) || w != len(binary.AppendUvarint(nil, n)) {
 			return "", badEntry("length")
 		}
 		s := string(rest[w : w+int(n)])
