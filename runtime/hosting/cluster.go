@@ -807,7 +807,12 @@ func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Reque
 func (c *Cluster) attempt(ctx context.Context, inc *incarnation, kind, identity string, req *Request, t time.Duration) (any, error, error) {
 	target := inc.owner(kind, identity)
 	if pid, ok := inc.cl.PidCache.Get(identity, kind); ok && pid != nil {
-		target = pid.Address
+		if inc.leaderMoved(kind, identity, pid.Address) {
+			// A grain on a replaced leader: resolve the new one.
+			inc.cl.PidCache.Remove(identity, kind)
+		} else {
+			target = pid.Address
+		}
 	}
 	ch := make(chan attempt, 1)
 	go func() {
