@@ -138,6 +138,11 @@ func (fc *faultCluster) dataDir(n *faultNode) string {
 func (fc *faultCluster) args(n *faultNode, mode string) []string {
 	args := []string{"-mode", mode, "-name", n.name, "-etcd", "http://" + n.etcd, "-root", fc.dataDir(n), "-ttl", etcdTTL.String(),
 		"-certs", fc.certs, "-port", strconv.Itoa(n.port), "-advertise", n.addr, "-src", n.ip}
+	if os.Getenv("SYNCMESH_MEMBER_LOG") != "" {
+		// The members' debug logs on their stderr, kept when a run fails
+		// (keepStderr).
+		args = append(args, "-v")
+	}
 	if fc.replicas > 1 {
 		args = append(args, "-replicas", strconv.Itoa(fc.replicas),
 			"-raft-listen", fmt.Sprintf("127.0.0.1:%d", n.raftPort), "-raft-advertise", n.raftAddr)

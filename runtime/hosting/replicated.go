@@ -292,6 +292,7 @@ func (c *Cluster) watchLeaders(done <-chan struct{}) {
 // its term, retrying while it still leads, then lets the partition be
 // served.
 func (c *Cluster) barrier(done <-chan struct{}, p int, term uint64) {
+	began := time.Now()
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 		go func() {
@@ -305,11 +306,16 @@ func (c *Cluster) barrier(done <-chan struct{}, p int, term uint64) {
 		cancel()
 		if err == nil {
 			c.lead.step(p, leadInput{barrier: term})
+			c.h.log.Info("hosting: partition won: serving it", "partition", p, "term", term, "after", time.Since(began))
 			return
 		}
 		if !c.h.repl.isLeader(p) {
+			c.h.log.Info("hosting: partition lost before its barrier completed", "partition", p, "term", term, "err", err)
 			return
 		}
+		// Retried while this member leads: a partition it leads is not
+		// served until a barrier completes.
+		c.h.log.Warn("hosting: barrier of a partition won failed: retrying", "partition", p, "term", term, "attempt", attempt, "err", err)
 		select {
 		case <-done:
 			return
