@@ -497,6 +497,12 @@ func (e *Engine) startPartition(p int) error {
 	rc.SnapshotThreshold = e.cfg.SnapshotThreshold
 	rc.TrailingLogs = e.cfg.TrailingLogs
 	rc.BatchApplyCh = true
+	// A leader that removes itself (its own view of the membership
+	// lacked it for a moment: paused, cut off, its registration expired)
+	// stays a follower: the other members add it back, and a partition
+	// must not keep a dead group as a voter (the next fault would leave
+	// it without a quorum for good).
+	rc.ShutdownOnRemove = false
 	rc.MaxAppendEntries = 256
 	rc.Logger = e.hlog
 	existing, err := raft.HasExistingState(logs, logs, snaps)
