@@ -829,8 +829,17 @@ func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Reque
 				return nil, fmt.Errorf("%w: unexpected reply %T", ErrFailed, res)
 			}
 		}
-		if err := sleepCtx(ctx, retryBackoff(n)); err != nil {
+		var lead <-chan struct{}
+		if c.replicas() != nil {
+			lead = c.lead.changes()
+		}
+		moved, err := retryWait(ctx, retryBackoff(n), lead)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %s %q: %w (last: %v)", ErrUnavailable, kind, identity, err, last)
+		}
+		if moved {
+			// A new leader: try it now, then back off from the start.
+			n = -1
 		}
 	}
 }
@@ -843,21 +852,34 @@ func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Reque
 func (c *Cluster) attempt(ctx context.Context, inc *incarnation, kind, identity string, req *Request, t time.Duration) (any, error, error) {
 	target := inc.owner(kind, identity)
 	if pid, ok := inc.cl.PidCache.Get(identity, kind); ok && pid != nil {
-		target = pid.Address
+		if inc.leaderMoved(kind, identity, pid.Address) {
+			// A grain on a replaced leader: resolve the new one.
+			inc.cl.PidCache.Remove(identity, kind)
+		} else {
+			target = pid.Address
+		}
 	}
 	ch := make(chan attempt, 1)
 	go func() {
 		res, err := inc.cl.Request(identity, kind, req, cluster.WithTimeout(t))
 		ch <- attempt{res, err}
 	}()
+	var lead <-chan struct{}
 	for {
 		changed := inc.changes()
+		if c.replicas() != nil {
+			lead = c.lead.changes()
+		}
 		if inc.fenced.Load() {
 			return nil, nil, fmt.Errorf("%w: %s fenced during the request", ErrFenced, inc.self)
 		}
 		if target != "" && !inc.hasMember(target) {
 			inc.cl.PidCache.Remove(identity, kind)
 			return nil, nil, fmt.Errorf("%w: %s left during the request", ErrUnavailable, target)
+		}
+		if inc.leaderMoved(kind, identity, target) {
+			inc.cl.PidCache.Remove(identity, kind)
+			return nil, nil, fmt.Errorf("%w: %s no longer leads the partition of %s %q", ErrNotOwner, target, kind, identity)
 		}
 		select {
 		case a := <-ch:
@@ -867,6 +889,7 @@ func (c *Cluster) attempt(ctx context.Context, inc *incarnation, kind, identity 
 		case <-c.done:
 			return nil, ErrClosed, nil
 		case <-changed:
+		case <-lead:
 		}
 	}
 }

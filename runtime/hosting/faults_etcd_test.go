@@ -138,6 +138,11 @@ func (fc *faultCluster) dataDir(n *faultNode) string {
 func (fc *faultCluster) args(n *faultNode, mode string) []string {
 	args := []string{"-mode", mode, "-name", n.name, "-etcd", "http://" + n.etcd, "-root", fc.dataDir(n), "-ttl", etcdTTL.String(),
 		"-certs", fc.certs, "-port", strconv.Itoa(n.port), "-advertise", n.addr, "-src", n.ip}
+	if os.Getenv("SYNCMESH_MEMBER_LOG") != "" {
+		// The members' debug logs on their stderr, kept when a run fails
+		// (keepStderr).
+		args = append(args, "-v")
+	}
 	if fc.replicas > 1 {
 		args = append(args, "-replicas", strconv.Itoa(fc.replicas),
 			"-raft-listen", fmt.Sprintf("127.0.0.1:%d", n.raftPort), "-raft-advertise", n.raftAddr)
@@ -154,6 +159,8 @@ func (fc *faultCluster) args(n *faultNode, mode string) []string {
 func (fc *faultCluster) startMember(n *faultNode) {
 	fc.t.Helper()
 	n.c = startChild(fc.t, fc.exe, n.name, fc.args(n, "member")...)
+	c := n.c
+	fc.t.Cleanup(func() { fc.keepStderr(n.name, c) })
 	ev := n.c.wait(fc.t, "joined", 60*time.Second)
 	if ev.Member != n.addr {
 		fc.t.Fatalf("%s joined as %s, want its proxy address %s", n.name, ev.Member, n.addr)
@@ -529,4 +536,44 @@ func TestClusterFaultsCatchPlantedBugEtcd(t *testing.T) {
 			}
 		}
 	}
+}
+
+// keepStderr keeps, for a failed run only, what a member process wrote
+// on stderr: a member still running is sent SIGQUIT first, so Go's
+// goroutine dump shows where it was stuck. The file is kept outside
+// the test's temporary directories; its path and last lines are
+// logged.
+func (fc *faultCluster) keepStderr(name string, c *child) {
+	t := fc.t
+	if !t.Failed() {
+		return
+	}
+	select {
+	case <-c.exited:
+	default:
+		_ = syscall.Kill(c.cmd.Process.Pid, syscall.SIGCONT)
+		_ = syscall.Kill(c.cmd.Process.Pid, syscall.SIGQUIT)
+		select {
+		case <-c.exited:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	text := c.stderrText()
+	dir := filepath.Join(os.TempDir(), "syncmesh-faults")
+	path := filepath.Join(dir, fmt.Sprintf("%s-%s-%d.stderr", time.Now().UTC().Format("20060102T150405"), name, c.cmd.Process.Pid))
+	if err := os.MkdirAll(dir, 0o700); err == nil {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			path = "(not kept: " + err.Error() + ")"
+		}
+	}
+	t.Logf("%s (pid %d): stderr kept in %s; last lines:\n%s", name, c.cmd.Process.Pid, path, lastLines(text, 30))
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

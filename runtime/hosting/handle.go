@@ -116,14 +116,17 @@ func (h *host) serve(ctx context.Context, u *unit, req *Request, gate func() err
 		}
 	}
 	if h.repl != nil {
-		// The read fence: the reply is current only if a quorum still
-		// follows this member's term after the operation read its state
-		// (a write was already committed by a quorum before it returned).
+		// The fence by term: the reply is current only if a quorum still
+		// follows this member in the term it led when the activation
+		// began, so no successor can have served in between (a write was
+		// already committed by a quorum before it returned; a lead lost
+		// and won again is another term and refuses too).
 		p := h.repl.partitionOf(unitPath(u.key.kind, u.key.identity))
-		if err := h.repl.verifyLeader(ctx, p); err != nil {
+		if err := h.repl.checkTerm(ctx, p, u.term); err != nil {
 			_ = h.release(u)
-			return h.fail(fmt.Errorf("%s %s %q: done, but %w: read fence: %w", req.Op, u.key.kind, u.key.identity, ErrNotOwner, err))
+			return h.fail(fmt.Errorf("%s %s %q: done, but %w: fence of term %d: %w", req.Op, u.key.kind, u.key.identity, ErrNotOwner, u.term, err))
 		}
+		rep.Term = u.term
 	}
 	if u.closed.Load() {
 		return h.fail(fmt.Errorf("%w: %s %q closed on %s during %s", ErrUnavailable, u.key.kind, u.key.identity, h.member(), req.Op))

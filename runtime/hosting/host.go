@@ -152,6 +152,10 @@ type unit struct {
 	// activatedAt is when this activation began serving (after its epoch
 	// was persisted).
 	activatedAt time.Time
+	// term is, for a replicated unit, the raft term of its partition in
+	// which this member led when the activation began: it serves only
+	// while it still leads in that term (replicaSet.checkTerm).
+	term uint64
 	// busy counts requests in progress and lastUsed is when the last one
 	// ended (Unix ns): Local's passivation of idle units.
 	busy     atomic.Int32
@@ -246,10 +250,21 @@ func (h *host) acquire(ctx context.Context, kind, identity string, gate func() e
 	h.units[k] = u
 	h.mu.Unlock()
 
-	if _, err := ownerOf(h.cfg.Root, kind, identity); err != nil {
-		u.err = err
-	} else {
-		u.node, u.err = h.open(ctx, kind, identity)
+	if h.repl != nil {
+		// The term before the unit's state is read: a reply is current
+		// only if this member still leads in it (serve).
+		t, leading := h.repl.term(h.repl.partitionOf(unitPath(kind, identity)))
+		if !leading {
+			u.err = fmt.Errorf("%w: %s %q: this member does not lead its partition", ErrNotOwner, kind, identity)
+		}
+		u.term = t
+	}
+	if u.err == nil {
+		if _, err := ownerOf(h.cfg.Root, kind, identity); err != nil {
+			u.err = err
+		} else {
+			u.node, u.err = h.open(ctx, kind, identity)
+		}
 	}
 	if u.err == nil {
 		// Deleted while it was being opened: do not serve (or leave

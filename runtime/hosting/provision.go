@@ -2,6 +2,7 @@ package hosting
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,9 +22,12 @@ import (
 //
 // With replication (ClusterConfig.Replicas ≥ 2) the owner file is
 // written, and the unit removed, through the unit's partition log by the
-// partition's leader, so every replica holds it. The quota markers stay
-// in the member's own root: the count is exact only while creations go
-// through one member's root (see docs/operations.md).
+// partition's leader, so every replica holds it; the quota markers are
+// slots of a replicated record per tenant, tenants/<hex(tenant)> in the
+// partition that path hashes to, taken and given back through that
+// partition's leader (whichever member it is): the count and the slot
+// are one log entry, so the quota holds across members, take-overs and
+// members rebuilt after losing their disk.
 
 // ownerFile names the tenant owning a unit, in the unit's directory.
 const ownerFile = "hosting.owner"
@@ -61,6 +65,20 @@ func tenantDir(root, tenant string) string {
 
 func markerName(kind, identity string) string {
 	return kind + "." + hex.EncodeToString([]byte(identity))
+}
+
+// quotaRecord is a tenant's replicated quota record: its path among the
+// replicated files (the directory tenantDir names).
+func quotaRecord(tenant string) string {
+	return "tenants/" + hex.EncodeToString([]byte(tenant))
+}
+
+// quotaSlot names a unit's slot in its tenant's replicated record: a
+// digest of the identity, so the name fits a file name whatever the
+// identity's length (MaxIdentity).
+func quotaSlot(kind, identity string) string {
+	d := sha256.Sum256([]byte(identity))
+	return kind + "." + hex.EncodeToString(d[:])
 }
 
 // provisionLock holds the root's provisioning lock until the returned
@@ -101,6 +119,9 @@ func provision(ctx context.Context, repl replicaSet, root, kind, identity, tenan
 	case !errors.Is(err, ErrNotProvisioned):
 		return false, err
 	}
+	if repl != nil {
+		return provisionReplicated(ctx, repl, kind, identity, tenant, quota)
+	}
 	td := tenantDir(root, tenant)
 	ents, err := os.ReadDir(td)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -113,12 +134,7 @@ func provision(ctx context.Context, repl replicaSet, root, kind, identity, tenan
 	dir := unitDir(root, kind, identity)
 	// A directory left by an interrupted deletion holds nothing of a
 	// provisioned unit (its owner file went first): start afresh.
-	if repl != nil {
-		err = repl.removeUnit(ctx, unitPath(kind, identity))
-	} else {
-		err = os.RemoveAll(dir)
-	}
-	if err != nil {
+	if err := os.RemoveAll(dir); err != nil {
 		return false, fmt.Errorf("hosting: create %s %q: %w", kind, identity, err)
 	}
 	// The marker first: a crash before the owner file leaves a counted
@@ -129,13 +145,31 @@ func provision(ctx context.Context, repl replicaSet, root, kind, identity, tenan
 	if err := os.WriteFile(marker, nil, 0o600); err != nil {
 		return false, fmt.Errorf("hosting: create %s %q: %w", kind, identity, err)
 	}
-	if repl != nil {
-		err = repl.writeFile(ctx, unitPath(kind, identity), ownerFile, []byte(tenant+"\n"))
-	} else {
-		err = writeFileAtomic(dir, ownerFile, []byte(tenant+"\n"), sync)
-	}
-	if err != nil {
+	if err := writeFileAtomic(dir, ownerFile, []byte(tenant+"\n"), sync); err != nil {
 		_ = os.Remove(marker)
+		return false, fmt.Errorf("hosting: create %s %q: %w", kind, identity, err)
+	}
+	return true, nil
+}
+
+// provisionReplicated is provision's replicated half, once the unit was
+// found unowned (this member leads the unit's partition: its copy of the
+// owner file is current).
+func provisionReplicated(ctx context.Context, repl replicaSet, kind, identity, tenant string, quota int) (bool, error) {
+	path := unitPath(kind, identity)
+	if err := repl.removeUnit(ctx, path); err != nil {
+		return false, fmt.Errorf("hosting: create %s %q: %w", kind, identity, err)
+	}
+	// The slot first: a crash before the owner file leaves a counted
+	// unit that does not exist, never an uncounted one.
+	slot := quotaSlot(kind, identity)
+	if err := repl.reserve(ctx, quotaRecord(tenant), slot, quota); err != nil {
+		return false, fmt.Errorf("hosting: create %s %q: tenant %q, quota %d: %w", kind, identity, tenant, quota, err)
+	}
+	if err := repl.writeFile(ctx, path, ownerFile, []byte(tenant+"\n")); err != nil {
+		if rerr := repl.release(ctx, quotaRecord(tenant), slot); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		return false, fmt.Errorf("hosting: create %s %q: %w", kind, identity, err)
 	}
 	return true, nil
@@ -172,6 +206,12 @@ func unprovision(ctx context.Context, repl replicaSet, root, kind, identity stri
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("hosting: delete %s %q: %w", kind, identity, err)
 		}
+	}
+	if repl != nil {
+		if err := repl.release(ctx, quotaRecord(owner), quotaSlot(kind, identity)); err != nil {
+			return fmt.Errorf("hosting: delete %s %q: its quota slot: %w", kind, identity, err)
+		}
+		return nil
 	}
 	if err := os.Remove(filepath.Join(tenantDir(root, owner), markerName(kind, identity))); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("hosting: delete %s %q: %w", kind, identity, err)

@@ -76,8 +76,19 @@ type replicaSet interface {
 	openStore(unitPath, path string, opts bolt.Options) (db *bolt.DB, detach func(), err error)
 	writeFile(ctx context.Context, unitPath, name string, data []byte) error
 	removeUnit(ctx context.Context, unitPath string) error
+	// reserve takes the counted slot name of the record at path if it
+	// holds fewer than limit (an error wrapping ErrQuota otherwise),
+	// through the record's partition leader wherever it is; release
+	// gives it back. Both are idempotent.
+	reserve(ctx context.Context, path, name string, limit int) error
+	release(ctx context.Context, path, name string) error
 	barrier(ctx context.Context, p int) error
 	verifyLeader(ctx context.Context, p int) error
+	// term is this member's raft term of partition p and whether it
+	// leads p in it; checkTerm confirms with a quorum that it still
+	// leads p in that term (an error deposed reports otherwise).
+	term(p int) (uint64, bool)
+	checkTerm(ctx context.Context, p int, term uint64) error
 	// deposed reports an error of a write or a read fence that says this
 	// member does not (or may no longer) lead the partition.
 	deposed(err error) bool
@@ -183,6 +194,10 @@ func decideLead(s leadState, in leadInput) (leadState, leadEffect) {
 type leadership struct {
 	mu    sync.Mutex
 	parts map[int]leadState
+	// changed is closed (and replaced) at every leadership change a
+	// step sees: requests waiting on a partition's old leader go to the
+	// new one at once.
+	changed chan struct{}
 }
 
 func (l *leadership) step(p int, in leadInput) leadEffect {
@@ -192,6 +207,10 @@ func (l *leadership) step(p int, in leadInput) leadEffect {
 		l.parts = map[int]leadState{}
 	}
 	s, eff := decideLead(l.parts[p], in)
+	if in.change != nil && l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
 	l.parts[p] = s
 	return eff
 }
@@ -214,6 +233,44 @@ func (l *leadership) leads() map[int]uint64 {
 		}
 	}
 	return out
+}
+
+// changes returns a channel closed at the next leadership change.
+func (l *leadership) changes() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.changed
+}
+
+// leaderMoved reports whether a request sent to target for (kind,
+// identity) should go elsewhere: the unit is replicated and its
+// partition's leader is now known to be another member. A caller waits
+// no longer for a leader that was replaced (killed, paused, cut off).
+func (inc *incarnation) leaderMoved(kind, identity, target string) bool {
+	if inc.c.replicas() == nil || target == "" {
+		return false
+	}
+	o := inc.owner(kind, identity)
+	return o != "" && o != target
+}
+
+// retryWait waits d before a request's next attempt, or less: until a
+// leadership change (lead, nil when not replicated). It reports whether
+// the change ended it.
+func retryWait(ctx context.Context, d time.Duration, lead <-chan struct{}) (bool, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-t.C:
+		return false, nil
+	case <-lead:
+		return true, nil
+	}
 }
 
 func (l *leadership) serving(p int) bool {
@@ -262,6 +319,7 @@ func (c *Cluster) watchLeaders(done <-chan struct{}) {
 // its term, retrying while it still leads, then lets the partition be
 // served.
 func (c *Cluster) barrier(done <-chan struct{}, p int, term uint64) {
+	began := time.Now()
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 		go func() {
@@ -275,11 +333,16 @@ func (c *Cluster) barrier(done <-chan struct{}, p int, term uint64) {
 		cancel()
 		if err == nil {
 			c.lead.step(p, leadInput{barrier: term})
+			c.h.log.Info("hosting: partition won: serving it", "partition", p, "term", term, "after", time.Since(began))
 			return
 		}
 		if !c.h.repl.isLeader(p) {
+			c.h.log.Info("hosting: partition lost before its barrier completed", "partition", p, "term", term, "err", err)
 			return
 		}
+		// Retried while this member leads: a partition it leads is not
+		// served until a barrier completes.
+		c.h.log.Warn("hosting: barrier of a partition won failed: retrying", "partition", p, "term", term, "attempt", attempt, "err", err)
 		select {
 		case <-done:
 			return

@@ -34,6 +34,8 @@ type fakeReplicas struct {
 	removed   []string
 	attached  map[string]bool
 	changes   chan leaderChange
+	// terms is each partition's term (0: 1).
+	terms map[int]uint64
 }
 
 func newFakeReplicas(root, self string) *fakeReplicas {
@@ -86,6 +88,48 @@ func (f *fakeReplicas) removeUnit(_ context.Context, path string) error {
 	f.removed = append(f.removed, path)
 	f.mu.Unlock()
 	return os.RemoveAll(filepath.Join(f.root, filepath.FromSlash(path)))
+}
+func (f *fakeReplicas) term(p int) (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(f.terms[p], 1), f.lead[p] == f.self
+}
+func (f *fakeReplicas) setTerm(p int, t uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.terms == nil {
+		f.terms = map[int]uint64{}
+	}
+	f.terms[p] = t
+}
+func (f *fakeReplicas) checkTerm(ctx context.Context, p int, term uint64) error {
+	if err := f.verifyLeader(ctx, p); err != nil {
+		return err
+	}
+	if now, _ := f.term(p); now != term {
+		return fmt.Errorf("%w: term %d, began in %d", errFakeNotLeader, now, term)
+	}
+	return nil
+}
+
+// reserve and release keep the fake's one copy of a record's slots.
+func (f *fakeReplicas) reserve(_ context.Context, path, name string, limit int) error {
+	dir := filepath.Join(f.root, filepath.FromSlash(path))
+	if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+		return nil
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) >= limit {
+		return fmt.Errorf("%w: fake record %s full", ErrQuota, path)
+	}
+	return writeFileAtomic(dir, name, nil, false)
+}
+func (f *fakeReplicas) release(_ context.Context, path, name string) error {
+	err := os.Remove(filepath.Join(f.root, filepath.FromSlash(path), name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 func (f *fakeReplicas) verifyLeader(_ context.Context, p int) error {
 	f.mu.Lock()
@@ -313,5 +357,104 @@ func TestReplicatedUnitServedByItsPartitionLeaderOnly(t *testing.T) {
 	}
 	if _, err := ownerOf(root, KindGroup, g); err != nil {
 		t.Fatalf("refused delete changed the unit: %v", err)
+	}
+}
+
+// TestReplicatedReplyFencedByTerm: a reply is current only if its member
+// led the unit's partition in the same term from the activation's start
+// to the reply. Here the member was deposed (a successor served in term
+// 4) and won the lead back in term 5 before its leadership watch saw
+// either change: a quorum follows it again, yet the activation's state
+// dates from term 3, so the reply is refused and the unit closed.
+func TestReplicatedReplyFencedByTerm(t *testing.T) {
+	inc, f, _ := replicatedView(t)
+	c := inc.c
+	h := c.h
+	ctx := context.Background()
+	g := "g1"
+	p := f.partitionOf(unitPath(KindGroup, g))
+	f.setLeader(p, "a")
+	f.setTerm(p, 3)
+	c.lead.step(p, leadInput{change: &leaderChange{partition: p, leader: "a", term: 3, self: true}})
+	c.lead.step(p, leadInput{barrier: 3})
+	gate := func() error { return inc.check(KindGroup, g) }
+	if err := h.admit(KindGroup, g, &Request{Op: OpCreate, Principal: &Principal{Tenant: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := h.acquire(ctx, KindGroup, g, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := h.serve(ctx, u, &Request{Op: OpDigest}, gate); rep.Code != CodeOK || rep.Term != 3 {
+		t.Fatalf("leader's read in term 3: %+v", rep)
+	}
+	f.setTerm(p, 5)
+	rep := h.serve(ctx, u, &Request{Op: OpDigest}, gate)
+	if rep.Code == CodeOK {
+		t.Fatalf("answered as current in term 5 by an activation of term 3: %+v", rep)
+	}
+	if !errors.Is(rep.Err(), ErrUnavailable) || !u.closed.Load() {
+		t.Fatalf("refusal %+v (closed %v), want ErrUnavailable and the unit closed", rep, u.closed.Load())
+	}
+	// The next activation is of term 5 and serves.
+	u, err = h.acquire(ctx, KindGroup, g, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := h.serve(ctx, u, &Request{Op: OpDigest}, gate); rep.Code != CodeOK || rep.Term != 5 {
+		t.Fatalf("read of the term-5 activation: %+v", rep)
+	}
+}
+
+// TestRequestFollowsLeaderChange: a request waiting on a replicated
+// unit's old leader is abandoned once another member is known to lead
+// (not waited out until its timeout or the old member's lease), and the
+// wait before the next attempt ends at a leadership change.
+func TestRequestFollowsLeaderChange(t *testing.T) {
+	inc, f, _ := replicatedView(t)
+	c := inc.c
+	g := "g1"
+	p := f.partitionOf(unitPath(KindGroup, g))
+	f.setLeader(p, "b")
+	if inc.leaderMoved(KindGroup, g, "127.0.0.1:7002") {
+		t.Fatal("moved while its target still leads")
+	}
+	f.setLeader(p, "a")
+	if !inc.leaderMoved(KindGroup, g, "127.0.0.1:7002") {
+		t.Fatal("a request to the old leader b is not redirected to a")
+	}
+	if inc.leaderMoved(KindGroup, g, "") {
+		t.Fatal("moved without a target")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type res struct {
+		moved bool
+		err   error
+	}
+	ch := make(chan res, 1)
+	lead := c.lead.changes()
+	start := time.Now()
+	go func() {
+		moved, err := retryWait(ctx, 20*time.Second, lead)
+		ch <- res{moved, err}
+	}()
+	c.lead.step(p, leadInput{change: &leaderChange{partition: p, leader: "a", term: 7, self: true}})
+	select {
+	case r := <-ch:
+		if !r.moved || r.err != nil {
+			t.Fatalf("retry wait ended by a leader change: moved %v, %v", r.moved, r.err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("the retry wait did not end at the leader change (%v)", time.Since(start))
+	}
+	if moved, err := retryWait(ctx, time.Millisecond, nil); moved || err != nil {
+		t.Fatalf("plain backoff: moved %v, %v", moved, err)
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if _, err := retryWait(cctx, time.Hour, c.lead.changes()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ended context: %v", err)
 	}
 }

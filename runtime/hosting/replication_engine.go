@@ -102,6 +102,24 @@ func (r *engineReplicas) removeUnit(ctx context.Context, path string) error {
 	return r.e.RemoveUnit(ctx, path)
 }
 
+func (r *engineReplicas) reserve(ctx context.Context, path, name string, limit int) error {
+	err := r.e.Reserve(ctx, path, name, limit)
+	if errors.Is(err, replication.ErrLimit) {
+		return fmt.Errorf("%w: %w", ErrQuota, err)
+	}
+	return err
+}
+
+func (r *engineReplicas) release(ctx context.Context, path, name string) error {
+	return r.e.Release(ctx, path, name)
+}
+
+func (r *engineReplicas) term(p int) (uint64, bool) { return r.e.Term(p) }
+
+func (r *engineReplicas) checkTerm(ctx context.Context, p int, term uint64) error {
+	return r.e.CheckTerm(ctx, p, term)
+}
+
 func (r *engineReplicas) barrier(ctx context.Context, p int) error { return r.e.Barrier(ctx, p) }
 
 func (r *engineReplicas) verifyLeader(ctx context.Context, p int) error {

@@ -339,6 +339,11 @@ type Reply struct {
 	ServedAt int64 `cbor:"18,keyasint,omitempty"`
 	// Changes is OpChanges' page (Next: the sequence to resume after).
 	Changes []Change `cbor:"19,keyasint,omitempty"`
+	// Term is, for a replicated unit, the consensus term of its
+	// partition the reply was served and fenced in (0: not replicated):
+	// its member led the partition in that term from the activation's
+	// start to the reply.
+	Term uint64 `cbor:"20,keyasint,omitempty"`
 }
 
 // Serialize implements remote.RootSerializable: the reply in an Envelope

@@ -11,6 +11,7 @@ package replication
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -50,6 +51,13 @@ var (
 	// ErrInvalidConfig is returned (wrapped) by Open and SetMembers for a
 	// configuration they refuse.
 	ErrInvalidConfig = errors.New("replication: invalid configuration")
+	// ErrLimit is returned (wrapped) by Reserve when the unit already
+	// holds its limit of files: nothing was written.
+	ErrLimit = errors.New("replication: limit reached")
+	// ErrTermChanged is returned (wrapped, with ErrNotLeader) by
+	// CheckTerm when this member no longer leads the partition in the
+	// term it was given.
+	ErrTermChanged = errors.New("replication: leader term changed")
 )
 
 // Config configures Open.
@@ -478,6 +486,12 @@ func (e *Engine) startPartition(p int) error {
 	rc.SnapshotThreshold = e.cfg.SnapshotThreshold
 	rc.TrailingLogs = e.cfg.TrailingLogs
 	rc.BatchApplyCh = true
+	// A leader that removes itself (its own view of the membership
+	// lacked it for a moment: paused, cut off, its registration expired)
+	// stays a follower: the other members add it back, and a partition
+	// must not keep a dead group as a voter (the next fault would leave
+	// it without a quorum for good).
+	rc.ShutdownOnRemove = false
 	rc.MaxAppendEntries = 256
 	rc.Logger = e.hlog
 	existing, err := raft.HasExistingState(logs, logs, snaps)
@@ -805,6 +819,120 @@ func mapRaftErr(err error) error {
 		return fmt.Errorf("replication: %w: %w", ErrClosed, err)
 	}
 	return fmt.Errorf("replication: %w", err)
+}
+
+// Reserve takes a counted slot: it creates the empty file name in the
+// unit's directory on every replica unless it exists, if the unit holds
+// fewer than limit files (ErrLimit otherwise). The count and the
+// creation are one log entry, applied alike on every replica, so the
+// limit holds whichever members reserve at once. A member that does not
+// lead the unit's partition passes it to the one that does; it retries
+// (a reservation taken twice is taken once) until ctx ends.
+func (e *Engine) Reserve(ctx context.Context, unitPath, name string, limit int) error {
+	if limit < 1 || limit > MaxReserveLimit {
+		return badEntry("reservation limit %d", limit)
+	}
+	return e.proposeAnywhere(ctx, entry{kind: kindReserve, unit: unitPath, name: name, payload: binary.AppendUvarint(nil, uint64(limit))})
+}
+
+// Release gives a slot Reserve took back: it removes the file name from
+// the unit's directory on every replica (none: nothing to do), through
+// the partition's leader like Reserve.
+func (e *Engine) Release(ctx context.Context, unitPath, name string) error {
+	return e.proposeAnywhere(ctx, entry{kind: kindRelease, unit: unitPath, name: name})
+}
+
+// proposeAnywhere proposes an idempotent entry here if this member leads
+// its partition, or else on the member that does (the known leader
+// first, then every other member), retrying until it is applied, refused
+// for good (ErrLimit, ErrBadEntry, ErrClosed) or ctx ends.
+func (e *Engine) proposeAnywhere(ctx context.Context, en entry) error {
+	if err := en.check(); err != nil {
+		return err
+	}
+	p := e.PartitionOf(en.unit)
+	for attempt := 0; ; attempt++ {
+		err := e.propose(ctx, en)
+		if final(err) {
+			return err
+		}
+		for _, t := range e.forwardTargets(p) {
+			if err = e.mux.forward(ctx, t, p, en); final(err) {
+				return err
+			}
+		}
+		d := min(25*time.Millisecond<<min(attempt, 5), e.cfg.ElectionTimeout)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replication: partition %d: %w (last: %w)", p, ctx.Err(), err)
+		case <-e.done:
+			return ErrClosed
+		case <-time.After(d):
+		}
+	}
+}
+
+// final reports whether a proposal's outcome is its last: applied, or
+// refused whoever proposes it.
+func final(err error) bool {
+	return err == nil || errors.Is(err, ErrLimit) || errors.Is(err, ErrBadEntry) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// forwardTargets lists the members to pass a proposal of partition p to:
+// its leader as this member knows it, then the other members by name.
+func (e *Engine) forwardTargets(p int) []Peer {
+	leader, _ := e.Leader(p)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []Peer
+	if a, ok := e.peers[leader]; ok && leader != e.cfg.Member {
+		out = append(out, Peer{leader, a})
+	}
+	names := make([]string, 0, len(e.peers))
+	for m := range e.peers {
+		if m != e.cfg.Member && m != leader {
+			names = append(names, m)
+		}
+	}
+	sort.Strings(names)
+	for _, m := range names {
+		out = append(out, Peer{m, e.peers[m]})
+	}
+	return out
+}
+
+// Term returns the raft term this member is in for partition p, and
+// whether it leads the partition in it.
+func (e *Engine) Term(p int) (term uint64, leading bool) {
+	pt, err := e.part(p)
+	if err != nil {
+		return 0, false
+	}
+	// The state first: a leader seen here led in a term no later than
+	// the one read after it, and a later term means it no longer leads.
+	leading = pt.raft.State() == raft.Leader
+	term = pt.raft.CurrentTerm()
+	return term, leading
+}
+
+// CheckTerm is the fence by term: it confirms with a quorum that this
+// member still leads partition p (VerifyLeader) and that it has led it
+// in term throughout, the term it read (Term) when the request began;
+// otherwise it returns ErrTermChanged (a successor may have served
+// meanwhile: nothing read or written since is answered as current).
+func (e *Engine) CheckTerm(ctx context.Context, p int, term uint64) error {
+	pt, err := e.part(p)
+	if err != nil {
+		return err
+	}
+	if err := wait(ctx, pt.raft.VerifyLeader()); err != nil {
+		return err
+	}
+	if now := pt.raft.CurrentTerm(); now != term || pt.raft.State() != raft.Leader {
+		return fmt.Errorf("replication: partition %d: term %d, began in %d: %w: %w", p, now, term, ErrTermChanged, ErrNotLeader)
+	}
+	return nil
 }
 
 // Barrier waits until this member, leading partition p, has applied

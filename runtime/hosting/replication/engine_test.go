@@ -806,6 +806,8 @@ func FuzzDecodeEntry(f *testing.F) {
 		{kind: kindWriteSet, unit: "t/u", payload: []byte("SMW1....")},
 		{kind: kindFile, unit: "u", name: "storage.key", payload: []byte{1, 2}},
 		{kind: kindRemove, unit: "a/b/c"},
+		{kind: kindReserve, unit: "tenants/74", name: "group.ab", payload: []byte{0x80, 1}},
+		{kind: kindRelease, unit: "tenants/74", name: "group.ab"},
 	} {
 		b, err := e.encode()
 		if err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/syncmesh/syncmesh/persistence/bolt"
 )
 
-// An entry of a partition's log: one unit's write set, small file or
-// removal.
+// An entry of a partition's log: one unit's write set, small file,
+// removal, or a reservation of a counted slot and its release.
 //
 //	version(1)=1 | kind(1) | len(uvarint) | unit path | len(uvarint) | name | payload
 //
@@ -20,7 +20,9 @@ import (
 // clean relative segments; a file name of 1 to MaxFileNameLen bytes, one
 // segment, not starting with "." (the engine's own files) and not
 // "node.db" (written only through write sets); a payload of at most
-// bolt.MaxWriteSetSize bytes.
+// bolt.MaxWriteSetSize bytes. A reservation's payload is its limit, a
+// uvarint of 1 to MaxReserveLimit in its shortest form; a release has
+// none.
 
 // Limits of an entry (see the encoding above).
 const (
@@ -28,6 +30,8 @@ const (
 	MaxFileNameLen = 255
 	// MaxFileSize bounds WriteFile's data: the same as a write set.
 	MaxFileSize = bolt.MaxWriteSetSize
+	// MaxReserveLimit bounds Reserve's limit.
+	MaxReserveLimit = 1 << 31
 )
 
 // ErrBadEntry is returned (wrapped) for an entry or an argument that
@@ -40,6 +44,8 @@ const (
 	kindWriteSet entryKind = 1
 	kindFile     entryKind = 2
 	kindRemove   entryKind = 3
+	kindReserve  entryKind = 4
+	kindRelease  entryKind = 5
 )
 
 // dbName is the unit's bbolt file inside its directory.
@@ -89,8 +95,15 @@ func (e entry) check() error {
 		if e.name != "" {
 			return badEntry("name on a kind %d entry", e.kind)
 		}
-	case kindFile:
+	case kindFile, kindRelease:
 		if err := checkFileName(e.name); err != nil {
+			return err
+		}
+	case kindReserve:
+		if err := checkFileName(e.name); err != nil {
+			return err
+		}
+		if _, err := reserveLimit(e.payload); err != nil {
 			return err
 		}
 	default:
@@ -99,10 +112,20 @@ func (e entry) check() error {
 	if len(e.payload) > MaxFileSize {
 		return badEntry("payload of %d bytes", len(e.payload))
 	}
-	if e.kind == kindRemove && len(e.payload) != 0 {
-		return badEntry("payload on a removal")
+	if (e.kind == kindRemove || e.kind == kindRelease) && len(e.payload) != 0 {
+		return badEntry("payload on a kind %d entry", e.kind)
 	}
 	return nil
+}
+
+// reserveLimit decodes a reservation's limit: one shortest uvarint of 1
+// to MaxReserveLimit, and nothing after it.
+func reserveLimit(b []byte) (int, error) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || w != len(b) || n < 1 || n > MaxReserveLimit || len(binary.AppendUvarint(nil, n)) != w {
+		return 0, badEntry("reservation limit")
+	}
+	return int(n), nil
 }
 
 func (e entry) encode() ([]byte, error) {

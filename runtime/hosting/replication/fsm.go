@@ -211,8 +211,63 @@ func (s *store) applyLocked(index uint64, en entry) error {
 		err = s.writeFile(en.unit, en.name, en.payload)
 	case kindRemove:
 		err = s.remove(en.unit)
+	case kindReserve:
+		limit, _ := reserveLimit(en.payload) // checked by decodeEntry
+		err = s.reserve(en.unit, en.name, limit)
+	case kindRelease:
+		err = s.release(en.unit, en.name)
 	}
 	return err
+}
+
+// reserve creates the unit's empty file name unless it exists, if the
+// unit holds fewer than limit files: the count and the creation are one
+// step of the log, so every replica decides alike and two reservations
+// never both take the last slot. Callers hold s.mu.
+func (s *store) reserve(unit, name string, limit int) error {
+	if err := s.ensureUnit(unit); err != nil {
+		return err
+	}
+	dir := s.e.unitDir(unit)
+	if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+		return nil
+	}
+	n, err := countFiles(dir)
+	if err != nil {
+		return err
+	}
+	if n >= limit {
+		return fmt.Errorf("replication: %s holds %d of %d: %w", unit, n, limit, ErrLimit)
+	}
+	return writeAtomic(filepath.Join(dir, name), nil, false)
+}
+
+// release removes the unit's file name (none: nothing to do). Callers
+// hold s.mu.
+func (s *store) release(unit, name string) error {
+	if _, ok := s.units[unit]; !ok {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(s.e.unitDir(unit), name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// countFiles counts a unit directory's files, the engine's own (".")
+// left out.
+func countFiles(dir string) (int, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, de := range ents {
+		if de.Type().IsRegular() && !strings.HasPrefix(de.Name(), ".") {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // maxApplyWorkers bounds the units of one batch applied at once.
@@ -336,7 +391,7 @@ func (s *store) result(index uint64, en entry, err error) any {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, bolt.ErrStaleWriteSet) {
+	if errors.Is(err, bolt.ErrStaleWriteSet) || errors.Is(err, ErrLimit) {
 		// Refused alike on every replica: the proposer retries.
 		return fmt.Errorf("replication: apply entry %d: %w", index, err)
 	}

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -85,12 +86,16 @@ func (m *mux) route(c net.Conn) {
 		}
 	}
 	var hdr [6]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil || string(hdr[:4]) != string(muxMagic) {
+	if _, err := io.ReadFull(c, hdr[:]); err != nil || (string(hdr[:4]) != string(muxMagic) && string(hdr[:4]) != string(fwdMagic)) {
 		_ = c.Close()
 		return
 	}
-	_ = c.SetDeadline(time.Time{})
 	p := int(binary.BigEndian.Uint16(hdr[4:]))
+	if string(hdr[:4]) == string(fwdMagic) {
+		m.serveForward(c, p)
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
 	m.mu.Lock()
 	l := m.layers[p]
 	if l == nil || m.closed || m.cut {
@@ -205,19 +210,23 @@ func (l *streamLayer) Addr() net.Addr { return advertisedAddr(l.m.e.addr) }
 
 // Dial connects to the member at address for this partition.
 func (l *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	m := l.m
+	return l.m.dial(string(address), timeout, binary.BigEndian.AppendUint16(append([]byte(nil), muxMagic...), uint16(l.p)))
+}
+
+// dial connects to the member at address and sends hdr.
+func (m *mux) dial(address string, timeout time.Duration, hdr []byte) (net.Conn, error) {
 	m.mu.Lock()
 	cut := m.cut || m.closed
 	m.mu.Unlock()
 	if cut {
 		return nil, fmt.Errorf("replication: dial %s: %w", address, net.ErrClosed)
 	}
-	member, known := m.e.memberAt(string(address))
+	member, known := m.e.memberAt(address)
 	d := &net.Dialer{Timeout: timeout}
 	var c net.Conn
 	var err error
 	if m.e.cfg.Plaintext {
-		c, err = d.Dial("tcp", string(address))
+		c, err = d.Dial("tcp", address)
 	} else {
 		if !known {
 			return nil, fmt.Errorf("replication: dial %s: no member at that address: %w", address, ErrNotMember)
@@ -225,7 +234,7 @@ func (l *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		cfg := m.e.cfg.ClientTLS.Clone()
 		cfg.ServerName = member
 		var tc *tls.Conn
-		tc, err = tls.DialWithDialer(d, "tcp", string(address), cfg)
+		tc, err = tls.DialWithDialer(d, "tcp", address, cfg)
 		if err == nil {
 			if err = m.e.checkPeer(tc.ConnectionState(), member); err != nil {
 				_ = tc.Close()
@@ -236,7 +245,6 @@ func (l *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	if err != nil {
 		return nil, fmt.Errorf("replication: dial %s: %w", address, err)
 	}
-	hdr := binary.BigEndian.AppendUint16(append([]byte(nil), muxMagic...), uint16(l.p))
 	_ = c.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := c.Write(hdr); err != nil {
 		_ = c.Close()
@@ -279,3 +287,156 @@ func (a tcpAddr) Network() string { return "tcp" }
 func (a tcpAddr) String() string  { return string(a) }
 
 func advertisedAddr(s string) net.Addr { return tcpAddr(s) }
+
+// Forwarded proposals. A member that does not lead a partition passes a
+// reservation or its release (Engine.Reserve, Engine.Release) to the
+// member that does, over the same authenticated listener: "SMP1" |
+// partition(2), then the entry as len(uvarint) | bytes; the receiver
+// proposes it if it leads and answers status(1) | len(uvarint) |
+// message. Nothing else is accepted this way: a unit's own writes are
+// proposed by the leader that serves it.
+var fwdMagic = []byte("SMP1")
+
+// forwardTimeout bounds one forwarded proposal, connection included.
+const forwardTimeout = 10 * time.Second
+
+// maxForwardEntry bounds a forwarded entry: a reservation's fields at
+// their limits (the same bound for the writer and the reader).
+const maxForwardEntry = 2 + 2*binary.MaxVarintLen64 + MaxUnitPathLen + MaxFileNameLen + binary.MaxVarintLen64
+
+// maxForwardMessage bounds a forwarded proposal's answer's message.
+const maxForwardMessage = 1024
+
+// Forwarded proposals' statuses.
+const (
+	fwdOK byte = iota
+	fwdLimit
+	fwdNotLeader
+	fwdUnknown
+	fwdBad
+	fwdFailed
+)
+
+func fwdStatus(err error) byte {
+	switch {
+	case err == nil:
+		return fwdOK
+	case errors.Is(err, ErrLimit):
+		return fwdLimit
+	case errors.Is(err, ErrBadEntry):
+		return fwdBad
+	case errors.Is(err, ErrUnknownOutcome):
+		return fwdUnknown
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrClosed):
+		return fwdNotLeader
+	}
+	return fwdFailed
+}
+
+func fwdError(status byte, msg string) error {
+	var base error
+	switch status {
+	case fwdOK:
+		return nil
+	case fwdLimit:
+		base = ErrLimit
+	case fwdNotLeader:
+		base = ErrNotLeader
+	case fwdUnknown:
+		base = ErrUnknownOutcome
+	case fwdBad:
+		base = ErrBadEntry
+	default:
+		return fmt.Errorf("replication: forwarded: %s", msg)
+	}
+	return fmt.Errorf("replication: forwarded: %s: %w", msg, base)
+}
+
+// decodeForwarded checks a forwarded entry for partition p of n.
+func decodeForwarded(b []byte, p, n int) (entry, error) {
+	en, err := decodeEntry(b)
+	if err != nil {
+		return entry{}, err
+	}
+	if en.kind != kindReserve && en.kind != kindRelease {
+		return entry{}, badEntry("kind %d is not forwarded", en.kind)
+	}
+	if partitionOf(en.unit, n) != p {
+		return entry{}, badEntry("unit %q is not of partition %d", en.unit, p)
+	}
+	return en, nil
+}
+
+// serveForward proposes one forwarded entry and answers its outcome.
+func (m *mux) serveForward(c net.Conn, p int) {
+	defer c.Close()
+	m.mu.Lock()
+	refused := m.cut || m.closed
+	m.mu.Unlock()
+	if refused {
+		return
+	}
+	_ = c.SetDeadline(time.Now().Add(forwardTimeout))
+	br := bufio.NewReader(io.LimitReader(c, maxForwardEntry+binary.MaxVarintLen64))
+	n, err := binary.ReadUvarint(br)
+	if err != nil || n > maxForwardEntry {
+		return
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(br, b); err != nil {
+		return
+	}
+	en, err := decodeForwarded(b, p, m.e.cfg.Partitions)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout-time.Second)
+		err = m.e.propose(ctx, en)
+		cancel()
+	}
+	msg := "applied"
+	if err != nil {
+		msg = err.Error()
+	}
+	if len(msg) > maxForwardMessage {
+		msg = msg[:maxForwardMessage]
+	}
+	out := binary.AppendUvarint([]byte{fwdStatus(err)}, uint64(len(msg)))
+	_, _ = c.Write(append(out, msg...))
+}
+
+// forward passes en (of partition p) to member t and returns its outcome.
+func (m *mux) forward(ctx context.Context, t Peer, p int, en entry) error {
+	b, err := en.encode()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(forwardTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c, err := m.dial(t.Addr, time.Until(deadline), binary.BigEndian.AppendUint16(append([]byte(nil), fwdMagic...), uint16(p)))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	_ = c.SetDeadline(deadline)
+	if _, err := c.Write(append(binary.AppendUvarint(nil, uint64(len(b))), b...)); err != nil {
+		return fmt.Errorf("replication: forward to %s: %w", t.Member, err)
+	}
+	br := bufio.NewReader(io.LimitReader(c, 1+binary.MaxVarintLen64+maxForwardMessage))
+	status, err := br.ReadByte()
+	if err != nil {
+		// Sent, no answer: it may have been applied.
+		return fmt.Errorf("replication: forward to %s: %w: %w", t.Member, ErrUnknownOutcome, err)
+	}
+	n, err := binary.ReadUvarint(br)
+	if err != nil || n > maxForwardMessage {
+		return fmt.Errorf("replication: forward to %s: bad answer: %w", t.Member, ErrUnknownOutcome)
+	}
+	msg := make([]byte, n)
+	if _, err := io.ReadFull(br, msg); err != nil {
+		return fmt.Errorf("replication: forward to %s: %w: %w", t.Member, ErrUnknownOutcome, err)
+	}
+	return fwdError(status, t.Member+": "+string(msg))
+}
