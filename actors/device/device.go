@@ -1230,7 +1230,7 @@ func (q *deliveryQueue) push(m ReceivedMessage) {
 		// The application has not taken the copy in the channel yet.
 		return
 	}
-	if t, ok := q.handed.get(k); ok && q.redeliverAfter > 0 && q.clock().Sub(t) < q.redeliverAfter {
+	if q.recentlyHanded(k) {
 		return
 	}
 	switch {
@@ -1329,8 +1329,22 @@ func (q *deliveryQueue) handing(m ReceivedMessage) bool {
 		// first, and a finalization cannot reach a second one.
 		return false
 	}
+	if q.recentlyHanded(k) {
+		// A copy pushed after the dispatcher took the first one from the
+		// queue but before it was handed (neither queued nor sending
+		// then): the application may hold the first and finalize it
+		// after this one reached the channel.
+		return false
+	}
 	q.sending = &k
 	return true
+}
+
+// recentlyHanded reports whether k was handed over (or seen taken from
+// the Messages channel) less than redeliverAfter ago (mu held).
+func (q *deliveryQueue) recentlyHanded(k queueKey) bool {
+	t, ok := q.handed.get(k)
+	return ok && q.redeliverAfter > 0 && q.clock().Sub(t) < q.redeliverAfter
 }
 
 // inChannel reports whether a copy of k is in the Messages channel or
