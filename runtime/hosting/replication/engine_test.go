@@ -653,14 +653,7 @@ func TestRebuildAfterDiskLoss(t *testing.T) {
 		victim = "b"
 	}
 	w.close() // the writer's member may lose the lead; reopen on demand
-	addr := c.addrs[victim]
-	if err := c.engines[victim].Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.RemoveAll(filepath.Join(c.root, victim)); err != nil {
-		t.Fatal(err)
-	}
-	delete(c.engines, victim)
+	addr := c.loseDisk(t, victim)
 	for i := 20; i < 30; i++ {
 		w.put(fmt.Sprint("k", i), "v")
 	}
@@ -891,4 +884,19 @@ func voterIDs(e *Engine, q int) (ids string, ok bool) {
 	}
 	sort.Strings(l)
 	return strings.Join(l, " "), true
+}
+
+// loseDisk stops member n and deletes its data directory (a machine that
+// lost its disk); it returns the address to start it again at.
+func (c *cluster) loseDisk(t *testing.T, n string) string {
+	t.Helper()
+	addr := c.addrs[n]
+	if err := c.engines[n].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(c.root, n)); err != nil {
+		t.Fatal(err)
+	}
+	delete(c.engines, n)
+	return addr
 }

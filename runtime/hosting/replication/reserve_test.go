@@ -67,14 +67,7 @@ func TestReserveHoldsTheLimitAcrossMembers(t *testing.T) {
 	}
 
 	victim := f[0]
-	addr := c.addrs[victim]
-	if err := c.engines[victim].Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.RemoveAll(filepath.Join(c.root, victim)); err != nil {
-		t.Fatal(err)
-	}
-	delete(c.engines, victim)
+	addr := c.loseDisk(t, victim)
 	c.start(victim, addr)
 	c.setMembers()
 	eventually(t, victim+" rebuilt holding x2 and x3", func() bool {
