@@ -108,8 +108,11 @@ type Config struct {
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 	// BootstrapWait is how long a partition with no state waits to be
-	// contacted by an existing leader before its lowest-named initial
-	// voter bootstraps it (default 3 × ElectionTimeout).
+	// contacted by an existing leader before its lowest-named voter
+	// bootstraps it (default 3 × ElectionTimeout) — and only once every
+	// other member answers that none holds the partition, with the same
+	// membership view. It starts as a configuration of that member
+	// alone; the leader then adds the other voters.
 	BootstrapWait time.Duration
 	// NoSync skips fsync in the raft log and the replicas. Tests only.
 	NoSync bool
@@ -181,6 +184,7 @@ type Engine struct {
 	replicas int
 	parts    []*partition
 	closed   bool
+	probing  map[int]bool // partitions this member is deciding to bootstrap
 
 	dirty    []bool
 	notify   chan struct{}
@@ -201,6 +205,7 @@ type partition struct {
 	logs    logStore
 	started time.Time
 	fresh   bool // no raft state when started
+	guard   *voteGuard
 }
 
 // Open starts the member's replication listener and restores the unit
@@ -216,6 +221,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		cfg: cfg, log: cfg.Logger,
 		peers: map[string]string{}, byAddr: map[string]string{},
 		parts:    make([]*partition, cfg.Partitions),
+		probing:  map[int]bool{},
 		dirty:    make([]bool, cfg.Partitions),
 		notify:   make(chan struct{}, 1),
 		leaderCh: make(chan LeaderChange, cfg.Partitions),
@@ -399,7 +405,9 @@ func (e *Engine) LeaderChanges() <-chan LeaderChange { return e.leaderCh }
 // adds and removes voters one change at a time (raft's own configuration
 // changes). A partition that exists nowhere is bootstrapped by the
 // lowest-named of its voters once no leader contacted it for
-// Config.BootstrapWait. Connections from members not in peers are refused
+// Config.BootstrapWait and every other member confirms it holds none. A
+// member that starts a partition with no state (new, or its disk lost)
+// votes in it only once it holds what the group had committed. Connections from members not in peers are refused
 // from now on.
 func (e *Engine) SetMembers(ctx context.Context, peers []Peer, replicas int) error {
 	if err := ctx.Err(); err != nil {
@@ -499,6 +507,17 @@ func (e *Engine) startPartition(p int) error {
 		_ = logs.Close()
 		return fmt.Errorf("replication: partition %d: %w", p, err)
 	}
+	guard, err := newVoteGuard(dir, !existing, e.cfg.Member, e.addr, func(err error) {
+		e.log.Warn("replication: catch-up marker", "partition", p, "err", err)
+	})
+	if err != nil {
+		_ = logs.Close()
+		return fmt.Errorf("replication: partition %d: %w", p, err)
+	}
+	var rtrans raft.Transport = trans
+	if !guard.eligible.Load() {
+		rtrans = newGuardedTransport(trans, guard, e.done)
+	}
 	// The raft log is the durable record; the replicas are written
 	// without fsync. A start rebuilds them: raft restores the latest
 	// snapshot (Restore replaces the partition's files) and replays the
@@ -519,7 +538,7 @@ func (e *Engine) startPartition(p int) error {
 		_ = logs.Close()
 		return fmt.Errorf("replication: partition %d: %w", p, err)
 	}
-	r, err := raft.NewRaft(rc, &fsm{s: e.stores[p]}, cached, logs, snaps, trans)
+	r, err := raft.NewRaft(rc, &fsm{s: e.stores[p]}, cached, logs, snaps, rtrans)
 	if err != nil {
 		_ = trans.Close()
 		_ = logs.Close()
@@ -532,7 +551,8 @@ func (e *Engine) startPartition(p int) error {
 		}
 		return false
 	}))
-	pt := &partition{p: p, raft: r, trans: trans, logs: logs, started: time.Now(), fresh: !existing}
+	guard.raft.Store(r)
+	pt := &partition{p: p, raft: r, trans: trans, logs: logs, started: time.Now(), fresh: !existing, guard: guard}
 	e.mu.Lock()
 	if e.closed || e.parts[p] != nil {
 		e.mu.Unlock()
@@ -648,6 +668,12 @@ func (e *Engine) reconcile() bool {
 	}
 	changed := false
 	timeout := 4 * e.cfg.ElectionTimeout
+	var cands []int
+	defer func() {
+		if len(cands) > 0 {
+			e.bootstrap(cands, peers)
+		}
+	}()
 	for p, pt := range parts {
 		if pt == nil {
 			continue
@@ -660,15 +686,7 @@ func (e *Engine) reconcile() bool {
 		servers := cf.Configuration().Servers
 		if len(servers) == 0 {
 			if pt.fresh && len(want) > 0 && want[0] == e.cfg.Member && time.Since(pt.started) >= e.cfg.BootstrapWait && pt.raft.LastContact().IsZero() {
-				var conf raft.Configuration
-				for _, m := range want {
-					conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m), Address: raft.ServerAddress(peers[m])})
-				}
-				if err := pt.raft.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-					e.log.Warn("replication: bootstrap", "partition", p, "err", err)
-				} else if err == nil {
-					e.log.Info("replication: bootstrapped partition", "partition", p, "voters", want)
-				}
+				cands = append(cands, p)
 			}
 			continue
 		}

@@ -86,13 +86,21 @@ func (m *mux) route(c net.Conn) {
 		}
 	}
 	var hdr [6]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil || (string(hdr[:4]) != string(muxMagic) && string(hdr[:4]) != string(fwdMagic)) {
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
 		_ = c.Close()
 		return
 	}
 	p := int(binary.BigEndian.Uint16(hdr[4:]))
-	if string(hdr[:4]) == string(fwdMagic) {
+	switch string(hdr[:4]) {
+	case string(muxMagic):
+	case string(fwdMagic):
 		m.serveForward(c, p)
+		return
+	case string(probeMagic):
+		m.serveProbe(c, p)
+		return
+	default:
+		_ = c.Close()
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
