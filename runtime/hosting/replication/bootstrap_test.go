@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestWipedVoterDoesNotElectAStaleCandidate: k1 is committed on the
@@ -60,6 +61,9 @@ func TestWipedVoterDoesNotElectAStaleCandidate(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(c.root, wiped, "raft", fmt.Sprintf("p%d", p), catchupMarker)); err != nil {
 		t.Fatalf("the empty member's catch-up marker: %v", err)
 	}
+	if st := c.engines[wiped].Stats(); st.CatchingUp == 0 {
+		t.Fatalf("the empty member reports no partition catching up: %+v", st)
+	}
 	// The leader returns with its files: it is elected, and k1 stays.
 	c.start(l, leaderAddr)
 	c.setMembers()
@@ -76,6 +80,10 @@ func TestWipedVoterDoesNotElectAStaleCandidate(t *testing.T) {
 	})
 	if _, err := os.Stat(filepath.Join(c.root, wiped, "raft", fmt.Sprintf("p%d", p), catchupMarker)); !os.IsNotExist(err) {
 		t.Fatalf("the caught-up member's marker is still there: %v", err)
+	}
+	eventually(t, "every partition of the rebuilt member caught up", func() bool { return c.engines[wiped].Stats().CatchingUp == 0 })
+	if n := testutil.ToFloat64(newCollectorMetric(c.engines[wiped], "catching_up")); n != 0 {
+		t.Fatalf("syncmesh_replication_partitions_catching_up %v", n)
 	}
 }
 

@@ -155,6 +155,11 @@ type Stats struct {
 	// Partitions is Config.Partitions; Running counts the partitions with
 	// a raft group on this member, Leading those it leads.
 	Partitions, Running, Leading int
+	// CatchingUp counts the partitions started here with no raft state
+	// (a new member, or a lost disk) that do not vote yet: they have not
+	// caught up with what their group had committed. Replace one disk at
+	// a time, and the next only once this is 0 on the last.
+	CatchingUp int
 	// Units counts the unit replicas on this member.
 	Units int
 	// RefusedConnections counts connections refused for a certificate
@@ -987,6 +992,9 @@ func (e *Engine) Stats() Stats {
 			continue
 		}
 		st.Running++
+		if !pt.guard.mayVote() {
+			st.CatchingUp++
+		}
 		if pt.raft.State() == raft.Leader {
 			st.Leading++
 		}

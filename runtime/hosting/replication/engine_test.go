@@ -847,7 +847,7 @@ func FuzzReadSnapshot(f *testing.F) {
 // newCollectorMetric is a collector of e exporting one of its metrics.
 func newCollectorMetric(e *Engine, which string) prometheus.Collector {
 	c := newCollector(e)
-	return onlyDesc{c, map[string]*prometheus.Desc{"refused": c.refused}[which]}
+	return onlyDesc{c, map[string]*prometheus.Desc{"refused": c.refused, "catching_up": c.catchingUp}[which]}
 }
 
 type onlyDesc struct {
