@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -249,4 +250,31 @@ func FuzzReadProbeAnswer(f *testing.F) {
 			t.Fatalf("bitmap of %d bytes for %d partitions", len(state), partitions)
 		}
 	})
+}
+
+// TestLoneLeaderRefusesWritesWhileVotersAreWanted: a bootstrap starts as
+// a configuration of one member; until the leader has added the other
+// wanted voters, a write would be on one disk only and is refused
+// (retryable, ErrNotLeader). With one voter wanted, it is accepted.
+func TestLoneLeaderRefusesWritesWhileVotersAreWanted(t *testing.T) {
+	c := newCluster(t, nil, "a")
+	c.replicas = 1
+	c.setMembers()
+	p := c.engines["a"].PartitionOf(unitA)
+	c.leader(p)
+	e := c.engines["a"]
+	pt, err := e.part(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.checkAlone(pt); err != nil {
+		t.Fatalf("one voter wanted: %v", err)
+	}
+	e.mu.Lock()
+	e.peers = map[string]string{"a": c.addrs["a"], "b": "127.0.0.1:1"}
+	e.replicas = 3
+	e.mu.Unlock()
+	if err := e.checkAlone(pt); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("alone while 2 voters are wanted: %v, want ErrNotLeader", err)
+	}
 }

@@ -805,6 +805,9 @@ func (e *Engine) propose(ctx context.Context, en entry) error {
 	if pt.raft.State() != raft.Leader {
 		return fmt.Errorf("replication: partition %d: %w", pt.p, ErrNotLeader)
 	}
+	if err := e.checkAlone(pt); err != nil {
+		return err
+	}
 	f := pt.raft.Apply(b, 0)
 	if e.cfg.ackBeforeCommit {
 		return nil
@@ -814,6 +817,24 @@ func (e *Engine) propose(ctx context.Context, en entry) error {
 	}
 	if r, ok := f.Response().(error); ok && r != nil {
 		return r
+	}
+	return nil
+}
+
+// checkAlone refuses a write to a partition whose configuration is its
+// leader alone while more voters are wanted: a bootstrap starts that way
+// (the other voters are added next), and a write committed then would
+// be on one disk only.
+func (e *Engine) checkAlone(pt *partition) error {
+	cf := pt.raft.GetConfiguration()
+	if cf.Error() != nil || len(cf.Configuration().Servers) != 1 {
+		return nil
+	}
+	e.mu.Lock()
+	want := len(votersOf(pt.p, e.peers, e.replicas))
+	e.mu.Unlock()
+	if want > 1 {
+		return fmt.Errorf("replication: partition %d has 1 voter of %d: %w", pt.p, want, ErrNotLeader)
 	}
 	return nil
 }
