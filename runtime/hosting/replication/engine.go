@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -155,9 +156,10 @@ type Stats struct {
 	// Partitions is Config.Partitions; Running counts the partitions with
 	// a raft group on this member, Leading those it leads.
 	Partitions, Running, Leading int
-	// CatchingUp counts the partitions started here with no raft state
-	// (a new member, or a lost disk) that do not vote yet: they have not
-	// caught up with what their group had committed. Replace one disk at
+	// CatchingUp counts the partitions this member is a wanted voter of
+	// that it started with no raft state (a new member, or a lost disk)
+	// and that do not vote yet: they have not caught up with what their
+	// group had committed. Replace one disk at
 	// a time, and the next only once this is 0 on the last.
 	CatchingUp int
 	// Units counts the unit replicas on this member.
@@ -1005,6 +1007,7 @@ func (e *Engine) VerifyLeader(ctx context.Context, p int) error {
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	parts := append([]*partition(nil), e.parts...)
+	peers, replicas := e.peers, e.replicas
 	e.mu.Unlock()
 	st := Stats{Partitions: len(parts), RefusedConnections: e.refused.Load(),
 		Snapshots: e.snapshots.Load(), Restores: e.restores.Load(), ApplyErrors: e.applyErrors.Load()}
@@ -1013,7 +1016,7 @@ func (e *Engine) Stats() Stats {
 			continue
 		}
 		st.Running++
-		if !pt.guard.mayVote() {
+		if !pt.guard.mayVote() && slices.Contains(votersOf(pt.p, peers, replicas), e.cfg.Member) {
 			st.CatchingUp++
 		}
 		if pt.raft.State() == raft.Leader {
