@@ -27,7 +27,7 @@ func TestIdlePartitionSendsFewAppends(t *testing.T) {
 
 	mc := metrics.DefaultConfig("idle")
 	mc.EnableHostname, mc.EnableRuntimeMetrics = false, false
-	t.Cleanup(func() { _, _ = metrics.NewGlobal(mc, &metrics.BlackholeSink{}) })
+	t.Cleanup(metrics.Shutdown) // back to the default: nothing collected
 	// A leadership change in the window brings a catch-up, not an idle
 	// partition's traffic: the window is measured again.
 	var n int
@@ -41,7 +41,7 @@ func TestIdlePartitionSendsFewAppends(t *testing.T) {
 		start := time.Now()
 		time.Sleep(1500 * time.Millisecond)
 		el = time.Since(start)
-		_, _ = metrics.NewGlobal(mc, &metrics.BlackholeSink{})
+		metrics.Shutdown()
 		n = 0
 		for _, iv := range sink.Data() {
 			for k, s := range iv.Samples {
