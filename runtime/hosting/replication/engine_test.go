@@ -74,18 +74,37 @@ func testConfig(t testing.TB, root, name, listen string) Config {
 		Partitions: 2, Listen: listen, TLS: srv, ClientTLS: cli, NoSync: true,
 		HeartbeatTimeout: 800 * time.Millisecond, ElectionTimeout: 800 * time.Millisecond, LeaderLeaseTimeout: 400 * time.Millisecond,
 		BootstrapWait: 1200 * time.Millisecond, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.NewTextHandler(tlogWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Logger: slog.New(slog.NewTextHandler(newTlogWriter(t, name), &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }
 
 // tlogWriter sends an engine's log to the test log (shown on failure).
+// Raft's goroutines may still log after Close returned (a closed
+// connection's read error); once the test's cleanup ran, those lines are
+// dropped: t.Log after the test completed panics.
 type tlogWriter struct {
 	t    testing.TB
 	name string
+	mu   *sync.Mutex
+	done *bool
+}
+
+func newTlogWriter(t testing.TB, name string) tlogWriter {
+	w := tlogWriter{t: t, name: name, mu: new(sync.Mutex), done: new(bool)}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		*w.done = true
+		w.mu.Unlock()
+	})
+	return w
 }
 
 func (w tlogWriter) Write(p []byte) (int, error) {
-	w.t.Log(w.name + ": " + strings.TrimSpace(string(p)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !*w.done {
+		w.t.Log(w.name + ": " + strings.TrimSpace(string(p)))
+	}
 	return len(p), nil
 }
 
