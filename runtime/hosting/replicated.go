@@ -293,6 +293,7 @@ func (c *Cluster) watchLeaders(done <-chan struct{}) {
 			if !ok {
 				return
 			}
+			c.h.log.Debug("hosting: partition leader", "partition", ch.partition, "leader", ch.leader, "term", ch.term, "self", ch.self)
 			wasSelf := c.lead.leads()[ch.partition]
 			eff := c.lead.step(ch.partition, leadInput{change: &ch})
 			if now := c.lead.leads()[ch.partition]; now != wasSelf {
