@@ -22,9 +22,10 @@ type leaderLookup struct {
 }
 
 // activatorName is the name of every member's activator actor: the
-// name of disthash's, so a router-only member (NoUnits, no engine, the
-// default lookup) reaches it on the member its hash picks, which
-// forwards the request to the partition's leader.
+// name of disthash's, so a router-only member with the default lookup
+// (NoUnits, Replicas 1) reaches it on the member its hash picks, which
+// forwards the request to the partition's leader; a router-only member
+// with Replicas ≥ 2 uses this lookup too (incarnation.route).
 const activatorName = disthash.PartitionActivatorActorName
 
 // forwarded marks an activation request an activator passed on to the
@@ -39,11 +40,16 @@ var _ cluster.IdentityLookup = (*leaderLookup)(nil)
 // partition's leader (nil while no leader is known; the request is
 // retried).
 func (l *leaderLookup) Get(ci *cluster.ClusterIdentity) *actor.PID {
-	owner := l.inc.owner(ci.Kind, ci.Identity)
+	owner, leader := l.inc.route(ci.Kind, ci.Identity)
 	if owner == "" {
 		return nil
 	}
-	f := l.inc.sys.Root.RequestFuture(actor.NewPID(owner, activatorName), &cluster.ActivationRequest{ClusterIdentity: ci, RequestId: forwarded}, 5*time.Second)
+	req := &cluster.ActivationRequest{ClusterIdentity: ci, RequestId: forwarded}
+	if !leader {
+		// A router that knows no leader yet: the member passes it on.
+		req.RequestId = ""
+	}
+	f := l.inc.sys.Root.RequestFuture(actor.NewPID(owner, activatorName), req, 5*time.Second)
 	res, err := f.Result()
 	if err != nil {
 		return nil

@@ -235,6 +235,17 @@ func (l *leadership) leads() map[int]uint64 {
 	return out
 }
 
+// notify wakes the requests waiting on a leadership change: the leads
+// the members publish changed.
+func (l *leadership) notify() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
+}
+
 // changes returns a channel closed at the next leadership change.
 func (l *leadership) changes() <-chan struct{} {
 	l.mu.Lock()
@@ -250,10 +261,10 @@ func (l *leadership) changes() <-chan struct{} {
 // partition's leader is now known to be another member. A caller waits
 // no longer for a leader that was replaced (killed, paused, cut off).
 func (inc *incarnation) leaderMoved(kind, identity, target string) bool {
-	if inc.c.replicas() == nil || target == "" {
+	if !inc.c.leaderRouted() || target == "" {
 		return false
 	}
-	o := inc.owner(kind, identity)
+	o := inc.leaderOf(kind, identity)
 	return o != "" && o != target
 }
 
@@ -452,6 +463,11 @@ func (h *host) releasePartition(p int) {
 		_ = h.release(u)
 	}
 }
+
+// leaderRouted reports whether requests follow the partitions' leaders
+// (Replicas ≥ 2): a replicated member's by its engine and the leads the
+// members publish, a router-only member's by the published leads alone.
+func (c *Cluster) leaderRouted() bool { return c.replicas() != nil || c.cfg.Replicas >= 2 }
 
 // replicas is the member's replication engine (nil: not replicated).
 func (c *Cluster) replicas() replicaSet {
