@@ -142,6 +142,9 @@ func (c *Cluster) publishLeads(inc *incarnation) {
 		return
 	}
 	inc.cl.Gossip.SetState(leadsKey, wrapperspb.Bytes(b))
+	// Sent now, not at the gossip's next round: routers and non-voters
+	// wait on it to reach a new leader.
+	go inc.cl.Gossip.SendState()
 }
 
 // onLeads records the leads a member published (from the gossip's
