@@ -201,6 +201,7 @@ type Cluster struct {
 	// 2) and msync hands the engine the membership.
 	lead  leadership
 	msync memberSync
+	pubMu sync.Mutex // publishLeads
 	// life serializes starting and stopping incarnations (rejoin, Close).
 	life   sync.Mutex
 	mu     sync.Mutex

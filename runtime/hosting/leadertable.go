@@ -136,6 +136,10 @@ func (c *Cluster) publishLeads(inc *incarnation) {
 	if inc == nil || inc.cl == nil || inc.cl.Gossip == nil {
 		return
 	}
+	// One publisher at a time: a barrier's completion and a leadership
+	// change must not overwrite each other's newer leads with older.
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
 	b, err := encodeLeads(c.lead.leads())
 	if err != nil {
 		c.h.log.Warn("hosting: publish partition leads", "err", err)

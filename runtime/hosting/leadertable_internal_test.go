@@ -174,9 +174,14 @@ func TestNonVoterRoutesByPublishedLeads(t *testing.T) {
 		t.Fatalf("c claims term 11: owner %q", o)
 	}
 
-	// What this member publishes: the partitions it leads.
+	// What this member publishes: the partitions it leads and serves
+	// (not before its barrier: routers would only be refused).
 	q := 1 - p
 	c.lead.step(q, leadInput{change: &leaderChange{partition: q, leader: "a", term: 3, self: true}})
+	if got := c.lead.leads(); len(got) != 0 {
+		t.Fatalf("leads before the barrier of %d: %v", q, got)
+	}
+	c.lead.step(q, leadInput{barrier: 3})
 	if got := c.lead.leads(); !maps.Equal(got, map[int]uint64{q: 3}) {
 		t.Fatalf("leads %v, want {%d: 3}", got, q)
 	}

@@ -222,13 +222,16 @@ func (l *leadership) term(p int) uint64 {
 	return l.parts[p].term
 }
 
-// leads lists the partitions this member leads, with their terms.
+// leads lists the partitions this member leads and serves (its barrier
+// completed), with their terms: what it publishes. A claim published
+// before the barrier would only move requests to a leader that refuses
+// them until it completes.
 func (l *leadership) leads() map[int]uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[int]uint64{}
 	for p, s := range l.parts {
-		if s.self && s.term > 0 {
+		if s.self && s.ready && s.term > 0 {
 			out[p] = s.term
 		}
 	}
@@ -346,6 +349,9 @@ func (c *Cluster) barrier(done <-chan struct{}, p int, term uint64) {
 		if err == nil {
 			c.lead.step(p, leadInput{barrier: term})
 			c.h.log.Info("hosting: partition won: serving it", "partition", p, "term", term, "after", time.Since(began))
+			// Routers and non-voters send the partition's requests here
+			// from now on.
+			c.publishLeads(c.cur.Load())
 			return
 		}
 		if !c.h.repl.isLeader(p) {
