@@ -465,22 +465,15 @@ func (inc *incarnation) hasMember(addr string) bool {
 // the member the view's hash picks, whose activator passes the request
 // on to the leader it knows.
 func (inc *incarnation) owner(kind, identity string) string {
-	addr, _ := inc.route(kind, identity)
-	return addr
-}
-
-// route is owner, and whether that member is the partition's leader
-// (as far as this member knows) rather than a hop towards it.
-func (inc *incarnation) route(kind, identity string) (addr string, leader bool) {
 	if inc.c.leaderRouted() {
 		if l := inc.leaderOf(kind, identity); l != "" || inc.c.replicas() != nil {
-			return l, l != ""
+			return l
 		}
 	}
 	inc.mu.Lock()
 	rdv := inc.rdv
 	inc.mu.Unlock()
-	return rdv.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity}), false
+	return rdv.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
 }
 
 // leaderOf is the address of the member leading the partition of (kind,

@@ -25,7 +25,8 @@ type leaderLookup struct {
 // name of disthash's, so a router-only member with the default lookup
 // (NoUnits, Replicas 1) reaches it on the member its hash picks, which
 // forwards the request to the partition's leader; a router-only member
-// with Replicas ≥ 2 uses this lookup too (incarnation.route).
+// with Replicas ≥ 2 uses this lookup too, asking the member its
+// published leads name (incarnation.owner).
 const activatorName = disthash.PartitionActivatorActorName
 
 // forwarded marks an activation request an activator passed on to the
@@ -40,13 +41,16 @@ var _ cluster.IdentityLookup = (*leaderLookup)(nil)
 // partition's leader (nil while no leader is known; the request is
 // retried).
 func (l *leaderLookup) Get(ci *cluster.ClusterIdentity) *actor.PID {
-	owner, leader := l.inc.route(ci.Kind, ci.Identity)
+	owner := l.inc.owner(ci.Kind, ci.Identity)
 	if owner == "" {
 		return nil
 	}
 	req := &cluster.ActivationRequest{ClusterIdentity: ci, RequestId: forwarded}
-	if !leader {
-		// A router that knows no leader yet: the member passes it on.
+	if l.inc.c.replicas() == nil {
+		// A router (no engine): the member it picked passes the request
+		// on if its own engine knows better (the claim the router read
+		// is stale, none was published yet, or the router counts
+		// partitions differently), one hop at most.
 		req.RequestId = ""
 	}
 	f := l.inc.sys.Root.RequestFuture(actor.NewPID(owner, activatorName), req, 5*time.Second)
