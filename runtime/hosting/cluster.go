@@ -94,9 +94,11 @@ type ClusterConfig struct {
 	// and the members' names, and moved by the groups' own
 	// configuration changes when the membership changes; every member
 	// routes a unit's requests to its partition's leader. A router-only
-	// member (NoUnits) holds no replicas: the members it routes to pass
-	// its requests on to the partitions' leaders. 3 survives the loss of
-	// any one member and its disk.
+	// member (NoUnits) holds no replicas; with Replicas ≥ 2 (and the
+	// same Replication.Partitions) it sends a unit's requests to its
+	// partition's leader as the leaders publish it in the gossip, and
+	// while it knows none to the member its hash picks, which passes
+	// them on. 3 survives the loss of any one member and its disk.
 	//
 	// 0 is DefaultReplicas (3) when Replication.Listen is set, and 1
 	// otherwise (a single member, or members sharing one volume, keep
@@ -125,8 +127,8 @@ func (c *ClusterConfig) replicasOrDefault() int {
 }
 
 // replicated reports whether this member holds replicas (a router-only
-// member holds none: it routes through the members' activators, which
-// pass requests on to the partitions' leaders).
+// member holds none: it routes to the partitions' leaders by the leads
+// they publish, leaderRouted).
 func (c *ClusterConfig) replicated() bool { return c.Replicas >= 2 && !c.NoUnits }
 
 // Fencing is what a membership provider offers for self-fencing
@@ -199,6 +201,7 @@ type Cluster struct {
 	// 2) and msync hands the engine the membership.
 	lead  leadership
 	msync memberSync
+	pubMu sync.Mutex // publishLeads
 	// life serializes starting and stopping incarnations (rejoin, Close).
 	life   sync.Mutex
 	mu     sync.Mutex
@@ -346,7 +349,7 @@ func (c *Cluster) start() (*incarnation, error) {
 	rc.MaxRetryCount = 1
 	lookup := cfg.Lookup
 	switch {
-	case c.h.repl != nil:
+	case c.leaderRouted():
 		lookup = &leaderLookup{inc: inc}
 	case lookup == nil || c.cur.Load() != nil:
 		// A rejoin needs a fresh lookup: the old one belongs to the
@@ -457,26 +460,45 @@ func (inc *incarnation) hasMember(addr string) bool {
 }
 
 // owner is the member the view places (kind, identity) on ("" when
-// none): with replication, the member leading the unit's partition, as
-// this member's engine knows it or, where it is no voter of the
-// partition, as the leaders publish it (chooseLeader).
+// none): with replication, the member leading the unit's partition
+// (leaderOf) or, on a router-only member that knows no leader of it yet,
+// the member the view's hash picks, whose activator passes the request
+// on to the leader it knows.
 func (inc *incarnation) owner(kind, identity string) string {
-	if r := inc.c.replicas(); r != nil {
-		p := r.partitionOf(unitPath(kind, identity))
-		local, _ := r.leader(p)
-		term := inc.c.lead.term(p)
-		inc.mu.Lock()
-		defer inc.mu.Unlock()
-		name := chooseLeader(local, term, inc.claimsLocked(p))
-		if name == "" {
-			return ""
+	if inc.c.leaderRouted() {
+		if l := inc.leaderOf(kind, identity); l != "" || inc.c.replicas() != nil {
+			return l
 		}
-		return inc.addrOf[name]
 	}
 	inc.mu.Lock()
 	rdv := inc.rdv
 	inc.mu.Unlock()
 	return rdv.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
+}
+
+// leaderOf is the address of the member leading the partition of (kind,
+// identity) ("" when none is known): as this member's engine knows it
+// or, where it is no voter of the partition (or a router-only member,
+// with no engine), as the leaders publish it (chooseLeader).
+func (inc *incarnation) leaderOf(kind, identity string) string {
+	path := unitPath(kind, identity)
+	var p int
+	var local string
+	var term uint64
+	if r := inc.c.replicas(); r != nil {
+		p = r.partitionOf(path)
+		local, _ = r.leader(p)
+		term = inc.c.lead.term(p)
+	} else {
+		p = routerPartitionOf(path, inc.c.cfg.Replication.Partitions)
+	}
+	inc.mu.Lock()
+	defer inc.mu.Unlock()
+	name := chooseLeader(local, term, inc.claimsLocked(p))
+	if name == "" {
+		return ""
+	}
+	return inc.addrOf[name]
 }
 
 // MemberOf implements Locator: the identity of the member this member's
@@ -830,7 +852,7 @@ func (c *Cluster) Request(ctx context.Context, kind, identity string, req *Reque
 			}
 		}
 		var lead <-chan struct{}
-		if c.replicas() != nil {
+		if c.leaderRouted() {
 			lead = c.lead.changes()
 		}
 		moved, err := retryWait(ctx, retryBackoff(n), lead)
@@ -867,7 +889,7 @@ func (c *Cluster) attempt(ctx context.Context, inc *incarnation, kind, identity 
 	var lead <-chan struct{}
 	for {
 		changed := inc.changes()
-		if c.replicas() != nil {
+		if c.leaderRouted() {
 			lead = c.lead.changes()
 		}
 		if inc.fenced.Load() {

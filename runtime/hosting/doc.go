@@ -171,8 +171,9 @@
 //   - One serving replica, fenced. A unit is served only by its
 //     partition's leader: the identity lookup (leaderLookup) places it
 //     there, a member's activator passes a request it receives for
-//     another leader's unit on to it (router-only members use the default
-//     lookup and reach the members' activators), and check refuses
+//     another leader's unit on to it (router-only members send requests
+//     to the leader the members' published leads name, or, while they
+//     know none, to a member's activator), and check refuses
 //     elsewhere (ErrNotOwner). A new leader serves a partition only after
 //     a barrier (it applied everything committed before its term); losing
 //     the lead closes the partition's units at once.

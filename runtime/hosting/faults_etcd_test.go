@@ -389,7 +389,7 @@ func runFaults(t *testing.T, replicas int) {
 		k := kill{at: time.Now(), member: victim.addr, units: units}
 		fc.sigkill(victim)
 		kills = append(kills, k)
-		t.Logf("round %d: SIGKILL %s serving %v", round, victim.name, units)
+		t.Logf("round %d: SIGKILL %s serving %v at %s", round, victim.name, units, k.at.UTC().Format("15:04:05.000"))
 		time.Sleep(2*etcdTTL + 2*time.Second)
 		fc.startMember(victim)
 		time.Sleep(2 * time.Second)
@@ -538,14 +538,15 @@ func TestClusterFaultsCatchPlantedBugEtcd(t *testing.T) {
 	}
 }
 
-// keepStderr keeps, for a failed run only, what a member process wrote
-// on stderr: a member still running is sent SIGQUIT first, so Go's
-// goroutine dump shows where it was stuck. The file is kept outside
+// keepStderr keeps, for a failed run (or any run with
+// SYNCMESH_MEMBER_LOG: the debug logs break a take-over down), what a
+// member process wrote on stderr: a member still running is sent
+// SIGQUIT first, so Go's goroutine dump shows where it was stuck. The file is kept outside
 // the test's temporary directories; its path and last lines are
 // logged.
 func (fc *faultCluster) keepStderr(name string, c *child) {
 	t := fc.t
-	if !t.Failed() {
+	if !t.Failed() && os.Getenv("SYNCMESH_MEMBER_LOG") == "" {
 		return
 	}
 	select {

@@ -22,9 +22,11 @@ type leaderLookup struct {
 }
 
 // activatorName is the name of every member's activator actor: the
-// name of disthash's, so a router-only member (NoUnits, no engine, the
-// default lookup) reaches it on the member its hash picks, which
-// forwards the request to the partition's leader.
+// name of disthash's, so a router-only member with the default lookup
+// (NoUnits, Replicas 1) reaches it on the member its hash picks, which
+// forwards the request to the partition's leader; a router-only member
+// with Replicas ≥ 2 uses this lookup too, asking the member its
+// published leads name (incarnation.owner).
 const activatorName = disthash.PartitionActivatorActorName
 
 // forwarded marks an activation request an activator passed on to the
@@ -43,7 +45,15 @@ func (l *leaderLookup) Get(ci *cluster.ClusterIdentity) *actor.PID {
 	if owner == "" {
 		return nil
 	}
-	f := l.inc.sys.Root.RequestFuture(actor.NewPID(owner, activatorName), &cluster.ActivationRequest{ClusterIdentity: ci, RequestId: forwarded}, 5*time.Second)
+	req := &cluster.ActivationRequest{ClusterIdentity: ci, RequestId: forwarded}
+	if l.inc.c.replicas() == nil {
+		// A router (no engine): the member it picked passes the request
+		// on if its own engine knows better (the claim the router read
+		// is stale, none was published yet, or the router counts
+		// partitions differently), one hop at most.
+		req.RequestId = ""
+	}
+	f := l.inc.sys.Root.RequestFuture(actor.NewPID(owner, activatorName), req, 5*time.Second)
 	res, err := f.Result()
 	if err != nil {
 		return nil

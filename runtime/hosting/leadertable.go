@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/asynkron/protoactor-go/cluster"
@@ -17,11 +18,16 @@ import (
 // the leaders themselves: every replicated member publishes the
 // partitions it leads, with their terms, in the cluster's gossip (the
 // members' remote, under their mutual TLS). A member's identity lookup,
-// its activator (which forwards requests from router-only members) and
-// its attribution of device-to-device requests (MemberOf) all read the
-// same table. The table only routes: a member serves a unit only while
-// its own engine says it leads (incarnation.check), so a stale entry
-// costs a retry, never a stale answer.
+// its activator (which forwards requests it receives for another
+// leader's unit) and its attribution of device-to-device requests
+// (MemberOf) all read the same table, and so does a router-only member
+// (no engine at all): it sends a unit's requests straight to the leader
+// the table names, and a new leader's claim (a higher term) redirects
+// the requests still waiting on the old one at once, instead of after
+// the old member's lease or its dial failures (a take-over's tail). The
+// table only routes: a member serves a unit only while its own engine
+// says it leads (incarnation.check), so a stale entry costs a retry,
+// never a stale answer.
 
 // leadsKey is the gossip key of a member's published leads.
 const leadsKey = "syncmesh.replication.leads"
@@ -130,12 +136,19 @@ func (c *Cluster) publishLeads(inc *incarnation) {
 	if inc == nil || inc.cl == nil || inc.cl.Gossip == nil {
 		return
 	}
+	// One publisher at a time: a barrier's completion and a leadership
+	// change must not overwrite each other's newer leads with older.
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
 	b, err := encodeLeads(c.lead.leads())
 	if err != nil {
 		c.h.log.Warn("hosting: publish partition leads", "err", err)
 		return
 	}
 	inc.cl.Gossip.SetState(leadsKey, wrapperspb.Bytes(b))
+	// Sent now, not at the gossip's next round: routers and non-voters
+	// wait on it to reach a new leader.
+	go inc.cl.Gossip.SendState()
 }
 
 // onLeads records the leads a member published (from the gossip's
@@ -154,8 +167,14 @@ func (inc *incarnation) onLeads(memberID string, v *anypb.Any) {
 	if inc.leads == nil {
 		inc.leads = map[string]map[int]uint64{}
 	}
+	same := maps.Equal(inc.leads[memberID], leads)
 	inc.leads[memberID] = leads
 	inc.mu.Unlock()
+	if !same {
+		// Requests waiting on a replaced leader (or backing off) go to
+		// the new one at once, not at their next attempt.
+		inc.c.lead.notify()
+	}
 }
 
 // onGossip handles the gossip updates the member reads.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/syncmesh/syncmesh/actors/actortest"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -172,14 +174,100 @@ func TestNonVoterRoutesByPublishedLeads(t *testing.T) {
 		t.Fatalf("c claims term 11: owner %q", o)
 	}
 
-	// What this member publishes: the partitions it leads.
+	// What this member publishes: the partitions it leads and serves
+	// (not before its barrier: routers would only be refused).
 	q := 1 - p
 	c.lead.step(q, leadInput{change: &leaderChange{partition: q, leader: "a", term: 3, self: true}})
+	if got := c.lead.leads(); len(got) != 0 {
+		t.Fatalf("leads before the barrier of %d: %v", q, got)
+	}
+	c.lead.step(q, leadInput{barrier: 3})
 	if got := c.lead.leads(); !maps.Equal(got, map[int]uint64{q: 3}) {
 		t.Fatalf("leads %v, want {%d: 3}", got, q)
 	}
 	c.lead.step(q, leadInput{change: &leaderChange{partition: q, leader: "b", term: 4}})
 	if got := c.lead.leads(); len(got) != 0 {
 		t.Fatalf("leads after losing %d: %v", q, got)
+	}
+}
+
+// TestRouterRoutesByPublishedLeads: a router-only member of a replicated
+// cluster (NoUnits, no engine) sends a unit's requests to the member
+// whose published leads claim the unit's partition, not to the member
+// its hash picks (which would pass them on, or, while that member's own
+// engine still names a leader just killed, send them there); a request
+// waiting on a replaced leader is abandoned when the new leader's claim
+// arrives, and the claim wakes a request backing off between attempts.
+// Before any claim the hash's member is used (its activator passes the
+// request on to the leader it knows).
+func TestRouterRoutesByPublishedLeads(t *testing.T) {
+	c := &Cluster{cfg: ClusterConfig{Replicas: 3, NoUnits: true}, timeout: time.Second, done: make(chan struct{})}
+	c.h = newHost(Config{Root: t.TempDir(), MeshID: fenceMesh, NoSync: true}, "127.0.0.1:7009", actortest.System(t), nil)
+	t.Cleanup(func() { _ = c.h.close() })
+	inc := &incarnation{c: c, self: "127.0.0.1:7009", changed: make(chan struct{})}
+	inc.started.Store(true)
+	inc.onTopology([]*cluster.Member{
+		{Id: "a@s1@127.0.0.1:9001", Host: "127.0.0.1", Port: 7001, Kinds: []string{KindGroup}},
+		{Id: "b@s2@127.0.0.1:9002", Host: "127.0.0.1", Port: 7002, Kinds: []string{KindGroup}},
+		{Id: "r@s9", Host: "127.0.0.1", Port: 7009},
+	})
+	c.cur.Store(inc)
+	g := "g1"
+	hashed := inc.rdv.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: KindGroup, Identity: g})
+	other, otherID := "127.0.0.1:7002", "b@s2@127.0.0.1:9002"
+	if hashed == other {
+		other, otherID = "127.0.0.1:7001", "a@s1@127.0.0.1:9001"
+	}
+	p := routerPartitionOf(unitPath(KindGroup, g), 0)
+	publish := func(id string, leads map[int]uint64) {
+		t.Helper()
+		b, err := encodeLeads(leads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := anypb.New(wrapperspb.Bytes(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inc.onGossip(&cluster.GossipUpdate{MemberID: id, Key: leadsKey, Value: v})
+	}
+
+	if o := inc.owner(KindGroup, g); o != hashed {
+		t.Fatalf("no claim known: owner %q, want the hash's member %q", o, hashed)
+	}
+	if inc.leaderMoved(KindGroup, g, other) || inc.leaderMoved(KindGroup, g, hashed) {
+		t.Fatal("moved while no leader is known")
+	}
+	publish(otherID, map[int]uint64{p: 5})
+	if o := inc.owner(KindGroup, g); o != other {
+		t.Fatalf("%s claims partition %d in term 5: owner %q, want %q", otherID, p, o, other)
+	}
+	if !inc.leaderMoved(KindGroup, g, hashed) || inc.leaderMoved(KindGroup, g, other) {
+		t.Fatalf("a request to %s is not redirected to the claimed leader %s", hashed, other)
+	}
+
+	// The hash's member wins a later term (the claimant was killed):
+	// a waiting request wakes at once.
+	lead := c.lead.changes()
+	hashedID := "a@s1@127.0.0.1:9001"
+	if otherID == hashedID {
+		hashedID = "b@s2@127.0.0.1:9002"
+	}
+	publish(hashedID, map[int]uint64{p: 6})
+	select {
+	case <-lead:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a new leader's claim did not wake the requests waiting on a leadership change")
+	}
+	if o := inc.owner(KindGroup, g); o != hashed || !inc.leaderMoved(KindGroup, g, other) {
+		t.Fatalf("term 6 claimed by %s: owner %q", hashedID, o)
+	}
+	// The same leads again change nothing: no wake.
+	lead = c.lead.changes()
+	publish(hashedID, map[int]uint64{p: 6})
+	select {
+	case <-lead:
+		t.Fatal("an unchanged claim woke the waiting requests")
+	default:
 	}
 }

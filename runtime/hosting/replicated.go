@@ -222,17 +222,31 @@ func (l *leadership) term(p int) uint64 {
 	return l.parts[p].term
 }
 
-// leads lists the partitions this member leads, with their terms.
+// leads lists the partitions this member leads and serves (its barrier
+// completed), with their terms: what it publishes. A claim published
+// before the barrier would only move requests to a leader that refuses
+// them until it completes.
 func (l *leadership) leads() map[int]uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[int]uint64{}
 	for p, s := range l.parts {
-		if s.self && s.term > 0 {
+		if s.self && s.ready && s.term > 0 {
 			out[p] = s.term
 		}
 	}
 	return out
+}
+
+// notify wakes the requests waiting on a leadership change: the leads
+// the members publish changed.
+func (l *leadership) notify() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
 }
 
 // changes returns a channel closed at the next leadership change.
@@ -250,10 +264,10 @@ func (l *leadership) changes() <-chan struct{} {
 // partition's leader is now known to be another member. A caller waits
 // no longer for a leader that was replaced (killed, paused, cut off).
 func (inc *incarnation) leaderMoved(kind, identity, target string) bool {
-	if inc.c.replicas() == nil || target == "" {
+	if !inc.c.leaderRouted() || target == "" {
 		return false
 	}
-	o := inc.owner(kind, identity)
+	o := inc.leaderOf(kind, identity)
 	return o != "" && o != target
 }
 
@@ -293,6 +307,7 @@ func (c *Cluster) watchLeaders(done <-chan struct{}) {
 			if !ok {
 				return
 			}
+			c.h.log.Debug("hosting: partition leader", "partition", ch.partition, "leader", ch.leader, "term", ch.term, "self", ch.self)
 			wasSelf := c.lead.leads()[ch.partition]
 			eff := c.lead.step(ch.partition, leadInput{change: &ch})
 			if now := c.lead.leads()[ch.partition]; now != wasSelf {
@@ -334,6 +349,9 @@ func (c *Cluster) barrier(done <-chan struct{}, p int, term uint64) {
 		if err == nil {
 			c.lead.step(p, leadInput{barrier: term})
 			c.h.log.Info("hosting: partition won: serving it", "partition", p, "term", term, "after", time.Since(began))
+			// Routers and non-voters send the partition's requests here
+			// from now on.
+			c.publishLeads(c.cur.Load())
 			return
 		}
 		if !c.h.repl.isLeader(p) {
@@ -451,6 +469,11 @@ func (h *host) releasePartition(p int) {
 		_ = h.release(u)
 	}
 }
+
+// leaderRouted reports whether requests follow the partitions' leaders
+// (Replicas ≥ 2): a replicated member's by its engine and the leads the
+// members publish, a router-only member's by the published leads alone.
+func (c *Cluster) leaderRouted() bool { return c.replicas() != nil || c.cfg.Replicas >= 2 }
 
 // replicas is the member's replication engine (nil: not replicated).
 func (c *Cluster) replicas() replicaSet {

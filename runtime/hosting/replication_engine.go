@@ -52,6 +52,12 @@ func init() {
 	}
 }
 
+// routerPartitionOf is the partition of a unit path for a member that
+// holds no replicas (a router-only member routing by published leads).
+func routerPartitionOf(path string, partitions int) int {
+	return replication.PartitionOf(path, partitions)
+}
+
 // forward converts the engine's leadership changes (it never blocks on
 // them; this reader keeps up, and a full buffer only delays the next).
 func (r *engineReplicas) forward() {

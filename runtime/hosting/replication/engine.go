@@ -74,8 +74,8 @@ type Config struct {
 	// UnitsDir holds this member's replicas of unit files:
 	// UnitsDir/<unit path>/node.db and the small files beside it.
 	UnitsDir string
-	// Partitions is the number of raft groups (default 16). It must be
-	// the same on every member and never change for a cluster.
+	// Partitions is the number of raft groups (DefaultPartitions). It
+	// must be the same on every member and never change for a cluster.
 	Partitions int
 	// Listen is the host:port replication traffic is served on
 	// ("127.0.0.1:0" picks a port).
@@ -144,6 +144,9 @@ const (
 // busy on three members, competing with the busy partitions'
 // commits.
 const commitTimeout = 50 * time.Millisecond
+
+// DefaultPartitions is Config.Partitions' default.
+const DefaultPartitions = 16
 
 // Peer is a member as SetMembers takes it: its name and the address its
 // replication listener is reached at.
@@ -292,7 +295,7 @@ func (c *Config) defaults() error {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if c.Partitions == 0 {
-		c.Partitions = 16
+		c.Partitions = DefaultPartitions
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = DefaultHeartbeatTimeout
@@ -337,6 +340,17 @@ func (e *Engine) Addr() string { return e.addr }
 
 // PartitionOf is the partition of a unit: a stable hash of its path.
 func (e *Engine) PartitionOf(unitPath string) int { return partitionOf(unitPath, e.cfg.Partitions) }
+
+// PartitionOf is the partition of a unit among partitions groups
+// (DefaultPartitions when 0): Engine.PartitionOf without an engine, for a
+// member that routes requests to partitions' leaders but holds no
+// replicas.
+func PartitionOf(unitPath string, partitions int) int {
+	if partitions <= 0 {
+		partitions = DefaultPartitions
+	}
+	return partitionOf(unitPath, partitions)
+}
 
 func partitionOf(unitPath string, n int) int {
 	h := fnv.New64a()

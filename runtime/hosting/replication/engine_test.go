@@ -919,3 +919,28 @@ func (c *cluster) loseDisk(t *testing.T, n string) string {
 	delete(c.engines, n)
 	return addr
 }
+
+// TestPartitionOfWithoutAnEngine: a member with no engine (a router)
+// computes the same partition of a unit as the engines do, for the
+// default and for a configured partition count.
+func TestPartitionOfWithoutAnEngine(t *testing.T) {
+	for _, n := range []int{0, 7, 64} {
+		cfg := Config{Partitions: n}
+		if n == 0 {
+			cfg.Partitions = DefaultPartitions // what Open makes of 0
+		}
+		e := &Engine{cfg: cfg}
+		seen := map[int]bool{}
+		for i := range 200 {
+			path := fmt.Sprintf("group/%x", i)
+			p := PartitionOf(path, n)
+			if p != e.PartitionOf(path) || p < 0 || p >= cfg.Partitions {
+				t.Fatalf("%d partitions: %s is %d without an engine, %d with one", n, path, p, e.PartitionOf(path))
+			}
+			seen[p] = true
+		}
+		if len(seen) < cfg.Partitions/2 {
+			t.Fatalf("%d partitions: 200 units hit only %d", cfg.Partitions, len(seen))
+		}
+	}
+}

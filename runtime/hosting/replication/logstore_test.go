@@ -233,3 +233,46 @@ func TestCompactedEntriesReadAsGone(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncatedTailReopens: a follower whose log's tail a new leader
+// overwrote (raft deletes the conflicting suffix, Raft §5.3) restarts with
+// its log readable: the WAL seals the truncated segment with its index
+// block, so a member restarted after a take-over does not fail to start
+// its partition ("sealed segment has no index block").
+func TestTruncatedTailReopens(t *testing.T) {
+	dir := t.TempDir()
+	for round := range 2 {
+		w, err := openWAL(dir, true, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if round == 0 {
+			var logs []*raft.Log
+			for i := uint64(1); i <= 10; i++ {
+				logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
+			}
+			if err := w.StoreLogs(logs); err != nil {
+				t.Fatal(err)
+			}
+			// The new leader's entries replace 9 and 10.
+			if err := w.DeleteRange(9, 10); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.StoreLogs([]*raft.Log{{Index: 9, Term: 2, Type: raft.LogCommand, Data: []byte{90}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, want := range map[uint64]byte{1: 1, 8: 8, 9: 90} {
+			var l raft.Log
+			if err := w.GetLog(i, &l); err != nil || l.Index != i || l.Data[0] != want {
+				t.Fatalf("round %d: entry %d: %+v, %v", round, i, l, err)
+			}
+		}
+		if last, err := w.LastIndex(); err != nil || last != 9 {
+			t.Fatalf("round %d: last index %d, %v", round, last, err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
