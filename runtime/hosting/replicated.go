@@ -40,6 +40,13 @@ type ReplicationConfig struct {
 	// quiet network; too short for the machines' load and leaders are
 	// deposed needlessly. Zero: the engine's default (750 ms).
 	ElectionTimeout time.Duration
+	// DepartedGrace is how long a member that left the membership (its
+	// registration expired: stopped, paused or cut off) keeps its seats
+	// as a voter when no other member can take them (as many members as
+	// Replicas). Back within it, it votes at once; past it, its seats go.
+	// With a member to take its place it is replaced at once. Zero: 1
+	// minute.
+	DepartedGrace time.Duration
 }
 
 // unitPath is a unit's path in the replicated files: its directory

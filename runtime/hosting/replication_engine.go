@@ -42,6 +42,7 @@ func init() {
 			HeartbeatTimeout:   rc.ElectionTimeout,
 			ElectionTimeout:    rc.ElectionTimeout,
 			LeaderLeaseTimeout: rc.ElectionTimeout / 2,
+			DepartedGrace:      rc.DepartedGrace,
 		})
 		if err != nil {
 			return nil, err

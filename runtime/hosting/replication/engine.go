@@ -115,6 +115,13 @@ type Config struct {
 	// membership view. It starts as a configuration of that member
 	// alone; the leader then adds the other voters.
 	BootstrapWait time.Duration
+	// DepartedGrace is how long a voter outside the membership stays a
+	// voter when no other member is wanted in its place (default 1
+	// minute): a member paused, cut off or restarting past its
+	// registration's lease comes back as a voter without a
+	// configuration change. With a replacement to add it is removed at
+	// once.
+	DepartedGrace time.Duration
 	// NoSync skips fsync in the raft log and the replicas. Tests only.
 	NoSync bool
 
@@ -205,7 +212,8 @@ type Engine struct {
 	replicas int
 	parts    []*partition
 	closed   bool
-	probing  map[int]bool // partitions this member is deciding to bootstrap
+	probing  map[int]bool         // partitions this member is deciding to bootstrap
+	departed map[string]time.Time // voters seen outside the membership, since when
 
 	dirty    []bool
 	notify   chan struct{}
@@ -243,6 +251,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		peers: map[string]string{}, byAddr: map[string]string{},
 		parts:    make([]*partition, cfg.Partitions),
 		probing:  map[int]bool{},
+		departed: map[string]time.Time{},
 		dirty:    make([]bool, cfg.Partitions),
 		notify:   make(chan struct{}, 1),
 		leaderCh: make(chan LeaderChange, cfg.Partitions),
@@ -317,6 +326,9 @@ func (c *Config) defaults() error {
 	}
 	if c.BootstrapWait == 0 {
 		c.BootstrapWait = 3 * c.ElectionTimeout
+	}
+	if c.DepartedGrace == 0 {
+		c.DepartedGrace = time.Minute
 	}
 	switch {
 	case meshtls.ValidateName(c.Member) != nil:
@@ -466,6 +478,11 @@ func (e *Engine) SetMembers(ctx context.Context, peers []Peer, replicas int) err
 		return ErrClosed
 	}
 	e.peers, e.byAddr, e.replicas = m, by, replicas
+	for d := range e.departed {
+		if _, back := m[d]; back {
+			delete(e.departed, d)
+		}
+	}
 	var start []int
 	for p := range e.parts {
 		if e.parts[p] != nil {
@@ -738,9 +755,30 @@ func (e *Engine) reconcile() bool {
 		// first), to commit anything. The data is held by a quorum of
 		// the remaining voters all along (raft's configuration change).
 		// The leader never removes itself this way.
+		//
+		// With no replacement to add (every wanted member already votes,
+		// and no more voters than replicas), removing it buys nothing — a
+		// group with a dead voter tolerates what the smaller group does —
+		// and costs a lot when it was only paused or cut off: back, it
+		// must be added again, and a fault of another voter before that
+		// leaves the partition without a quorum. It is then removed only
+		// once it has been gone for Config.DepartedGrace.
+		replacement := len(servers) > replicas
+		for _, m := range want {
+			if _, ok := have[m]; !ok {
+				replacement = true
+			}
+		}
+		// removable: not a departed voter still within its grace.
+		removable := func(m string) bool {
+			if _, in := peers[m]; in || replacement {
+				return true
+			}
+			return e.goneFor(m) >= e.cfg.DepartedGrace
+		}
 		for _, s := range servers {
 			m := string(s.ID)
-			if _, in := peers[m]; !in && m != e.cfg.Member && len(want) > 0 {
+			if _, in := peers[m]; !in && m != e.cfg.Member && len(want) > 0 && removable(m) {
 				e.log.Info("replication: removing departed voter", "partition", p, "member", m)
 				err = pt.raft.RemoveServer(s.ID, 0, timeout).Error()
 				did = true
@@ -760,7 +798,7 @@ func (e *Engine) reconcile() bool {
 		}
 		if !did {
 			for _, s := range servers {
-				if !contains(want, string(s.ID)) && len(want) > 0 {
+				if !contains(want, string(s.ID)) && len(want) > 0 && removable(string(s.ID)) {
 					e.log.Info("replication: removing voter", "partition", p, "member", s.ID)
 					err = pt.raft.RemoveServer(s.ID, 0, timeout).Error()
 					did = true
@@ -775,6 +813,23 @@ func (e *Engine) reconcile() bool {
 		changed = changed || did
 	}
 	return changed
+}
+
+// goneFor reports how long member m has been seen outside the
+// membership (0 at the first sighting).
+func (e *Engine) goneFor(m string) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, in := e.peers[m]; in {
+		delete(e.departed, m)
+		return 0
+	}
+	t, ok := e.departed[m]
+	if !ok {
+		e.departed[m] = time.Now()
+		return 0
+	}
+	return time.Since(t)
 }
 
 func (e *Engine) isMember(name string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -15,7 +16,8 @@ import (
 // it back at once (their view never lost it), and a partition whose
 // third voter is a dead group loses a quorum at the next fault.
 func TestLeaderThatRemovedItselfRejoins(t *testing.T) {
-	c := newCluster(t, nil, "a", "b", "c")
+	// No grace: the leader removes itself at once.
+	c := newCluster(t, func(cfg *Config) { cfg.DepartedGrace = time.Nanosecond }, "a", "b", "c")
 	p := c.engines["a"].PartitionOf(unitA)
 	l := c.leader(p)
 	var others []string
@@ -50,5 +52,55 @@ func TestLeaderThatRemovedItselfRejoins(t *testing.T) {
 			t.Fatalf("%s never applied a write of partition %d after it removed itself (its raft: %v)", l, p, pt.raft.State())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDepartedVoterKeptWithinGrace: with as many members as replicas, a
+// member that leaves the membership (paused or cut off past its lease)
+// stays a voter for DepartedGrace: back within it, it votes at once with
+// no configuration change, and a fault of another voter meanwhile does
+// not leave the partition without a quorum. Past the grace it is
+// removed.
+func TestDepartedVoterKeptWithinGrace(t *testing.T) {
+	for _, tc := range []struct {
+		grace   time.Duration
+		removed bool
+	}{{time.Minute, false}, {time.Second, true}} {
+		t.Run(tc.grace.String(), func(t *testing.T) {
+			c := newCluster(t, func(cfg *Config) { cfg.DepartedGrace = tc.grace }, "a", "b", "c")
+			p := c.engines["a"].PartitionOf(unitA)
+			l := c.leader(p)
+			gone := "c"
+			if l == gone {
+				gone = "b"
+			}
+			var peers []Peer
+			for _, m := range c.members {
+				if m != gone {
+					peers = append(peers, Peer{Member: m, Addr: c.addrs[m]})
+				}
+			}
+			for _, m := range c.members {
+				if m != gone {
+					if err := c.engines[m].SetMembers(context.Background(), peers, 3); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if tc.removed {
+				eventually(t, gone+" removed after its grace", func() bool {
+					ids, ok := voterIDs(c.engines[c.leader(p)], p)
+					return ok && !strings.Contains(ids, gone)
+				})
+				return
+			}
+			deadline := time.Now().Add(4 * c.engines[l].cfg.ElectionTimeout)
+			for time.Now().Before(deadline) {
+				if ids, ok := voterIDs(c.engines[l], p); ok && !strings.Contains(ids, gone) {
+					t.Fatalf("%s removed within its grace of %v: voters %s", gone, tc.grace, ids)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }
