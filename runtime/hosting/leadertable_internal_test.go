@@ -119,18 +119,7 @@ func TestNonVoterRoutesByPublishedLeads(t *testing.T) {
 	c.cur.Store(inc)
 	g := "g1"
 	p := c.h.repl.partitionOf(unitPath(KindGroup, g))
-	publish := func(id string, leads map[int]uint64) {
-		t.Helper()
-		b, err := encodeLeads(leads)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := anypb.New(wrapperspb.Bytes(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		inc.onGossip(&cluster.GossipUpdate{MemberID: id, Key: leadsKey, Value: v})
-	}
+	publish := func(id string, leads map[int]uint64) { t.Helper(); publishLeads(t, inc, id, leads) }
 
 	if o := inc.owner(KindGroup, g); o != "" {
 		t.Fatalf("owner with nothing known: %q", o)
@@ -219,18 +208,7 @@ func TestRouterRoutesByPublishedLeads(t *testing.T) {
 		other, otherID = "127.0.0.1:7001", "a@s1@127.0.0.1:9001"
 	}
 	p := routerPartitionOf(unitPath(KindGroup, g), 0)
-	publish := func(id string, leads map[int]uint64) {
-		t.Helper()
-		b, err := encodeLeads(leads)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := anypb.New(wrapperspb.Bytes(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		inc.onGossip(&cluster.GossipUpdate{MemberID: id, Key: leadsKey, Value: v})
-	}
+	publish := func(id string, leads map[int]uint64) { t.Helper(); publishLeads(t, inc, id, leads) }
 
 	if o := inc.owner(KindGroup, g); o != hashed {
 		t.Fatalf("no claim known: owner %q, want the hash's member %q", o, hashed)
@@ -270,4 +248,18 @@ func TestRouterRoutesByPublishedLeads(t *testing.T) {
 		t.Fatal("an unchanged claim woke the waiting requests")
 	default:
 	}
+}
+
+// publishLeads delivers member id's published leads to inc as gossip.
+func publishLeads(t *testing.T, inc *incarnation, id string, leads map[int]uint64) {
+	t.Helper()
+	b, err := encodeLeads(leads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := anypb.New(wrapperspb.Bytes(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc.onGossip(&cluster.GossipUpdate{MemberID: id, Key: leadsKey, Value: v})
 }

@@ -210,13 +210,7 @@ func TestCompactedEntriesReadAsGone(t *testing.T) {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		if round == 0 {
-			var logs []*raft.Log
-			for i := uint64(1); i <= 10; i++ {
-				logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
-			}
-			if err := w.StoreLogs(logs); err != nil {
-				t.Fatal(err)
-			}
+			storeTen(t, w)
 			if err := w.DeleteRange(1, 5); err != nil {
 				t.Fatal(err)
 			}
@@ -247,13 +241,7 @@ func TestTruncatedTailReopens(t *testing.T) {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		if round == 0 {
-			var logs []*raft.Log
-			for i := uint64(1); i <= 10; i++ {
-				logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
-			}
-			if err := w.StoreLogs(logs); err != nil {
-				t.Fatal(err)
-			}
+			storeTen(t, w)
 			// The new leader's entries replace 9 and 10.
 			if err := w.DeleteRange(9, 10); err != nil {
 				t.Fatal(err)
@@ -274,5 +262,17 @@ func TestTruncatedTailReopens(t *testing.T) {
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// storeTen stores entries 1 to 10 of term 1 (data: the index).
+func storeTen(t *testing.T, w raft.LogStore) {
+	t.Helper()
+	var logs []*raft.Log
+	for i := uint64(1); i <= 10; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
+	}
+	if err := w.StoreLogs(logs); err != nil {
+		t.Fatal(err)
 	}
 }
