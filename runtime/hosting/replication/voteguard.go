@@ -143,7 +143,6 @@ func (t *guardedTransport) run() {
 // it reports whether it did.
 func (t *guardedTransport) refuse(rpc raft.RPC) bool {
 	g := t.g
-	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(g.member), Addr: []byte(g.addr)}
 	switch req := rpc.Command.(type) {
 	case *raft.AppendEntriesRequest:
 		if !g.eligible.Load() {
@@ -151,14 +150,19 @@ func (t *guardedTransport) refuse(rpc raft.RPC) bool {
 		}
 	case *raft.RequestVoteRequest:
 		if !g.mayVote() {
-			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: hdr, Term: req.Term, Granted: false}, nil)
+			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}, nil)
 			return true
 		}
 	case *raft.RequestPreVoteRequest:
 		if !g.mayVote() {
-			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: hdr, Term: req.Term, Granted: false}, nil)
+			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}, nil)
 			return true
 		}
 	}
 	return false
+}
+
+// header is the RPC header of this member's refusals.
+func (g *voteGuard) header() raft.RPCHeader {
+	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(g.member), Addr: []byte(g.addr)}
 }
